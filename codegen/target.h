@@ -1,0 +1,47 @@
+// Target: which backend and which instruction set a kernel is generated for.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace jit {
+
+/// Code generators kiln has.
+enum class BackendKind : uint8_t { kRef, kX86, kCuda, kArm, kOnednn };
+
+/// "ref", "x86", "cuda", "arm", "onednn".
+std::string_view backend_name(BackendKind kind);
+
+/// x86 instruction-set levels, ordered: a higher level includes the lower ones.
+enum class X86Isa : uint8_t {
+  kNone,        ///< no x86 vector ISA kiln generates for (or not x86)
+  kAvx2,        ///< AVX2 + FMA + F16C
+  kAvx512,      ///< AVX-512 F/BW/DQ/VL
+  kAvx512Bf16,  ///< + AVX512_BF16 (vdpbf16ps, vcvtne2ps2bf16)
+  kAmx,         ///< + AMX-TILE/AMX-BF16/AMX-INT8
+};
+
+/// "avx2", "avx512", "avx512_bf16", "amx" ("none" for kNone).
+std::string_view x86_isa_name(X86Isa isa);
+/// Parses an ISA name (as KILN_ISA takes it); false when unknown.
+bool parse_x86_isa(std::string_view text, X86Isa* isa);
+
+/// The machine a kernel is generated for. `fingerprint` identifies everything that changes the
+/// generated code (CPU feature bits, sm arch) and is part of every disk-cache key.
+struct Target {
+  BackendKind backend = BackendKind::kX86;
+  X86Isa isa = X86Isa::kNone;
+  std::string fingerprint;
+
+  /// "x86:avx512_bf16", "ref", ...
+  std::string name() const;
+};
+
+/// The host CPU's x86 ISA as detected by CPUID (and the OS's XSAVE state), before any cap.
+X86Isa detect_host_x86_isa();
+
+/// The host target for `backend`, with the ISA capped at `isa_cap` (KILN_ISA).
+Target host_target(BackendKind backend = BackendKind::kX86, X86Isa isa_cap = X86Isa::kAmx);
+
+}  // namespace jit

@@ -1,0 +1,2 @@
+#pragma once
+#include "ir/op_spec.h"

@@ -1,0 +1,40 @@
+// Checks a kernel call's run-time arguments against its spec, with messages that name the
+// argument and the allowed values. Shared by every backend and by jit::ops.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string_view>
+
+#include "ir/kernel_args.h"
+#include "ir/op_spec.h"
+#include "ir/status.h"
+
+namespace jit {
+
+/// OK when `args` are a valid call of `spec` (count, dtypes, shapes, strides, devices);
+/// otherwise an invalid-argument Status naming the op, the argument and what is allowed.
+/// Nothing is read through the data pointers except where noted per op (none so far).
+Status check_args(const OpSpec& spec, const KernelArgs& args);
+
+namespace ir {
+
+/// Building blocks for the per-family checks; each names `op` and `arg` in its message.
+Status expect_defined(std::string_view op, std::string_view arg, const Tensor& t);
+Status expect_dtype(std::string_view op, std::string_view arg, const Tensor& t, DType dtype);
+Status expect_rank(std::string_view op, std::string_view arg, const Tensor& t,
+                   std::initializer_list<int> ranks);
+Status expect_size(std::string_view op, std::string_view arg, const Tensor& t, int dim,
+                   int64_t size);
+Status expect_contiguous(std::string_view op, std::string_view arg, const Tensor& t);
+Status expect_unit_last_stride(std::string_view op, std::string_view arg, const Tensor& t);
+Status expect_cpu(std::string_view op, std::string_view arg, const Tensor& t);
+/// All dimensions but the last merge into one row dimension with a single stride.
+Status expect_rows_collapsible(std::string_view op, std::string_view arg, const Tensor& t);
+/// The stride between consecutive rows of a collapsible tensor (its last dim is the row).
+int64_t row_stride(const Tensor& t);
+
+Status check_norm_act_args(const OpSpec& spec, const KernelArgs& args);
+
+}  // namespace ir
+}  // namespace jit

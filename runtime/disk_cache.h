@@ -1,0 +1,117 @@
+// The on-disk kernel cache: one file per entry, checked on every read.
+//
+// Entry file `<dir>/<hash>.kiln`: a fixed header (magic "KILNCAC1", format version, sizes),
+// the full key text, the payload (config, code, source, log) and an xxh3-64 checksum of
+// everything before it. Writes go to a temporary file in the same directory and are renamed
+// into place (atomic). An advisory lock per key (flock on `<dir>/locks/<hash>.lock`) lets
+// several processes compile a key once. A size cap evicts least-recently-used entries (entry
+// mtime is refreshed on every hit). The directory is created 0700 and refused when owned by
+// another user or writable by group/others. Any entry that fails a check (magic, version,
+// key, sizes, checksum) is a miss: it is removed and the reason logged, never loaded.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "codegen/backend.h"
+#include "ir/op_spec.h"
+#include "ir/status.h"
+
+namespace jit::runtime {
+
+/// Identity of a cache entry. `text` spells out everything that determines the code:
+/// canonical spec, config, target fingerprint, codegen version, toolchain version. The file
+/// name is the xxh3-128 of `text`; the text itself is stored in the entry and compared on read,
+/// so a hash collision is a miss, not a wrong kernel.
+struct CacheKey {
+  std::string text;
+  /// 32 hex digits naming the entry file.
+  std::string hash_hex() const;
+};
+
+/// Builds the key text from its parts ("spec|config|target|codegen|toolchain").
+CacheKey make_cache_key(const OpSpec& spec, const Config& config, std::string_view target,
+                        std::string_view codegen_version, std::string_view toolchain_version);
+
+struct DiskCacheOptions {
+  std::filesystem::path dir;                     ///< created (0700) when missing
+  uint64_t max_bytes = uint64_t(1) << 30;        ///< size cap over all entries
+  std::chrono::milliseconds lock_timeout{30000};  ///< waiting for another compiler of a key
+};
+
+/// One entry as listed by `kiln cache ls`.
+struct CacheEntryInfo {
+  std::string hash;
+  std::string key_text;  ///< empty when the header cannot be read
+  uint64_t bytes = 0;
+  std::filesystem::file_time_type last_used;
+};
+
+struct CacheStats {
+  uint64_t entries = 0;
+  uint64_t bytes = 0;
+  uint64_t max_bytes = 0;
+};
+
+/// Result of `verify`: every entry checked; bad ones removed.
+struct CacheVerifyReport {
+  uint64_t checked = 0;
+  uint64_t removed = 0;
+  std::vector<std::string> problems;  ///< "<hash>: <reason>"
+};
+
+/// Holds the per-key advisory lock; released on destruction.
+class CacheKeyLock {
+ public:
+  CacheKeyLock() = default;
+  explicit CacheKeyLock(int fd) : fd_(fd) {}
+  CacheKeyLock(CacheKeyLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  CacheKeyLock& operator=(CacheKeyLock&& other) noexcept;
+  ~CacheKeyLock();
+
+ private:
+  int fd_ = -1;
+};
+
+/// A cache directory. Thread-safe; several processes may share one directory.
+class DiskCache {
+ public:
+  /// Opens (creating if needed) the directory; fails with kCacheError when it is owned by
+  /// another user, is writable by group or others, or cannot be created.
+  static Result<std::unique_ptr<DiskCache>> open(DiskCacheOptions options);
+
+  /// The default directory: $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln.
+  static std::filesystem::path default_dir();
+
+  /// The entry for `key`, or nullopt on a miss. A corrupt, truncated or mismatched entry is
+  /// removed, logged (category cache) and reported as a miss. Refreshes the entry's mtime.
+  std::optional<Artifact> load(const CacheKey& key);
+
+  /// Writes the entry atomically (temp file + rename), then evicts LRU entries over the cap.
+  Status store(const CacheKey& key, const Artifact& artifact);
+
+  /// Takes the advisory lock of `key`, waiting up to the lock timeout (kTimeout after).
+  Result<CacheKeyLock> lock(const CacheKey& key);
+
+  std::vector<CacheEntryInfo> list() const;
+  CacheStats stats() const;
+  /// Reads and checks every entry, removing the bad ones.
+  CacheVerifyReport verify();
+  /// Removes every entry (and lock file); returns how many entries were removed.
+  Result<uint64_t> clear();
+
+  const std::filesystem::path& dir() const { return options_.dir; }
+
+ private:
+  explicit DiskCache(DiskCacheOptions options) : options_(std::move(options)) {}
+  void evict_to_cap();
+
+  DiskCacheOptions options_;
+};
+
+}  // namespace jit::runtime

@@ -1,1 +1,54 @@
-// placeholder: being written
+#include "codegen/target.h"
+
+#include <fmt/format.h>
+
+namespace jit {
+
+std::string_view backend_name(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kRef: return "ref";
+    case BackendKind::kX86: return "x86";
+    case BackendKind::kCuda: return "cuda";
+    case BackendKind::kArm: return "arm";
+    case BackendKind::kOnednn: return "onednn";
+  }
+  return "?";
+}
+
+namespace {
+constexpr std::string_view kIsaNames[] = {"none", "avx2", "avx512", "avx512_bf16", "amx"};
+}  // namespace
+
+std::string_view x86_isa_name(X86Isa isa) { return kIsaNames[static_cast<int>(isa)]; }
+
+bool parse_x86_isa(std::string_view text, X86Isa* isa) {
+  for (int i = 0; i < int(std::size(kIsaNames)); ++i) {
+    if (text == kIsaNames[i]) {
+      *isa = static_cast<X86Isa>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string Target::name() const {
+  if (backend == BackendKind::kX86) return fmt::format("x86:{}", x86_isa_name(isa));
+  return std::string(backend_name(backend));
+}
+
+Target host_target(BackendKind backend, X86Isa isa_cap) {
+  Target target;
+  target.backend = backend;
+  if (backend == BackendKind::kX86) {
+    const X86Isa host = detect_host_x86_isa();
+    target.isa = host < isa_cap ? host : isa_cap;
+    // The generated code depends only on the ISA level it targets, so the level is the
+    // fingerprint: two machines at the same level can share cache entries.
+    target.fingerprint = fmt::format("x86-{}", x86_isa_name(target.isa));
+  } else {
+    target.fingerprint = std::string(backend_name(backend));
+  }
+  return target;
+}
+
+}  // namespace jit

@@ -1,1 +1,294 @@
-// placeholder: being written
+#include "runtime/runtime.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "codegen/ref/ref.h"
+#include "runtime/disk_cache.h"
+#include "runtime/log.h"
+#include "runtime/perf_map.h"
+#ifdef KILN_HAVE_X86
+#include "codegen/x86/x86_backend.h"
+#endif
+
+namespace jit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double micros_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+}
+
+// Identity of an in-memory entry: the spec plus every option that changes the kernel.
+struct MemoryKey {
+  OpSpec spec;
+  int backend = -1;  // -1: dispatch chooses
+  X86Isa isa = X86Isa::kNone;
+  std::string config;  // "" when the default is used
+  bool use_disk_cache = true;
+  bool operator==(const MemoryKey&) const = default;
+};
+
+struct MemoryKeyHash {
+  size_t operator()(const MemoryKey& k) const {
+    size_t h = size_t(hash64(k.spec));
+    h ^= size_t(k.backend + 7) * 0x9E3779B97F4A7C15ull + size_t(k.isa) * 0xC2B2AE3D27D4EB4Full;
+    h ^= std::hash<std::string>()(k.config) + (k.use_disk_cache ? 1 : 0);
+    return h;
+  }
+};
+
+// One in-memory entry; the first caller compiles, the others wait on `ready`.
+struct Slot {
+  std::mutex mutex;
+  std::condition_variable ready;
+  bool done = false;
+  std::optional<Result<Kernel>> result;
+};
+
+}  // namespace
+
+struct Runtime::State {
+  std::vector<std::unique_ptr<Backend>> backends;  // index by BackendKind
+  std::unique_ptr<runtime::DiskCache> disk_cache;
+  Status cache_status;
+  std::shared_mutex map_mutex;
+  std::unordered_map<MemoryKey, std::shared_ptr<Slot>, MemoryKeyHash> map;
+  std::atomic<uint64_t> memory_hits{0}, disk_hits{0}, generated{0}, errors{0};
+
+  const Backend* backend(BackendKind kind) const {
+    for (const auto& b : backends) {
+      if (b->kind() == kind) return b.get();
+    }
+    return nullptr;
+  }
+};
+
+Runtime::Runtime(RuntimeOptions options)
+    : options_(std::move(options)), state_(std::make_unique<State>()) {
+  // Explicit, ordered candidate list; no self-registration.
+#ifdef KILN_HAVE_X86
+  state_->backends.push_back(codegen::x86::make_backend());
+#endif
+  state_->backends.push_back(codegen::ref::make_backend());
+  if (!options_.cache_dir.empty()) {
+    runtime::DiskCacheOptions cache_options;
+    cache_options.dir = options_.cache_dir;
+    cache_options.max_bytes = options_.cache_max_bytes;
+    auto cache = runtime::DiskCache::open(cache_options);
+    if (cache.is_ok()) {
+      state_->disk_cache = std::move(cache).value();
+    } else {
+      // Not silent: the reason is logged once and reported by `kiln cache stats`.
+      state_->cache_status = cache.status();
+      log_warning("disk cache disabled: {}", cache.status().message());
+    }
+  }
+}
+
+Runtime::~Runtime() = default;
+
+Runtime& Runtime::global() {
+  static Runtime runtime(RuntimeOptions::from_environment());
+  return runtime;
+}
+
+runtime::DiskCache* Runtime::disk_cache() const { return state_->disk_cache.get(); }
+const Status& Runtime::cache_status() const { return state_->cache_status; }
+
+RuntimeCounters Runtime::counters() const {
+  return {state_->memory_hits.load(), state_->disk_hits.load(), state_->generated.load(),
+          state_->errors.load()};
+}
+
+namespace {
+
+// The ordered backends that may serve an op on the CPU.
+std::vector<BackendKind> candidates(OpKind op) {
+  return {BackendKind::kX86, BackendKind::kRef};
+}
+
+std::string toolchain_version(BackendKind kind) {
+  // The x86 generator's output depends on Xbyak's encoder only.
+  return kind == BackendKind::kX86 ? "xbyak-6.68" : "none";
+}
+
+void dump_kernel(const std::filesystem::path& dir, const Kernel& kernel, const Artifact& a) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string stem = fmt::format("{}-{}", op_name(kernel.spec().op),
+                                       hash128(kernel.spec()).hex().substr(0, 16));
+  std::ofstream(dir / (stem + ".spec")) << kernel.info().spec_text << "\n"
+                                         << "backend " << backend_name(kernel.info().backend)
+                                         << "\nconfig " << kernel.info().config.to_string()
+                                         << "\n";
+  if (!a.code.empty()) {
+    std::ofstream(dir / (stem + ".bin"), std::ios::binary)
+        .write(reinterpret_cast<const char*>(a.code.data()), std::streamsize(a.code.size()));
+  }
+  if (!a.source.empty()) std::ofstream(dir / (stem + ".src")) << a.source;
+  if (auto text = kernel.disassembly(); text.is_ok()) {
+    std::ofstream(dir / (stem + ".s")) << text.value();
+  }
+}
+
+}  // namespace
+
+Result<Kernel> Runtime::compile(const OpSpec& spec, const CompileOptions& options) {
+  const auto start = Clock::now();
+  KILN_RETURN_IF_ERROR(options_.environment_error);
+  const X86Isa isa_cap = options.isa.value_or(options_.isa_cap);
+  MemoryKey key{spec, options.backend ? int(*options.backend) : -1, isa_cap,
+                options.config ? options.config->to_string() : "", options.use_disk_cache};
+
+  std::shared_ptr<Slot> slot;
+  {
+    std::shared_lock lock(state_->map_mutex);
+    auto it = state_->map.find(key);
+    if (it != state_->map.end()) slot = it->second;
+  }
+  if (slot) {
+    std::unique_lock lock(slot->mutex);
+    slot->ready.wait(lock, [&] { return slot->done; });
+    if (slot->result->is_ok()) state_->memory_hits++;
+    return *slot->result;
+  }
+  {
+    std::unique_lock lock(state_->map_mutex);
+    auto [it, inserted] = state_->map.try_emplace(key, nullptr);
+    if (!inserted) {
+      slot = it->second;
+      lock.unlock();
+      std::unique_lock slot_lock(slot->mutex);
+      slot->ready.wait(slot_lock, [&] { return slot->done; });
+      if (slot->result->is_ok()) state_->memory_hits++;
+      return *slot->result;
+    }
+    it->second = slot = std::make_shared<Slot>();
+  }
+  // This caller compiles; everyone else waits on the slot.
+  Result<Kernel> result = [&]() -> Result<Kernel> {
+    KILN_RETURN_IF_ERROR(validate(spec));
+    if (options_.strict && sealed_) {
+      return Status(StatusCode::kUnavailable,
+                    fmt::format("strict mode (KILN_STRICT=1): {} was not prewarmed; compiling "
+                                "after prewarm is an error",
+                                to_string(spec)));
+    }
+    KernelInfo info;
+    info.spec_text = to_string(spec);
+    // Dispatch: the first candidate that supports the spec; each skip is recorded.
+    const Backend* chosen = nullptr;
+    Target target;
+    const std::vector<BackendKind> order =
+        options.backend ? std::vector<BackendKind>{*options.backend} : candidates(spec.op);
+    for (BackendKind kind : order) {
+      const Backend* backend = state_->backend(kind);
+      Target t = host_target(kind, isa_cap);
+      if (backend == nullptr) {
+        info.skipped.push_back(fmt::format("{}: not built into this kiln", backend_name(kind)));
+        continue;
+      }
+      const Support support = backend->supports(spec, t);
+      if (!support.ok) {
+        info.skipped.push_back(fmt::format("{}: {}", backend_name(kind), support.reason));
+        log_verbose(kLogDispatch, "dispatch: {} skips {}: {}", info.spec_text,
+                    backend_name(kind), support.reason);
+        continue;
+      }
+      chosen = backend;
+      target = t;
+      break;
+    }
+    if (chosen == nullptr) {
+      std::string reasons;
+      for (const auto& s : info.skipped) reasons += "\n  " + s;
+      return Status(StatusCode::kUnsupported,
+                    fmt::format("no backend serves {}:{}", info.spec_text, reasons));
+    }
+    if (!info.skipped.empty()) {
+      log_warning("{} runs on the {} backend ({})", info.spec_text,
+                  backend_name(chosen->kind()), info.skipped.front());
+    }
+    log_verbose(kLogDispatch, "dispatch: {} -> {}", info.spec_text, target.name());
+    info.backend = chosen->kind();
+    info.target = target;
+    info.config = options.config ? *options.config : chosen->configs(spec, target).front();
+
+    // Disk cache: lock the key so concurrent processes generate it once.
+    runtime::DiskCache* cache =
+        options.use_disk_cache && chosen->cacheable() ? state_->disk_cache.get() : nullptr;
+    std::optional<Artifact> artifact;
+    runtime::CacheKeyLock key_lock;
+    runtime::CacheKey cache_key;
+    if (cache != nullptr) {
+      cache_key = runtime::make_cache_key(spec, info.config, target.fingerprint,
+                                          chosen->codegen_version(),
+                                          toolchain_version(chosen->kind()));
+      info.cache_key = cache_key.hash_hex();
+      auto locked = cache->lock(cache_key);
+      if (!locked.is_ok()) return locked.status();
+      key_lock = std::move(locked).value();
+      artifact = cache->load(cache_key);
+      if (artifact) {
+        info.source = KernelSource::kDiskCache;
+        log_verbose(kLogCache, "cache: hit {} for {}", info.cache_key, info.spec_text);
+      }
+    }
+    if (!artifact) {
+      const auto gen_start = Clock::now();
+      Result<Artifact> lowered = chosen->lower(spec, info.config, target);
+      if (!lowered.is_ok()) return lowered.status();
+      info.generate_us = micros_since(gen_start);
+      info.source = KernelSource::kGenerated;
+      log_verbose(kLogCompile, "compile: generated {} ({} bytes) in {:.1f} us", info.spec_text,
+                  lowered->code.size(), info.generate_us);
+      if (cache != nullptr) {
+        Status stored = cache->store(cache_key, lowered.value());
+        if (!stored.is_ok()) log_warning("cache: cannot store {}: {}", info.spec_text, stored.message());
+      }
+      artifact = std::move(lowered).value();
+    }
+    auto executable = chosen->load(spec, *artifact, target);
+    if (!executable.is_ok()) return executable.status();
+    info.code_size = executable.value()->code_size();
+    info.total_us = micros_since(start);
+    Kernel kernel(spec, std::move(executable).value(), std::move(info));
+    if (options_.perf_map && kernel.code() != nullptr) {
+      runtime::perf_map_add(kernel.code(), kernel.code_size(), kernel.info().spec_text);
+    }
+    if (!options_.dump_dir.empty()) dump_kernel(options_.dump_dir, kernel, *artifact);
+    return kernel;
+  }();
+
+  if (result.is_ok()) {
+    (result->info().source == KernelSource::kDiskCache ? state_->disk_hits : state_->generated)++;
+  } else {
+    state_->errors++;
+  }
+  {
+    std::lock_guard lock(slot->mutex);
+    slot->result = result;
+    slot->done = true;
+  }
+  slot->ready.notify_all();
+  if (!result.is_ok()) {
+    // Errors are not cached: a later call (e.g. after fixing the environment) retries.
+    std::unique_lock lock(state_->map_mutex);
+    state_->map.erase(key);
+  }
+  return result;
+}
+
+Result<Kernel> compile(const OpSpec& spec, const CompileOptions& options) {
+  return Runtime::global().compile(spec, options);
+}
+
+}  // namespace jit

@@ -1,1 +1,360 @@
-// placeholder
+#include "codegen/x86/generator.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <cstring>
+
+namespace jit::codegen::x86 {
+
+using namespace Xbyak;
+
+namespace {
+// Upper bound of one kernel's code; our generators stay far below it.
+constexpr size_t kMaxCodeBytes = 64 * 1024;
+// Callee-saved registers of the SysV ABI that kernels may use.
+const Reg64 kSaved[] = {util::rbx, util::rbp, util::r12, util::r13, util::r14, util::r15};
+// Six pushes (48 bytes) plus this keep rsp 16-byte aligned with kStageBytes at [rsp].
+constexpr int kStageBytes = 128;
+constexpr int kFrameBytes = kStageBytes + 8;
+}  // namespace
+
+Generator::Generator(X86Isa isa)
+    : CodeGenerator(kMaxCodeBytes, DontSetProtectRWE), avx512_(isa >= X86Isa::kAvx512) {}
+
+Xbyak::Xmm Generator::vmm(int idx) const {
+  return avx512_ ? Xmm(Zmm(idx)) : Xmm(Ymm(idx));
+}
+
+void Generator::prologue() {
+  for (const Reg64& r : kSaved) push(r);
+  sub(rsp, kFrameBytes);
+}
+
+void Generator::epilogue() {
+  vzeroupper();  // avoid AVX-SSE transition penalties in the caller
+  add(rsp, kFrameBytes);
+  for (int i = int(std::size(kSaved)) - 1; i >= 0; --i) pop(kSaved[i]);
+  ret();
+}
+
+Result<std::vector<uint8_t>> Generator::finish() {
+  // Constant pool: each constant replicated across a full zmm so that both ISAs can use it
+  // as a full-width memory operand.
+  align(64);
+  for (auto& [bits, label] : constants_) {
+    L(*label);
+    for (int i = 0; i < 16; ++i) dd(bits);
+  }
+  if (int err = Xbyak::GetError()) {
+    Xbyak::ClearError();
+    return Status(StatusCode::kCompileError,
+                  fmt::format("x86 emitter error: {}", Xbyak::ConvertErrorToString(err)));
+  }
+  ready();  // resolves labels (no protection change: DontSetProtectRWE)
+  if (int err = Xbyak::GetError()) {
+    Xbyak::ClearError();
+    return Status(StatusCode::kCompileError,
+                  fmt::format("x86 label resolution error: {}", Xbyak::ConvertErrorToString(err)));
+  }
+  return std::vector<uint8_t>(getCode(), getCode() + getSize());
+}
+
+Xbyak::Address Generator::cst(float value) { return cst_bits(std::bit_cast<uint32_t>(value)); }
+
+Xbyak::Address Generator::cst_bits(uint32_t bits) {
+  auto& label = constants_[bits];
+  if (!label) label = std::make_unique<Label>();
+  return ptr[rip + *label];
+}
+
+void Generator::set_tail_mask(int count) {
+  mov(eax, (1u << count) - 1);
+  kmovw(k1, eax);
+}
+
+void Generator::copy_bytes(const RegExp& dst, const RegExp& src, int bytes) {
+  int done = 0;
+  for (; bytes - done >= 8; done += 8) {
+    mov(rax, qword[src + done]);
+    mov(qword[dst + done], rax);
+  }
+  if (bytes - done >= 4) {
+    mov(eax, dword[src + done]);
+    mov(dword[dst + done], eax);
+    done += 4;
+  }
+  if (bytes - done >= 2) {
+    mov(ax, word[src + done]);
+    mov(word[dst + done], ax);
+    done += 2;
+  }
+  if (bytes - done >= 1) {
+    mov(al, byte[src + done]);
+    mov(byte[dst + done], al);
+  }
+}
+
+void Generator::stage_zero() {
+  const Xmm zero = vmm(13);
+  uni_vpxor(zero, zero, zero);
+  vmovups(ptr[rsp], zero);
+  vmovups(ptr[rsp + 32], zero);
+}
+
+void Generator::load_f32(const Xmm& dst, DType dtype, const RegExp& addr, int count) {
+  const bool tail = count < lanes();
+  RegExp src = addr;
+  if (tail && !avx512_) {
+    // AVX2 has no masked 16-bit loads: stage the tail bytes in a zeroed buffer.
+    stage_zero();
+    copy_bytes(RegExp(rsp), addr, count * int(dtype_size(dtype)));
+    src = RegExp(rsp);
+  }
+  const bool masked = tail && avx512_;
+  if (masked) set_tail_mask(count);
+  const Xmm d = masked ? (dst | k1 | T_z) : dst;
+  switch (dtype) {
+    case DType::kF32:
+      vmovups(d, ptr[src]);
+      break;
+    case DType::kBF16:
+      // bf16 is the top half of an fp32: widen the 16-bit lanes and shift them up.
+      vpmovzxwd(d, ptr[src]);
+      vpslld(dst, dst, 16);
+      break;
+    case DType::kF16:
+      vcvtph2ps(d, ptr[src]);
+      break;
+    default:
+      break;  // rejected by supports()
+  }
+}
+
+void Generator::bf16_round_bits(const Xmm& x) {
+  // Round to nearest even on the 16 dropped bits: x + 0x7FFF + (bit 16 of x), then clear the
+  // low half. NaN lanes would carry into the exponent, so they keep x with the quiet bit set.
+  const Xmm t = vmm(14);
+  vpsrld(t, x, 16);
+  uni_vpand(t, t, cst_bits(1));
+  vpaddd(t, t, cst_bits(0x7FFF));
+  vpaddd(t, t, x);
+  if (avx512_) {
+    vcmpps(k2, x, x, 3 /* unordered: NaN */);
+    vpord(t | k2, x, cst_bits(0x00400000));
+  } else {
+    const Xmm nan = vmm(15);
+    vcmpps(nan, x, x, 3);
+    uni_vpor(x, x, cst_bits(0x00400000));
+    vblendvps(t, t, x, nan);
+  }
+  uni_vpand(x, t, cst_bits(0xFFFF0000));
+}
+
+void Generator::round_to(const Xmm& x, DType dtype) {
+  if (dtype == DType::kBF16) {
+    bf16_round_bits(x);
+  } else if (dtype == DType::kF16) {
+    const Xmm half = avx512_ ? Xmm(Ymm(13)) : Xmm(13);
+    vcvtps2ph(half, x, 0 /* round to nearest even */);
+    vcvtph2ps(x, half);
+  }
+}
+
+void Generator::store_f32(const Xmm& src, DType dtype, const RegExp& addr, int count) {
+  const bool tail = count < lanes();
+  const bool staged = tail && !avx512_;
+  const RegExp dst = staged ? RegExp(rsp) : addr;
+  const bool masked = tail && avx512_;
+  if (masked) set_tail_mask(count);
+  auto mem = [&] { return masked ? (ptr[dst] | k1) : ptr[dst]; };
+  switch (dtype) {
+    case DType::kF32:
+      vmovups(mem(), src);
+      break;
+    case DType::kF16:
+      vcvtps2ph(mem(), src, 0 /* round to nearest even */);
+      break;
+    case DType::kBF16: {
+      const Xmm bits = vmm(13);
+      vmovaps(bits, src);
+      bf16_round_bits(bits);
+      vpsrld(bits, bits, 16);
+      if (avx512_) {
+        vpmovdw(mem(), Zmm(13));
+      } else {
+        // Pack dwords to words within each 128-bit lane, then gather lanes 0 and 2.
+        vpackusdw(Ymm(13), Ymm(13), Ymm(13));
+        vpermq(Ymm(13), Ymm(13), 0xD8);
+        vmovdqu(ptr[dst], Xmm(13));
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  if (staged) copy_bytes(addr, RegExp(rsp), count * int(dtype_size(dtype)));
+}
+
+void Generator::reduce_sum(const Xmm& x) {
+  const int i = x.getIdx();
+  if (avx512_) {
+    vextractf64x4(Ymm(14), Zmm(i), 1);
+    vaddps(Ymm(i), Ymm(i), Ymm(14));
+  }
+  vextractf128(Xmm(14), Ymm(i), 1);
+  vaddps(Xmm(i), Xmm(i), Xmm(14));
+  vmovhlps(Xmm(14), Xmm(14), Xmm(i));
+  vaddps(Xmm(i), Xmm(i), Xmm(14));
+  vmovshdup(Xmm(14), Xmm(i));
+  vaddss(Xmm(i), Xmm(i), Xmm(14));
+}
+
+void Generator::uni_vpand(const Xmm& d, const Xmm& a, const Operand& b) {
+  if (avx512_) {
+    vpandd(d, a, b);
+  } else {
+    vpand(d, a, b);
+  }
+}
+
+void Generator::uni_vpor(const Xmm& d, const Xmm& a, const Operand& b) {
+  if (avx512_) {
+    vpord(d, a, b);
+  } else {
+    vpor(d, a, b);
+  }
+}
+
+void Generator::uni_vpxor(const Xmm& d, const Xmm& a, const Operand& b) {
+  if (avx512_) {
+    vpxord(d, a, b);
+  } else {
+    vpxor(d, a, b);
+  }
+}
+
+void Generator::uni_round_nearest(const Xmm& d, const Xmm& a) {
+  if (avx512_) {
+    vrndscaleps(d, a, 0);  // imm 0: round to nearest even, scale 2^0
+  } else {
+    vroundps(d, a, 0);
+  }
+}
+
+void Generator::select_by_sign(const Xmm& d, const Xmm& sign, const Xmm& if_negative,
+                               const Xmm& otherwise) {
+  if (avx512_) {
+    vpmovd2m(k2, sign);
+    vblendmps(d | k2, otherwise, if_negative);
+  } else {
+    vblendvps(d, otherwise, if_negative, sign);
+  }
+}
+
+void Generator::keep_if_greater(const Xmm& d, const Xmm& a, const Xmm& b) {
+  constexpr uint8_t kGreaterOrdered = 0x1E;  // _CMP_GT_OQ: false for NaN
+  if (avx512_) {
+    vcmpps(k2, a, b, kGreaterOrdered);
+    vmovaps(d | k2 | T_z, a);
+  } else {
+    const Xmm mask = vmm(15);
+    vcmpps(mask, a, b, kGreaterOrdered);
+    vandps(d, a, mask);
+  }
+}
+
+void Generator::exp_ps(const Xmm& x, const Xmm& t0, const Xmm& t1) {
+  // Clamp to [-104, 89]: below, e^x rounds to 0; above, it overflows to inf. x is the second
+  // operand of max/min so that a NaN x passes through.
+  vmovups(t0, cst(-104.0f));
+  vmaxps(x, t0, x);
+  vmovups(t0, cst(89.0f));
+  vminps(x, t0, x);
+  // n = round(x / ln2); r = x - n ln2 with ln2 split in a high part exact in fp32 and a low
+  // correction, so r has no cancellation error.
+  vmulps(t0, x, cst(1.44269504088896341f));
+  uni_round_nearest(t0, t0);
+  vfnmadd231ps(x, t0, cst(0.693359375f));
+  vfnmadd231ps(x, t0, cst(-2.12194440e-4f));
+  // e^r = 1 + r + r^2 P(r), |r| <= ln2/2 (Cephes expf coefficients).
+  vmovups(t1, cst(1.9875691500e-4f));
+  vfmadd213ps(t1, x, cst(1.3981999507e-3f));
+  vfmadd213ps(t1, x, cst(8.3334519073e-3f));
+  vfmadd213ps(t1, x, cst(4.1665795894e-2f));
+  vfmadd213ps(t1, x, cst(1.6666665459e-1f));
+  vfmadd213ps(t1, x, cst(5.0000001201e-1f));
+  vmulps(t1, t1, x);
+  vfmadd213ps(t1, x, x);  // t1 = r^2 P(r) + r
+  vaddps(t1, t1, cst(1.0f));
+  // 2^n with n in [-151, 129] as 2^n1 * 2^n2, n1 = n >> 1, n2 = n - n1, each a normal float.
+  vcvtps2dq(t0, t0);
+  vpsrad(x, t0, 1);
+  vpsubd(t0, t0, x);
+  vpaddd(x, x, cst_bits(127));
+  vpslld(x, x, 23);
+  vpaddd(t0, t0, cst_bits(127));
+  vpslld(t0, t0, 23);
+  vmulps(t1, t1, x);
+  vmulps(x, t1, t0);
+}
+
+void Generator::sigmoid_ps(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t2,
+                           const Xmm& t3) {
+  // t0 = e = exp(-|x|)
+  uni_vpor(t0, x, cst_bits(0x80000000));  // -|x|
+  exp_ps(t0, t1, t2);
+  vaddps(t1, t0, cst(1.0f));  // 1 + e
+  vmovups(t2, cst(1.0f));
+  vdivps(t2, t2, t1);   // 1/(1+e): sigmoid for x >= 0
+  vmulps(t3, t0, t2);   // e/(1+e): sigmoid for x < 0
+  select_by_sign(x, x, t3, t2);
+}
+
+void Generator::silu_ps(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t2,
+                        const Xmm& t3, const Xmm& t4) {
+  vmovaps(t4, x);
+  sigmoid_ps(t4, t0, t1, t2, t3);
+  vmulps(x, x, t4);
+}
+
+void Generator::gelu_erf_ps(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t2,
+                            const Xmm& t3) {
+  // z = |x| / sqrt(2)
+  uni_vpand(t0, x, cst_bits(0x7FFFFFFF));
+  vmulps(t0, t0, cst(0.70710678118654752f));
+  // t = 1 / (1 + z/2)
+  vmovups(t1, cst(0.5f));
+  vfmadd213ps(t1, t0, cst(1.0f));
+  vmovups(t2, cst(1.0f));
+  vdivps(t1, t2, t1);
+  // P(t), Horner from the highest coefficient.
+  static constexpr float kP[] = {0.17087277f,  -0.82215223f, 1.48851587f, -1.13520398f,
+                                 0.27886807f,  -0.18628806f, 0.09678418f, 0.37409196f,
+                                 1.00002368f,  -1.26551223f};
+  vmovups(t2, cst(kP[0]));
+  for (int i = 1; i < int(std::size(kP)); ++i) vfmadd213ps(t2, t1, cst(kP[i]));
+  vfnmadd231ps(t2, t0, t0);  // P(t) - z^2
+  exp_ps(t2, t0, t3);
+  vmulps(t1, t1, t2);  // erfc(z)
+  // factor = x < 0 ? erfc : 2 - erfc
+  vmovups(t0, cst(2.0f));
+  vsubps(t0, t0, t1);
+  select_by_sign(t0, x, t1, t0);
+  vmulps(x, x, cst(0.5f));
+  vmulps(x, x, t0);
+}
+
+void Generator::gelu_tanh_ps(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t2,
+                             const Xmm& t3, const Xmm& t4) {
+  // 2u = 2 sqrt(2/pi) x (1 + 0.044715 x^2)
+  vmulps(t4, x, x);
+  vmulps(t4, t4, cst(0.044715f));
+  vaddps(t4, t4, cst(1.0f));
+  vmulps(t4, t4, x);
+  vmulps(t4, t4, cst(2.0f * 0.7978845608028654f));
+  sigmoid_ps(t4, t0, t1, t2, t3);
+  vmulps(x, x, t4);
+}
+
+}  // namespace jit::codegen::x86

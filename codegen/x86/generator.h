@@ -1,0 +1,116 @@
+// Generator: the base of every Xbyak kernel generator. It owns the ABI prologue/epilogue, the
+// constant pool, and ISA-uniform helpers so that one generator serves AVX-512 (zmm, k-mask
+// tails) and AVX2 (ymm, tails staged through a stack buffer).
+//
+// Register conventions (both ISAs use only vector registers 0..15):
+//   vmm0..vmm12  free for the kernel
+//   vmm13..15    scratch of the helpers below (clobbered by load/store/round/reduce)
+//   k1           tail mask (AVX-512), k2 compare mask (AVX-512)
+//   rax, rcx     scratch of the helpers
+//   rdi, rsi, rdx  the arguments (args struct, row_begin, row_end) on entry
+// Only this file and the generator .cc files include xbyak.h (it is slow to compile).
+#pragma once
+
+#include <xbyak/xbyak.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "codegen/target.h"
+#include "ir/dtype.h"
+#include "ir/status.h"
+
+namespace jit::codegen::x86 {
+
+/// Every x86 kernel is `void kernel(const Args* args, int64_t row_begin, int64_t row_end)`:
+/// it processes rows [row_begin, row_end) so the runner can split rows across threads.
+using KernelFn = void (*)(const void* args, int64_t row_begin, int64_t row_end);
+
+class Generator : public Xbyak::CodeGenerator {
+ public:
+  /// `isa` must be kAvx2 or higher.
+  explicit Generator(X86Isa isa);
+
+  /// Appends the constant pool, checks for emission errors, and returns the code bytes.
+  /// The code is position independent (constants are addressed rip-relative).
+  Result<std::vector<uint8_t>> finish();
+
+ protected:
+  using Xmm = Xbyak::Xmm;
+  using Reg64 = Xbyak::Reg64;
+  using RegExp = Xbyak::RegExp;
+
+  bool avx512() const { return avx512_; }
+  /// fp32 lanes per vector: 16 (zmm) or 8 (ymm).
+  int lanes() const { return avx512_ ? 16 : 8; }
+  /// Vector register `idx` at the ISA's width.
+  Xmm vmm(int idx) const;
+
+  /// Saves callee-saved registers and reserves the tail staging buffer; `epilogue` undoes it.
+  void prologue();
+  void epilogue();
+
+  /// Loads `count` (1..lanes) elements of `dtype` (f32/f16/bf16) at `addr` as fp32 lanes;
+  /// lanes past `count` are zero. Never reads memory past the `count` elements.
+  void load_f32(const Xmm& dst, DType dtype, const RegExp& addr, int count);
+  /// Rounds fp32 lanes to `dtype` (round to nearest even) and stores `count` elements; `src`
+  /// is preserved. Never writes memory past the `count` elements.
+  void store_f32(const Xmm& src, DType dtype, const RegExp& addr, int count);
+  /// Rounds fp32 lanes in place to the nearest value representable in `dtype` (the rnd_T of
+  /// the spec); identity for f32.
+  void round_to(const Xmm& x, DType dtype);
+  /// Sums the lanes of `x` into lane 0 of x's xmm.
+  void reduce_sum(const Xmm& x);
+
+  /// A full vector of the fp32 value `value` (or the int32 bits), from the constant pool.
+  Xbyak::Address cst(float value);
+  Xbyak::Address cst_bits(uint32_t bits);
+
+  // ---- ISA-uniform integer/bitwise ops (VEX names on AVX2, EVEX names on AVX-512).
+  void uni_vpand(const Xmm& d, const Xmm& a, const Xbyak::Operand& b);
+  void uni_vpor(const Xmm& d, const Xmm& a, const Xbyak::Operand& b);
+  void uni_vpxor(const Xmm& d, const Xmm& a, const Xbyak::Operand& b);
+  /// d = round-to-nearest-integer(a), as float.
+  void uni_round_nearest(const Xmm& d, const Xmm& a);
+  /// d = sign bit of `sign` set ? if_negative : otherwise (lane-wise). d may alias any input.
+  void select_by_sign(const Xmm& d, const Xmm& sign, const Xmm& if_negative,
+                      const Xmm& otherwise);
+  /// d = a > b (ordered) ? a : 0 (lane-wise); b is a register.
+  void keep_if_greater(const Xmm& d, const Xmm& a, const Xmm& b);
+
+  // ---- Math injectors (fp32, lane-wise, in place). Temporaries must be distinct from x and
+  // from vmm13..15.
+  /// x = e^x. Range-reduced: n = round(x log2 e), r = x - n ln2 (two-part ln2), e^r by the
+  /// Cephes degree-7 polynomial (~1 ulp), times 2^n built as 2^(n/2) * 2^(n - n/2) so that
+  /// results between FLT_MIN and 0 are gradual (denormal) and x > 88.72 gives +inf. NaN stays NaN.
+  void exp_ps(const Xmm& x, const Xmm& t0, const Xmm& t1);
+  /// x = 1 / (1 + e^-x), evaluated as 1/(1+e) for x >= 0 and e/(1+e) for x < 0 with
+  /// e = e^-|x|, so neither branch overflows and tiny results keep full relative accuracy.
+  void sigmoid_ps(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t2, const Xmm& t3);
+  /// x = silu(x) = x * sigmoid(x).
+  void silu_ps(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t2, const Xmm& t3,
+               const Xmm& t4);
+  /// x = 0.5 x (1 + erf(x / sqrt 2)), through erfc(z) (z = |x|/sqrt 2) so that the x < 0 side
+  /// (where 1 + erf is tiny) keeps its relative accuracy:
+  ///   gelu = 0.5 x (2 - erfc(z)) for x >= 0,   0.5 x erfc(z) for x < 0.
+  /// erfc(z) = t exp(-z^2 + P(t)), t = 1/(1 + z/2), P of degree 9 (Numerical Recipes erfcc,
+  /// fractional error < 1.2e-7 for all z >= 0).
+  void gelu_erf_ps(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t2, const Xmm& t3);
+  /// x = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3). Since 0.5 (1 + tanh u) =
+  /// sigmoid(2u), this is x * sigmoid(2u), which is accurate on both sides.
+  void gelu_tanh_ps(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t2, const Xmm& t3,
+                    const Xmm& t4);
+
+ private:
+  void set_tail_mask(int count);
+  void copy_bytes(const RegExp& dst, const RegExp& src, int bytes);
+  void stage_zero();
+  void bf16_round_bits(const Xmm& x);
+
+  bool avx512_;
+  std::map<uint32_t, std::unique_ptr<Xbyak::Label>> constants_;
+};
+
+}  // namespace jit::codegen::x86

@@ -1,0 +1,44 @@
+// The x86 kernels' call arguments (read by the generated code at fixed offsets) and their
+// generators. A kernel processes rows [row_begin, row_end) of its args.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "codegen/target.h"
+#include "ir/op_spec.h"
+#include "ir/status.h"
+
+namespace jit::codegen::x86 {
+
+/// rms_norm: dst = out, src = input. fused_add_rms_norm: dst = src = input (in place),
+/// residual = residual. Strides are in bytes.
+struct NormCallArgs {
+  void* dst;
+  const void* src;
+  void* residual;
+  const void* weight;
+  int64_t dst_row_stride;
+  int64_t src_row_stride;
+  int64_t residual_row_stride;
+  float epsilon;
+};
+
+/// The gated activations: dst rows of d, src rows of 2d. Strides in bytes.
+struct ActivationCallArgs {
+  void* dst;
+  const void* src;
+  int64_t dst_row_stride;
+  int64_t src_row_stride;
+  float threshold;  ///< fatrelu_and_mul
+  float alpha;      ///< swigluoai_and_mul
+  float limit;      ///< swigluoai_and_mul
+};
+
+/// Emits rms_norm / fused_add_rms_norm for `spec` (NormParams) at `isa`.
+Result<std::vector<uint8_t>> generate_norm(const OpSpec& spec, X86Isa isa);
+/// Emits one of the six gated activations for `spec` (ActivationParams) at `isa`.
+Result<std::vector<uint8_t>> generate_activation(const OpSpec& spec, X86Isa isa);
+
+}  // namespace jit::codegen::x86

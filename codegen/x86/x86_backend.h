@@ -1,0 +1,17 @@
+// The x86 backend: Xbyak generators for AVX-512 and AVX2.
+#pragma once
+
+#include <memory>
+
+#include "codegen/backend.h"
+
+namespace jit::codegen::x86 {
+
+/// Creates the x86 backend. Ops served so far: rms_norm, fused_add_rms_norm and the six
+/// gated activations, for f32/f16/bf16 and any hidden size, at AVX2 and above.
+std::unique_ptr<Backend> make_backend();
+
+/// Version of the generated code; part of every disk-cache key. Bump on any codegen change.
+inline constexpr std::string_view kCodegenVersion = "x86-1";
+
+}  // namespace jit::codegen::x86

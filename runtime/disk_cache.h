@@ -39,8 +39,8 @@ CacheKey make_cache_key(const OpSpec& spec, const Config& config, std::string_vi
                         std::string_view codegen_version, std::string_view toolchain_version);
 
 struct DiskCacheOptions {
-  std::filesystem::path dir;                     ///< created (0700) when missing
-  uint64_t max_bytes = uint64_t(1) << 30;        ///< size cap over all entries
+  std::filesystem::path dir;                      ///< created (0700) when missing
+  uint64_t max_bytes = uint64_t(1) << 30;         ///< size cap over all entries
   std::chrono::milliseconds lock_timeout{30000};  ///< waiting for another compiler of a key
 };
 
@@ -98,7 +98,9 @@ class DiskCache {
   /// Takes the advisory lock of `key`, waiting up to the lock timeout (kTimeout after).
   Result<CacheKeyLock> lock(const CacheKey& key);
 
+  /// Every entry, most recently used first (temp files of unfinished stores are not listed).
   std::vector<CacheEntryInfo> list() const;
+  /// Entry count and total bytes of the entries (temp files not counted), and the cap.
   CacheStats stats() const;
   /// Reads and checks every entry, removing the bad ones.
   CacheVerifyReport verify();
@@ -109,7 +111,9 @@ class DiskCache {
 
  private:
   explicit DiskCache(DiskCacheOptions options) : options_(std::move(options)) {}
-  void evict_to_cap();
+  /// Removes least-recently-used entries until the total is within the cap; never removes
+  /// `keep_hash` (the entry just written), even when it alone exceeds the cap.
+  void evict_to_cap(const std::string& keep_hash);
 
   DiskCacheOptions options_;
 };

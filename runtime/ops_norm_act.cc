@@ -76,12 +76,19 @@ void rotary_embedding(Tensor positions, Tensor query, Tensor key, int64_t head_s
   throw_if_error(ir::expect_defined(name, "positions", positions));
   throw_if_error(ir::expect_defined(name, "cos_sin_cache", cos_sin_cache));
   throw_if_error(ir::expect_rank(name, "cos_sin_cache", cos_sin_cache, {2}));
-  if (head_size < 1 || query.numel() % head_size != 0 || positions.numel() < 1) {
-    throw Error(invalid_argument(fmt::format(
-        "{}: argument 'head_size' = {} must divide the query's elements per token ({})", name,
-        head_size, query.describe())));
-  }
   const int64_t tokens = positions.numel();
+  // vLLM's checks: every token of query (and key) holds a whole number of heads.
+  for (const auto& [arg, t] : {std::pair<const char*, const Tensor&>{"query", query},
+                               std::pair<const char*, const Tensor&>{"key", key}}) {
+    if (!t.defined()) continue;
+    const int64_t per_token = tokens > 0 ? t.numel() / tokens : 0;
+    if (head_size < 1 || per_token < 1 || per_token % head_size != 0) {
+      throw Error(invalid_argument(fmt::format(
+          "{}: argument 'head_size' = {} must divide the {} elements per token of '{}' ({}, "
+          "{} tokens)",
+          name, head_size, per_token, arg, t.describe(), tokens)));
+    }
+  }
   ir::RopeParams p;
   p.dtype = query.dtype();
   p.cache_dtype = cos_sin_cache.dtype();

@@ -103,6 +103,12 @@ Runtime& Runtime::global() {
 runtime::DiskCache* Runtime::disk_cache() const { return state_->disk_cache.get(); }
 const Status& Runtime::cache_status() const { return state_->cache_status; }
 
+std::vector<const Backend*> Runtime::backends() const {
+  std::vector<const Backend*> list;
+  for (const auto& b : state_->backends) list.push_back(b.get());
+  return list;
+}
+
 RuntimeCounters Runtime::counters() const {
   return {state_->memory_hits.load(), state_->disk_hits.load(), state_->generated.load(),
           state_->errors.load()};

@@ -118,6 +118,8 @@ class Runtime {
   runtime::DiskCache* disk_cache() const;
   const Status& cache_status() const;
   RuntimeCounters counters() const;
+  /// The backends, in dispatch order.
+  std::vector<const Backend*> backends() const;
   const RuntimeOptions& options() const { return options_; }
 
  private:

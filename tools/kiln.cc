@@ -1,1 +1,241 @@
-int main() { return 0; }
+// kiln: the command-line program. `kiln --help` lists the commands.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+
+#include "codegen/ref/ref.h"
+#include "runtime/disk_cache.h"
+#include "runtime/runtime.h"
+#include "tools/commands.h"
+
+namespace jit::tools {
+
+// Exit codes scripts can rely on.
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;    // a check failed, an entry was corrupt, ...
+constexpr int kExitBadInput = 2;   // malformed spec or arguments
+constexpr int kExitUnsupported = 3;
+
+int exit_code_for(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kOk: return kExitOk;
+    case StatusCode::kInvalidArgument: return kExitBadInput;
+    case StatusCode::kUnsupported: return kExitUnsupported;
+    default: return kExitFailure;
+  }
+}
+
+int report(const Status& status) {
+  fmt::print(stderr, "kiln: {}\n", status.to_string());
+  return exit_code_for(status);
+}
+
+namespace {
+
+Result<BackendKind> parse_backend(const std::string& name) {
+  for (BackendKind k : {BackendKind::kRef, BackendKind::kX86, BackendKind::kCuda,
+                        BackendKind::kArm, BackendKind::kOnednn}) {
+    if (backend_name(k) == name) return k;
+  }
+  return invalid_argument(fmt::format(
+      "--backend '{}' is not a backend (allowed: ref, x86, cuda, arm, onednn)", name));
+}
+
+}  // namespace
+
+Result<CompileOptions> compile_options(const std::string& backend, const std::string& isa) {
+  CompileOptions options;
+  if (!backend.empty()) {
+    auto kind = parse_backend(backend);
+    if (!kind.is_ok()) return kind.status();
+    options.backend = kind.value();
+  }
+  if (!isa.empty()) {
+    X86Isa level;
+    if (!parse_x86_isa(isa, &level) || level == X86Isa::kNone) {
+      return invalid_argument(fmt::format(
+          "--isa '{}' is not an ISA level (allowed: avx2, avx512, avx512_bf16, amx)", isa));
+    }
+    options.isa = level;
+  }
+  return options;
+}
+
+namespace {
+
+// ---- kiln list
+int cmd_list(bool json) {
+  auto x86 = host_target(BackendKind::kX86);
+  nlohmann::json out = {{"host_isa", x86_isa_name(detect_host_x86_isa())}, {"ops", nlohmann::json::array()}};
+  if (!json) {
+    fmt::print("host: x86 {} (KILN_ISA caps it)\n\n", x86_isa_name(detect_host_x86_isa()));
+    fmt::print("{:<40} {:<14} {}\n", "op", "family", "backends on this machine");
+  }
+  for (OpKind op : all_op_kinds()) {
+    // Backends decide by op kind and target; the default params of the op suffice to ask.
+    std::vector<std::string> backends;
+    for (const Backend* b : Runtime::global().backends()) {
+      if (b->supports(OpSpec::defaults(op), host_target(b->kind())).ok) {
+        backends.emplace_back(backend_name(b->kind()));
+      }
+    }
+    std::string joined;
+    for (const auto& b : backends) joined += (joined.empty() ? "" : ", ") + b;
+    if (json) {
+      out["ops"].push_back({{"op", op_name(op)}, {"family", op_family(op)}, {"backends", backends}});
+    } else {
+      fmt::print("{:<40} {:<14} {}\n", op_name(op), op_family(op), joined.empty() ? "(planned)" : joined);
+    }
+  }
+  if (json) fmt::print("{}\n", out.dump(2));
+  return kExitOk;
+}
+
+// ---- kiln compile
+int cmd_compile(const std::string& text, bool dump, bool json, const std::string& backend,
+                const std::string& isa) {
+  auto spec = parse_spec(text);
+  if (!spec.is_ok()) return report(spec.status());
+  auto options = compile_options(backend, isa);
+  if (!options.is_ok()) return report(options.status());
+  auto kernel = Runtime::global().compile(spec.value(), options.value());
+  if (!kernel.is_ok()) return report(kernel.status());
+  const KernelInfo& info = kernel->info();
+  const Estimate est = estimates(spec.value(), {.tokens = 1});
+  if (json) {
+    nlohmann::json out = {{"spec", info.spec_text},
+                          {"backend", backend_name(info.backend)},
+                          {"target", info.target.name()},
+                          {"config", info.config.to_string()},
+                          {"source", kernel_source_name(info.source)},
+                          {"cache_key", info.cache_key},
+                          {"code_bytes", info.code_size},
+                          {"generate_us", info.generate_us},
+                          {"total_us", info.total_us},
+                          {"bytes_per_token", est.bytes},
+                          {"flops_per_token", est.flops},
+                          {"skipped", info.skipped}};
+    if (dump) {
+      auto text_asm = kernel->disassembly();
+      out["disassembly"] = text_asm.is_ok() ? text_asm.value() : text_asm.status().message();
+    }
+    fmt::print("{}\n", out.dump(2));
+    return kExitOk;
+  }
+  fmt::print("spec      {}\n", info.spec_text);
+  fmt::print("backend   {} ({})\n", backend_name(info.backend), info.target.name());
+  for (const auto& s : info.skipped) fmt::print("skipped   {}\n", s);
+  fmt::print("config    {}\n", info.config.to_string());
+  fmt::print("cache     {}{}\n", kernel_source_name(info.source),
+             info.cache_key.empty() ? "" : fmt::format(" (entry {})", info.cache_key));
+  fmt::print("code      {} bytes\n", info.code_size);
+  fmt::print("time      generate {:.1f} us, total {:.1f} us\n", info.generate_us, info.total_us);
+  fmt::print("per token {:.0f} bytes moved, {:.0f} flops\n", est.bytes, est.flops);
+  if (dump) {
+    auto text_asm = kernel->disassembly();
+    if (!text_asm.is_ok()) return report(text_asm.status());
+    fmt::print("\n{}", text_asm.value());
+  }
+  return kExitOk;
+}
+
+// ---- kiln cache
+runtime::DiskCache* cache_or_report(int* code) {
+  runtime::DiskCache* cache = Runtime::global().disk_cache();
+  if (cache == nullptr) {
+    const Status& why = Runtime::global().cache_status();
+    *code = report(why.is_ok() ? Status(StatusCode::kCacheError,
+                                        "the disk cache is disabled (KILN_DISK_CACHE=0)")
+                               : why);
+  }
+  return cache;
+}
+
+int cmd_cache(const std::string& action, bool json) {
+  int code = kExitOk;
+  runtime::DiskCache* cache = cache_or_report(&code);
+  if (cache == nullptr) return code;
+  if (action == "ls") {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& e : cache->list()) {
+      if (json) {
+        out.push_back({{"hash", e.hash}, {"key", e.key_text}, {"bytes", e.bytes}});
+      } else {
+        fmt::print("{}  {:>8}  {}\n", e.hash, e.bytes, e.key_text.empty() ? "(unreadable)" : e.key_text);
+      }
+    }
+    if (json) fmt::print("{}\n", out.dump(2));
+  } else if (action == "stats") {
+    const auto s = cache->stats();
+    if (json) {
+      fmt::print("{}\n", nlohmann::json{{"dir", cache->dir().string()}, {"entries", s.entries},
+                                        {"bytes", s.bytes}, {"max_bytes", s.max_bytes}}.dump(2));
+    } else {
+      fmt::print("dir      {}\nentries  {}\nbytes    {} of {} ({:.1f}%)\n", cache->dir().string(),
+                 s.entries, s.bytes, s.max_bytes, 100.0 * double(s.bytes) / double(s.max_bytes));
+    }
+  } else if (action == "verify") {
+    const auto r = cache->verify();
+    for (const auto& p : r.problems) fmt::print("bad      {}\n", p);
+    fmt::print("checked  {} entries, removed {}\n", r.checked, r.removed);
+    return r.removed == 0 ? kExitOk : kExitFailure;
+  } else if (action == "clear") {
+    auto removed = cache->clear();
+    if (!removed.is_ok()) return report(removed.status());
+    fmt::print("removed  {} entries from {}\n", removed.value(), cache->dir().string());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace jit::tools
+
+int main(int argc, char** argv) {
+  using namespace jit::tools;
+  CLI::App app{"kiln: a JIT kernel compiler for LLM inference"};
+  app.require_subcommand(1);
+  bool json = false;
+
+  auto* list = app.add_subcommand("list", "ops, their families, and the backends that serve them here");
+  list->add_flag("--json", json, "machine-readable output");
+
+  std::string spec_text, backend, isa;
+  bool dump = false;
+  auto* compile = app.add_subcommand("compile", "compile SPEC: backend, cache hit/miss, timings");
+  compile->add_option("spec", spec_text, "spec text, e.g. 'rms_norm(dtype=bf16,hidden=4096)'")->required();
+  compile->add_flag("--dump", dump, "print the disassembly (objdump)");
+  compile->add_flag("--json", json, "machine-readable output");
+  compile->add_option("--backend", backend, "force a backend: ref, x86");
+  compile->add_option("--isa", isa, "cap the x86 ISA: avx2, avx512, avx512_bf16, amx");
+
+  std::string check_spec;
+  int64_t check_tokens = 0;
+  auto* check = app.add_subcommand("check", "run SPEC against ref on random and edge inputs");
+  check->add_option("spec", check_spec, "spec text")->required();
+  check->add_option("--tokens", check_tokens, "rows to test (default: a sweep of sizes)");
+  check->add_option("--backend", backend, "backend to check: x86 (default: dispatch's choice)");
+  check->add_option("--isa", isa, "cap the x86 ISA: avx2, avx512, avx512_bf16");
+
+  std::string cache_action;
+  auto* cache = app.add_subcommand("cache", "inspect or clear the disk cache");
+  cache->add_option("action", cache_action, "ls | stats | verify | clear")
+      ->required()
+      ->check(CLI::IsMember({"ls", "stats", "verify", "clear"}));
+  cache->add_flag("--json", json, "machine-readable output (ls, stats)");
+
+  auto* demo = app.add_subcommand("demo", "a Llama-style decode step on the CPU, checked against ref");
+
+  CLI11_PARSE(app, argc, argv);
+  if (*list) return cmd_list(json);
+  if (*compile) return cmd_compile(spec_text, dump, json, backend, isa);
+  if (*check) {
+    auto options = compile_options(backend, isa);
+    if (!options.is_ok()) return report(options.status());
+    return cmd_check(check_spec, check_tokens, options.value());
+  }
+  if (*cache) return cmd_cache(cache_action, json);
+  if (*demo) return cmd_demo();
+  return 0;
+}

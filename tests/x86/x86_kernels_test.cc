@@ -1,0 +1,174 @@
+// The x86 generators against the ref backend: every op x dtype x ISA path, hidden sizes
+// 1..65 (every tail of both vector widths, fp32 and 16-bit) and large ones, every input kind.
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <thread>
+
+#include "codegen/x86/x86_backend.h"
+#include "runtime/runtime.h"
+#include "tests/harness/op_cases.h"
+
+namespace jit {
+namespace {
+
+using test::check_against_ref;
+using test::InputKind;
+
+const OpKind kOps[] = {OpKind::kRmsNorm,      OpKind::kFusedAddRmsNorm, OpKind::kSiluAndMul,
+                       OpKind::kMulAndSilu,   OpKind::kGeluAndMul,      OpKind::kGeluTanhAndMul,
+                       OpKind::kFatreluAndMul, OpKind::kSwigluoaiAndMul};
+const DType kDtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+
+OpSpec spec_of(OpKind op, DType dtype, int64_t width, bool weight = true) {
+  if (op == OpKind::kRmsNorm || op == OpKind::kFusedAddRmsNorm) {
+    return OpSpec::make(op, ir::NormParams{dtype, width, weight});
+  }
+  return OpSpec::make(op, ir::ActivationParams{dtype, width});
+}
+
+// The ISA paths this machine can run: AVX2 always (when x86 is usable), AVX-512 when present.
+std::vector<X86Isa> isa_paths() {
+  std::vector<X86Isa> paths;
+  const X86Isa host = detect_host_x86_isa();
+  if (host >= X86Isa::kAvx2) paths.push_back(X86Isa::kAvx2);
+  if (host >= X86Isa::kAvx512) paths.push_back(X86Isa::kAvx512);
+  return paths;
+}
+
+Runtime& test_runtime() {
+  static Runtime runtime([] {
+    RuntimeOptions options;  // no disk cache: these tests are about generated code
+    return options;
+  }());
+  return runtime;
+}
+
+Kernel compile_x86(const OpSpec& spec, X86Isa isa, Config config = {}) {
+  CompileOptions options;
+  options.backend = BackendKind::kX86;
+  options.isa = isa;
+  options.config = config;
+  auto kernel = test_runtime().compile(spec, options);
+  EXPECT_TRUE(kernel.is_ok()) << kernel.status().to_string();
+  return kernel.value();
+}
+
+// Runs every input kind over `tokens` rows and reports the first failure of each.
+void check_spec(const OpSpec& spec, X86Isa isa, int64_t tokens, Config config = {}) {
+  const Kernel kernel = compile_x86(spec, isa, config);
+  for (InputKind kind : test::input_kinds_for(spec.op)) {
+    auto c = test::make_case(spec, tokens, kind, /*seed=*/uint64_t(tokens) * 131 + 7);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    const auto report = check_against_ref(kernel, c.value());
+    EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa)
+                           << " tokens=" << tokens << " inputs=" << test::input_kind_name(kind)
+                           << "\n"
+                           << report.message;
+    if (!report.ok) return;  // one report per spec is enough to debug
+  }
+}
+
+class X86OpTest : public ::testing::TestWithParam<std::tuple<OpKind, X86Isa>> {};
+
+TEST_P(X86OpTest, MatchesRefForEveryTailAndDtype) {
+  const auto [op, isa] = GetParam();
+  for (DType dtype : kDtypes) {
+    for (int64_t width = 1; width <= 65; ++width) check_spec(spec_of(op, dtype, width), isa, 3);
+    for (int64_t width : {127, 1000, 4096, 5125}) check_spec(spec_of(op, dtype, width), isa, 2);
+  }
+}
+
+TEST_P(X86OpTest, MultiThreadedRowsMatchRef) {
+  const auto [op, isa] = GetParam();
+  // min_parallel_kib=0 forces the parallel region even for this small call.
+  const Config parallel = Config().set("threads", 2).set("min_parallel_kib", 0);
+  for (DType dtype : kDtypes) check_spec(spec_of(op, dtype, 769), isa, 67, parallel);
+}
+
+TEST_P(X86OpTest, ZeroTokensIsANoOp) {
+  const auto [op, isa] = GetParam();
+  const OpSpec spec = spec_of(op, DType::kBF16, 64);
+  const Kernel kernel = compile_x86(spec, isa);
+  auto c = test::make_case(spec, 0, InputKind::kNormal, 1);
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_TRUE(kernel.run(c->args()).is_ok());
+}
+
+std::string param_name(const ::testing::TestParamInfo<X86OpTest::ParamType>& info) {
+  return std::string(op_name(std::get<0>(info.param))) + "_" +
+         std::string(x86_isa_name(std::get<1>(info.param)));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, X86OpTest,
+                         ::testing::Combine(::testing::ValuesIn(kOps),
+                                            ::testing::ValuesIn(isa_paths())),
+                         param_name);
+
+TEST(X86Norm, WeightlessMatchesRef) {
+  for (X86Isa isa : isa_paths()) {
+    for (DType dtype : kDtypes) {
+      for (int64_t h : {1, 17, 4096}) {
+        check_spec(spec_of(OpKind::kRmsNorm, dtype, h, /*weight=*/false), isa, 3);
+        check_spec(spec_of(OpKind::kFusedAddRmsNorm, dtype, h, /*weight=*/false), isa, 3);
+      }
+    }
+  }
+}
+
+TEST(X86Isa, HostReportsAtLeastAvx2OrTestsSayWhy) {
+  if (detect_host_x86_isa() < X86Isa::kAvx512) {
+    std::printf("note: host has no AVX-512: only the AVX2 path was tested\n");
+  }
+  EXPECT_GE(detect_host_x86_isa(), X86Isa::kAvx2) << "kiln's x86 backend needs AVX2+FMA+F16C";
+}
+
+// The instructions each path must use: zmm registers and k-masked tails on AVX-512, ymm and
+// no EVEX on AVX2.
+TEST(X86Instructions, EachIsaUsesItsRegisters) {
+  for (X86Isa isa : isa_paths()) {
+    const Kernel kernel = compile_x86(spec_of(OpKind::kSiluAndMul, DType::kBF16, 4101), isa);
+    auto text = kernel.disassembly();
+    ASSERT_TRUE(text.is_ok()) << text.status().to_string();
+    const std::string& s = text.value();
+    EXPECT_NE(s.find("vfmadd"), std::string::npos) << s;
+    if (isa >= X86Isa::kAvx512) {
+      EXPECT_NE(s.find("zmm"), std::string::npos);
+      EXPECT_NE(s.find("{%k1}"), std::string::npos) << "AVX-512 tails are masked";
+    } else {
+      EXPECT_NE(s.find("ymm"), std::string::npos);
+      EXPECT_EQ(s.find("zmm"), std::string::npos) << "AVX2 code must not use AVX-512";
+      EXPECT_EQ(s.find("%k"), std::string::npos);
+    }
+  }
+}
+
+// Process replay: the generated bytes of a fixed spec list are pinned, so any change to the
+// generated code is deliberate (update these and bump x86::kCodegenVersion together).
+// Emission does not depend on the host, so every ISA is checked on every machine.
+TEST(X86Golden, GeneratedCodeHashesArePinned) {
+  struct Golden {
+    const char* spec;
+    X86Isa isa;
+    uint64_t hash;
+  };
+  const Golden goldens[] = {
+      {"rms_norm(dtype=bf16,hidden=4096,weight=true)", X86Isa::kAvx512, 0x1ec09e25bb47e118ull},
+      {"rms_norm(dtype=bf16,hidden=4096,weight=true)", X86Isa::kAvx2, 0x8f3d63b18b5cf3efull},
+      {"silu_and_mul(dtype=f16,d=13)", X86Isa::kAvx512, 0x487a2fc96adc65c3ull},
+      {"swigluoai_and_mul(dtype=f32,d=100)", X86Isa::kAvx2, 0x742bc14a9b63b9d9ull},
+  };
+  auto backend = codegen::x86::make_backend();
+  for (const Golden& g : goldens) {
+    const OpSpec spec = parse_spec(g.spec).value();
+    Target target = host_target(BackendKind::kX86, g.isa);
+    auto artifact = backend->lower(spec, Config{}, target);
+    ASSERT_TRUE(artifact.is_ok());
+    const uint64_t hash = XXH3_64bits(artifact->code.data(), artifact->code.size());
+    EXPECT_EQ(hash, g.hash) << g.spec << " at " << x86_isa_name(g.isa)
+                            << std::hex << ": got 0x" << hash;
+  }
+}
+
+}  // namespace
+}  // namespace jit

@@ -20,7 +20,9 @@ constexpr int kFrameBytes = kStageBytes + 8;
 }  // namespace
 
 Generator::Generator(X86Isa isa)
-    : CodeGenerator(kMaxCodeBytes, DontSetProtectRWE), avx512_(isa >= X86Isa::kAvx512) {}
+    : CodeGenerator(kMaxCodeBytes, DontSetProtectRWE),
+      isa_(isa),
+      avx512_(isa >= X86Isa::kAvx512) {}
 
 Xbyak::Xmm Generator::vmm(int idx) const {
   return avx512_ ? Xmm(Zmm(idx)) : Xmm(Ymm(idx));
@@ -151,8 +153,32 @@ void Generator::bf16_round_bits(const Xmm& x) {
   uni_vpand(x, t, cst_bits(0xFFFF0000));
 }
 
+template <class Fast, class Exact>
+void Generator::unless_denormal(const Xmm& x, Fast fast, Exact exact) {
+  constexpr uint8_t kDenormalClass = 0x20;  // vfpclassps category bit 5
+  Label l_exact, l_done;
+  vfpclassps(k2, x, kDenormalClass);
+  kortestw(k2, k2);
+  jnz(l_exact, T_NEAR);
+  fast();
+  jmp(l_done, T_NEAR);
+  L(l_exact);
+  exact();
+  L(l_done);
+}
+
 void Generator::round_to(const Xmm& x, DType dtype) {
-  if (dtype == DType::kBF16) {
+  if (dtype == DType::kBF16 && has_bf16_convert()) {
+    // vcvtneps2bf16 rounds to nearest even like bf16_round_bits, in one instruction.
+    unless_denormal(
+        x,
+        [&] {
+          vcvtneps2bf16(Ymm(13), Zmm(x.getIdx()));
+          vpmovzxwd(x, Ymm(13));
+          vpslld(x, x, 16);
+        },
+        [&] { bf16_round_bits(x); });
+  } else if (dtype == DType::kBF16) {
     bf16_round_bits(x);
   } else if (dtype == DType::kF16) {
     const Xmm half = avx512_ ? Xmm(Ymm(13)) : Xmm(13);
@@ -176,6 +202,21 @@ void Generator::store_f32(const Xmm& src, DType dtype, const RegExp& addr, int c
       vcvtps2ph(mem(), src, 0 /* round to nearest even */);
       break;
     case DType::kBF16: {
+      if (has_bf16_convert()) {
+        unless_denormal(
+            src,
+            [&] {
+              vcvtneps2bf16(masked ? (Ymm(13) | k1 | T_z) : Ymm(13), Zmm(src.getIdx()));
+              vmovdqu16(mem(), Ymm(13));
+            },
+            [&] {
+              vmovaps(vmm(13), src);
+              bf16_round_bits(vmm(13));
+              vpsrld(vmm(13), vmm(13), 16);
+              vpmovdw(mem(), Zmm(13));
+            });
+        break;
+      }
       const Xmm bits = vmm(13);
       vmovaps(bits, src);
       bf16_round_bits(bits);
@@ -252,6 +293,17 @@ void Generator::select_by_sign(const Xmm& d, const Xmm& sign, const Xmm& if_nega
   }
 }
 
+void Generator::reciprocal(const Xmm& d, const Xmm& x, const Xmm& t) {
+  if (avx512_) {
+    vrcp14ps(d, x);
+  } else {
+    vrcpps(d, x);
+  }
+  vmovaps(t, x);
+  vfnmadd213ps(t, d, cst(2.0f));  // t = 2 - x d
+  vmulps(d, d, t);
+}
+
 void Generator::keep_if_greater(const Xmm& d, const Xmm& a, const Xmm& b) {
   constexpr uint8_t kGreaterOrdered = 0x1E;  // _CMP_GT_OQ: false for NaN
   if (avx512_) {
@@ -287,6 +339,11 @@ void Generator::exp_ps(const Xmm& x, const Xmm& t0, const Xmm& t1) {
   vmulps(t1, t1, x);
   vfmadd213ps(t1, x, x);  // t1 = r^2 P(r) + r
   vaddps(t1, t1, cst(1.0f));
+  if (avx512_) {
+    // vscalefps multiplies by 2^n with IEEE overflow to inf and gradual underflow.
+    vscalefps(x, t1, t0);
+    return;
+  }
   // 2^n with n in [-151, 129] as 2^n1 * 2^n2, n1 = n >> 1, n2 = n - n1, each a normal float.
   vcvtps2dq(t0, t0);
   vpsrad(x, t0, 1);
@@ -304,9 +361,8 @@ void Generator::sigmoid_ps(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm
   // t0 = e = exp(-|x|)
   uni_vpor(t0, x, cst_bits(0x80000000));  // -|x|
   exp_ps(t0, t1, t2);
-  vaddps(t1, t0, cst(1.0f));  // 1 + e
-  vmovups(t2, cst(1.0f));
-  vdivps(t2, t2, t1);   // 1/(1+e): sigmoid for x >= 0
+  vaddps(t1, t0, cst(1.0f));  // 1 + e, in [1, 2]
+  reciprocal(t2, t1, t3);     // 1/(1+e): sigmoid for x >= 0
   vmulps(t3, t0, t2);   // e/(1+e): sigmoid for x < 0
   select_by_sign(x, x, t3, t2);
 }
@@ -320,14 +376,16 @@ void Generator::silu_ps(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t
 
 void Generator::gelu_erf_ps(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t2,
                             const Xmm& t3) {
-  // z = |x| / sqrt(2)
+  // z = |x| / sqrt(2), capped at 12 where erfc(z) < 1e-63 is 0 in fp32 anyway (the cap keeps
+  // the reciprocal below finite; min() with z second lets NaN through).
   uni_vpand(t0, x, cst_bits(0x7FFFFFFF));
   vmulps(t0, t0, cst(0.70710678118654752f));
-  // t = 1 / (1 + z/2)
-  vmovups(t1, cst(0.5f));
-  vfmadd213ps(t1, t0, cst(1.0f));
-  vmovups(t2, cst(1.0f));
-  vdivps(t1, t2, t1);
+  vmovups(t1, cst(12.0f));
+  vminps(t0, t1, t0);
+  // t = 1 / (1 + z/2), 1 + z/2 in [1, 7]
+  vmovups(t2, cst(0.5f));
+  vfmadd213ps(t2, t0, cst(1.0f));
+  reciprocal(t1, t2, t3);
   // P(t), Horner from the highest coefficient.
   static constexpr float kP[] = {0.17087277f,  -0.82215223f, 1.48851587f, -1.13520398f,
                                  0.27886807f,  -0.18628806f, 0.09678418f, 0.37409196f,

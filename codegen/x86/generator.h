@@ -43,6 +43,8 @@ class Generator : public Xbyak::CodeGenerator {
   using RegExp = Xbyak::RegExp;
 
   bool avx512() const { return avx512_; }
+  /// AVX512_BF16 (vcvtneps2bf16) is available.
+  bool has_bf16_convert() const { return isa_ >= X86Isa::kAvx512Bf16; }
   /// fp32 lanes per vector: 16 (zmm) or 8 (ymm).
   int lanes() const { return avx512_ ? 16 : 8; }
   /// Vector register `idx` at the ISA's width.
@@ -77,14 +79,19 @@ class Generator : public Xbyak::CodeGenerator {
   /// d = sign bit of `sign` set ? if_negative : otherwise (lane-wise). d may alias any input.
   void select_by_sign(const Xmm& d, const Xmm& sign, const Xmm& if_negative,
                       const Xmm& otherwise);
+  /// d ~= 1 / x: the hardware estimate (2^-14 on AVX-512, 1.5 * 2^-12 on AVX2) refined by one
+  /// Newton-Raphson step, d' = d (2 - x d), to about 1 ulp. 10-16x the throughput of vdivps.
+  /// x must be finite and non-zero (callers bound it); t is a temporary.
+  void reciprocal(const Xmm& d, const Xmm& x, const Xmm& t);
   /// d = a > b (ordered) ? a : 0 (lane-wise); b is a register.
   void keep_if_greater(const Xmm& d, const Xmm& a, const Xmm& b);
 
   // ---- Math injectors (fp32, lane-wise, in place). Temporaries must be distinct from x and
   // from vmm13..15.
   /// x = e^x. Range-reduced: n = round(x log2 e), r = x - n ln2 (two-part ln2), e^r by the
-  /// Cephes degree-7 polynomial (~1 ulp), times 2^n built as 2^(n/2) * 2^(n - n/2) so that
-  /// results between FLT_MIN and 0 are gradual (denormal) and x > 88.72 gives +inf. NaN stays NaN.
+  /// Cephes degree-7 polynomial (~1 ulp), times 2^n: vscalefps on AVX-512; on AVX2 built as
+  /// 2^(n/2) * 2^(n - n/2). Either way results between FLT_MIN and 0 are gradual (denormal)
+  /// and x > 88.72 gives +inf. NaN stays NaN.
   void exp_ps(const Xmm& x, const Xmm& t0, const Xmm& t1);
   /// x = 1 / (1 + e^-x), evaluated as 1/(1+e) for x >= 0 and e/(1+e) for x < 0 with
   /// e = e^-|x|, so neither branch overflows and tiny results keep full relative accuracy.
@@ -108,7 +115,12 @@ class Generator : public Xbyak::CodeGenerator {
   void copy_bytes(const RegExp& dst, const RegExp& src, int bytes);
   void stage_zero();
   void bf16_round_bits(const Xmm& x);
+  // Emits `fast` unless a lane of `x` is an fp32 denormal, then `exact` instead: the
+  // hardware bf16 conversion treats denormal inputs as zero.
+  template <class Fast, class Exact>
+  void unless_denormal(const Xmm& x, Fast fast, Exact exact);
 
+  X86Isa isa_;
   bool avx512_;
   std::map<uint32_t, std::unique_ptr<Xbyak::Label>> constants_;
 };

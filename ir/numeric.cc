@@ -21,6 +21,18 @@ float decode_minifloat(uint32_t bits, int exp_bits, int man_bits) {
   return sign ? -magnitude : magnitude;
 }
 
+// Rounds a non-negative value below 2^24 to the nearest integer, ties to even, whatever
+// rounding mode the calling thread has set (std::nearbyint would follow FE_UPWARD etc.).
+// floor and the subtraction are exact for such values, so the comparison sees the true
+// fraction.
+uint32_t round_half_even(float value) {
+  const float floor_value = std::floor(value);
+  const float fraction = value - floor_value;
+  uint32_t result = uint32_t(floor_value);
+  if (fraction > 0.5f || (fraction == 0.5f && (result & 1u) != 0)) ++result;
+  return result;
+}
+
 // Encodes |value| (finite, non-NaN) into a minifloat of `exp_bits`/`man_bits` with
 // round-to-nearest-even; returns the unsigned code, which may carry into the next binade or
 // past the largest finite code (callers saturate or map to inf).
@@ -29,15 +41,14 @@ uint32_t encode_minifloat_magnitude(float magnitude, int exp_bits, int man_bits)
   const int min_exp = 1 - bias;  // exponent of the smallest normal
   if (magnitude == 0.0f) return 0;
   int e;
-  std::frexp(magnitude, &e);  // magnitude = f * 2^e, f in [0.5, 1)
-  int unbiased = e - 1;       // magnitude = 1.x * 2^unbiased
+  std::frexp(magnitude, &e);                   // magnitude = f * 2^e, f in [0.5, 1)
+  int unbiased = e - 1;                        // magnitude = 1.x * 2^unbiased
   if (unbiased < min_exp) unbiased = min_exp;  // subnormal: fixed quantum
   // Quantum (value of one mantissa step) at this binade.
   const int quantum_exp = unbiased - man_bits;
   // Scaled is exact in fp32 (power-of-two scaling of an fp32 value within range).
   const float scaled = std::ldexp(magnitude, -quantum_exp);
-  const float rounded = std::nearbyint(scaled);  // default rounding mode: nearest even
-  uint32_t steps = uint32_t(rounded);
+  const uint32_t steps = round_half_even(scaled);
   // steps counts quanta of 2^quantum_exp; assemble exponent/mantissa, letting carries propagate.
   if (unbiased == min_exp && steps < (1u << man_bits)) return steps;  // subnormal
   // Normal: steps in [2^man, 2^(man+1)] (the upper end carries into the next binade).

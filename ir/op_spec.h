@@ -17,14 +17,15 @@
 namespace jit {
 
 /// The typed params of every family, one alternative per params struct.
-using OpParams = std::variant<
-    ir::NormParams, ir::RopeParams, ir::ActivationParams, ir::SwapBlocksParams,
-    ir::PagedCacheWriteParams, ir::FlashCacheWriteParams, ir::MlaCacheWriteParams,
-    ir::MlaRopeCacheWriteParams, ir::ConvertFp8Params, ir::GatherCacheParams,
-    ir::CpGatherCacheParams, ir::UpconvertGatherParams, ir::IndexerQuantParams,
-    ir::PagedAttentionParams, ir::MergeAttnStatesParams, ir::VerticalSlashParams,
-    ir::TopKParams, ir::CpuAttnSchedulerParams, ir::CpuAttnCacheWriteParams,
-    ir::CpuAttentionParams, ir::GemmParams, ir::ScaledGemmParams>;
+using OpParams =
+    std::variant<ir::NormParams, ir::RopeParams, ir::ActivationParams, ir::SwapBlocksParams,
+                 ir::PagedCacheWriteParams, ir::FlashCacheWriteParams, ir::MlaCacheWriteParams,
+                 ir::MlaRopeCacheWriteParams, ir::ConvertFp8Params, ir::GatherCacheParams,
+                 ir::CpGatherCacheParams, ir::UpconvertGatherParams, ir::IndexerQuantParams,
+                 ir::IndexerGatherParams, ir::PagedAttentionParams, ir::MergeAttnStatesParams,
+                 ir::VerticalSlashParams, ir::TopKParams, ir::CpuAttnSchedulerParams,
+                 ir::CpuAttnCacheWriteParams, ir::CpuAttentionParams, ir::GemmParams,
+                 ir::ScaledGemmParams>;
 
 /// A kernel specialisation: the op and its compile-time parameters. The params alternative
 /// always matches the op's family (see ir/op_list.def); `make` enforces it.

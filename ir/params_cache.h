@@ -1,5 +1,33 @@
-// Compile-time parameters of the KV-cache writes, gathers and quantisers ops.
-// PROVISIONAL field lists; see the spec for which are compile-time.
+// Compile-time parameters of the KV-cache writes, gathers and quantisers (spec/cache_ops.md).
+//
+// What is baked into the code and what stays a run-time argument:
+//   swap_blocks: compile-time block_bytes (block_size_in_bytes); run-time: src, dst, the block
+//     mapping and its length, devices.
+//   reshape_and_cache: compile-time input dtype, kv (kv_cache_dtype mode), heads_kv, head_size,
+//     block_size (hence x = 16 / cache element size); run-time: token count
+//     (slot_mapping.size(0)), block count, key/value row strides, slots, k_scale/v_scale.
+//   reshape_and_cache_flash: as reshape_and_cache plus layout (NHD/HND) and per_head_scale
+//     (k_scale/v_scale of [heads] instead of [1]); run-time: also the cache block stride.
+//   concat_and_cache_mla: compile-time dtype, kv (fp8_ds_mla selects the 656-byte DeepSeek
+//     entry), kv_lora_rank, pe_dim, block_size; run-time: token count, row/block/entry strides,
+//     slots, scale.
+//   concat_and_cache_mla_rope_fused: compile-time dtype (q_pe, k_pe, kv_c and cos_sin_cache),
+//     kv, kv_lora_rank, rot_dim, heads_q, style (is_neox), block_size; run-time: token count,
+//     positions, strides, slots, kv_cache_scale.
+//   convert_fp8: compile-time src and dst dtypes (direction: exactly one side is fp8_e4m3);
+//     run-time: element count, scale (a float).
+//   gather_and_maybe_dequant_cache: compile-time dtype (dst), kv, head_dim (entry elements
+//     copied), block_size; run-time: num_tokens, batch, block table, cu_seq_lens, token_to_seq,
+//     scale, optional seq_starts.
+//   cp_gather_cache: compile-time dtype, entry_size, block_size; run-time: batch_size, block
+//     table, cu_seq_lens, optional seq_starts, strides.
+//   cp_gather_and_upconvert_fp8_kv_cache: compile-time block_size (the 656-byte fp8_ds_mla entry
+//     and the bf16 [576] row are fixed by the format); run-time: row count, batch_size, block
+//     table, seq_lens, workspace_starts.
+//   indexer_k_quant_and_cache: compile-time dtype, head_dim, quant_block, block_size, scale_fmt
+//     (vLLM's fifth string argument); run-time: token count, slots.
+//   cp_gather_indexer_k_quant_cache: compile-time head_dim, quant_block, block_size; run-time:
+//     batch, block table, cu_seq_lens, destination row count.
 #pragma once
 
 #include <cstdint>
@@ -11,9 +39,9 @@
 
 namespace jit::ir {
 
-/// swap_blocks: copies whole blocks of block_bytes bytes.
+/// swap_blocks: copies whole blocks of `block_bytes` bytes from src to dst.
 struct SwapBlocksParams {
-  int64_t block_bytes = 0;  ///< bytes per block (block_size_in_bytes)
+  int64_t block_bytes = 0;  ///< bytes per block (vLLM's block_size_in_bytes), >= 1
 
   template <class Self, class V>
   static void fields(Self& s, V&& v) {
@@ -22,40 +50,41 @@ struct SwapBlocksParams {
   bool operator==(const SwapBlocksParams&) const = default;
 };
 
-/// reshape_and_cache: legacy paged layout key [NB,H,D/x,BS,x], value [NB,H,D,BS].
+/// reshape_and_cache: legacy paged layout, key cache [NB, H, D/x, BS, x], value cache
+/// [NB, H, D, BS], x = 16 / cache element size.
 struct PagedCacheWriteParams {
-  DType dtype = DType::kBF16;  ///< key/value input type
-  KvCacheDtype kv = KvCacheDtype::kAuto;  ///< cache storage
-  int64_t heads = 0;  ///< H
-  int64_t head_size = 0;  ///< D
-  int64_t block_size = 0;  ///< BS
+  DType dtype = DType::kBF16;             ///< key/value input type (f32/f16/bf16)
+  KvCacheDtype kv = KvCacheDtype::kAuto;  ///< cache storage: auto (= dtype), fp8_e4m3, fp8_e5m2
+  int64_t head_count_kv = 0;              ///< H
+  int64_t head_size = 0;                  ///< D, a multiple of x
+  int64_t block_size = 0;                 ///< BS, tokens per cache block
 
   template <class Self, class V>
   static void fields(Self& s, V&& v) {
     v("dtype", s.dtype);
     v("kv", s.kv);
-    v("heads", s.heads);
+    v("heads_kv", s.head_count_kv);
     v("head_size", s.head_size);
     v("block_size", s.block_size);
   }
   bool operator==(const PagedCacheWriteParams&) const = default;
 };
 
-/// reshape_and_cache_flash: flash layout NHD or HND.
+/// reshape_and_cache_flash: flash layout, logical [NB, BS, H, D] stored NHD or HND.
 struct FlashCacheWriteParams {
-  DType dtype = DType::kBF16;  ///< key/value input type
-  KvCacheDtype kv = KvCacheDtype::kAuto;  ///< cache storage
-  int64_t heads = 0;  ///< H
-  int64_t head_size = 0;  ///< D
-  int64_t block_size = 0;  ///< BS
-  CacheLayout layout = CacheLayout::kNhd;  ///< cache layout
-  bool per_head_scale = false;  ///< k_scale/v_scale hold one scale per head
+  DType dtype = DType::kBF16;              ///< key/value input type (f32/f16/bf16)
+  KvCacheDtype kv = KvCacheDtype::kAuto;   ///< cache storage: auto, fp8_e4m3, fp8_e5m2
+  int64_t head_count_kv = 0;               ///< H
+  int64_t head_size = 0;                   ///< D
+  int64_t block_size = 0;                  ///< BS
+  CacheLayout layout = CacheLayout::kNhd;  ///< physical order of a block
+  bool per_head_scale = false;             ///< k_scale/v_scale hold one scale per head (fp8 only)
 
   template <class Self, class V>
   static void fields(Self& s, V&& v) {
     v("dtype", s.dtype);
     v("kv", s.kv);
-    v("heads", s.heads);
+    v("heads_kv", s.head_count_kv);
     v("head_size", s.head_size);
     v("block_size", s.block_size);
     v("layout", s.layout);
@@ -64,13 +93,13 @@ struct FlashCacheWriteParams {
   bool operator==(const FlashCacheWriteParams&) const = default;
 };
 
-/// concat_and_cache_mla.
+/// concat_and_cache_mla: cache entries [kv_c (R) | k_pe (P)], or the 656-byte fp8_ds_mla entry.
 struct MlaCacheWriteParams {
-  DType dtype = DType::kBF16;  ///< kv_c/k_pe type
-  KvCacheDtype kv = KvCacheDtype::kAuto;  ///< cache storage
-  int64_t kv_lora_rank = 0;  ///< latent width
-  int64_t pe_dim = 0;  ///< rope part width
-  int64_t block_size = 0;  ///< BS
+  DType dtype = DType::kBF16;             ///< kv_c/k_pe type (f32/f16/bf16; f16/bf16 for ds_mla)
+  KvCacheDtype kv = KvCacheDtype::kAuto;  ///< auto, fp8_e4m3, fp8_e5m2 or fp8_ds_mla
+  int64_t kv_lora_rank = 0;               ///< R, latent width (512 for fp8_ds_mla)
+  int64_t pe_dim = 0;                     ///< P, rope part width (64 for fp8_ds_mla)
+  int64_t block_size = 0;                 ///< BS
 
   template <class Self, class V>
   static void fields(Self& s, V&& v) {
@@ -83,68 +112,66 @@ struct MlaCacheWriteParams {
   bool operator==(const MlaCacheWriteParams&) const = default;
 };
 
-/// concat_and_cache_mla_rope_fused.
+/// concat_and_cache_mla_rope_fused: rotates q_pe and k_pe, then writes [kv_c | rotated k_pe].
 struct MlaRopeCacheWriteParams {
-  DType dtype = DType::kBF16;  ///< q/kv type
-  DType cache_dtype = DType::kBF16;  ///< cos_sin_cache type
-  KvCacheDtype kv = KvCacheDtype::kAuto;  ///< cache storage
-  int64_t kv_lora_rank = 0;  ///< latent width
-  int64_t rot_dim = 0;  ///< rope width
-  int64_t heads_q = 0;  ///< query heads
-  RopeStyle style = RopeStyle::kGptj;  ///< pairing
-  int64_t block_size = 0;  ///< BS
+  DType dtype = DType::kBF16;  ///< q_pe, k_pe, kv_c and cos_sin_cache type (f32/f16/bf16)
+  KvCacheDtype kv = KvCacheDtype::kAuto;  ///< auto, fp8_e4m3, fp8_e5m2
+  int64_t kv_lora_rank = 0;               ///< R
+  int64_t rot_dim = 0;                    ///< rope width of q_pe/k_pe, even
+  int64_t head_count_q = 0;               ///< Hq, heads of q_pe
+  RopeStyle style = RopeStyle::kGptj;     ///< pairing (is_neox)
+  int64_t block_size = 0;                 ///< BS
 
   template <class Self, class V>
   static void fields(Self& s, V&& v) {
     v("dtype", s.dtype);
-    v("cache_dtype", s.cache_dtype);
     v("kv", s.kv);
     v("kv_lora_rank", s.kv_lora_rank);
     v("rot_dim", s.rot_dim);
-    v("heads_q", s.heads_q);
+    v("heads_q", s.head_count_q);
     v("style", s.style);
     v("block_size", s.block_size);
   }
   bool operator==(const MlaRopeCacheWriteParams&) const = default;
 };
 
-/// convert_fp8.
+/// convert_fp8: element-wise e4m3 quantise (src float, dst fp8_e4m3) or dequantise (src
+/// fp8_e4m3, dst float).
 struct ConvertFp8Params {
-  DType dst = DType::kU8;  ///< destination type
-  DType src = DType::kBF16;  ///< source type
-  KvCacheDtype kv = KvCacheDtype::kFp8E4m3;  ///< fp8 flavour
+  DType dst = DType::kFp8E4m3;  ///< destination element type
+  DType src = DType::kBF16;     ///< source element type
 
   template <class Self, class V>
   static void fields(Self& s, V&& v) {
     v("dst", s.dst);
     v("src", s.src);
-    v("kv", s.kv);
   }
   bool operator==(const ConvertFp8Params&) const = default;
 };
 
-/// gather_and_maybe_dequant_cache.
+/// gather_and_maybe_dequant_cache: gathers the first head_dim elements of cache entries into
+/// dst rows, dequantising fp8 caches.
 struct GatherCacheParams {
-  DType dst = DType::kBF16;  ///< output type
-  KvCacheDtype kv = KvCacheDtype::kAuto;  ///< cache storage
-  int64_t entry_size = 0;  ///< elements per cache entry
-  int64_t block_size = 0;  ///< BS
+  DType dtype = DType::kBF16;             ///< dst type (f32/f16/bf16); the cache type when auto
+  KvCacheDtype kv = KvCacheDtype::kAuto;  ///< auto, fp8_e4m3, fp8_e5m2
+  int64_t head_dim = 0;                   ///< HD, elements per gathered row
+  int64_t block_size = 0;                 ///< BS
 
   template <class Self, class V>
   static void fields(Self& s, V&& v) {
-    v("dst", s.dst);
+    v("dtype", s.dtype);
     v("kv", s.kv);
-    v("entry_size", s.entry_size);
+    v("head_dim", s.head_dim);
     v("block_size", s.block_size);
   }
   bool operator==(const GatherCacheParams&) const = default;
 };
 
-/// cp_gather_cache.
+/// cp_gather_cache: copies cache entries of entry_size elements into dst rows (no conversion).
 struct CpGatherCacheParams {
-  DType dtype = DType::kBF16;  ///< element type
-  int64_t entry_size = 0;  ///< elements per cache entry
-  int64_t block_size = 0;  ///< BS
+  DType dtype = DType::kBF16;  ///< element type: any 1-, 2- or 4-byte type
+  int64_t entry_size = 0;      ///< E, elements per cache entry (product of dims 2..)
+  int64_t block_size = 0;      ///< BS
 
   template <class Self, class V>
   static void fields(Self& s, V&& v) {
@@ -155,7 +182,7 @@ struct CpGatherCacheParams {
   bool operator==(const CpGatherCacheParams&) const = default;
 };
 
-/// cp_gather_and_upconvert_fp8_kv_cache.
+/// cp_gather_and_upconvert_fp8_kv_cache: 656-byte fp8_ds_mla entries -> bf16 rows of 576.
 struct UpconvertGatherParams {
   int64_t block_size = 0;  ///< BS
 
@@ -166,13 +193,14 @@ struct UpconvertGatherParams {
   bool operator==(const UpconvertGatherParams&) const = default;
 };
 
-/// indexer_k_quant_and_cache and cp_gather_indexer_k_quant_cache.
+/// indexer_k_quant_and_cache: per-group e4m3 quantisation of k into the indexer block layout
+/// (block = BS*D value bytes, then BS*(D/quant_block) fp32 scales).
 struct IndexerQuantParams {
-  DType dtype = DType::kBF16;  ///< k type
-  int64_t head_dim = 0;  ///< D
-  int64_t quant_block = 128;  ///< qbs
-  int64_t block_size = 0;  ///< BS
-  ScaleFormat scale_fmt = ScaleFormat::kPlain;  ///< scale format
+  DType dtype = DType::kBF16;                   ///< k type (f16/bf16)
+  int64_t head_dim = 0;                         ///< D
+  int64_t quant_block = 128;                    ///< elements per scale group; divides D
+  int64_t block_size = 0;                       ///< BS
+  ScaleFormat scale_fmt = ScaleFormat::kPlain;  ///< plain fp32 scales or powers of two (ue8m0)
 
   template <class Self, class V>
   static void fields(Self& s, V&& v) {
@@ -185,6 +213,24 @@ struct IndexerQuantParams {
   bool operator==(const IndexerQuantParams&) const = default;
 };
 
+/// cp_gather_indexer_k_quant_cache: gathers the value bytes and scales written by
+/// indexer_k_quant_and_cache (a byte copy: the k dtype and scale format do not matter).
+struct IndexerGatherParams {
+  int64_t head_dim = 0;       ///< D
+  int64_t quant_block = 128;  ///< elements per scale group; divides D
+  int64_t block_size = 0;     ///< BS
+
+  template <class Self, class V>
+  static void fields(Self& s, V&& v) {
+    v("head_dim", s.head_dim);
+    v("quant_block", s.quant_block);
+    v("block_size", s.block_size);
+  }
+  bool operator==(const IndexerGatherParams&) const = default;
+};
+
+/// Checks the params of `op` against its contract (target-independent); an invalid-argument
+/// Status names the field and the allowed values or range.
 Status validate(OpKind op, const SwapBlocksParams& p);
 Status validate(OpKind op, const PagedCacheWriteParams& p);
 Status validate(OpKind op, const FlashCacheWriteParams& p);
@@ -195,6 +241,11 @@ Status validate(OpKind op, const GatherCacheParams& p);
 Status validate(OpKind op, const CpGatherCacheParams& p);
 Status validate(OpKind op, const UpconvertGatherParams& p);
 Status validate(OpKind op, const IndexerQuantParams& p);
+Status validate(OpKind op, const IndexerGatherParams& p);
+
+/// Estimates use ProblemSize.tokens as: block pairs copied (swap_blocks), tokens written
+/// (cache writes, indexer quantiser), elements converted (convert_fp8), rows gathered (gathers);
+/// `batch` is the request count of the gathers.
 Estimate estimate(OpKind op, const SwapBlocksParams& p, const ProblemSize& size);
 Estimate estimate(OpKind op, const PagedCacheWriteParams& p, const ProblemSize& size);
 Estimate estimate(OpKind op, const FlashCacheWriteParams& p, const ProblemSize& size);
@@ -205,5 +256,38 @@ Estimate estimate(OpKind op, const GatherCacheParams& p, const ProblemSize& size
 Estimate estimate(OpKind op, const CpGatherCacheParams& p, const ProblemSize& size);
 Estimate estimate(OpKind op, const UpconvertGatherParams& p, const ProblemSize& size);
 Estimate estimate(OpKind op, const IndexerQuantParams& p, const ProblemSize& size);
+Estimate estimate(OpKind op, const IndexerGatherParams& p, const ProblemSize& size);
+
+// ---- KV-cache rules shared by the cache, attention and CPU-attention families.
+
+/// Bytes of one cache element: the input dtype's size when kv=auto, else 1 (an fp8 code).
+size_t cache_element_size(DType dtype, KvCacheDtype kv);
+
+/// x of the legacy paged key layout [NB, H, D/x, BS, x]: cache elements per 16 bytes.
+int64_t paged_key_x(DType dtype, KvCacheDtype kv);
+
+/// OK when `value` is in [lo, hi]; else "<field>=<value> is out of range (allowed: lo .. hi)".
+Status check_field_range(const char* field, int64_t value, int64_t lo, int64_t hi);
+
+/// OK for f32, f16 and bf16; else "<field>=<name> is not supported (allowed: f32, f16, bf16)".
+Status check_field_float(const char* field, DType dtype);
+
+/// OK for kv=auto, fp8_e4m3 and fp8_e5m2. fp8_ds_mla is a layout of concat_and_cache_mla only;
+/// everywhere else it means per-tensor e4m3, so the canonical spec spells it fp8_e4m3.
+Status check_field_kv_plain(KvCacheDtype kv);
+
+/// heads_q >= 1, heads_kv in [1, heads_q] and heads_q % heads_kv == 0 (GQA groups).
+Status check_head_counts(int64_t head_count_q, int64_t head_count_kv);
+
+/// One cache block (heads * head_size * block_size elements of `element_size` bytes) must stay
+/// below 2 GiB: backends index inside a block with 32-bit offsets.
+Status check_block_extent(int64_t heads, int64_t head_size, int64_t block_size,
+                          size_t element_size);
+
+/// Limits shared by the families (KILN choices; no model comes close to them).
+inline constexpr int64_t kMaxHeads = 4096;
+inline constexpr int64_t kMaxHeadSize = 4096;
+inline constexpr int64_t kMaxBlockSize = int64_t(1) << 16;
+inline constexpr int64_t kMaxEntry = int64_t(1) << 24;
 
 }  // namespace jit::ir

@@ -1,16 +1,142 @@
 #include "ir/params_cpu.h"
 
-namespace jit::ir {
+#include <fmt/format.h>
 
-Status validate(OpKind, const CpuAttnSchedulerParams&) { return Status::ok(); }
-Estimate estimate(OpKind, const CpuAttnSchedulerParams&, const ProblemSize&) { return {}; }
-Status validate(OpKind, const CpuAttnCacheWriteParams&) { return Status::ok(); }
-Estimate estimate(OpKind, const CpuAttnCacheWriteParams&, const ProblemSize&) { return {}; }
-Status validate(OpKind, const CpuAttentionParams&) { return Status::ok(); }
-Estimate estimate(OpKind, const CpuAttentionParams&, const ProblemSize&) { return {}; }
-Status validate(OpKind, const GemmParams&) { return Status::ok(); }
-Estimate estimate(OpKind, const GemmParams&, const ProblemSize&) { return {}; }
-Status validate(OpKind, const ScaledGemmParams&) { return Status::ok(); }
-Estimate estimate(OpKind, const ScaledGemmParams&, const ProblemSize&) { return {}; }
+#include "ir/params_cache.h"
+
+namespace jit::ir {
+namespace {
+
+// Largest K and N of the GEMMs (KILN limit, as for the norm rows).
+constexpr int64_t kMaxGemmDim = int64_t(1) << 24;
+
+double ceil_div(int64_t a, int64_t b) {
+  return double((a + b - 1) / b);
+}
+
+// The rules every CPU-attention op shares: dtype per ISA, head size per HeadDimAlignment.
+Status check_isa_dtype_head(CpuAttnIsa isa, DType dtype, int64_t head_size) {
+  KILN_RETURN_IF_ERROR(check_field_float("dtype", dtype));
+  if (isa == CpuAttnIsa::kAmx && dtype != DType::kBF16) {
+    return invalid_argument(fmt::format(
+        "dtype={} is not supported with isa=amx (allowed: bf16; AMX tiles multiply bf16 only)",
+        dtype_name(dtype)));
+  }
+  KILN_RETURN_IF_ERROR(check_field_range("head_size", head_size, 1, kMaxHeadSize));
+  const int64_t align = cpu_attn_head_alignment(isa);
+  if (head_size % align != 0) {
+    return invalid_argument(fmt::format(
+        "head_size={} must be a multiple of {} for isa={} (its HeadDimAlignment){}", head_size,
+        align, enum_name(isa),
+        head_size % 16 == 0 ? "; head sizes that are multiples of 16 run as isa=vec16" : ""));
+  }
+  return Status::ok();
+}
+
+Status check_isa_block(CpuAttnIsa isa, int64_t block_size) {
+  KILN_RETURN_IF_ERROR(check_field_range("block_size", block_size, 1, kMaxBlockSize));
+  const int64_t align = cpu_attn_block_alignment(isa);
+  if (block_size % align != 0) {
+    return invalid_argument(
+        fmt::format("block_size={} must be a multiple of {} for isa={} (its BlockSizeAlignment)",
+                    block_size, align, enum_name(isa)));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+int64_t cpu_attn_block_alignment(CpuAttnIsa isa) {
+  return isa == CpuAttnIsa::kVec16 ? 16 : 32;
+}
+
+int64_t cpu_attn_head_alignment(CpuAttnIsa isa) {
+  return isa == CpuAttnIsa::kVec16 ? 16 : 32;
+}
+
+Status validate(OpKind, const CpuAttnSchedulerParams& p) {
+  KILN_RETURN_IF_ERROR(check_isa_dtype_head(p.isa, p.dtype, p.head_size));
+  return check_head_counts(p.head_count_q, p.head_count_kv);
+}
+
+Status validate(OpKind, const CpuAttnCacheWriteParams& p) {
+  KILN_RETURN_IF_ERROR(check_isa_dtype_head(p.isa, p.dtype, p.head_size));
+  KILN_RETURN_IF_ERROR(check_field_range("heads_kv", p.head_count_kv, 1, kMaxHeads));
+  KILN_RETURN_IF_ERROR(check_isa_block(p.isa, p.block_size));
+  return check_block_extent(p.head_count_kv, p.head_size, p.block_size, dtype_size(p.dtype));
+}
+
+Status validate(OpKind, const CpuAttentionParams& p) {
+  KILN_RETURN_IF_ERROR(check_isa_dtype_head(p.isa, p.dtype, p.head_size));
+  KILN_RETURN_IF_ERROR(check_isa_block(p.isa, p.block_size));
+  KILN_RETURN_IF_ERROR(check_head_counts(p.head_count_q, p.head_count_kv));
+  return check_block_extent(p.head_count_kv, p.head_size, p.block_size, dtype_size(p.dtype));
+}
+
+Status validate(OpKind, const GemmParams& p) {
+  KILN_RETURN_IF_ERROR(check_field_float("dtype", p.dtype));
+  KILN_RETURN_IF_ERROR(check_field_range("k", p.k, 1, kMaxGemmDim));
+  return check_field_range("n", p.n, 1, kMaxGemmDim);
+}
+
+Status validate(OpKind, const ScaledGemmParams& p) {
+  KILN_RETURN_IF_ERROR(check_field_float("out_dtype", p.out_dtype));
+  KILN_RETURN_IF_ERROR(check_field_range("k", p.k, 1, kMaxGemmDim));
+  return check_field_range("n", p.n, 1, kMaxGemmDim);
+}
+
+Estimate estimate(OpKind, const CpuAttnSchedulerParams&, const ProblemSize& size) {
+  // seq_lens [B] and query_start_loc [B + 1]; the blob written is the backend's business.
+  return {4.0 * double(2 * size.batch + 1), 0.0};
+}
+
+Estimate estimate(OpKind, const CpuAttnCacheWriteParams& p, const ProblemSize& size) {
+  const double elems = double(size.tokens) * double(p.head_count_kv) * double(p.head_size);
+  // key and value read, both caches written, one int64 slot per token.
+  return {4.0 * elems * double(dtype_size(p.dtype)) + 8.0 * double(size.tokens), 0.0};
+}
+
+Estimate estimate(OpKind, const CpuAttentionParams& p, const ProblemSize& size) {
+  const double requests = double(size.batch);
+  const double context = double(size.context);
+  const double tokens = double(size.tokens);
+  const double d = double(p.head_size);
+  const double hq = double(p.head_count_q);
+  const double elem = double(dtype_size(p.dtype));
+  double bytes =
+      requests * context * double(p.head_count_kv) * d * 2.0 * elem + 2.0 * tokens * hq * d * elem +
+      4.0 * requests * ceil_div(size.context, p.block_size) + 4.0 * double(2 * size.batch + 1) +
+      (p.alibi ? 4.0 * hq : 0.0) + (p.sinks ? 2.0 * hq : 0.0);
+  // (query, key) pairs attended per request: all of them, or, causally, query i of q sees the
+  // first context - q + i + 1 keys (the window only trims further).
+  const double q = requests > 0 ? tokens / requests : 0.0;
+  double pairs = q * context;
+  if (p.causal && q <= context) pairs -= q * (q - 1.0) / 2.0;
+  // Q.K and P.V: one multiply-add each per (pair, head, dim).
+  return {bytes, 4.0 * requests * pairs * hq * d};
+}
+
+Estimate estimate(OpKind op, const GemmParams& p, const ProblemSize& size) {
+  const double e = double(dtype_size(p.dtype));
+  const double k = double(p.k);
+  const double n = double(p.n);
+  if (op == OpKind::kCreateOnednnMm) return {2.0 * k * n * e, 0.0};  // reorder b once
+  const double m = double(size.tokens);
+  return {(m * k + k * n + m * n) * e, 2.0 * m * n * k};
+}
+
+Estimate estimate(OpKind op, const ScaledGemmParams& p, const ProblemSize& size) {
+  const double k = double(p.k);
+  const double n = double(p.n);
+  const double b_scales = p.per_channel ? 4.0 * n : 4.0;
+  if (op == OpKind::kCreateOnednnScaledMm) return {2.0 * k * n + b_scales, 0.0};
+  const double m = double(size.tokens);
+  // int8 a and b, c of out_dtype, a_scales per token or one, zero points (+ azp_adj per column
+  // in the dynamic epilogue).
+  double bytes = m * k + k * n + m * n * double(dtype_size(p.out_dtype)) + b_scales +
+                 (p.dynamic ? 4.0 * m : 4.0);
+  if (p.azp) bytes += p.dynamic ? 4.0 * m + 4.0 * n : 4.0;
+  return {bytes, 2.0 * m * n * k};
+}
 
 }  // namespace jit::ir

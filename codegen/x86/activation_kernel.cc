@@ -30,12 +30,13 @@ class ActivationGenerator : public Generator {
     mov(reg_src_, ptr[rdi + offsetof(ActivationCallArgs, src)]);
     mov(reg_dst_stride_, ptr[rdi + offsetof(ActivationCallArgs, dst_row_stride)]);
     mov(reg_src_stride_, ptr[rdi + offsetof(ActivationCallArgs, src_row_stride)]);
-    vbroadcastss(vmm(kParam0), ptr[rdi + offsetof(ActivationCallArgs, threshold)]);
+    allocate_registers();
+    vbroadcastss(vmm(param0_), ptr[rdi + offsetof(ActivationCallArgs, threshold)]);
     if (op_ == OpKind::kSwigluoaiAndMul) {
-      vbroadcastss(vmm(kParam0), ptr[rdi + offsetof(ActivationCallArgs, alpha)]);
-      vbroadcastss(vmm(kLimit), ptr[rdi + offsetof(ActivationCallArgs, limit)]);
-      vxorps(vmm(kNegLimit), vmm(kNegLimit), vmm(kNegLimit));
-      vsubps(vmm(kNegLimit), vmm(kNegLimit), vmm(kLimit));
+      vbroadcastss(vmm(param0_), ptr[rdi + offsetof(ActivationCallArgs, alpha)]);
+      vbroadcastss(vmm(limit_), ptr[rdi + offsetof(ActivationCallArgs, limit)]);
+      vxorps(vmm(neg_limit_), vmm(neg_limit_), vmm(neg_limit_));
+      vsubps(vmm(neg_limit_), vmm(neg_limit_), vmm(limit_));
     }
     mov(reg_row_, rsi);
     mov(reg_row_end_, rdx);
@@ -60,31 +61,49 @@ class ActivationGenerator : public Generator {
   }
 
  private:
-  static constexpr int kX = 0, kY = 1;          // operands
-  static constexpr int kT = 2;                  // 2..7 temporaries
-  static constexpr int kParam0 = 9;             // threshold (fatrelu) or alpha (swigluoai)
-  static constexpr int kLimit = 10, kNegLimit = 11;
+  // Registers: the three scalar parameters take the last free registers; the rest are
+  // split into kUnroll groups of (x, y, t0..t4).
+  static constexpr int kRegsPerVector = 7;
 
-  Xmm t(int i) const { return vmm(kT + i); }
+  void allocate_registers() {
+    std::vector<int> regs = free_registers();
+    param0_ = regs.back(), limit_ = regs[regs.size() - 2], neg_limit_ = regs[regs.size() - 3];
+    regs.resize(regs.size() - 3);
+    unroll_ = std::min<int>(kMaxUnroll, int(regs.size()) / kRegsPerVector);
+    for (int u = 0; u < unroll_; ++u) {
+      for (int r = 0; r < kRegsPerVector; ++r) {
+        slots_[r].push_back(vmm(regs[size_t(u * kRegsPerVector + r)]));
+      }
+    }
+  }
 
-  // One row: a loop over whole vectors of the output, then a masked tail.
+  // The first `n` members of register slot `r` (0 = x, 1 = y, 2.. = temporaries).
+  Group slot(int r, int n) const { return Group(slots_[r].begin(), slots_[r].begin() + n); }
+
+  // One row: a loop over groups of `unroll_` whole vectors, then single vectors, then a masked
+  // tail.
   void row() {
-    const int64_t vectors = p_.d / lanes();
-    if (vectors > 0) {
+    const int64_t block = int64_t(unroll_) * lanes();
+    const int64_t blocks = p_.d / block;
+    if (blocks > 0) {
       Label l_loop;
       xor_(reg_idx_, reg_idx_);
       L(l_loop);
-      step(lanes(), /*constant_offset=*/-1);
-      add(reg_idx_, lanes());
-      cmp(reg_idx_, vectors * lanes());
+      step(unroll_, lanes(), /*constant_offset=*/-1);
+      add(reg_idx_, block);
+      cmp(reg_idx_, blocks * block);
       jl(l_loop, T_NEAR);
     }
-    const int tail = int(p_.d % lanes());
-    if (tail > 0) step(tail, vectors * lanes());
+    int64_t offset = blocks * block;
+    while (offset < p_.d) {
+      const int count = int(std::min<int64_t>(lanes(), p_.d - offset));
+      step(1, count, offset);
+      offset += count;
+    }
   }
 
-  // Address of output element `j` (+ extra elements) in a row; `constant_offset` < 0 means
-  // "at the loop index".
+  // Address of output element (index + `extra_elements`) of the row; `constant_offset` < 0
+  // means "at the loop index".
   RegExp at(const Reg64& base, int64_t constant_offset, int64_t extra_elements,
             int elements_per_index) const {
     const int64_t extra = extra_elements * esize_;
@@ -92,71 +111,75 @@ class ActivationGenerator : public Generator {
     return base + reg_idx_ * (esize_ * elements_per_index) + extra;
   }
 
-  void step(int count, int64_t constant_offset) {
-    const Xmm x = vmm(kX), y = vmm(kY);
+  // `n` vectors of `count` elements each (count < lanes only when n == 1).
+  void step(int n, int count, int64_t constant_offset) {
+    const Group x = slot(0, n), y = slot(1, n);
+    const Group t0 = slot(2, n), t1 = slot(3, n), t2 = slot(4, n), t3 = slot(5, n),
+                t4 = slot(6, n);
+    const auto each = [&](auto f) {
+      for (int u = 0; u < n; ++u) f(u, int64_t(u) * lanes());
+    };
     if (op_ == OpKind::kSwigluoaiAndMul) {
-      load_interleaved(count, constant_offset);
-      swiglu(x, y);
-      store_f32(x, p_.dtype, at(reg_dst_, constant_offset, 0, 1), count);
+      each([&](int u, int64_t e) { load_interleaved(x[u], y[u], t0[u], t1[u], count, constant_offset, e); });
+      swiglu(x, y, t0, t1, t2, t3, t4);
+      each([&](int u, int64_t e) { store_f32(x[u], p_.dtype, at(reg_dst_, constant_offset, e, 1), count); });
       return;
     }
-    load_f32(x, p_.dtype, at(reg_src_, constant_offset, 0, 1), count);
-    load_f32(y, p_.dtype, at(reg_src_, constant_offset, p_.d, 1), count);
+    each([&](int u, int64_t e) { load_f32(x[u], p_.dtype, at(reg_src_, constant_offset, e, 1), count); });
+    each([&](int u, int64_t e) {
+      load_f32(y[u], p_.dtype, at(reg_src_, constant_offset, p_.d + e, 1), count);
+    });
+    // The activated operand is rounded to T before the product (the spec's rnd_T(act)).
+    const Group& activated = op_ == OpKind::kMulAndSilu ? y : x;
     switch (op_) {
       case OpKind::kSiluAndMul:
-        silu_ps(x, t(0), t(1), t(2), t(3), t(4));
-        round_to(x, p_.dtype);
-        vmulps(x, x, y);
-        break;
       case OpKind::kMulAndSilu:
-        silu_ps(y, t(0), t(1), t(2), t(3), t(4));
-        round_to(y, p_.dtype);
-        vmulps(x, x, y);
+        silu_ps(activated, t0, t1, t2, t3, t4);
         break;
       case OpKind::kGeluAndMul:
-        gelu_erf_ps(x, t(0), t(1), t(2), t(3));
-        round_to(x, p_.dtype);
-        vmulps(x, x, y);
+        gelu_erf_ps(activated, t0, t1, t2, t3);
         break;
       case OpKind::kGeluTanhAndMul:
-        gelu_tanh_ps(x, t(0), t(1), t(2), t(3), t(4));
-        round_to(x, p_.dtype);
-        vmulps(x, x, y);
+        gelu_tanh_ps(activated, t0, t1, t2, t3, t4);
         break;
       case OpKind::kFatreluAndMul:
-        keep_if_greater(x, x, vmm(kParam0));
-        vmulps(x, x, y);
+        each([&](int u, int64_t) { keep_if_greater(x[u], x[u], vmm(param0_)); });
         break;
       default:
         break;
     }
-    store_f32(x, p_.dtype, at(reg_dst_, constant_offset, 0, 1), count);
+    if (op_ != OpKind::kFatreluAndMul) {
+      each([&](int u, int64_t) { round_to(activated[u], p_.dtype); });
+    }
+    each([&](int u, int64_t) { vmulps(x[u], x[u], y[u]); });
+    each([&](int u, int64_t e) { store_f32(x[u], p_.dtype, at(reg_dst_, constant_offset, e, 1), count); });
   }
 
-  // Loads `count` (gate, up) pairs: gate -> x, up -> y.
-  void load_interleaved(int count, int64_t constant_offset) {
-    const Xmm a = t(0), b = t(1);
+  // Loads `count` (gate, up) pairs starting at output element `extra` (+ the index): gate ->
+  // gate, up -> up; a, b are temporaries.
+  void load_interleaved(const Xmm& gate, const Xmm& up, const Xmm& a, const Xmm& b, int count,
+                        int64_t constant_offset, int64_t extra) {
     const int first = std::min(count * 2, lanes());
     const int second = count * 2 - first;
-    load_f32(a, p_.dtype, at(reg_src_, constant_offset, 0, 2), first);
+    load_f32(a, p_.dtype, at(reg_src_, constant_offset, 2 * extra, 2), first);
     if (second > 0) {
-      load_f32(b, p_.dtype, at(reg_src_, constant_offset, lanes(), 2), second);
+      load_f32(b, p_.dtype, at(reg_src_, constant_offset, 2 * extra + lanes(), 2), second);
     } else {
       vxorps(b, b, b);
     }
     // a = [g0 u0 g1 u1 ...], b = the next pairs; split into evens and odds.
     if (avx512()) {
-      vmovups(vmm(kX), cst_index(0));
-      vpermi2ps(vmm(kX), a, b);  // x = evens of (a, b)
-      vmovups(vmm(kY), cst_index(1));
-      vpermi2ps(vmm(kY), a, b);  // y = odds
+      vmovups(gate, cst_index(0));
+      vpermi2ps(gate, a, b);  // evens of (a, b)
+      vmovups(up, cst_index(1));
+      vpermi2ps(up, a, b);  // odds
     } else {
       // Within 128-bit lanes: shufps picks [a0 a2 b0 b2] (evens) / [a1 a3 b1 b3] (odds); the
       // 64-bit permute 0,2,1,3 then restores the element order across lanes.
-      vshufps(vmm(kX), a, b, 0x88);
-      vpermpd(Ymm(kX), Ymm(kX), 0xD8);
-      vshufps(vmm(kY), a, b, 0xDD);
-      vpermpd(Ymm(kY), Ymm(kY), 0xD8);
+      vshufps(gate, a, b, 0x88);
+      vpermpd(Ymm(gate.getIdx()), Ymm(gate.getIdx()), 0xD8);
+      vshufps(up, a, b, 0xDD);
+      vpermpd(Ymm(up.getIdx()), Ymm(up.getIdx()), 0xD8);
     }
   }
 
@@ -179,23 +202,29 @@ class ActivationGenerator : public Generator {
   }
 
  private:
-  void swiglu(const Xmm& gate, const Xmm& up) {
+  void swiglu(const Group& gate, const Group& up, const Group& t0, const Group& t1,
+              const Group& t2, const Group& t3, const Group& s) {
+    const size_t n = gate.size();
     // g = min(gate, limit), u = clamp(up, -limit, limit); the data operand goes second so
     // NaN propagates (KILN: vLLM's fminf would replace it by the bound).
-    vminps(gate, vmm(kLimit), gate);
-    vmaxps(up, vmm(kNegLimit), up);
-    vminps(up, vmm(kLimit), up);
-    const Xmm s = t(4);
-    vmulps(s, gate, vmm(kParam0));
-    sigmoid_ps(s, t(0), t(1), t(2), t(3));
-    vmulps(gate, gate, s);
-    vaddps(up, up, cst(1.0f));
-    vmulps(gate, gate, up);
+    for (size_t u = 0; u < n; ++u) vminps(gate[u], vmm(limit_), gate[u]);
+    for (size_t u = 0; u < n; ++u) vmaxps(up[u], vmm(neg_limit_), up[u]);
+    for (size_t u = 0; u < n; ++u) vminps(up[u], vmm(limit_), up[u]);
+    for (size_t u = 0; u < n; ++u) vmulps(s[u], gate[u], vmm(param0_));
+    sigmoid_ps(s, t0, t1, t2, t3);
+    for (size_t u = 0; u < n; ++u) vmulps(gate[u], gate[u], s[u]);
+    for (size_t u = 0; u < n; ++u) vaddps(up[u], up[u], cst(1.0f));
+    for (size_t u = 0; u < n; ++u) vmulps(gate[u], gate[u], up[u]);
   }
+
+  static constexpr int kMaxUnroll = 3;
 
   const OpKind op_;
   const ir::ActivationParams p_;
   const int esize_;
+  int unroll_ = 1;
+  int param0_ = 0, limit_ = 0, neg_limit_ = 0;  // threshold/alpha, limit, -limit
+  std::vector<Xmm> slots_[kRegsPerVector];
   std::unique_ptr<Label> index_labels_[2];
   const Reg64 reg_dst_ = r8, reg_src_ = r9, reg_dst_stride_ = r10, reg_src_stride_ = r11;
   const Reg64 reg_row_ = r12, reg_row_end_ = r13, reg_idx_ = r14;

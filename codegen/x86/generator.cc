@@ -28,6 +28,15 @@ Xbyak::Xmm Generator::vmm(int idx) const {
   return avx512_ ? Xmm(Zmm(idx)) : Xmm(Ymm(idx));
 }
 
+std::vector<int> Generator::free_registers() const {
+  std::vector<int> regs;
+  for (int i = 0; i < 13; ++i) regs.push_back(i);
+  if (avx512_) {
+    for (int i = 16; i < 32; ++i) regs.push_back(i);
+  }
+  return regs;
+}
+
 void Generator::prologue() {
   for (const Reg64& r : kSaved) push(r);
   sub(rsp, kFrameBytes);
@@ -293,15 +302,17 @@ void Generator::select_by_sign(const Xmm& d, const Xmm& sign, const Xmm& if_nega
   }
 }
 
-void Generator::reciprocal(const Xmm& d, const Xmm& x, const Xmm& t) {
-  if (avx512_) {
-    vrcp14ps(d, x);
-  } else {
-    vrcpps(d, x);
+void Generator::reciprocal(const Group& d, const Group& x, const Group& t) {
+  for (size_t u = 0; u < d.size(); ++u) {
+    if (avx512_) {
+      vrcp14ps(d[u], x[u]);
+    } else {
+      vrcpps(d[u], x[u]);
+    }
   }
-  vmovaps(t, x);
-  vfnmadd213ps(t, d, cst(2.0f));  // t = 2 - x d
-  vmulps(d, d, t);
+  for (size_t u = 0; u < d.size(); ++u) vmovaps(t[u], x[u]);
+  for (size_t u = 0; u < d.size(); ++u) vfnmadd213ps(t[u], d[u], cst(2.0f));  // 2 - x d
+  for (size_t u = 0; u < d.size(); ++u) vmulps(d[u], d[u], t[u]);
 }
 
 void Generator::keep_if_greater(const Xmm& d, const Xmm& a, const Xmm& b) {
@@ -316,103 +327,114 @@ void Generator::keep_if_greater(const Xmm& d, const Xmm& a, const Xmm& b) {
   }
 }
 
-void Generator::exp_ps(const Xmm& x, const Xmm& t0, const Xmm& t1) {
+// The math injectors below work on groups of independent vectors and emit each step for
+// every member before the next step: the long dependency chains of exp/erfc then overlap
+// instead of filling the scheduler with waiting uops.
+
+void Generator::exp_ps(const Group& x, const Group& t0, const Group& t1) {
+  const auto each = [&](auto step) {
+    for (size_t u = 0; u < x.size(); ++u) step(x[u], t0[u], t1[u]);
+  };
   // Clamp to [-104, 89]: below, e^x rounds to 0; above, it overflows to inf. x is the second
   // operand of max/min so that a NaN x passes through.
-  vmovups(t0, cst(-104.0f));
-  vmaxps(x, t0, x);
-  vmovups(t0, cst(89.0f));
-  vminps(x, t0, x);
+  each([&](auto& v, auto& a, auto&) { vmovups(a, cst(-104.0f)); });
+  each([&](auto& v, auto& a, auto&) { vmaxps(v, a, v); });
+  each([&](auto& v, auto& a, auto&) { vmovups(a, cst(89.0f)); });
+  each([&](auto& v, auto& a, auto&) { vminps(v, a, v); });
   // n = round(x / ln2); r = x - n ln2 with ln2 split in a high part exact in fp32 and a low
   // correction, so r has no cancellation error.
-  vmulps(t0, x, cst(1.44269504088896341f));
-  uni_round_nearest(t0, t0);
-  vfnmadd231ps(x, t0, cst(0.693359375f));
-  vfnmadd231ps(x, t0, cst(-2.12194440e-4f));
+  each([&](auto& v, auto& a, auto&) { vmulps(a, v, cst(1.44269504088896341f)); });
+  each([&](auto&, auto& a, auto&) { uni_round_nearest(a, a); });
+  each([&](auto& v, auto& a, auto&) { vfnmadd231ps(v, a, cst(0.693359375f)); });
+  each([&](auto& v, auto& a, auto&) { vfnmadd231ps(v, a, cst(-2.12194440e-4f)); });
   // e^r = 1 + r + r^2 P(r), |r| <= ln2/2 (Cephes expf coefficients).
-  vmovups(t1, cst(1.9875691500e-4f));
-  vfmadd213ps(t1, x, cst(1.3981999507e-3f));
-  vfmadd213ps(t1, x, cst(8.3334519073e-3f));
-  vfmadd213ps(t1, x, cst(4.1665795894e-2f));
-  vfmadd213ps(t1, x, cst(1.6666665459e-1f));
-  vfmadd213ps(t1, x, cst(5.0000001201e-1f));
-  vmulps(t1, t1, x);
-  vfmadd213ps(t1, x, x);  // t1 = r^2 P(r) + r
-  vaddps(t1, t1, cst(1.0f));
+  each([&](auto&, auto&, auto& p) { vmovups(p, cst(1.9875691500e-4f)); });
+  for (float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f,
+                  5.0000001201e-1f}) {
+    each([&](auto& v, auto&, auto& p) { vfmadd213ps(p, v, cst(c)); });
+  }
+  each([&](auto& v, auto&, auto& p) { vmulps(p, p, v); });
+  each([&](auto& v, auto&, auto& p) { vfmadd213ps(p, v, v); });  // r^2 P(r) + r
+  each([&](auto&, auto&, auto& p) { vaddps(p, p, cst(1.0f)); });
   if (avx512_) {
     // vscalefps multiplies by 2^n with IEEE overflow to inf and gradual underflow.
-    vscalefps(x, t1, t0);
+    each([&](auto& v, auto& a, auto& p) { vscalefps(v, p, a); });
     return;
   }
   // 2^n with n in [-151, 129] as 2^n1 * 2^n2, n1 = n >> 1, n2 = n - n1, each a normal float.
-  vcvtps2dq(t0, t0);
-  vpsrad(x, t0, 1);
-  vpsubd(t0, t0, x);
-  vpaddd(x, x, cst_bits(127));
-  vpslld(x, x, 23);
-  vpaddd(t0, t0, cst_bits(127));
-  vpslld(t0, t0, 23);
-  vmulps(t1, t1, x);
-  vmulps(x, t1, t0);
+  each([&](auto&, auto& a, auto&) { vcvtps2dq(a, a); });
+  each([&](auto& v, auto& a, auto&) { vpsrad(v, a, 1); });
+  each([&](auto& v, auto& a, auto&) { vpsubd(a, a, v); });
+  each([&](auto& v, auto&, auto&) { vpaddd(v, v, cst_bits(127)); });
+  each([&](auto& v, auto&, auto&) { vpslld(v, v, 23); });
+  each([&](auto&, auto& a, auto&) { vpaddd(a, a, cst_bits(127)); });
+  each([&](auto&, auto& a, auto&) { vpslld(a, a, 23); });
+  each([&](auto& v, auto&, auto& p) { vmulps(p, p, v); });
+  each([&](auto& v, auto& a, auto& p) { vmulps(v, p, a); });
 }
 
-void Generator::sigmoid_ps(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t2,
-                           const Xmm& t3) {
+void Generator::sigmoid_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
+                           const Group& t3) {
+  const size_t n = x.size();
   // t0 = e = exp(-|x|)
-  uni_vpor(t0, x, cst_bits(0x80000000));  // -|x|
+  for (size_t u = 0; u < n; ++u) uni_vpor(t0[u], x[u], cst_bits(0x80000000));  // -|x|
   exp_ps(t0, t1, t2);
-  vaddps(t1, t0, cst(1.0f));  // 1 + e, in [1, 2]
-  reciprocal(t2, t1, t3);     // 1/(1+e): sigmoid for x >= 0
-  vmulps(t3, t0, t2);   // e/(1+e): sigmoid for x < 0
-  select_by_sign(x, x, t3, t2);
+  for (size_t u = 0; u < n; ++u) vaddps(t1[u], t0[u], cst(1.0f));  // 1 + e, in [1, 2]
+  reciprocal(t2, t1, t3);                                           // 1/(1+e): x >= 0
+  for (size_t u = 0; u < n; ++u) vmulps(t3[u], t0[u], t2[u]);      // e/(1+e): x < 0
+  for (size_t u = 0; u < n; ++u) select_by_sign(x[u], x[u], t3[u], t2[u]);
 }
 
-void Generator::silu_ps(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t2,
-                        const Xmm& t3, const Xmm& t4) {
-  vmovaps(t4, x);
+void Generator::silu_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
+                        const Group& t3, const Group& t4) {
+  for (size_t u = 0; u < x.size(); ++u) vmovaps(t4[u], x[u]);
   sigmoid_ps(t4, t0, t1, t2, t3);
-  vmulps(x, x, t4);
+  for (size_t u = 0; u < x.size(); ++u) vmulps(x[u], x[u], t4[u]);
 }
 
-void Generator::gelu_erf_ps(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t2,
-                            const Xmm& t3) {
+void Generator::gelu_erf_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
+                            const Group& t3) {
+  const size_t n = x.size();
   // z = |x| / sqrt(2), capped at 12 where erfc(z) < 1e-63 is 0 in fp32 anyway (the cap keeps
   // the reciprocal below finite; min() with z second lets NaN through).
-  uni_vpand(t0, x, cst_bits(0x7FFFFFFF));
-  vmulps(t0, t0, cst(0.70710678118654752f));
-  vmovups(t1, cst(12.0f));
-  vminps(t0, t1, t0);
+  for (size_t u = 0; u < n; ++u) uni_vpand(t0[u], x[u], cst_bits(0x7FFFFFFF));
+  for (size_t u = 0; u < n; ++u) vmulps(t0[u], t0[u], cst(0.70710678118654752f));
+  for (size_t u = 0; u < n; ++u) vmovups(t1[u], cst(12.0f));
+  for (size_t u = 0; u < n; ++u) vminps(t0[u], t1[u], t0[u]);
   // t = 1 / (1 + z/2), 1 + z/2 in [1, 7]
-  vmovups(t2, cst(0.5f));
-  vfmadd213ps(t2, t0, cst(1.0f));
+  for (size_t u = 0; u < n; ++u) vmovups(t2[u], cst(0.5f));
+  for (size_t u = 0; u < n; ++u) vfmadd213ps(t2[u], t0[u], cst(1.0f));
   reciprocal(t1, t2, t3);
   // P(t), Horner from the highest coefficient.
   static constexpr float kP[] = {0.17087277f,  -0.82215223f, 1.48851587f, -1.13520398f,
                                  0.27886807f,  -0.18628806f, 0.09678418f, 0.37409196f,
                                  1.00002368f,  -1.26551223f};
-  vmovups(t2, cst(kP[0]));
-  for (int i = 1; i < int(std::size(kP)); ++i) vfmadd213ps(t2, t1, cst(kP[i]));
-  vfnmadd231ps(t2, t0, t0);  // P(t) - z^2
+  for (size_t u = 0; u < n; ++u) vmovups(t2[u], cst(kP[0]));
+  for (int i = 1; i < int(std::size(kP)); ++i) {
+    for (size_t u = 0; u < n; ++u) vfmadd213ps(t2[u], t1[u], cst(kP[i]));
+  }
+  for (size_t u = 0; u < n; ++u) vfnmadd231ps(t2[u], t0[u], t0[u]);  // P(t) - z^2
   exp_ps(t2, t0, t3);
-  vmulps(t1, t1, t2);  // erfc(z)
+  for (size_t u = 0; u < n; ++u) vmulps(t1[u], t1[u], t2[u]);  // erfc(z)
   // factor = x < 0 ? erfc : 2 - erfc
-  vmovups(t0, cst(2.0f));
-  vsubps(t0, t0, t1);
-  select_by_sign(t0, x, t1, t0);
-  vmulps(x, x, cst(0.5f));
-  vmulps(x, x, t0);
+  for (size_t u = 0; u < n; ++u) vmovups(t0[u], cst(2.0f));
+  for (size_t u = 0; u < n; ++u) vsubps(t0[u], t0[u], t1[u]);
+  for (size_t u = 0; u < n; ++u) select_by_sign(t0[u], x[u], t1[u], t0[u]);
+  for (size_t u = 0; u < n; ++u) vmulps(x[u], x[u], cst(0.5f));
+  for (size_t u = 0; u < n; ++u) vmulps(x[u], x[u], t0[u]);
 }
 
-void Generator::gelu_tanh_ps(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t2,
-                             const Xmm& t3, const Xmm& t4) {
+void Generator::gelu_tanh_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
+                             const Group& t3, const Group& t4) {
+  const size_t n = x.size();
   // 2u = 2 sqrt(2/pi) x (1 + 0.044715 x^2)
-  vmulps(t4, x, x);
-  vmulps(t4, t4, cst(0.044715f));
-  vaddps(t4, t4, cst(1.0f));
-  vmulps(t4, t4, x);
-  vmulps(t4, t4, cst(2.0f * 0.7978845608028654f));
+  for (size_t u = 0; u < n; ++u) vmulps(t4[u], x[u], x[u]);
+  for (size_t u = 0; u < n; ++u) vmulps(t4[u], t4[u], cst(0.044715f));
+  for (size_t u = 0; u < n; ++u) vaddps(t4[u], t4[u], cst(1.0f));
+  for (size_t u = 0; u < n; ++u) vmulps(t4[u], t4[u], x[u]);
+  for (size_t u = 0; u < n; ++u) vmulps(t4[u], t4[u], cst(2.0f * 0.7978845608028654f));
   sigmoid_ps(t4, t0, t1, t2, t3);
-  vmulps(x, x, t4);
+  for (size_t u = 0; u < n; ++u) vmulps(x[u], x[u], t4[u]);
 }
 
 }  // namespace jit::codegen::x86

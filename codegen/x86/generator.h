@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "codegen/target.h"
@@ -41,6 +42,8 @@ class Generator : public Xbyak::CodeGenerator {
   using Xmm = Xbyak::Xmm;
   using Reg64 = Xbyak::Reg64;
   using RegExp = Xbyak::RegExp;
+  /// Independent vectors processed in lockstep by the math injectors (one per unrolled step).
+  using Group = std::vector<Xmm>;
 
   bool avx512() const { return avx512_; }
   /// AVX512_BF16 (vcvtneps2bf16) is available.
@@ -49,6 +52,9 @@ class Generator : public Xbyak::CodeGenerator {
   int lanes() const { return avx512_ ? 16 : 8; }
   /// Vector register `idx` at the ISA's width.
   Xmm vmm(int idx) const;
+  /// Register indices free for kernels, in allocation order: 0..12, and 16..31 on AVX-512
+  /// (13..15 are the helpers' scratch).
+  std::vector<int> free_registers() const;
 
   /// Saves callee-saved registers and reserves the tail staging buffer; `epilogue` undoes it.
   void prologue();
@@ -82,33 +88,36 @@ class Generator : public Xbyak::CodeGenerator {
   /// d ~= 1 / x: the hardware estimate (2^-14 on AVX-512, 1.5 * 2^-12 on AVX2) refined by one
   /// Newton-Raphson step, d' = d (2 - x d), to about 1 ulp. 10-16x the throughput of vdivps.
   /// x must be finite and non-zero (callers bound it); t is a temporary.
-  void reciprocal(const Xmm& d, const Xmm& x, const Xmm& t);
+  void reciprocal(const Group& d, const Group& x, const Group& t);
   /// d = a > b (ordered) ? a : 0 (lane-wise); b is a register.
   void keep_if_greater(const Xmm& d, const Xmm& a, const Xmm& b);
 
-  // ---- Math injectors (fp32, lane-wise, in place). Temporaries must be distinct from x and
-  // from vmm13..15.
+  // ---- Math injectors (fp32, lane-wise, in place) over groups of independent vectors; each
+  // step is emitted for every member before the next step. Temporaries must be distinct from
+  // x and from vmm13..15; all groups have the same size.
   /// x = e^x. Range-reduced: n = round(x log2 e), r = x - n ln2 (two-part ln2), e^r by the
   /// Cephes degree-7 polynomial (~1 ulp), times 2^n: vscalefps on AVX-512; on AVX2 built as
   /// 2^(n/2) * 2^(n - n/2). Either way results between FLT_MIN and 0 are gradual (denormal)
   /// and x > 88.72 gives +inf. NaN stays NaN.
-  void exp_ps(const Xmm& x, const Xmm& t0, const Xmm& t1);
+  void exp_ps(const Group& x, const Group& t0, const Group& t1);
   /// x = 1 / (1 + e^-x), evaluated as 1/(1+e) for x >= 0 and e/(1+e) for x < 0 with
   /// e = e^-|x|, so neither branch overflows and tiny results keep full relative accuracy.
-  void sigmoid_ps(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t2, const Xmm& t3);
+  void sigmoid_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
+                  const Group& t3);
   /// x = silu(x) = x * sigmoid(x).
-  void silu_ps(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t2, const Xmm& t3,
-               const Xmm& t4);
+  void silu_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
+               const Group& t3, const Group& t4);
   /// x = 0.5 x (1 + erf(x / sqrt 2)), through erfc(z) (z = |x|/sqrt 2) so that the x < 0 side
   /// (where 1 + erf is tiny) keeps its relative accuracy:
   ///   gelu = 0.5 x (2 - erfc(z)) for x >= 0,   0.5 x erfc(z) for x < 0.
   /// erfc(z) = t exp(-z^2 + P(t)), t = 1/(1 + z/2), P of degree 9 (Numerical Recipes erfcc,
   /// fractional error < 1.2e-7 for all z >= 0).
-  void gelu_erf_ps(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t2, const Xmm& t3);
+  void gelu_erf_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
+                   const Group& t3);
   /// x = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3). Since 0.5 (1 + tanh u) =
   /// sigmoid(2u), this is x * sigmoid(2u), which is accurate on both sides.
-  void gelu_tanh_ps(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t2, const Xmm& t3,
-                    const Xmm& t4);
+  void gelu_tanh_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
+                    const Group& t3, const Group& t4);
 
  private:
   void set_tail_mask(int count);

@@ -44,6 +44,11 @@ class NormGenerator : public Generator {
     L(l_row);
     cmp(reg_row_, reg_row_end_);
     jge(l_done, T_NEAR);
+    // Pointers to the next row, which pass 2 prefetches: pass 1 of a row is a burst of memory
+    // reads that the hardware prefetcher only starts once the row begins; fetching it while
+    // this row is normalised overlaps the memory and compute phases.
+    lea(reg_next_src_, ptr[reg_src_ + reg_src_stride_]);
+    if (fused_) lea(reg_next_res_, ptr[reg_res_ + reg_res_stride_]);
     sum_of_squares();
     compute_inv();
     normalize();
@@ -146,6 +151,8 @@ class NormGenerator : public Generator {
     const Reg64& src = fused_ ? reg_res_ : reg_src_;
     for_each_vector([&](int u, auto at, int count) {
       const Xmm x = vmm(kX + u);
+      prefetcht0(ptr[at(reg_next_src_)]);
+      if (fused_) prefetcht0(ptr[at(reg_next_res_)]);
       load_f32(x, p_.dtype, at(src), count);
       vmulps(x, x, inv);
       if (p_.weight) {
@@ -164,6 +171,8 @@ class NormGenerator : public Generator {
   const Reg64 reg_dst_ = r8, reg_src_ = r9, reg_res_ = r10, reg_w_ = r11;
   const Reg64 reg_dst_stride_ = r12, reg_src_stride_ = r13, reg_res_stride_ = r14;
   const Reg64 reg_row_ = r15, reg_row_end_ = rbx, reg_idx_ = rbp;
+  // rsi and rdi are free once the arguments are read.
+  const Reg64 reg_next_src_ = rsi, reg_next_res_ = rdi;
 };
 
 }  // namespace

@@ -310,6 +310,7 @@ void Generator::reciprocal(const Group& d, const Group& x, const Group& t) {
       vrcpps(d[u], x[u]);
     }
   }
+  if (avx512_ && bf16_accuracy_) return;
   for (size_t u = 0; u < d.size(); ++u) vmovaps(t[u], x[u]);
   for (size_t u = 0; u < d.size(); ++u) vfnmadd213ps(t[u], d[u], cst(2.0f));  // 2 - x d
   for (size_t u = 0; u < d.size(); ++u) vmulps(d[u], d[u], t[u]);

@@ -48,6 +48,9 @@ class Generator : public Xbyak::CodeGenerator {
   bool avx512() const { return avx512_; }
   /// AVX512_BF16 (vcvtneps2bf16) is available.
   bool has_bf16_convert() const { return isa_ >= X86Isa::kAvx512Bf16; }
+  /// Results only need bf16 accuracy (set by generators whose output type is bf16).
+  void set_bf16_accuracy(bool on) { bf16_accuracy_ = on; }
+  bool bf16_accuracy() const { return bf16_accuracy_; }
   /// fp32 lanes per vector: 16 (zmm) or 8 (ymm).
   int lanes() const { return avx512_ ? 16 : 8; }
   /// Vector register `idx` at the ISA's width.
@@ -87,6 +90,7 @@ class Generator : public Xbyak::CodeGenerator {
                       const Xmm& otherwise);
   /// d ~= 1 / x: the hardware estimate (2^-14 on AVX-512, 1.5 * 2^-12 on AVX2) refined by one
   /// Newton-Raphson step, d' = d (2 - x d), to about 1 ulp. 10-16x the throughput of vdivps.
+  /// With bf16_accuracy() on AVX-512 the estimate alone is used (2^-14 is 1/64 of a bf16 ulp).
   /// x must be finite and non-zero (callers bound it); t is a temporary.
   void reciprocal(const Group& d, const Group& x, const Group& t);
   /// d = a > b (ordered) ? a : 0 (lane-wise); b is a register.
@@ -131,6 +135,7 @@ class Generator : public Xbyak::CodeGenerator {
 
   X86Isa isa_;
   bool avx512_;
+  bool bf16_accuracy_ = false;
   std::map<uint32_t, std::unique_ptr<Xbyak::Label>> constants_;
 };
 

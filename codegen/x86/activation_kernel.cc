@@ -150,46 +150,16 @@ class ActivationGenerator : public Generator {
       default:
         break;
     }
-    const bool rounds_activation = op_ != OpKind::kFatreluAndMul;
-    if (rounds_activation && p_.dtype == DType::kBF16 && has_bf16_convert() && count == lanes()) {
-      each([&](int u, int64_t e) {
-        round_multiply_store_bf16(x[u], y[u], activated[u], t0[u], t1[u],
-                                  at(reg_dst_, constant_offset, e, 1));
-      });
+    if (op_ == OpKind::kFatreluAndMul) {  // exact selection: nothing to round before the product
+      each([&](int u, int64_t) { vmulps(x[u], x[u], y[u]); });
+      each([&](int u, int64_t e) { store_f32(x[u], p_.dtype, at(reg_dst_, constant_offset, e, 1), count); });
       return;
     }
-    if (rounds_activation) each([&](int u, int64_t) { round_to(activated[u], p_.dtype); });
-    each([&](int u, int64_t) { vmulps(x[u], x[u], y[u]); });
-    each([&](int u, int64_t e) { store_f32(x[u], p_.dtype, at(reg_dst_, constant_offset, e, 1), count); });
-  }
-
-  // out = rnd(rnd(act) * other) for a full bf16 vector with AVX512_BF16: both roundings by
-  // vcvtneps2bf16 and one denormal check for both (the instruction treats denormal inputs as
-  // zero; such vectors take the exact path). x * y where `activated` is x or y.
-  void round_multiply_store_bf16(const Xmm& x, const Xmm& y, const Xmm& activated,
-                                 const Xmm& packed_tmp, const Xmm& product_tmp,
-                                 const RegExp& dst) {
-    constexpr uint8_t kDenormalClass = 0x20;
-    const Ymm packed(packed_tmp.getIdx());
-    const Zmm product(product_tmp.getIdx());
-    const Xmm& other = activated.getIdx() == x.getIdx() ? y : x;
-    Label l_exact, l_done;
-    vcvtneps2bf16(packed, Zmm(activated.getIdx()));
-    vpmovzxwd(product, packed);
-    vpslld(product, product, 16);
-    vmulps(product, product, Zmm(other.getIdx()));
-    vfpclassps(k2, Zmm(activated.getIdx()), kDenormalClass);
-    vfpclassps(k3, product, kDenormalClass);
-    kortestw(k2, k3);
-    jnz(l_exact, T_NEAR);
-    vcvtneps2bf16(packed, product);
-    vmovdqu16(ptr[dst], packed);
-    jmp(l_done, T_NEAR);
-    L(l_exact);
-    round_to(activated, p_.dtype);
-    vmulps(x, x, y);
-    store_f32(x, p_.dtype, dst, lanes());
-    L(l_done);
+    const Group& other = op_ == OpKind::kMulAndSilu ? x : y;
+    each([&](int u, int64_t e) {
+      round_multiply_store(activated[u], other[u], p_.dtype, at(reg_dst_, constant_offset, e, 1),
+                           count, t0[u], t1[u]);
+    });
   }
 
   // Loads `count` (gate, up) pairs starting at output element `extra` (+ the index): gate ->

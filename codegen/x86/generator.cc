@@ -162,9 +162,12 @@ void Generator::bf16_round_bits(const Xmm& x) {
   uni_vpand(x, t, cst_bits(0xFFFF0000));
 }
 
+namespace {
+constexpr uint8_t kDenormalClass = 0x20;  // vfpclassps category bit 5
+}  // namespace
+
 template <class Fast, class Exact>
 void Generator::unless_denormal(const Xmm& x, Fast fast, Exact exact) {
-  constexpr uint8_t kDenormalClass = 0x20;  // vfpclassps category bit 5
   Label l_exact, l_done;
   vfpclassps(k2, x, kDenormalClass);
   kortestw(k2, k2);
@@ -244,6 +247,35 @@ void Generator::store_f32(const Xmm& src, DType dtype, const RegExp& addr, int c
       break;
   }
   if (staged) copy_bytes(addr, RegExp(rsp), count * int(dtype_size(dtype)));
+}
+
+void Generator::round_multiply_store(const Xmm& a, const Xmm& b, DType dtype, const RegExp& dst,
+                                     int count, const Xmm& t0, const Xmm& t1) {
+  if (dtype == DType::kBF16 && has_bf16_convert() && count == lanes()) {
+    const Ymm packed(t0.getIdx());
+    const Zmm product(t1.getIdx());
+    Label l_exact, l_done;
+    vcvtneps2bf16(packed, Zmm(a.getIdx()));
+    vpmovzxwd(product, packed);
+    vpslld(product, product, 16);
+    vmulps(product, product, Zmm(b.getIdx()));
+    vfpclassps(k2, Zmm(a.getIdx()), kDenormalClass);
+    vfpclassps(k3, product, kDenormalClass);
+    kortestw(k2, k3);
+    jnz(l_exact, T_NEAR);
+    vcvtneps2bf16(packed, product);
+    vmovdqu16(ptr[dst], packed);
+    jmp(l_done, T_NEAR);
+    L(l_exact);
+    round_to(a, dtype);
+    vmulps(a, a, b);
+    store_f32(a, dtype, dst, count);
+    L(l_done);
+    return;
+  }
+  round_to(a, dtype);
+  vmulps(a, a, b);
+  store_f32(a, dtype, dst, count);
 }
 
 void Generator::reduce_sum(const Xmm& x) {

@@ -72,6 +72,12 @@ class Generator : public Xbyak::CodeGenerator {
   /// Rounds fp32 lanes in place to the nearest value representable in `dtype` (the rnd_T of
   /// the spec); identity for f32.
   void round_to(const Xmm& x, DType dtype);
+  /// Stores rnd_T(rnd_T(a) * b) (`count` elements at `dst`): the spec's "round the
+  /// intermediate, multiply, round again". a is clobbered. With AVX512_BF16 and bf16, both
+  /// roundings use vcvtneps2bf16 and one denormal check covers both (the instruction treats
+  /// denormal inputs as zero; such vectors take the exact path). t0, t1 are temporaries.
+  void round_multiply_store(const Xmm& a, const Xmm& b, DType dtype, const RegExp& dst,
+                            int count, const Xmm& t0, const Xmm& t1);
   /// Sums the lanes of `x` into lane 0 of x's xmm.
   void reduce_sum(const Xmm& x);
 

@@ -67,7 +67,8 @@ class NormGenerator : public Generator {
   static constexpr int kX = 4;     // 4..7 loaded rows
   static constexpr int kR = 8;     // 8..11 residual / weight
   static constexpr int kInvReg = 2;
-  // AVX-512 only (registers 16..31): the bf16 fast path's temporaries, kUnroll each.
+  // Temporaries of round_multiply_store's AVX512_BF16 path, kUnroll each (registers 16..31
+  // exist only on AVX-512, the only ISA that takes that path).
   static constexpr int kFastPacked = 16, kFastRounded = 20;  // broadcast 1/rms (accumulator 2 is free by then)
   static constexpr int kEps = 12;  // eps lives in xmm12 until inv replaces it
 
@@ -157,47 +158,16 @@ class NormGenerator : public Generator {
       if (fused_) prefetcht0(ptr[at(reg_next_res_)]);
       load_f32(x, p_.dtype, at(src), count);
       vmulps(x, x, inv);
-      const Xmm w = vmm(kR + u);
-      if (p_.weight) load_f32(w, p_.dtype, at(reg_w_), count);
-      if (p_.weight && p_.dtype == DType::kBF16 && has_bf16_convert() && count == lanes()) {
-        scale_bf16_fast(u, x, w, at(reg_dst_));
+      if (!p_.weight) {
+        store_f32(x, p_.dtype, at(reg_dst_), count);
         return;
       }
-      scale_and_store(x, w, at(reg_dst_), count);
+      const Xmm w = vmm(kR + u);
+      load_f32(w, p_.dtype, at(reg_w_), count);
+      // The fast bf16 path's temporaries live in 16..31, which only AVX-512 has (and uses).
+      round_multiply_store(x, w, p_.dtype, at(reg_dst_), count, vmm(kFastPacked + u),
+                           vmm(kFastRounded + u));
     });
-  }
-
-  // y = rnd_T(rnd_T(x) * w), stored; exact for every input (denormals included).
-  void scale_and_store(const Xmm& x, const Xmm& w, const RegExp& dst, int count) {
-    if (p_.weight) {
-      round_to(x, p_.dtype);
-      vmulps(x, x, w);
-    }
-    store_f32(x, p_.dtype, dst, count);
-  }
-
-  // The same for a full bf16 vector with AVX512_BF16: both roundings by vcvtneps2bf16 and one
-  // denormal check for both (the instruction treats denormal inputs as zero; such vectors take
-  // the exact path instead). 12 vector uops instead of 17.
-  void scale_bf16_fast(int u, const Xmm& x, const Xmm& w, const RegExp& dst) {
-    constexpr uint8_t kDenormalClass = 0x20;
-    const Ymm packed(kFastPacked + u);
-    const Zmm rounded(kFastRounded + u);
-    Label l_exact, l_done;
-    vcvtneps2bf16(packed, Zmm(x.getIdx()));
-    vpmovzxwd(rounded, packed);
-    vpslld(rounded, rounded, 16);
-    vmulps(rounded, rounded, Zmm(w.getIdx()));
-    vfpclassps(k2, Zmm(x.getIdx()), kDenormalClass);
-    vfpclassps(k3, rounded, kDenormalClass);
-    kortestw(k2, k3);
-    jnz(l_exact, T_NEAR);
-    vcvtneps2bf16(packed, rounded);
-    vmovdqu16(ptr[dst], packed);
-    jmp(l_done, T_NEAR);
-    L(l_exact);
-    scale_and_store(x, w, dst, lanes());
-    L(l_done);
   }
 
   const ir::NormParams p_;

@@ -257,15 +257,19 @@ double silu(double f) {
   return f / (1.0 + std::exp(-f));
 }
 
+// 0.5 f (1 + erf(f/√2)) written as 0.5 f erfc(-f/√2): the same function, but 1 + erf
+// cancels in double for f below about -8, where erfc keeps full relative accuracy.
 double gelu_erf(double f) {
-  return 0.5 * f * (1.0 + std::erf(f * std::numbers::sqrt2 / 2));
+  return 0.5 * f * std::erfc(-f * std::numbers::sqrt2 / 2);
 }
 
-// β = √(2/π), κ = 0.044715 (PyTorch approximate='tanh').
+// 0.5 f (1 + tanh(u)), u = β (f + κ f³), β = √(2/π), κ = 0.044715 (PyTorch
+// approximate='tanh'), written as f / (1 + e^(-2u)) (0.5 (1 + tanh u) is the logistic of 2u):
+// 1 + tanh(u) cancels in double for f below about -6.
 double gelu_tanh(double f) {
   const double beta = std::sqrt(2.0 / std::numbers::pi);
   const double kappa = 0.044715;
-  return 0.5 * f * (1.0 + std::tanh(beta * (f + kappa * f * f * f)));
+  return f / (1.0 + std::exp(-2.0 * beta * (f + kappa * f * f * f)));
 }
 
 // swigluoai on one (gate, up) pair; NaN in either propagates (KILN; std::fmin would drop it):

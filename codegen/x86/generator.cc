@@ -335,14 +335,15 @@ void Generator::select_by_sign(const Xmm& d, const Xmm& sign, const Xmm& if_nega
 }
 
 void Generator::reciprocal(const Group& d, const Group& x, const Group& t) {
-  for (size_t u = 0; u < d.size(); ++u) {
-    if (avx512_) {
-      vrcp14ps(d[u], x[u]);
-    } else {
-      vrcpps(d[u], x[u]);
-    }
+  if (!avx512_) {
+    // vrcpps (1.5 * 2^-12) plus one Newton step leaves up to 2^-24: 1/1 would come out as
+    // 0.99999994. AVX2 is the fallback path, so it divides (correctly rounded).
+    for (size_t u = 0; u < d.size(); ++u) vmovups(t[u], cst(1.0f));
+    for (size_t u = 0; u < d.size(); ++u) vdivps(d[u], t[u], x[u]);
+    return;
   }
-  if (avx512_ && bf16_accuracy_) return;
+  for (size_t u = 0; u < d.size(); ++u) vrcp14ps(d[u], x[u]);
+  if (bf16_accuracy_) return;
   for (size_t u = 0; u < d.size(); ++u) vmovaps(t[u], x[u]);
   for (size_t u = 0; u < d.size(); ++u) vfnmadd213ps(t[u], d[u], cst(2.0f));  // 2 - x d
   for (size_t u = 0; u < d.size(); ++u) vmulps(d[u], d[u], t[u]);
@@ -418,6 +419,38 @@ void Generator::sigmoid_ps(const Group& x, const Group& t0, const Group& t1, con
   for (size_t u = 0; u < n; ++u) select_by_sign(x[u], x[u], t3[u], t2[u]);
 }
 
+void Generator::tanh_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
+                        const Group& t3) {
+  const size_t n = x.size();
+  // Large branch: t0 = 1 - 2 / (e^{2|x|} + 1), with |x| capped at 10 (tanh(10) rounds to 1 in
+  // fp32) so that the reciprocal's argument stays finite.
+  for (size_t u = 0; u < n; ++u) uni_vpand(t0[u], x[u], cst_bits(0x7FFFFFFF));
+  for (size_t u = 0; u < n; ++u) vmovups(t1[u], cst(10.0f));
+  for (size_t u = 0; u < n; ++u) vminps(t0[u], t1[u], t0[u]);
+  for (size_t u = 0; u < n; ++u) vaddps(t0[u], t0[u], t0[u]);
+  exp_ps(t0, t1, t2);
+  for (size_t u = 0; u < n; ++u) vaddps(t0[u], t0[u], cst(1.0f));
+  reciprocal(t1, t0, t2);
+  for (size_t u = 0; u < n; ++u) vmovups(t0[u], cst(1.0f));
+  for (size_t u = 0; u < n; ++u) vfnmadd231ps(t0[u], t1[u], cst(2.0f));  // 1 - 2/(e+1)
+  // Restore the sign of x.
+  for (size_t u = 0; u < n; ++u) uni_vpand(t1[u], x[u], cst_bits(0x80000000));
+  for (size_t u = 0; u < n; ++u) uni_vpor(t0[u], t0[u], t1[u]);
+  // Small branch: t2 = x + x z P(z), z = x^2.
+  for (size_t u = 0; u < n; ++u) vmulps(t1[u], x[u], x[u]);
+  for (size_t u = 0; u < n; ++u) vmovups(t2[u], cst(-5.70498872745e-3f));
+  for (float c : {2.06390887954e-2f, -5.37397155531e-2f, 1.33314422036e-1f, -3.33332819422e-1f}) {
+    for (size_t u = 0; u < n; ++u) vfmadd213ps(t2[u], t1[u], cst(c));
+  }
+  for (size_t u = 0; u < n; ++u) vmulps(t2[u], t2[u], t1[u]);
+  for (size_t u = 0; u < n; ++u) vfmadd213ps(t2[u], x[u], x[u]);  // x + x z P(z)
+  // Select: |x| < 0.625 -> small branch. Using the sign of (|x| - 0.625) as the selector;
+  // a NaN x reaches both branches as NaN.
+  for (size_t u = 0; u < n; ++u) uni_vpand(t3[u], x[u], cst_bits(0x7FFFFFFF));
+  for (size_t u = 0; u < n; ++u) vsubps(t3[u], t3[u], cst(0.625f));
+  for (size_t u = 0; u < n; ++u) select_by_sign(x[u], t3[u], t2[u], t0[u]);
+}
+
 void Generator::silu_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
                         const Group& t3, const Group& t4) {
   for (size_t u = 0; u < x.size(); ++u) vmovaps(t4[u], x[u]);
@@ -446,7 +479,17 @@ void Generator::gelu_erf_ps(const Group& x, const Group& t0, const Group& t1, co
   for (int i = 1; i < int(std::size(kP)); ++i) {
     for (size_t u = 0; u < n; ++u) vfmadd213ps(t2[u], t1[u], cst(kP[i]));
   }
-  for (size_t u = 0; u < n; ++u) vfnmadd231ps(t2[u], t0[u], t0[u]);  // P(t) - z^2
+  // P(t) - z^2 with z^2 = x^2/2 taken exactly: x^2 = hi + lo (the FMA gives lo), and halving
+  // is exact. Rounding z itself first would cost ~z^2 * 2^-23 relative in exp(-z^2): 200 ulp
+  // at z = 9.
+  // |x| is capped like z (at 17 > 12 sqrt 2) so that x^2 stays finite.
+  for (size_t u = 0; u < n; ++u) uni_vpand(t0[u], x[u], cst_bits(0x7FFFFFFF));
+  for (size_t u = 0; u < n; ++u) vmovups(t3[u], cst(17.0f));
+  for (size_t u = 0; u < n; ++u) vminps(t0[u], t3[u], t0[u]);
+  for (size_t u = 0; u < n; ++u) vmulps(t3[u], t0[u], t0[u]);              // hi
+  for (size_t u = 0; u < n; ++u) vfmadd231ps(t2[u], t3[u], cst(-0.5f));    // P - hi/2
+  for (size_t u = 0; u < n; ++u) vfmsub231ps(t3[u], t0[u], t0[u]);         // x*x - hi = lo
+  for (size_t u = 0; u < n; ++u) vfmadd231ps(t2[u], t3[u], cst(-0.5f));    // - lo/2
   exp_ps(t2, t0, t3);
   for (size_t u = 0; u < n; ++u) vmulps(t1[u], t1[u], t2[u]);  // erfc(z)
   // factor = x < 0 ? erfc : 2 - erfc

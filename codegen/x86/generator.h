@@ -94,9 +94,10 @@ class Generator : public Xbyak::CodeGenerator {
   /// d = sign bit of `sign` set ? if_negative : otherwise (lane-wise). d may alias any input.
   void select_by_sign(const Xmm& d, const Xmm& sign, const Xmm& if_negative,
                       const Xmm& otherwise);
-  /// d ~= 1 / x: the hardware estimate (2^-14 on AVX-512, 1.5 * 2^-12 on AVX2) refined by one
-  /// Newton-Raphson step, d' = d (2 - x d), to about 1 ulp. 10-16x the throughput of vdivps.
-  /// With bf16_accuracy() on AVX-512 the estimate alone is used (2^-14 is 1/64 of a bf16 ulp).
+  /// d ~= 1 / x. AVX-512: vrcp14ps (2^-14) refined by one Newton-Raphson step,
+  /// d' = d (2 - x d), to about 1 ulp, at several times the throughput of vdivps; with
+  /// bf16_accuracy() the estimate alone (2^-14 is 1/64 of a bf16 ulp). AVX2: vdivps, since
+  /// vrcpps + one step is not accurate enough to give 1/1 = 1.
   /// x must be finite and non-zero (callers bound it); t is a temporary.
   void reciprocal(const Group& d, const Group& x, const Group& t);
   /// d = a > b (ordered) ? a : 0 (lane-wise); b is a register.
@@ -110,6 +111,11 @@ class Generator : public Xbyak::CodeGenerator {
   /// 2^(n/2) * 2^(n - n/2). Either way results between FLT_MIN and 0 are gradual (denormal)
   /// and x > 88.72 gives +inf. NaN stays NaN.
   void exp_ps(const Group& x, const Group& t0, const Group& t1);
+  /// x = tanh(x): for |x| < 0.625 the odd polynomial x + x^3 P(x^2) (Cephes tanhf, no
+  /// cancellation near 0); above, sign(x) (1 - 2 / (e^{2|x|} + 1)), which saturates to +-1.
+  /// NaN stays NaN.
+  void tanh_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
+               const Group& t3);
   /// x = 1 / (1 + e^-x), evaluated as 1/(1+e) for x >= 0 and e/(1+e) for x < 0 with
   /// e = e^-|x|, so neither branch overflows and tiny results keep full relative accuracy.
   void sigmoid_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,

@@ -84,7 +84,7 @@ void bm_rms_norm(benchmark::State& state) {
                          Tensor(x.data(), DType::kBF16, {tokens, hidden}),
                          Tensor(w.data(), DType::kBF16, {hidden})},
                         {1e-6});
-  run_and_report(state, spec, tokens, threads, [&] { kernel.run_unchecked(args); });
+  run_and_report(state, spec, tokens, threads, [&] { (void)kernel.run_unchecked(args); });
 }
 
 void bm_silu_and_mul(benchmark::State& state) {
@@ -98,7 +98,7 @@ void bm_silu_and_mul(benchmark::State& state) {
   const Kernel kernel = compile_or_die(spec, threads);
   const KernelArgs args({Tensor(y.data(), DType::kBF16, {tokens, d}),
                          Tensor(x.data(), DType::kBF16, {tokens, 2 * d})});
-  run_and_report(state, spec, tokens, threads, [&] { kernel.run_unchecked(args); });
+  run_and_report(state, spec, tokens, threads, [&] { (void)kernel.run_unchecked(args); });
 }
 
 }  // namespace

@@ -47,8 +47,10 @@ struct Artifact {
 class Executable {
  public:
   virtual ~Executable() = default;
-  /// Runs the kernel on `args` (already checked against the spec by the caller).
-  virtual void run(const KernelArgs& args) const = 0;
+  /// Runs the kernel on `args` (already checked against the spec by the caller). Returns an
+  /// error only for data-dependent problems found before anything is written (e.g. a slot
+  /// outside the cache in checked mode).
+  virtual Status run(const KernelArgs& args) const = 0;
   /// Entry address of the machine code, when there is machine code (for disassembly and perf
   /// maps); nullptr otherwise.
   virtual const void* code_address() const { return nullptr; }

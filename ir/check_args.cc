@@ -83,9 +83,11 @@ Status check_args(const OpSpec& spec, const KernelArgs& args) {
   if (family == "norm" || family == "rope" || family == "activation") {
     return ir::check_norm_act_args(spec, args);
   }
-  return {StatusCode::kUnsupported,
-          fmt::format("{}: run-time argument checks for the {} family are not implemented yet",
-                      op_name(spec.op), family)};
+  if (family == "cache") return ir::check_cache_args(spec, args);
+  if (family == "attention" || family == "sparse_index" || family == "topk") {
+    return ir::check_attention_args(spec, args);
+  }
+  return ir::check_cpu_args(spec, args);
 }
 
 }  // namespace jit

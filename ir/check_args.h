@@ -34,7 +34,11 @@ Status expect_rows_collapsible(std::string_view op, std::string_view arg, const 
 /// The stride between consecutive rows of a collapsible tensor (its last dim is the row).
 int64_t row_stride(const Tensor& t);
 
+/// The per-family checks behind jit::check_args (one file each: ir/check_args_<family>.cc).
 Status check_norm_act_args(const OpSpec& spec, const KernelArgs& args);
+Status check_cache_args(const OpSpec& spec, const KernelArgs& args);
+Status check_attention_args(const OpSpec& spec, const KernelArgs& args);
+Status check_cpu_args(const OpSpec& spec, const KernelArgs& args);
 
 }  // namespace ir
 }  // namespace jit

@@ -29,8 +29,7 @@ Kernel::Kernel(OpSpec spec, std::shared_ptr<const Executable> executable, Kernel
 Status Kernel::run(const KernelArgs& args) const {
   if (!executable_) return {StatusCode::kInvalidArgument, "kernel is empty (not compiled)"};
   KILN_RETURN_IF_ERROR(check_args(spec_, args));
-  executable_->run(args);
-  return Status::ok();
+  return executable_->run(args);
 }
 
 Result<std::string> Kernel::disassembly() const {

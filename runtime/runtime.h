@@ -57,7 +57,7 @@ class Kernel {
   /// the check fails.
   Status run(const KernelArgs& args) const;
   /// Runs without the argument check (for callers that already checked).
-  void run_unchecked(const KernelArgs& args) const { executable_->run(args); }
+  Status run_unchecked(const KernelArgs& args) const { return executable_->run(args); }
 
   const OpSpec& spec() const { return spec_; }
   const KernelInfo& info() const { return *info_; }

@@ -2,12 +2,10 @@
 // the jit::Backend wrapper the runtime and the tests use.
 #include <fmt/format.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <utility>
 
 #include "codegen/ref/ref.h"
-#include "codegen/ref/ref_norm_act.h"
+#include "codegen/ref/ref_families.h"
 #include "ir/check_args.h"
 
 namespace jit::codegen::ref {
@@ -33,20 +31,13 @@ Status expect_host_tensors(const OpSpec& spec, const KernelArgs& args) {
   return Status::ok();
 }
 
-// The ref executable: no code, it calls ref::run. The runtime checks the arguments before
-// Executable::run, so a failure here is a caller bug (or a data-dependent error such as a
-// rotary position outside the cache); it aborts with the message rather than return garbage.
+// The ref executable: no code, it calls ref::run (which checks the arguments again and
+// reports data-dependent errors, such as a rotary position outside the cache).
 class RefExecutable final : public Executable {
  public:
   explicit RefExecutable(OpSpec spec) : spec_(std::move(spec)) {}
 
-  void run(const KernelArgs& args) const override {
-    const Status status = ref::run(spec_, args);
-    if (!status.is_ok()) {
-      std::fprintf(stderr, "kiln: ref backend: %s\n", status.to_string().c_str());
-      std::abort();
-    }
-  }
+  Status run(const KernelArgs& args) const override { return ref::run(spec_, args); }
 
  private:
   OpSpec spec_;
@@ -90,7 +81,13 @@ class RefBackend final : public Backend {
 
 bool implements(OpKind op) {
   const std::string_view family = op_family(op);
-  return family == "norm" || family == "rope" || family == "activation";
+  if (family == "norm" || family == "rope" || family == "activation") return true;
+  if (family == "cache") return implements_cache(op);
+  if (family == "attention" || family == "sparse_index" || family == "topk") {
+    return implements_attention(op);
+  }
+  if (family == "cpu_attention" || family == "gemm") return implements_cpu(op);
+  return false;
 }
 
 Status run(const OpSpec& spec, const KernelArgs& args) {
@@ -100,6 +97,12 @@ Status run(const OpSpec& spec, const KernelArgs& args) {
   // hidden 0), since it would index with it.
   KILN_RETURN_IF_ERROR(validate(spec));
   KILN_RETURN_IF_ERROR(expect_host_tensors(spec, args));
+  const std::string_view family = op_family(spec.op);
+  if (family == "cache") return run_cache(spec, args);
+  if (family == "attention" || family == "sparse_index" || family == "topk") {
+    return run_attention(spec, args);
+  }
+  if (family == "cpu_attention" || family == "gemm") return run_cpu(spec, args);
   return run_norm_act(spec, args);
 }
 

@@ -17,7 +17,7 @@
 //                   fatrelu rounds once; swigluoai is evaluated in double and rounded once.
 // This file is compiled with -ffp-contract=off (see CMakeLists.txt): a fused multiply-add
 // would skip the rounding of a product that the sequences above require.
-#include "codegen/ref/ref_norm_act.h"
+#include "codegen/ref/ref_families.h"
 
 #include <fmt/format.h>
 

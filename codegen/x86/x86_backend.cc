@@ -51,13 +51,14 @@ class X86Executable final : public Executable {
   X86Executable(OpSpec spec, Config config, const void* code, size_t size)
       : spec_(std::move(spec)), config_(std::move(config)), code_(code), size_(size) {}
 
-  void run(const KernelArgs& args) const override {
+  Status run(const KernelArgs& args) const override {
     const auto fn = reinterpret_cast<KernelFn>(const_cast<void*>(code_));
     if (is_norm(spec_.op)) {
       run_norm(fn, args);
     } else {
       run_activation(fn, args);
     }
+    return Status::ok();
   }
   const void* code_address() const override { return code_; }
   size_t code_size() const override { return size_; }

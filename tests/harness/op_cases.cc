@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "codegen/ref/ref.h"
+#include "tests/harness/op_case_families.h"
 
 namespace jit::test {
 namespace {
@@ -135,6 +136,12 @@ std::string_view input_kind_name(InputKind kind) {
 }
 
 std::vector<InputKind> input_kinds_for(OpKind op) {
+  const std::string_view family = op_family(op);
+  if (family == "cache") return cache_input_kinds(op);
+  if (family == "attention" || family == "sparse_index" || family == "topk") {
+    return attention_input_kinds(op);
+  }
+  if (family == "cpu_attention" || family == "gemm") return cpu_input_kinds(op);
   if (op == OpKind::kRmsNorm || op == OpKind::kFusedAddRmsNorm) {
     return {InputKind::kNormal, InputKind::kSmallInt, InputKind::kEqual};
   }
@@ -153,10 +160,11 @@ Result<OpCase> make_case(const OpSpec& spec, int64_t tokens, InputKind kind, uin
   if (family == "norm") return norm_case(spec, tokens, kind, seed);
   if (family == "activation") return activation_case(spec, tokens, kind, seed);
   if (family == "rope") return rope_case(spec, tokens, kind, seed);
-  return Status(StatusCode::kUnsupported,
-                fmt::format("no op case for {} yet (families with cases: norm, rope, "
-                            "activation)",
-                            op_name(spec.op)));
+  if (family == "cache") return make_cache_case(spec, tokens, kind, seed);
+  if (family == "attention" || family == "sparse_index" || family == "topk") {
+    return make_attention_case(spec, tokens, kind, seed);
+  }
+  return make_cpu_case(spec, tokens, kind, seed);
 }
 
 std::vector<int64_t> token_sweep() { return {1, 3, 64}; }
@@ -171,8 +179,10 @@ CaseReport check_against_ref(const Kernel& kernel, const OpCase& c) {
   if (Status s = codegen::ref::run(kernel.spec(), expected.args()); !s.is_ok()) {
     return {false, "ref: " + s.to_string()};
   }
-  const Tolerance tol = tolerance_with_propagation(kernel.spec(), expected);
-  for (int i : c.outputs) {
+  const Tolerance default_tol = tolerance_with_propagation(kernel.spec(), expected);
+  for (size_t k = 0; k < c.outputs.size(); ++k) {
+    const int i = c.outputs[k];
+    const Tolerance tol = k < c.tolerances.size() ? c.tolerances[k] : default_tol;
     const CompareResult r = compare(actual.tensors[size_t(i)], expected.tensors[size_t(i)], tol);
     if (!r.ok()) report.ok = false;
     report.message += fmt::format("{}{}: {}", report.message.empty() ? "" : "\n",

@@ -36,12 +36,16 @@ struct OpCase {
   std::vector<double> scalars;
   std::vector<int> outputs;   ///< indices into `tensors`
   std::vector<std::string> names;  ///< argument names, for messages
+  /// Per output (parallel to `outputs`): how close the backend must be to ref. Empty: every
+  /// output uses tolerance_for(op, output dtype).
+  std::vector<Tolerance> tolerances;
 
   /// Views of the owned buffers (valid while this OpCase lives).
   KernelArgs args() const;
 };
 
-/// Builds a call of `spec` over `tokens` rows with `kind` inputs from `seed`; fails for ops
+/// Builds a call of `spec` over `tokens` rows (the op's main run-time size: tokens, sequences,
+/// rows or block pairs, as its family defines) with `kind` inputs from `seed`; fails for ops
 /// that have no case yet (the message says which).
 Result<OpCase> make_case(const OpSpec& spec, int64_t tokens, InputKind kind, uint64_t seed);
 

@@ -824,12 +824,12 @@ TEST(RefBackend, BackendInterface) {
   // The executable computes what ref::run computes.
   HostTensor in = filled(DType::kBF16, {3, 24});
   HostTensor out = HostTensor::zeros(DType::kBF16, {3, 12}), expected = out;
-  (*exe)->run({out.tensor(), in.tensor()});
+  ASSERT_TRUE((*exe)->run({out.tensor(), in.tensor()}).is_ok());
   run_ok(spec, {expected.tensor(), in.tensor()});
   EXPECT_TRUE(matches(out, expected, Tolerance::exact()));
 }
 
-TEST(RefBackendDeathTest, ExecutableAbortsOnBadArguments) {
+TEST(RefBackend, ExecutableReportsBadArguments) {
   const std::unique_ptr<Backend> backend = ref::make_backend();
   const Target target{BackendKind::kRef, X86Isa::kNone, "ref"};
   const OpSpec spec = act_spec(OpKind::kSiluAndMul, DType::kF32, 4);
@@ -837,7 +837,9 @@ TEST(RefBackendDeathTest, ExecutableAbortsOnBadArguments) {
   ASSERT_TRUE(exe.is_ok());
   HostTensor out = HostTensor::zeros(DType::kF32, {2, 4}),
              in = HostTensor::zeros(DType::kF32, {2, 9});
-  EXPECT_DEATH((*exe)->run({out.tensor(), in.tensor()}), "ref backend.*input");
+  const Status status = (*exe)->run({out.tensor(), in.tensor()});
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("input"), std::string::npos) << status.message();
 }
 
 }  // namespace

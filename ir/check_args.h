@@ -34,6 +34,20 @@ Status expect_rows_collapsible(std::string_view op, std::string_view arg, const 
 /// The stride between consecutive rows of a collapsible tensor (its last dim is the row).
 int64_t row_stride(const Tensor& t);
 
+/// Strides (in elements) of a rotary_embedding query/key operand whose leading dims match a
+/// positions tensor of rank `lead`: the token stride is the stride of the last positions dim
+/// (batch and sequence merge); the head stride is stride(-2) with an explicit head dim, else
+/// head_size (KILN: taken from this tensor, vLLM reuses query's for key).
+struct RopeStrides {
+  int64_t token = 0;
+  int64_t head = 0;
+};
+RopeStrides rope_strides(const Tensor& operand, int lead, int64_t head_size);
+
+/// The data-dependent check of rotary_embedding: every position inside [0, max_position).
+/// Reads `positions` (int64, on the host).
+Status check_rope_positions(const Tensor& positions, int64_t max_position);
+
 /// The per-family checks behind jit::check_args (one file each: ir/check_args_<family>.cc).
 Status check_norm_act_args(const OpSpec& spec, const KernelArgs& args);
 Status check_cache_args(const OpSpec& spec, const KernelArgs& args);

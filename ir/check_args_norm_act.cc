@@ -148,6 +148,23 @@ Status check_activation(const OpSpec& spec, const KernelArgs& args) {
 
 }  // namespace
 
+RopeStrides rope_strides(const Tensor& operand, int lead, int64_t head_size) {
+  return {operand.stride(lead - 1), operand.dim() == lead + 2 ? operand.stride(-2) : head_size};
+}
+
+Status check_rope_positions(const Tensor& positions, int64_t max_position) {
+  const auto* pos = positions.data_as<const int64_t>();
+  for (int64_t t = 0; t < positions.numel(); ++t) {
+    if (pos[t] < 0 || pos[t] >= max_position) {
+      return invalid_argument(
+          fmt::format("rotary_embedding: argument 'positions' has positions[{}] = {}, outside the "
+                      "cos_sin_cache rows [0, {})",
+                      t, pos[t], max_position));
+    }
+  }
+  return Status::ok();
+}
+
 Status check_norm_act_args(const OpSpec& spec, const KernelArgs& args) {
   switch (spec.op) {
     case OpKind::kRmsNorm:

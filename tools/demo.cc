@@ -6,8 +6,7 @@
 
 #include <cmath>
 
-#include "codegen/ref/ref.h"
-#include "tests/harness/harness.h"
+#include "tests/harness/op_cases.h"
 #include "tools/commands.h"
 
 namespace jit::tools {
@@ -21,48 +20,48 @@ struct Step {
   std::vector<HostTensor*> tensors;  // KernelArgs order; nullptr = absent
   std::vector<double> scalars;
   std::vector<int> outputs;
+  std::vector<std::string> names;  // argument names, as in vLLM's signature
 };
 
-KernelArgs args_of(const std::vector<HostTensor*>& tensors, const std::vector<double>& s) {
-  KernelArgs a;
-  for (HostTensor* t : tensors) a.add(t ? t->tensor() : Tensor{});
-  for (double v : s) a.add_scalar(v);
-  return a;
+// The step as an op case (copies of its tensors), for the harness's check against ref.
+test::OpCase case_of(const Step& step) {
+  test::OpCase c;
+  for (size_t i = 0; i < step.tensors.size(); ++i) {
+    c.tensors.push_back(step.tensors[i] ? *step.tensors[i] : HostTensor());
+    c.present.push_back(step.tensors[i] != nullptr);
+    c.names.push_back(step.names[i]);
+  }
+  c.scalars = step.scalars;
+  c.outputs = step.outputs;
+  return c;
 }
 
-// Runs the step with kiln and on copies with ref; prints compile info and the check.
+// Compiles the step, checks it against ref on copies of its inputs (the same check as
+// `kiln check`), then runs it on the live tensors so the next step sees its outputs.
 bool run_step(const Step& step) {
   auto kernel = compile(step.spec);
   if (!kernel.is_ok()) {
     fmt::print("{:<18} compile failed: {}\n", step.name, kernel.status().to_string());
     return false;
   }
-  std::vector<HostTensor> copies;
-  copies.reserve(step.tensors.size());
-  std::vector<HostTensor*> ref_tensors;
-  for (HostTensor* t : step.tensors) {
-    copies.push_back(t ? *t : HostTensor());
-    ref_tensors.push_back(t ? &copies.back() : nullptr);
-  }
-  if (Status s = kernel->run(args_of(step.tensors, step.scalars)); !s.is_ok()) {
-    fmt::print("{:<18} run failed: {}\n", step.name, s.to_string());
-    return false;
-  }
-  if (Status s = codegen::ref::run(step.spec, args_of(ref_tensors, step.scalars)); !s.is_ok()) {
-    fmt::print("{:<18} ref failed: {}\n", step.name, s.to_string());
-    return false;
-  }
   const KernelInfo& info = kernel->info();
   fmt::print("{:<18} {:<52} {:<16} {:<16} {:>8.1f} us\n", step.name, info.spec_text,
              info.target.name(), kernel_source_name(info.source), info.total_us);
-  bool ok = true;
-  for (int i : step.outputs) {
-    const auto r = test::compare(*step.tensors[size_t(i)], copies[size_t(i)],
-                                 test::tolerance_for(step.spec.op, step.tensors[size_t(i)]->dtype()));
-    fmt::print("{:<18}   check {}: {}\n", "", i, r.message);
-    ok = ok && r.ok();
+  const test::OpCase c = case_of(step);
+  const test::CaseReport report = test::check_against_ref(kernel.value(), c);
+  std::string indented = report.message;
+  for (size_t at = indented.find('\n'); at != std::string::npos; at = indented.find('\n', at + 1)) {
+    indented.insert(at + 1, std::string(21, ' '));
   }
-  return ok;
+  fmt::print("{:<18}   {}\n", "", indented);
+  KernelArgs live;
+  for (HostTensor* t : step.tensors) live.add(t ? t->tensor() : Tensor{});
+  for (double v : step.scalars) live.add_scalar(v);
+  if (Status s = kernel->run(live); !s.is_ok()) {
+    fmt::print("{:<18} run failed: {}\n", step.name, s.to_string());
+    return false;
+  }
+  return report.ok;
 }
 
 }  // namespace
@@ -99,7 +98,7 @@ int cmd_demo() {
              "compile");
 
   bool ok = run_step({"rms_norm", OpSpec::make(OpKind::kRmsNorm, ir::NormParams{dt, kHidden, true}),
-                      {&h, &x, &w}, {1e-6}, {0}});
+                      {&h, &x, &w}, {1e-6}, {0}, {"out", "input", "weight"}});
   // The toy q and k are views of the normalised hidden state.
   HostTensor q = h;
   HostTensor k = HostTensor::zeros(dt, {kTokens, kHeadsKv * kHeadSize});
@@ -108,10 +107,11 @@ int cmd_demo() {
   }
   ir::RopeParams rope{dt, dt, kHeadSize, kHeadSize, ir::RopeStyle::kNeox, kHeadsQ, kHeadsKv, true};
   ok = run_step({"rotary_embedding", OpSpec::make(OpKind::kRotaryEmbedding, rope),
-                 {&positions, &q, &k, &cache}, {}, {1, 2}}) && ok;
+                 {&positions, &q, &k, &cache}, {}, {1, 2},
+                 {"positions", "query", "key", "cos_sin_cache"}}) && ok;
   ok = run_step({"silu_and_mul",
                  OpSpec::make(OpKind::kSiluAndMul, ir::ActivationParams{dt, kIntermediate}),
-                 {&act, &gate_up}, {}, {0}}) && ok;
+                 {&act, &gate_up}, {}, {0}, {"out", "input"}}) && ok;
   fmt::print("\n{}\n", ok ? "demo: every kernel matches ref" : "demo: MISMATCH (see above)");
   return ok ? 0 : 1;
 }

@@ -181,9 +181,9 @@ struct RopeOperand {
 RopeOperand rope_operand(const Tensor& t, int lead, int64_t heads, int64_t head_size) {
   RopeOperand operand;
   operand.data = bytes(t);
-  operand.token_stride = t.stride(lead - 1);
-  // KILN: the head stride comes from this tensor (vLLM reuses query's for key).
-  operand.head_stride = t.dim() == lead + 2 ? t.stride(-2) : head_size;
+  const ir::RopeStrides strides = ir::rope_strides(t, lead, head_size);
+  operand.token_stride = strides.token;
+  operand.head_stride = strides.head;
   operand.heads = heads;
   return operand;
 }
@@ -220,17 +220,9 @@ Status rotary_embedding(const ir::RopeParams& p, const KernelArgs& args) {
   const int lead = positions.dim();
   const int64_t tokens = positions.numel();
   const auto* pos = positions.data_as<const int64_t>();
-  const int64_t max_position = cache.size(0);
   // vLLM does not bound-check positions (the caller guarantees them); the oracle does, before
   // any write, rather than read outside the cache.
-  for (int64_t t = 0; t < tokens; ++t) {
-    if (pos[t] < 0 || pos[t] >= max_position) {
-      return invalid_argument(
-          fmt::format("rotary_embedding: argument 'positions' has positions[{}] = {}, outside the "
-                      "cos_sin_cache rows [0, {})",
-                      t, pos[t], max_position));
-    }
-  }
+  KILN_RETURN_IF_ERROR(ir::check_rope_positions(positions, cache.size(0)));
   const RopeOperand query = rope_operand(args.tensor(1), lead, p.head_count_q, p.head_size);
   const RopeOperand key =
       p.key ? rope_operand(args.tensor(2), lead, p.head_count_kv, p.head_size) : RopeOperand{};

@@ -122,7 +122,10 @@ class ActivationGenerator : public Generator {
       for (int u = 0; u < n; ++u) f(u, int64_t(u) * lanes());
     };
     if (op_ == OpKind::kSwigluoaiAndMul) {
-      each([&](int u, int64_t e) { load_interleaved(x[u], y[u], t0[u], t1[u], count, constant_offset, e); });
+      each([&](int u, int64_t e) {
+        load_pairs(x[u], y[u], t0[u], t1[u], p_.dtype, at(reg_src_, constant_offset, 2 * e, 2),
+                   count);
+      });
       swiglu(x, y, t0, t1, t2, t3, t4);
       each([&](int u, int64_t e) { store_f32(x[u], p_.dtype, at(reg_dst_, constant_offset, e, 1), count); });
       return;
@@ -162,53 +165,6 @@ class ActivationGenerator : public Generator {
     });
   }
 
-  // Loads `count` (gate, up) pairs starting at output element `extra` (+ the index): gate ->
-  // gate, up -> up; a, b are temporaries.
-  void load_interleaved(const Xmm& gate, const Xmm& up, const Xmm& a, const Xmm& b, int count,
-                        int64_t constant_offset, int64_t extra) {
-    const int first = std::min(count * 2, lanes());
-    const int second = count * 2 - first;
-    load_f32(a, p_.dtype, at(reg_src_, constant_offset, 2 * extra, 2), first);
-    if (second > 0) {
-      load_f32(b, p_.dtype, at(reg_src_, constant_offset, 2 * extra + lanes(), 2), second);
-    } else {
-      vxorps(b, b, b);
-    }
-    // a = [g0 u0 g1 u1 ...], b = the next pairs; split into evens and odds.
-    if (avx512()) {
-      vmovups(gate, cst_index(0));
-      vpermi2ps(gate, a, b);  // evens of (a, b)
-      vmovups(up, cst_index(1));
-      vpermi2ps(up, a, b);  // odds
-    } else {
-      // Within 128-bit lanes: shufps picks [a0 a2 b0 b2] (evens) / [a1 a3 b1 b3] (odds); the
-      // 64-bit permute 0,2,1,3 then restores the element order across lanes.
-      vshufps(gate, a, b, 0x88);
-      vpermpd(Ymm(gate.getIdx()), Ymm(gate.getIdx()), 0xD8);
-      vshufps(up, a, b, 0xDD);
-      vpermpd(Ymm(up.getIdx()), Ymm(up.getIdx()), 0xD8);
-    }
-  }
-
-  // Index vector for vpermi2ps: evens (parity 0) or odds (parity 1) of 32 elements.
-  Address cst_index(int parity) {
-    // The pool holds broadcast constants only, so build the index table in code instead.
-    if (!index_labels_[parity]) index_labels_[parity] = std::make_unique<Label>();
-    return ptr[rip + *index_labels_[parity]];
-  }
-
- public:
-  Result<std::vector<uint8_t>> finish_with_tables() {
-    for (int parity = 0; parity < 2; ++parity) {
-      if (!index_labels_[parity]) continue;
-      align(64);
-      L(*index_labels_[parity]);
-      for (int i = 0; i < 16; ++i) dd(uint32_t(2 * i + parity));
-    }
-    return finish();
-  }
-
- private:
   void swiglu(const Group& gate, const Group& up, const Group& t0, const Group& t1,
               const Group& t2, const Group& t3, const Group& s) {
     const size_t n = gate.size();
@@ -232,7 +188,6 @@ class ActivationGenerator : public Generator {
   int unroll_ = 1;
   int param0_ = 0, limit_ = 0, neg_limit_ = 0;  // threshold/alpha, limit, -limit
   std::vector<Xmm> slots_[kRegsPerVector];
-  std::unique_ptr<Label> index_labels_[2];
   const Reg64 reg_dst_ = r8, reg_src_ = r9, reg_dst_stride_ = r10, reg_src_stride_ = r11;
   const Reg64 reg_row_ = r12, reg_row_end_ = r13, reg_idx_ = r14;
 };
@@ -242,7 +197,7 @@ class ActivationGenerator : public Generator {
 Result<std::vector<uint8_t>> generate_activation(const OpSpec& spec, X86Isa isa) {
   ActivationGenerator gen(isa, spec.op, spec.get<ir::ActivationParams>());
   gen.generate();
-  return gen.finish_with_tables();
+  return gen.finish();
 }
 
 }  // namespace jit::codegen::x86

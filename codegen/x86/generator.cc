@@ -57,6 +57,10 @@ Result<std::vector<uint8_t>> Generator::finish() {
     L(*label);
     for (int i = 0; i < 16; ++i) dd(bits);
   }
+  for (auto& [values, label] : tables_) {
+    L(*label);
+    for (uint32_t v : values) dd(v);
+  }
   if (int err = Xbyak::GetError()) {
     Xbyak::ClearError();
     return Status(StatusCode::kCompileError,
@@ -77,6 +81,76 @@ Xbyak::Address Generator::cst_bits(uint32_t bits) {
   auto& label = constants_[bits];
   if (!label) label = std::make_unique<Label>();
   return ptr[rip + *label];
+}
+
+Xbyak::Address Generator::cst_table(const std::array<uint32_t, 16>& values) {
+  auto& label = tables_[values];
+  if (!label) label = std::make_unique<Label>();
+  return ptr[rip + *label];
+}
+
+namespace {
+// vpermi2ps index tables; indices 0..15 select from the first source, 16..31 the second.
+// Evens (parity 0) or odds (parity 1) of the 32-element pair stream (a, b):
+std::array<uint32_t, 16> deinterleave_table(uint32_t parity) {
+  std::array<uint32_t, 16> t{};
+  for (uint32_t i = 0; i < 16; ++i) t[i] = 2 * i + parity;
+  return t;
+}
+// Pairs 8*half .. 8*half+7 of (even, odd) interleaved: e_k, o_k, e_k+1, o_k+1, ...
+std::array<uint32_t, 16> interleave_table(uint32_t half) {
+  std::array<uint32_t, 16> t{};
+  for (uint32_t i = 0; i < 16; ++i) t[i] = (i % 2 ? 16 : 0) + 8 * half + i / 2;
+  return t;
+}
+}  // namespace
+
+void Generator::load_pairs(const Xmm& even, const Xmm& odd, const Xmm& a, const Xmm& b,
+                           DType dtype, const RegExp& addr, int count) {
+  const int first = std::min(count * 2, lanes());
+  const int second = count * 2 - first;
+  load_f32(a, dtype, addr, first);
+  if (second > 0) {
+    load_f32(b, dtype, addr + lanes() * int(dtype_size(dtype)), second);
+  } else {
+    vxorps(b, b, b);
+  }
+  // a = [e0 o0 e1 o1 ...], b = the next pairs.
+  if (avx512_) {
+    vmovups(even, cst_table(deinterleave_table(0)));
+    vpermi2ps(even, a, b);
+    vmovups(odd, cst_table(deinterleave_table(1)));
+    vpermi2ps(odd, a, b);
+  } else {
+    // Within 128-bit lanes shufps picks [a0 a2 b0 b2] / [a1 a3 b1 b3]; the 64-bit permute
+    // 0,2,1,3 then restores the order across lanes.
+    vshufps(even, a, b, 0x88);
+    vpermpd(Ymm(even.getIdx()), Ymm(even.getIdx()), 0xD8);
+    vshufps(odd, a, b, 0xDD);
+    vpermpd(Ymm(odd.getIdx()), Ymm(odd.getIdx()), 0xD8);
+  }
+}
+
+void Generator::store_pairs(const Xmm& even, const Xmm& odd, const Xmm& a, const Xmm& b,
+                            DType dtype, const RegExp& addr, int count) {
+  if (avx512_) {
+    // a = [e0 o0 ... e7 o7], b = [e8 o8 ... e15 o15]
+    vmovups(a, cst_table(interleave_table(0)));
+    vpermi2ps(a, even, odd);
+    vmovups(b, cst_table(interleave_table(1)));
+    vpermi2ps(b, even, odd);
+  } else {
+    // unpck*ps interleave within 128-bit lanes; vperm2f128 puts the lanes in order.
+    vunpcklps(a, even, odd);  // [e0 o0 e1 o1 | e4 o4 e5 o5]
+    vunpckhps(b, even, odd);  // [e2 o2 e3 o3 | e6 o6 e7 o7]
+    vperm2f128(Ymm(15), Ymm(a.getIdx()), Ymm(b.getIdx()), 0x20);
+    vperm2f128(Ymm(b.getIdx()), Ymm(a.getIdx()), Ymm(b.getIdx()), 0x31);
+    vmovaps(Ymm(a.getIdx()), Ymm(15));
+  }
+  const int first = std::min(count * 2, lanes());
+  const int second = count * 2 - first;
+  store_f32(a, dtype, addr, first);
+  if (second > 0) store_f32(b, dtype, addr + lanes() * int(dtype_size(dtype)), second);
 }
 
 void Generator::set_tail_mask(int count) {

@@ -14,6 +14,7 @@
 #include <xbyak/xbyak.h>
 
 #include <cstdint>
+#include <array>
 #include <map>
 #include <memory>
 #include <span>
@@ -84,6 +85,18 @@ class Generator : public Xbyak::CodeGenerator {
   /// A full vector of the fp32 value `value` (or the int32 bits), from the constant pool.
   Xbyak::Address cst(float value);
   Xbyak::Address cst_bits(uint32_t bits);
+  /// A 64-byte table of 16 dwords (e.g. a permutation index), from the constant pool.
+  Xbyak::Address cst_table(const std::array<uint32_t, 16>& values);
+
+  /// Loads `count` (1..lanes) interleaved pairs (e0, o0, e1, o1, ...) of `dtype` at `addr`:
+  /// evens -> `even`, odds -> `odd`, as fp32 lanes; a, b are temporaries. Never reads past
+  /// the 2*count elements.
+  void load_pairs(const Xmm& even, const Xmm& odd, const Xmm& a, const Xmm& b, DType dtype,
+                  const RegExp& addr, int count);
+  /// The inverse: interleaves `even` and `odd` and stores 2*count elements of `dtype` at
+  /// `addr` (rounded); a, b are temporaries; even/odd are preserved.
+  void store_pairs(const Xmm& even, const Xmm& odd, const Xmm& a, const Xmm& b, DType dtype,
+                   const RegExp& addr, int count);
 
   // ---- ISA-uniform integer/bitwise ops (VEX names on AVX2, EVEX names on AVX-512).
   void uni_vpand(const Xmm& d, const Xmm& a, const Xbyak::Operand& b);
@@ -149,6 +162,7 @@ class Generator : public Xbyak::CodeGenerator {
   bool avx512_;
   bool bf16_accuracy_ = false;
   std::map<uint32_t, std::unique_ptr<Xbyak::Label>> constants_;
+  std::map<std::array<uint32_t, 16>, std::unique_ptr<Xbyak::Label>> tables_;
 };
 
 }  // namespace jit::codegen::x86

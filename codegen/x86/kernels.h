@@ -36,8 +36,22 @@ struct ActivationCallArgs {
   float limit;      ///< swigluoai_and_mul
 };
 
+/// rotary_embedding, in place. Rows are tokens. Strides in bytes.
+struct RopeCallArgs {
+  const int64_t* positions;
+  void* query;
+  void* key;  ///< nullptr when the spec has key=false
+  const void* cos_sin_cache;
+  int64_t query_token_stride;
+  int64_t query_head_stride;
+  int64_t key_token_stride;
+  int64_t key_head_stride;
+};
+
 /// Emits rms_norm / fused_add_rms_norm for `spec` (NormParams) at `isa`.
 Result<std::vector<uint8_t>> generate_norm(const OpSpec& spec, X86Isa isa);
+/// Emits rotary_embedding for `spec` (RopeParams) at `isa`.
+Result<std::vector<uint8_t>> generate_rope(const OpSpec& spec, X86Isa isa);
 /// Emits one of the six gated activations for `spec` (ActivationParams) at `isa`.
 Result<std::vector<uint8_t>> generate_activation(const OpSpec& spec, X86Isa isa);
 

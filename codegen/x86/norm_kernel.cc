@@ -48,7 +48,7 @@ class NormGenerator : public Generator {
     // reads that the hardware prefetcher only starts once the row begins; fetching it while
     // this row is normalised overlaps the memory and compute phases.
     lea(reg_next_src_, ptr[reg_src_ + reg_src_stride_]);
-    if (fused_) lea(reg_next_res_, ptr[reg_res_ + reg_res_stride_]);
+    lea(reg_next_res_, fused_ ? ptr[reg_res_ + reg_res_stride_] : ptr[reg_dst_ + reg_dst_stride_]);
     sum_of_squares();
     compute_inv();
     normalize();
@@ -154,8 +154,15 @@ class NormGenerator : public Generator {
     const Reg64& src = fused_ ? reg_res_ : reg_src_;
     for_each_vector([&](int u, auto at, int count) {
       const Xmm x = vmm(kX + u);
-      prefetcht0(ptr[at(reg_next_src_)]);
-      if (fused_) prefetcht0(ptr[at(reg_next_res_)]);
+      // Next row: the input (written in place when fused) and the residual or output, which
+      // are written: prefetchw takes the lines in exclusive state, saving the RFO stall.
+      if (fused_) {
+        prefetchw(ptr[at(reg_next_src_)]);
+        prefetchw(ptr[at(reg_next_res_)]);
+      } else {
+        prefetcht0(ptr[at(reg_next_src_)]);
+        prefetchw(ptr[at(reg_next_res_)]);
+      }
       load_f32(x, p_.dtype, at(src), count);
       vmulps(x, x, inv);
       if (!p_.weight) {
@@ -176,7 +183,8 @@ class NormGenerator : public Generator {
   const Reg64 reg_dst_ = r8, reg_src_ = r9, reg_res_ = r10, reg_w_ = r11;
   const Reg64 reg_dst_stride_ = r12, reg_src_stride_ = r13, reg_res_stride_ = r14;
   const Reg64 reg_row_ = r15, reg_row_end_ = rbx, reg_idx_ = rbp;
-  // rsi and rdi are free once the arguments are read.
+  // rsi and rdi are free once the arguments are read: the next row's input and its
+  // residual (fused) or output (rms_norm), for prefetching.
   const Reg64 reg_next_src_ = rsi, reg_next_res_ = rdi;
 };
 

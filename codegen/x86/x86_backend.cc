@@ -23,6 +23,7 @@ constexpr int64_t kDefaultMinParallelKib = 256;
 
 bool is_norm(OpKind op) { return op == OpKind::kRmsNorm || op == OpKind::kFusedAddRmsNorm; }
 bool is_activation(OpKind op) { return op_family(op) == "activation"; }
+bool is_rope(OpKind op) { return op == OpKind::kRotaryEmbedding; }
 
 // Splits rows [0, rows) over threads, each running the kernel on a contiguous range.
 void run_rows(KernelFn fn, const void* call_args, int64_t rows, double bytes,
@@ -55,6 +56,8 @@ class X86Executable final : public Executable {
     const auto fn = reinterpret_cast<KernelFn>(const_cast<void*>(code_));
     if (is_norm(spec_.op)) {
       run_norm(fn, args);
+    } else if (is_rope(spec_.op)) {
+      return run_rope(fn, args);
     } else {
       run_activation(fn, args);
     }
@@ -86,6 +89,33 @@ class X86Executable final : public Executable {
     call.epsilon = float(args.scalar(0));
     const int64_t rows = b.numel() / p.hidden;
     run_rows(fn, &call, rows, estimates(spec_, {.tokens = rows}).bytes, config_);
+  }
+
+  Status run_rope(KernelFn fn, const KernelArgs& args) const {
+    const auto& p = spec_.get<ir::RopeParams>();
+    const Tensor& positions = args.tensor(0);
+    const Tensor& query = args.tensor(1);
+    const Tensor& key = args.tensor(2);
+    // Checked before any write: the kernel indexes the cache with the positions.
+    KILN_RETURN_IF_ERROR(ir::check_rope_positions(positions, args.tensor(3).size(0)));
+    const int64_t esize = int64_t(dtype_size(p.dtype));
+    const int lead = positions.dim();
+    RopeCallArgs call{};
+    call.positions = positions.data_as<const int64_t>();
+    call.query = query.data();
+    call.cos_sin_cache = args.tensor(3).data();
+    const ir::RopeStrides q = ir::rope_strides(query, lead, p.head_size);
+    call.query_token_stride = q.token * esize;
+    call.query_head_stride = q.head * esize;
+    if (p.key) {
+      const ir::RopeStrides k = ir::rope_strides(key, lead, p.head_size);
+      call.key = key.data();
+      call.key_token_stride = k.token * esize;
+      call.key_head_stride = k.head * esize;
+    }
+    const int64_t tokens = positions.numel();
+    run_rows(fn, &call, tokens, estimates(spec_, {.tokens = tokens}).bytes, config_);
+    return Status::ok();
   }
 
   void run_activation(KernelFn fn, const KernelArgs& args) const {
@@ -120,11 +150,11 @@ class X86Backend final : public Backend {
       return Support::no(fmt::format("x86 backend needs AVX2+FMA+F16C; target is {}",
                                      x86_isa_name(target.isa)));
     }
-    if (!is_norm(spec.op) && !is_activation(spec.op)) {
+    if (!is_norm(spec.op) && !is_activation(spec.op) && !is_rope(spec.op)) {
       return Support::no(fmt::format(
           "x86 backend does not generate {} yet (served: rms_norm, fused_add_rms_norm, "
-          "silu_and_mul, mul_and_silu, gelu_and_mul, gelu_tanh_and_mul, fatrelu_and_mul, "
-          "swigluoai_and_mul)",
+          "rotary_embedding, silu_and_mul, mul_and_silu, gelu_and_mul, gelu_tanh_and_mul, "
+          "fatrelu_and_mul, swigluoai_and_mul)",
           op_name(spec.op)));
     }
     return Support::yes();  // every dtype and width validate() accepts
@@ -144,8 +174,9 @@ class X86Backend final : public Backend {
 
   Result<Artifact> lower(const OpSpec& spec, const Config& config,
                          const Target& target) const override {
-    Result<std::vector<uint8_t>> code = is_norm(spec.op) ? generate_norm(spec, target.isa)
-                                                         : generate_activation(spec, target.isa);
+    Result<std::vector<uint8_t>> code = is_norm(spec.op)   ? generate_norm(spec, target.isa)
+                                        : is_rope(spec.op) ? generate_rope(spec, target.isa)
+                                                           : generate_activation(spec, target.isa);
     if (!code.is_ok()) return code.status();
     Artifact artifact;
     artifact.code = std::move(code).value();

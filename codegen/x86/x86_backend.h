@@ -7,11 +7,11 @@
 
 namespace jit::codegen::x86 {
 
-/// Creates the x86 backend. Ops served so far: rms_norm, fused_add_rms_norm and the six
-/// gated activations, for f32/f16/bf16 and any hidden size, at AVX2 and above.
+/// Creates the x86 backend. Ops served so far: rms_norm, fused_add_rms_norm, rotary_embedding
+/// and the six gated activations, for f32/f16/bf16 and any hidden/head size, at AVX2 and above.
 std::unique_ptr<Backend> make_backend();
 
 /// Version of the generated code; part of every disk-cache key. Bump on any codegen change.
-inline constexpr std::string_view kCodegenVersion = "x86-4";
+inline constexpr std::string_view kCodegenVersion = "x86-5";
 
 }  // namespace jit::codegen::x86

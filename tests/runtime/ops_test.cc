@@ -77,7 +77,7 @@ TEST(Ops, EveryActivationRuns) {
   EXPECT_TRUE(test::matches(out, expected, test::tolerance_for(spec.op, DType::kF16)));
 }
 
-TEST(Ops, RotaryEmbeddingRunsOnRef) {
+TEST(Ops, RotaryEmbeddingRotatesInPlace) {
   HostTensor positions = HostTensor::from_values(DType::kI64, {2}, {0, 1});
   HostTensor q = HostTensor::zeros(DType::kF32, {2, 8});
   test::fill_normal(q, 1);

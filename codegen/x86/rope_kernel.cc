@@ -1,0 +1,136 @@
+// rotary_embedding, in place on query (and key).
+//
+// Per token t with position p, cache row c_j = cache[p, j], s_j = cache[p, E + j], E = rot_dim/2,
+// and per head h (query heads, then key heads), for j < E:
+//   NeoX:  (x, y) = (h[j], h[E + j]);   GPT-J: (x, y) = (h[2j], h[2j + 1])
+//   x' = rnd_T(rnd_T(x c) - rnd_T(y s)),  y' = rnd_T(rnd_T(y c) + rnd_T(x s))
+// with c, s rounded to T first (the classic kernel reads the cache as T). Products are not
+// fused into FMAs: each is rounded, as the contract says. Elements rot_dim..D-1 are untouched.
+// Vectorised over j; GPT-J pairs are split into even/odd lanes and interleaved back on store.
+#include <cstddef>
+
+#include "codegen/x86/generator.h"
+#include "codegen/x86/kernels.h"
+
+namespace jit::codegen::x86 {
+namespace {
+
+using namespace Xbyak;
+
+class RopeGenerator : public Generator {
+ public:
+  RopeGenerator(X86Isa isa, const ir::RopeParams& p)
+      : Generator(isa),
+        p_(p),
+        esize_(int(dtype_size(p.dtype))),
+        cache_esize_(int(dtype_size(p.cache_dtype))) {}
+
+  void generate() {
+    prologue();
+    mov(reg_positions_, ptr[rdi + offsetof(RopeCallArgs, positions)]);
+    mov(reg_cache_, ptr[rdi + offsetof(RopeCallArgs, cos_sin_cache)]);
+    mov(reg_row_, rsi);
+    mov(reg_row_end_, rdx);
+    mov(reg_args_, rdi);
+
+    Label l_token, l_done;
+    L(l_token);
+    cmp(reg_row_, reg_row_end_);
+    jge(l_done, T_NEAR);
+    // reg_cache_row_ = cache + positions[t] * rot_dim * cache element size
+    mov(reg_cache_row_, ptr[reg_positions_ + reg_row_ * 8]);
+    imul(reg_cache_row_, reg_cache_row_, p_.rot_dim * cache_esize_);
+    add(reg_cache_row_, reg_cache_);
+    rotate_operand(offsetof(RopeCallArgs, query), offsetof(RopeCallArgs, query_token_stride),
+                   offsetof(RopeCallArgs, query_head_stride), p_.head_count_q);
+    if (p_.key) {
+      rotate_operand(offsetof(RopeCallArgs, key), offsetof(RopeCallArgs, key_token_stride),
+                     offsetof(RopeCallArgs, key_head_stride), p_.head_count_kv);
+    }
+    inc(reg_row_);
+    jmp(l_token, T_NEAR);
+    L(l_done);
+    epilogue();
+  }
+
+ private:
+  // Vector registers: operands, cache values, products.
+  static constexpr int kX = 0, kY = 1, kC = 2, kS = 3, kA = 4, kB = 5, kT0 = 6, kT1 = 7;
+
+  // Rotates every head of one operand of token reg_row_.
+  void rotate_operand(size_t data_offset, size_t token_stride_offset, size_t head_stride_offset,
+                      int64_t heads) {
+    // reg_head_ = data + t * token_stride; reg_head_stride_ = head stride (bytes)
+    mov(reg_head_, ptr[reg_args_ + token_stride_offset]);
+    imul(reg_head_, reg_row_);
+    add(reg_head_, ptr[reg_args_ + data_offset]);
+    mov(reg_head_stride_, ptr[reg_args_ + head_stride_offset]);
+    mov(reg_heads_left_, heads);
+    Label l_head;
+    L(l_head);
+    rotate_head();
+    add(reg_head_, reg_head_stride_);
+    dec(reg_heads_left_);
+    jnz(l_head, T_NEAR);
+  }
+
+  // The rotated prefix of one head at reg_head_, E pairs, vectors at constant offsets.
+  void rotate_head() {
+    const int64_t half = p_.rot_dim / 2;
+    for (int64_t j = 0; j < half; j += lanes()) {
+      const int count = int(std::min<int64_t>(lanes(), half - j));
+      const Xmm x = vmm(kX), y = vmm(kY), c = vmm(kC), s = vmm(kS);
+      load_f32(c, p_.cache_dtype, reg_cache_row_ + j * cache_esize_, count);
+      load_f32(s, p_.cache_dtype, reg_cache_row_ + (half + j) * cache_esize_, count);
+      round_to(c, p_.dtype);
+      round_to(s, p_.dtype);
+      const bool neox = p_.style == ir::RopeStyle::kNeox;
+      if (neox) {
+        load_f32(x, p_.dtype, reg_head_ + j * esize_, count);
+        load_f32(y, p_.dtype, reg_head_ + (half + j) * esize_, count);
+      } else {
+        load_pairs(x, y, vmm(kT0), vmm(kT1), p_.dtype, reg_head_ + 2 * j * esize_, count);
+      }
+      rotate(x, y, c, s);
+      if (neox) {
+        store_f32(x, p_.dtype, reg_head_ + j * esize_, count);
+        store_f32(y, p_.dtype, reg_head_ + (half + j) * esize_, count);
+      } else {
+        store_pairs(x, y, vmm(kT0), vmm(kT1), p_.dtype, reg_head_ + 2 * j * esize_, count);
+      }
+    }
+  }
+
+  // (x, y) <- (rnd(rnd(x c) - rnd(y s)), rnd(rnd(y c) + rnd(x s))); the outer rounding is the
+  // store's.
+  void rotate(const Xmm& x, const Xmm& y, const Xmm& c, const Xmm& s) {
+    const Xmm a = vmm(kA), b = vmm(kB);
+    vmulps(a, x, c);
+    round_to(a, p_.dtype);
+    vmulps(b, y, s);
+    round_to(b, p_.dtype);
+    vmulps(y, y, c);
+    round_to(y, p_.dtype);
+    vmulps(x, x, s);
+    round_to(x, p_.dtype);
+    vaddps(y, y, x);
+    vsubps(x, a, b);
+  }
+
+  const ir::RopeParams p_;
+  const int esize_;
+  const int cache_esize_;
+  const Reg64 reg_positions_ = r8, reg_cache_ = r9, reg_cache_row_ = r10, reg_args_ = r11;
+  const Reg64 reg_row_ = r12, reg_row_end_ = r13, reg_head_ = r14, reg_head_stride_ = r15;
+  const Reg64 reg_heads_left_ = rbx;
+};
+
+}  // namespace
+
+Result<std::vector<uint8_t>> generate_rope(const OpSpec& spec, X86Isa isa) {
+  RopeGenerator gen(isa, spec.get<ir::RopeParams>());
+  gen.generate();
+  return gen.finish();
+}
+
+}  // namespace jit::codegen::x86

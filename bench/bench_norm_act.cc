@@ -1,5 +1,6 @@
-// GB/s of kiln's x86 rms_norm and silu_and_mul (bf16) against the copy bandwidth measured in
-// the same run, with 1 and 2 threads, at sizes that move >= 64 MB per call.
+// GB/s of kiln's x86 rms_norm, silu_and_mul and rotary_embedding (bf16) against the copy
+// bandwidth measured in the same run and against the same op as a plain -O3 -march=native
+// loop (the peer), with 1 and 2 threads, at sizes that move >= 64 MB per call.
 //
 //   build/release/bench/bench_norm_act [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "bench/ceilings.h"
+#include "bench/plain_loops.h"
 #include "ir/numeric.h"
 #include "runtime/runtime.h"
 
@@ -70,9 +72,11 @@ Kernel compile_or_die(const OpSpec& spec, int threads) {
   return kernel.value();
 }
 
+// Args: {size, threads, peer}; peer = 1 runs the plain -O3 -march=native loop instead.
 void bm_rms_norm(benchmark::State& state) {
   const int64_t hidden = state.range(0);
   const int threads = int(state.range(1));
+  const bool peer = state.range(2) != 0;
   ir::NormParams p{DType::kBF16, hidden, true};
   const OpSpec spec = OpSpec::make(OpKind::kRmsNorm, p);
   const int64_t tokens = tokens_for(spec);
@@ -84,12 +88,19 @@ void bm_rms_norm(benchmark::State& state) {
                          Tensor(x.data(), DType::kBF16, {tokens, hidden}),
                          Tensor(w.data(), DType::kBF16, {hidden})},
                         {1e-6});
-  run_and_report(state, spec, tokens, threads, [&] { (void)kernel.run_unchecked(args); });
+  run_and_report(state, spec, tokens, threads, [&] {
+    if (peer) {
+      bench::plain_rms_norm_bf16(y.data(), x.data(), w.data(), tokens, hidden, 1e-6f, threads);
+    } else {
+      (void)kernel.run_unchecked(args);
+    }
+  });
 }
 
 void bm_silu_and_mul(benchmark::State& state) {
   const int64_t d = state.range(0);
   const int threads = int(state.range(1));
+  const bool peer = state.range(2) != 0;
   ir::ActivationParams p{DType::kBF16, d};
   const OpSpec spec = OpSpec::make(OpKind::kSiluAndMul, p);
   const int64_t tokens = tokens_for(spec);
@@ -98,7 +109,40 @@ void bm_silu_and_mul(benchmark::State& state) {
   const Kernel kernel = compile_or_die(spec, threads);
   const KernelArgs args({Tensor(y.data(), DType::kBF16, {tokens, d}),
                          Tensor(x.data(), DType::kBF16, {tokens, 2 * d})});
-  run_and_report(state, spec, tokens, threads, [&] { (void)kernel.run_unchecked(args); });
+  run_and_report(state, spec, tokens, threads, [&] {
+    if (peer) {
+      bench::plain_silu_and_mul_bf16(y.data(), x.data(), tokens, d, threads);
+    } else {
+      (void)kernel.run_unchecked(args);
+    }
+  });
+}
+
+// NeoX rotary on query only, rot_dim = head_size; range(0) = heads.
+void bm_rotary_embedding(benchmark::State& state) {
+  const int64_t heads = state.range(0), head_size = 128, max_position = 4096;
+  const int threads = int(state.range(1));
+  const bool peer = state.range(2) != 0;
+  ir::RopeParams p{DType::kBF16, DType::kBF16, head_size, head_size, ir::RopeStyle::kNeox,
+                   heads, 0, false};
+  const OpSpec spec = OpSpec::make(OpKind::kRotaryEmbedding, p);
+  const int64_t tokens = tokens_for(spec);
+  auto q = random_bf16(size_t(tokens * heads * head_size));
+  auto cache = random_bf16(size_t(max_position * head_size));
+  std::vector<int64_t> positions(static_cast<size_t>(tokens));
+  for (int64_t t = 0; t < tokens; ++t) positions[size_t(t)] = (t * 7919) % max_position;
+  const Kernel kernel = compile_or_die(spec, threads);
+  const KernelArgs args({Tensor(positions.data(), DType::kI64, {tokens}),
+                         Tensor(q.data(), DType::kBF16, {tokens, heads * head_size}), Tensor{},
+                         Tensor(cache.data(), DType::kBF16, {max_position, head_size})});
+  run_and_report(state, spec, tokens, threads, [&] {
+    if (peer) {
+      bench::plain_rope_neox_bf16(q.data(), positions.data(), cache.data(), tokens, heads,
+                                  head_size, threads);
+    } else {
+      (void)kernel.run_unchecked(args);
+    }
+  });
 }
 
 }  // namespace
@@ -115,10 +159,20 @@ int main(int argc, char** argv) {
                bench::measure_copy_gbps(size_t(512) << 20, threads));
   }
   for (int threads : {1, 2}) {
-    for (int64_t h : {4096, 8192, 16384}) {
-      benchmark::RegisterBenchmark("rms_norm/bf16", bm_rms_norm)->Args({h, threads})->UseRealTime();
-      benchmark::RegisterBenchmark("silu_and_mul/bf16", bm_silu_and_mul)
-          ->Args({h, threads})
+    for (int64_t peer : {0, 1}) {
+      const char* who = peer ? "plain_loop/" : "kiln/";
+      for (int64_t h : {4096, 8192, 16384}) {
+        benchmark::RegisterBenchmark((std::string(who) + "rms_norm/bf16").c_str(), bm_rms_norm)
+            ->Args({h, threads, peer})
+            ->UseRealTime();
+        benchmark::RegisterBenchmark((std::string(who) + "silu_and_mul/bf16").c_str(),
+                                     bm_silu_and_mul)
+            ->Args({h, threads, peer})
+            ->UseRealTime();
+      }
+      benchmark::RegisterBenchmark((std::string(who) + "rotary_embedding/bf16").c_str(),
+                                   bm_rotary_embedding)
+          ->Args({32, threads, peer})
           ->UseRealTime();
     }
   }

@@ -1,15 +1,724 @@
-// Reference implementations of the cpu family (being written; see issue 4).
+// Reference CPU attention (scheduler metadata, cache write, attention) and oneDNN GEMM ops,
+// written from spec/norm_act_cpu_ops.md §3, §4 and §5. Plain loops, double accumulation: the
+// oracle the generated kernels are compared with, never tuned for speed.
+//
+// Precision decisions:
+//   attention   logits s_j = scale·<q, k_j> in double from the exact fp32 values of q and k;
+//               softcap c·tanh(s/c) with std::tanh in double (robust: no (e^x − e^−x)/(e^x +
+//               e^−x) NaN for large |x|); ALiBi slope·(j − p_i) after the softcap; softmax and
+//               P·V in double per KV chunk, chunks merged as in §3.5 (m = max m_k, acc = Σ
+//               acc_k e^(m_k − m), sum = Σ sum_k e^(m_k − m)); the sink joins the merged
+//               denominator once: sum += e^(σ − m) with m = max(m, σ). One rounding to T.
+//   mm          c = rnd_T(Σ_k a·b + bias) with the sum in double (exact for the products of
+//               two fp32 values; the sum itself rounds only at double precision).
+//   scaled mm   Σ_k (a − zp)·b exact in int64 (vLLM: int32; equal whenever int32 does not
+//               overflow), then the scales and bias in double, one rounding to out_dtype.
+//
+// KILN: a row with no allowed key and no sink (a sliding window that masks it fully) is
+// written as zeros; vLLM's kernel computes 0 · (1/0) there.
+//
+// The ref's scheduler metadata (KILN; the spec leaves the blob opaque). A fixed-size i8 tensor
+// of cpu_attn_metadata_bytes() bytes holding the little-endian int64 fields of
+// SchedulerHeader below: the spec's params it was built for (isa, dtype, head sizes, causal),
+// the request count, the total query tokens, the window it converted (§3.4.1), enable_kv_split,
+// the partition units (§3.4.2 q-step tokens, BlockSizeAlignment, the split chunk), the thread
+// count (1: the ref is single-threaded) and a checksum of seq_lens and query_start_loc. The
+// partition is a pure function of these and the lengths, so the attention re-derives it
+// instead of reading a work list (a documented simplification of §3.4.5, which sizes items
+// from thread budgets and the L2 cache):
+//   * each request's query tokens go in q-steps of max_q_tokens_per_iter (§3.4.2);
+//   * a q-step's KV range is [p_first − left, p_last + 1 + right] clipped to [0, seq_len) and
+//     rounded outward to BlockSizeAlignment (§3.4.5 step 1), then clipped to seq_len again (no
+//     read past the sequence, §3.5 QUIRK);
+//   * with enable_kv_split, the last q-step of a request holding one query token (a decode) is
+//     cut into chunks of min_split = align_up(4·MaxQ, BlockSizeAlignment) tokens — the
+//     smallest split vLLM makes — each an independent partial softmax merged as in §3.5.
+// The attention checks every header field against its own spec and arguments (a metadata
+// blob for another model, ISA or batch is kInvalidArgument naming 'scheduler_metadata').
+//
+// The ref's GEMM handler (KILN; docs/ops.md makes the handler a tensor). A u8 tensor of
+// onednn_handler_bytes(spec) bytes: a 64-byte header of eight int64 fields (magic
+// "KILNMM01" or "KILNSM01", dtype, k, n, flags dynamic|azp<<1|per_channel<<2, payload bytes,
+// two zero words), then the payload: for onednn_mm the weight as [N, K] row-major in the
+// spec's dtype (column n of b contiguous, for the dot products); for onednn_scaled_mm the fp32
+// b_scales (1 or N) followed by the int8 weight as [N, K] row-major. The mm ops validate
+// every header field against their spec and the tensor's size before reading the payload, so
+// a garbage, truncated or foreign handler is kInvalidArgument naming 'handler', not a crash.
+//
+// This file is compiled with -ffp-contract=off (see CMakeLists.txt).
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
 #include "codegen/ref/ref_families.h"
+#include "ir/numeric.h"
+#include "ir/params_cpu.h"
 
 namespace jit::codegen::ref {
 
-bool implements_cpu(OpKind) { return false; }
+int64_t cpu_attn_metadata_bytes();
+int64_t onednn_handler_bytes(const OpSpec& spec);
 
-Status run_cpu(const OpSpec& spec, const KernelArgs&) {
-  return {StatusCode::kUnsupported,
-          fmt::format("ref backend does not implement {} yet", op_name(spec.op))};
+namespace {
+
+using ir::CpuAttnIsa;
+
+// ---- element access ------------------------------------------------------------------------
+
+std::byte* bytes(const Tensor& t) {
+  return static_cast<std::byte*>(t.data());
+}
+
+// Element `index` (elements from `base`) of an f32/f16/bf16 buffer, widened exactly.
+double load_float(DType dtype, const std::byte* base, int64_t index) {
+  if (dtype == DType::kF32) {
+    float v;
+    std::memcpy(&v, base + index * 4, 4);
+    return v;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, base + index * 2, 2);
+  return dtype == DType::kF16 ? numeric::f16_to_f32(bits) : numeric::bf16_to_f32(bits);
+}
+
+template <class T>
+T load_as(const std::byte* base, int64_t index) {
+  T v;
+  std::memcpy(&v, base + index * int64_t(sizeof(T)), sizeof(T));
+  return v;
+}
+
+// Rounds a double to fp32 with round-to-odd (truncate, then set the last bit when inexact):
+// rounding that result to f16/bf16 equals rounding the double directly (fp32 keeps at least
+// two more bits than either), so there is no double-rounding error.
+float round_to_odd_f32(double v) {
+  float f = static_cast<float>(v);
+  if (std::isnan(v) || static_cast<double>(f) == v) return f;
+  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(f) | 1u);
+}
+
+// Stores the double `v` at element `index`, rounded once to the dtype (RNE).
+void store_float(DType dtype, std::byte* base, int64_t index, double v) {
+  if (dtype == DType::kF32) {
+    const float f = static_cast<float>(v);
+    std::memcpy(base + index * 4, &f, 4);
+    return;
+  }
+  const float odd = round_to_odd_f32(v);
+  const uint16_t bits = dtype == DType::kF16 ? numeric::f32_to_f16(odd) : numeric::f32_to_bf16(odd);
+  std::memcpy(base + index * 2, &bits, 2);
+}
+
+int64_t align_up(int64_t v, int64_t a) {
+  return (v + a - 1) / a * a;
+}
+
+// ---- CPU attention: slab layouts (§3.3) ----------------------------------------------------
+
+// Flat index inside a (block, head) slab of token offset t, dim d (bs = block size, D = head
+// size). vec/vec16/neon: K transposed [D, bs], V natural [bs, D]. amx: K in groups of 16
+// tokens, [D/2][16 tokens][2 dims] inside (VNNI pairs along D); V in groups of 16 dims,
+// [bs/2][16 dims][2 tokens] inside (VNNI pairs along tokens).
+int64_t key_slab_index(CpuAttnIsa isa, int64_t t, int64_t d, int64_t bs, int64_t head_size) {
+  if (isa != CpuAttnIsa::kAmx) return d * bs + t;
+  return (t / 16) * 16 * head_size + (d / 2) * 32 + (t % 16) * 2 + (d % 2);
+}
+
+int64_t value_slab_index(CpuAttnIsa isa, int64_t t, int64_t d, int64_t bs, int64_t head_size) {
+  if (isa != CpuAttnIsa::kAmx) return t * head_size + d;
+  return (d / 16) * 16 * bs + (t / 2) * 32 + (d % 16) * 2 + (t % 2);
+}
+
+// MaxQHeadNumPerIteration of §3.2: query-head rows one micro-kernel pass serves.
+int64_t max_q_rows(CpuAttnIsa isa) {
+  switch (isa) {
+    case CpuAttnIsa::kVec: return 8;
+    case CpuAttnIsa::kAmx: return 32;
+    default: return 16;  // vec16, neon
+  }
+}
+
+// ---- CPU attention: the ref's scheduler metadata ---------------------------------------------
+
+constexpr int64_t kMetadataMagic = 0x3153414e4c494b;  // "KILNAS1" little-endian
+
+/// The fields of the ref's metadata blob, in order (see the file comment).
+struct SchedulerHeader {
+  int64_t magic = kMetadataMagic;
+  int64_t isa = 0;
+  int64_t dtype = 0;
+  int64_t head_size = 0;
+  int64_t heads_q = 0;
+  int64_t heads_kv = 0;
+  int64_t causal = 0;
+  int64_t num_req = 0;
+  int64_t q_tokens = 0;      // query_start_loc[num_req]
+  int64_t window_left = -1;  // §3.4.1, -1 = unbounded
+  int64_t window_right = -1;
+  int64_t kv_split = 0;
+  int64_t q_step = 0;        // max_q_tokens_per_iter
+  int64_t kv_align = 0;      // BlockSizeAlignment
+  int64_t split_tokens = 0;  // min_split
+  int64_t thread_num = 1;
+  uint64_t checksum = 0;     // FNV-1a over seq_lens and query_start_loc
+  bool operator==(const SchedulerHeader&) const = default;
+};
+
+// The partition units of §3.4.2 / §3.4.5 for the spec's ISA and head counts.
+void set_partition_units(SchedulerHeader& h, CpuAttnIsa isa, int64_t heads_q, int64_t heads_kv) {
+  const int64_t max_q = max_q_rows(isa);
+  const int64_t q_per_kv = heads_q / heads_kv;
+  // GQA groups when a group fits a pass evenly, else MHA fallback (q_per_kv treated as 1).
+  h.q_step = max_q % q_per_kv == 0 ? max_q / q_per_kv : max_q;
+  h.kv_align = ir::cpu_attn_block_alignment(isa);
+  h.split_tokens = align_up(4 * max_q, h.kv_align);
+}
+
+uint64_t lengths_checksum(const int32_t* seq_lens, const int32_t* qsl, int64_t num_req) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  const auto mix = [&hash](int32_t v) {
+    for (int b = 0; b < 4; ++b) {
+      hash ^= uint64_t((uint32_t(v) >> (8 * b)) & 0xffu);
+      hash *= 0x100000001b3ull;
+    }
+  };
+  for (int64_t r = 0; r < num_req; ++r) mix(seq_lens[r]);
+  for (int64_t r = 0; r <= num_req; ++r) mix(qsl[r]);
+  return hash;
+}
+
+// query_start_loc starts at 0 and never decreases, within `max_tokens` (< 0: unbounded);
+// seq_lens are >= 0 and, causally, hold at least the request's query tokens (its queries are
+// the last q_len positions).
+Status check_lengths(std::string_view op, const int32_t* seq_lens, const int32_t* qsl,
+                     int64_t num_req, bool causal, int64_t max_tokens) {
+  if (qsl[0] != 0) {
+    return invalid_argument(fmt::format(
+        "{}: argument 'query_start_loc' has query_start_loc[0] = {}; expected 0", op, qsl[0]));
+  }
+  for (int64_t r = 0; r < num_req; ++r) {
+    if (qsl[r + 1] < qsl[r]) {
+      return invalid_argument(fmt::format(
+          "{}: argument 'query_start_loc' decreases at {} ({} after {})", op, r + 1, qsl[r + 1],
+          qsl[r]));
+    }
+    const int64_t q_len = qsl[r + 1] - qsl[r];
+    if (seq_lens[r] < 0 || (causal && seq_lens[r] < q_len)) {
+      return invalid_argument(fmt::format(
+          "{}: argument 'seq_lens' has seq_lens[{}] = {}; expected >= {}{}", op, r, seq_lens[r],
+          causal ? q_len : 0, causal ? " (its query length: causal queries are its last tokens)"
+                                     : ""));
+    }
+  }
+  if (max_tokens >= 0 && qsl[num_req] > max_tokens) {
+    return invalid_argument(fmt::format(
+        "{}: argument 'query_start_loc' ends at {}, beyond the {} query tokens", op,
+        qsl[num_req], max_tokens));
+  }
+  return Status::ok();
+}
+
+// get_scheduler_metadata(metadata, seq_lens, query_start_loc; num_req, window_size,
+// enable_kv_split).
+Status scheduler_metadata(const OpSpec& spec, const KernelArgs& args) {
+  const auto& p = spec.get<ir::CpuAttnSchedulerParams>();
+  const std::string_view op = op_name(spec.op);
+  const Tensor& metadata = args.tensor(0);
+  const auto* seq_lens = args.tensor(1).data_as<const int32_t>();
+  const auto* qsl = args.tensor(2).data_as<const int32_t>();
+  const auto num_req = int64_t(args.scalar(0));
+  const auto window = int64_t(args.scalar(1));
+  if (metadata.numel() != cpu_attn_metadata_bytes()) {
+    return invalid_argument(fmt::format(
+        "{}: argument 'metadata' ({}) must have {} bytes (the ref's metadata blob)", op,
+        metadata.describe(), cpu_attn_metadata_bytes()));
+  }
+  KILN_RETURN_IF_ERROR(check_lengths(op, seq_lens, qsl, num_req, p.causal, -1));
+  SchedulerHeader h;
+  h.isa = int64_t(p.isa);
+  h.dtype = int64_t(p.dtype);
+  h.head_size = p.head_size;
+  h.heads_q = p.head_count_q;
+  h.heads_kv = p.head_count_kv;
+  h.causal = p.causal;
+  h.num_req = num_req;
+  h.q_tokens = qsl[num_req];
+  // §3.4.1: left = w − 1 (or −1); right = 0 when causal, else w − 1 (or −1).
+  h.window_left = window == -1 ? -1 : window - 1;
+  h.window_right = p.causal ? 0 : h.window_left;
+  h.kv_split = args.scalar(2) != 0.0;
+  set_partition_units(h, p.isa, p.head_count_q, p.head_count_kv);
+  h.checksum = lengths_checksum(seq_lens, qsl, num_req);
+  std::memcpy(metadata.data(), &h, sizeof(h));
+  return Status::ok();
+}
+
+// cpu_attn_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping): token t goes to
+// block slot / bs, offset slot % bs; a negative slot skips the token. Raw element copies.
+Status reshape_and_cache(const OpSpec& spec, const KernelArgs& args) {
+  const auto& p = spec.get<ir::CpuAttnCacheWriteParams>();
+  const Tensor& key = args.tensor(0);
+  const Tensor& value = args.tensor(1);
+  const Tensor& key_cache = args.tensor(2);
+  const Tensor& value_cache = args.tensor(3);
+  const auto* slots = args.tensor(4).data_as<const int64_t>();
+  const int64_t tokens = key.size(0);
+  const int64_t capacity = key_cache.size(0) * p.block_size;
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (slots[t] >= capacity) {
+      return invalid_argument(fmt::format(
+          "{}: argument 'slot_mapping' has slot_mapping[{}] = {}, outside the cache's {} slots "
+          "({} blocks of {})",
+          op_name(spec.op), t, slots[t], capacity, key_cache.size(0), p.block_size));
+    }
+  }
+  const int64_t esize = int64_t(dtype_size(p.dtype));
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (slots[t] < 0) continue;
+    const int64_t block = slots[t] / p.block_size;
+    const int64_t offset = slots[t] % p.block_size;
+    for (int64_t h = 0; h < p.head_count_kv; ++h) {
+      const int64_t slab = block * key_cache.stride(0) + h * key_cache.stride(1);
+      const std::byte* k_src = bytes(key) + (t * key.stride(0) + h * key.stride(1)) * esize;
+      const std::byte* v_src = bytes(value) + (t * value.stride(0) + h * value.stride(1)) * esize;
+      for (int64_t d = 0; d < p.head_size; ++d) {
+        const int64_t fk = key_slab_index(p.isa, offset, d, p.block_size, p.head_size);
+        const int64_t fv = value_slab_index(p.isa, offset, d, p.block_size, p.head_size);
+        std::memcpy(bytes(key_cache) + (slab + fk) * esize, k_src + d * esize, size_t(esize));
+        std::memcpy(bytes(value_cache) + (slab + fv) * esize, v_src + d * esize, size_t(esize));
+      }
+    }
+  }
+  return Status::ok();
+}
+
+// ---- CPU attention: the attention ------------------------------------------------------------
+
+// Softmax state of one (query, head) over one KV chunk: running max m (−inf when no key was
+// allowed), Σ e^(s − m) and Σ e^(s − m)·v.
+struct SoftmaxState {
+  double m = -std::numeric_limits<double>::infinity();
+  double sum = 0;
+  std::vector<double> acc;
+};
+
+// The attention call, unpacked.
+struct AttentionCall {
+  const ir::CpuAttentionParams* p = nullptr;
+  const Tensor* query = nullptr;
+  const Tensor* key_cache = nullptr;
+  const Tensor* value_cache = nullptr;
+  const int32_t* block_row = nullptr;  // this request's block_table row
+  const float* slopes = nullptr;
+  float scale = 0;
+  float softcap = 0;
+  int64_t left = -1;
+  int64_t right = -1;
+};
+
+// The masked, soft-capped, ALiBi-biased logit of query token `token` (position p_i), head h,
+// against key j < seq_len; −inf when j is not allowed.
+double logit(const AttentionCall& c, int64_t token, int64_t pos, int64_t h, int64_t j) {
+  const auto& p = *c.p;
+  if (c.left != -1 && j < pos - c.left) return -std::numeric_limits<double>::infinity();
+  if (c.right != -1 && j > pos + c.right) return -std::numeric_limits<double>::infinity();
+  const int64_t g = h / (p.head_count_q / p.head_count_kv);
+  const int64_t block = c.block_row[j / p.block_size];
+  const int64_t slab = block * c.key_cache->stride(0) + g * c.key_cache->stride(1);
+  const std::byte* q =
+      bytes(*c.query) +
+      (token * c.query->stride(0) + h * c.query->stride(1)) * int64_t(dtype_size(p.dtype));
+  double dot = 0;
+  for (int64_t d = 0; d < p.head_size; ++d) {
+    const int64_t f = key_slab_index(p.isa, j % p.block_size, d, p.block_size, p.head_size);
+    dot += load_float(p.dtype, q, d) * load_float(p.dtype, bytes(*c.key_cache), slab + f);
+  }
+  double s = double(c.scale) * dot;
+  if (p.softcap) s = double(c.softcap) * std::tanh(s / double(c.softcap));
+  if (p.alibi) s += double(c.slopes[h]) * double(j - pos);
+  return s;
+}
+
+// The softmax state of (token, h) over keys [kv_lo, kv_hi).
+SoftmaxState partial(const AttentionCall& c, int64_t token, int64_t pos, int64_t h, int64_t kv_lo,
+                     int64_t kv_hi) {
+  const auto& p = *c.p;
+  SoftmaxState st;
+  st.acc.assign(size_t(p.head_size), 0.0);
+  std::vector<double> s(size_t(std::max<int64_t>(kv_hi - kv_lo, 0)));
+  for (int64_t j = kv_lo; j < kv_hi; ++j) {
+    s[size_t(j - kv_lo)] = logit(c, token, pos, h, j);
+    st.m = std::max(st.m, s[size_t(j - kv_lo)]);
+  }
+  if (st.m == -std::numeric_limits<double>::infinity()) return st;  // nothing allowed
+  const int64_t g = h / (p.head_count_q / p.head_count_kv);
+  for (int64_t j = kv_lo; j < kv_hi; ++j) {
+    const double w = std::exp(s[size_t(j - kv_lo)] - st.m);
+    if (w == 0) continue;  // masked (or negligible): its value is not read
+    st.sum += w;
+    const int64_t block = c.block_row[j / p.block_size];
+    const int64_t slab = block * c.value_cache->stride(0) + g * c.value_cache->stride(1);
+    for (int64_t d = 0; d < p.head_size; ++d) {
+      const int64_t f = value_slab_index(p.isa, j % p.block_size, d, p.block_size, p.head_size);
+      st.acc[size_t(d)] += w * load_float(p.dtype, bytes(*c.value_cache), slab + f);
+    }
+  }
+  return st;
+}
+
+// Validates the metadata blob against this call (before anything is written).
+Status check_metadata(std::string_view op, const ir::CpuAttentionParams& p, const Tensor& metadata,
+                      const int32_t* seq_lens, const int32_t* qsl, int64_t num_req, int64_t left,
+                      int64_t right, SchedulerHeader& h) {
+  if (metadata.numel() != cpu_attn_metadata_bytes()) {
+    return invalid_argument(fmt::format(
+        "{}: argument 'scheduler_metadata' ({}) is not the ref's metadata blob ({} bytes)", op,
+        metadata.describe(), cpu_attn_metadata_bytes()));
+  }
+  std::memcpy(&h, metadata.data(), sizeof(h));
+  SchedulerHeader want;
+  want.isa = int64_t(p.isa);
+  want.dtype = int64_t(p.dtype);
+  want.head_size = p.head_size;
+  want.heads_q = p.head_count_q;
+  want.heads_kv = p.head_count_kv;
+  want.causal = p.causal;
+  want.num_req = num_req;
+  want.q_tokens = qsl[num_req];
+  want.window_left = left;
+  want.window_right = right;
+  want.kv_split = h.kv_split != 0 ? 1 : 0;  // either partition is valid, as 0 or 1
+  set_partition_units(want, p.isa, p.head_count_q, p.head_count_kv);
+  want.checksum = lengths_checksum(seq_lens, qsl, num_req);
+  if (h == want) return Status::ok();
+  const char* what = h.magic != want.magic ? "is not scheduler metadata (bad magic)"
+                     : h.num_req != want.num_req || h.q_tokens != want.q_tokens ||
+                             h.checksum != want.checksum
+                         ? "was built for other seq_lens / query_start_loc"
+                     : h.window_left != want.window_left || h.window_right != want.window_right
+                         ? "was built for another sliding window"
+                         : "was built for another isa, dtype, head configuration or causal flag";
+  return invalid_argument(fmt::format(
+      "{}: argument 'scheduler_metadata' {} (build it with cpu_attn_get_scheduler_metadata for "
+      "this call)",
+      op, what));
+}
+
+// cpu_attention_with_kv_cache(query, key_cache, value_cache, output, query_start_loc,
+// seq_lens, alibi_slopes, block_table, scheduler_metadata, s_aux; scale, window_left,
+// window_right, softcap).
+Status attention(const OpSpec& spec, const KernelArgs& args) {
+  const auto& p = spec.get<ir::CpuAttentionParams>();
+  const std::string_view op = op_name(spec.op);
+  const Tensor& query = args.tensor(0);
+  const Tensor& output = args.tensor(3);
+  const Tensor& table = args.tensor(7);
+  const Tensor& sinks = args.tensor(9);
+  const auto* qsl = args.tensor(4).data_as<const int32_t>();
+  const auto* seq_lens = args.tensor(5).data_as<const int32_t>();
+  const int64_t num_req = args.tensor(4).size(0) - 1;
+  AttentionCall c;
+  c.p = &p;
+  c.query = &query;
+  c.key_cache = &args.tensor(1);
+  c.value_cache = &args.tensor(2);
+  c.slopes = p.alibi ? args.tensor(6).data_as<const float>() : nullptr;
+  // vLLM's scale and softcap are fp32 parameters.
+  c.scale = float(args.scalar(0));
+  c.softcap = float(args.scalar(3));
+  c.left = int64_t(args.scalar(1));
+  c.right = p.causal ? 0 : int64_t(args.scalar(2));  // causal forces the right edge to 0
+
+  // Data-dependent checks, all before the first write.
+  KILN_RETURN_IF_ERROR(check_lengths(op, seq_lens, qsl, num_req, p.causal, query.size(0)));
+  const int64_t num_blocks = c.key_cache->size(0);
+  for (int64_t r = 0; r < num_req; ++r) {
+    const int64_t used = (int64_t(seq_lens[r]) + p.block_size - 1) / p.block_size;
+    if (used > table.size(1)) {
+      return invalid_argument(fmt::format(
+          "{}: argument 'block_table' has {} columns; seq_lens[{}] = {} needs {} blocks", op,
+          table.size(1), r, seq_lens[r], used));
+    }
+    const int32_t* row = table.data_as<const int32_t>() + r * table.stride(0);
+    for (int64_t b = 0; b < used; ++b) {
+      if (row[b] < 0 || row[b] >= num_blocks) {
+        return invalid_argument(fmt::format(
+            "{}: argument 'block_table' has block_table[{}, {}] = {}, outside the cache's {} "
+            "blocks",
+            op, r, b, row[b], num_blocks));
+      }
+    }
+  }
+  SchedulerHeader h;
+  KILN_RETURN_IF_ERROR(
+      check_metadata(op, p, args.tensor(8), seq_lens, qsl, num_req, c.left, c.right, h));
+
+  const int64_t esize = int64_t(dtype_size(p.dtype));
+  for (int64_t r = 0; r < num_req; ++r) {
+    c.block_row = table.data_as<const int32_t>() + r * table.stride(0);
+    const int64_t seq_len = seq_lens[r];
+    const int64_t q_len = qsl[r + 1] - qsl[r];
+    const int64_t base = p.causal ? seq_len - q_len : 0;  // §3.4.3: p_i = base + i
+    for (int64_t step = 0; step < q_len; step += h.q_step) {
+      const int64_t step_end = std::min(q_len, step + h.q_step);
+      // The q-step's KV range, rounded outward to BlockSizeAlignment, never past seq_len.
+      int64_t kv_lo = c.left == -1 ? 0 : std::max<int64_t>(0, base + step - c.left);
+      int64_t kv_hi = c.right == -1 ? seq_len : std::min(seq_len, base + step_end + c.right);
+      kv_lo = kv_lo / h.kv_align * h.kv_align;
+      kv_hi = std::min(seq_len, align_up(kv_hi, h.kv_align));
+      kv_hi = std::max(kv_hi, kv_lo);
+      const bool split = h.kv_split != 0 && step_end == q_len && step_end - step <= 1;
+      const int64_t chunk = split ? h.split_tokens : std::max<int64_t>(kv_hi - kv_lo, 1);
+      for (int64_t i = step; i < step_end; ++i) {
+        const int64_t token = qsl[r] + i;
+        for (int64_t head = 0; head < p.head_count_q; ++head) {
+          std::vector<SoftmaxState> parts;
+          for (int64_t lo = kv_lo; lo < kv_hi; lo += chunk) {
+            parts.push_back(partial(c, token, base + i, head, lo, std::min(kv_hi, lo + chunk)));
+          }
+          // Merge (§3.5): m = max m_k, then rescale every part to it; the sink joins once.
+          double m = -std::numeric_limits<double>::infinity();
+          for (const SoftmaxState& s : parts) m = std::max(m, s.m);
+          const double sink = p.sinks ? load_float(sinks.dtype(), bytes(sinks), head) : 0.0;
+          if (p.sinks) m = std::max(m, sink);
+          double sum = p.sinks ? std::exp(sink - m) : 0.0;
+          std::vector<double> acc(size_t(p.head_size), 0.0);
+          for (const SoftmaxState& s : parts) {
+            if (s.m == -std::numeric_limits<double>::infinity()) continue;
+            const double w = std::exp(s.m - m);
+            sum += w * s.sum;
+            for (int64_t d = 0; d < p.head_size; ++d) acc[size_t(d)] += w * s.acc[size_t(d)];
+          }
+          std::byte* dst = bytes(output) + (token * p.head_count_q + head) * p.head_size * esize;
+          for (int64_t d = 0; d < p.head_size; ++d) {
+            store_float(p.dtype, dst, d, sum > 0 ? acc[size_t(d)] / sum : 0.0);
+          }
+        }
+      }
+    }
+  }
+  return Status::ok();
+}
+
+// ---- oneDNN GEMM: the ref's handler ----------------------------------------------------------
+
+constexpr int64_t kMmMagic = 0x31304d4d4e4c494b;        // "KILNMM01" little-endian
+constexpr int64_t kScaledMmMagic = 0x31304d534e4c494b;  // "KILNSM01"
+constexpr int64_t kHandlerHeaderBytes = 64;
+
+struct HandlerHeader {
+  int64_t magic = 0;
+  int64_t dtype = 0;  // dtype (mm) or out_dtype (scaled mm)
+  int64_t k = 0;
+  int64_t n = 0;
+  int64_t flags = 0;  // dynamic | azp << 1 | per_channel << 2
+  int64_t payload = 0;
+  int64_t reserved[2] = {0, 0};
+  bool operator==(const HandlerHeader&) const = default;
+};
+static_assert(sizeof(HandlerHeader) == kHandlerHeaderBytes);
+
+// The header a handler for `spec` (a create or an mm op) carries.
+HandlerHeader handler_header_for(const OpSpec& spec) {
+  HandlerHeader h;
+  if (spec.op == OpKind::kCreateOnednnMm || spec.op == OpKind::kOnednnMm) {
+    const auto& p = spec.get<ir::GemmParams>();
+    h.magic = kMmMagic;
+    h.dtype = int64_t(p.dtype);
+    h.k = p.k;
+    h.n = p.n;
+    h.payload = p.k * p.n * int64_t(dtype_size(p.dtype));
+  } else {
+    const auto& p = spec.get<ir::ScaledGemmParams>();
+    h.magic = kScaledMmMagic;
+    h.dtype = int64_t(p.out_dtype);
+    h.k = p.k;
+    h.n = p.n;
+    h.flags = int64_t(p.dynamic) | int64_t(p.azp) << 1 | int64_t(p.per_channel) << 2;
+    h.payload = 4 * (p.per_channel ? p.n : 1) + p.k * p.n;
+  }
+  return h;
+}
+
+Status expect_handler_size(const OpSpec& spec, const Tensor& handler) {
+  if (handler.numel() == onednn_handler_bytes(spec)) return Status::ok();
+  return invalid_argument(fmt::format(
+      "{}: argument 'handler' ({}) must have {} bytes for this spec (the ref's handler: a {}-byte "
+      "header and the packed weight)",
+      op_name(spec.op), handler.describe(), onednn_handler_bytes(spec), kHandlerHeaderBytes));
+}
+
+// Validates a handler an mm op received: size, then every header field.
+Status check_handler(const OpSpec& spec, const Tensor& handler) {
+  KILN_RETURN_IF_ERROR(expect_handler_size(spec, handler));
+  HandlerHeader h;
+  std::memcpy(&h, handler.data(), sizeof(h));
+  const HandlerHeader want = handler_header_for(spec);
+  if (h == want) return Status::ok();
+  const std::string_view creator =
+      spec.op == OpKind::kOnednnMm ? "create_onednn_mm" : "create_onednn_scaled_mm";
+  std::string what;
+  if (h.magic != want.magic) {
+    what = fmt::format("was not made by {} (bad magic)", creator);
+  } else if (h.k != want.k || h.n != want.n) {
+    what = fmt::format("holds a [K, N] = [{}, {}] weight; the spec has [{}, {}]", h.k, h.n,
+                       want.k, want.n);
+  } else {
+    what = "was made for another dtype or quantisation scheme";
+  }
+  return invalid_argument(fmt::format("{}: argument 'handler' {}", op_name(spec.op), what));
+}
+
+// create_onednn_mm(handler, b; primitive_cache_size): b [K, N] (any strides) -> [N, K].
+Status create_mm(const OpSpec& spec, const KernelArgs& args) {
+  const auto& p = spec.get<ir::GemmParams>();
+  const Tensor& handler = args.tensor(0);
+  const Tensor& b = args.tensor(1);
+  KILN_RETURN_IF_ERROR(expect_handler_size(spec, handler));
+  const HandlerHeader h = handler_header_for(spec);
+  std::memcpy(handler.data(), &h, sizeof(h));
+  const int64_t esize = int64_t(dtype_size(p.dtype));
+  std::byte* packed = bytes(handler) + kHandlerHeaderBytes;
+  for (int64_t n = 0; n < p.n; ++n) {
+    for (int64_t k = 0; k < p.k; ++k) {
+      std::memcpy(packed + (n * p.k + k) * esize,
+                  bytes(b) + (k * b.stride(0) + n * b.stride(1)) * esize, size_t(esize));
+    }
+  }
+  return Status::ok();
+}
+
+// onednn_mm(c, a, bias?, handler): c = rnd(Σ_k a[m,k]·b[k,n] + bias[n]).
+Status mm(const OpSpec& spec, const KernelArgs& args) {
+  const auto& p = spec.get<ir::GemmParams>();
+  const Tensor& c = args.tensor(0);
+  const Tensor& a = args.tensor(1);
+  const Tensor& bias = args.tensor(2);
+  KILN_RETURN_IF_ERROR(check_handler(spec, args.tensor(3)));
+  const std::byte* packed = bytes(args.tensor(3)) + kHandlerHeaderBytes;
+  const int64_t esize = int64_t(dtype_size(p.dtype));
+  for (int64_t m = 0; m < c.size(0); ++m) {
+    const std::byte* a_row = bytes(a) + m * a.stride(0) * esize;
+    for (int64_t n = 0; n < p.n; ++n) {
+      double sum = 0;
+      for (int64_t k = 0; k < p.k; ++k) {
+        sum += load_float(p.dtype, a_row, k) * load_float(p.dtype, packed, n * p.k + k);
+      }
+      if (bias.defined()) sum += load_float(p.dtype, bytes(bias), n);
+      store_float(p.dtype, bytes(c), m * p.n + n, sum);
+    }
+  }
+  return Status::ok();
+}
+
+// create_onednn_scaled_mm(handler, b, b_scales; primitive_cache_size): b int8 [K, N]
+// column-major -> scales, then [N, K] int8.
+Status create_scaled_mm(const OpSpec& spec, const KernelArgs& args) {
+  const auto& p = spec.get<ir::ScaledGemmParams>();
+  const Tensor& handler = args.tensor(0);
+  const Tensor& b = args.tensor(1);
+  KILN_RETURN_IF_ERROR(expect_handler_size(spec, handler));
+  const HandlerHeader h = handler_header_for(spec);
+  std::memcpy(handler.data(), &h, sizeof(h));
+  const int64_t scale_count = p.per_channel ? p.n : 1;
+  std::byte* payload = bytes(handler) + kHandlerHeaderBytes;
+  std::memcpy(payload, args.tensor(2).data(), size_t(4 * scale_count));
+  std::byte* packed = payload + 4 * scale_count;
+  for (int64_t n = 0; n < p.n; ++n) {
+    for (int64_t k = 0; k < p.k; ++k) {
+      packed[n * p.k + k] = bytes(b)[k * b.stride(0) + n * b.stride(1)];
+    }
+  }
+  return Status::ok();
+}
+
+// onednn_scaled_mm(c, a, a_scales, azp?, azp_adj?, bias?, handler):
+//   static   c = rnd(s_a · s_b[n] · Σ_k (a − zp)·b + bias[n])
+//   dynamic  c = rnd(s_a[m] · (s_b[n] · Σ_k a·b) − s_a[m] · zp[m] · azp_adj[n] + bias[n])
+Status scaled_mm(const OpSpec& spec, const KernelArgs& args) {
+  const auto& p = spec.get<ir::ScaledGemmParams>();
+  const Tensor& c = args.tensor(0);
+  const auto* a = args.tensor(1).data_as<const int8_t>();
+  const auto* a_scales = args.tensor(2).data_as<const float>();
+  const auto* azp = p.azp ? args.tensor(3).data_as<const int32_t>() : nullptr;
+  const auto* azp_adj = p.azp && p.dynamic ? args.tensor(4).data_as<const float>() : nullptr;
+  const Tensor& bias = args.tensor(5);
+  KILN_RETURN_IF_ERROR(check_handler(spec, args.tensor(6)));
+  const std::byte* payload = bytes(args.tensor(6)) + kHandlerHeaderBytes;
+  const int64_t scale_count = p.per_channel ? p.n : 1;
+  const auto* packed = reinterpret_cast<const int8_t*>(payload + 4 * scale_count);
+  for (int64_t m = 0; m < c.size(0); ++m) {
+    const double s_a = a_scales[p.dynamic ? m : 0];
+    const int64_t zp = azp != nullptr ? azp[p.dynamic ? m : 0] : 0;
+    for (int64_t n = 0; n < p.n; ++n) {
+      const double s_b = load_as<float>(payload, p.per_channel ? n : 0);
+      double v = 0;
+      if (p.dynamic) {
+        int64_t dot = 0;  // exact
+        for (int64_t k = 0; k < p.k; ++k) dot += int64_t(a[m * p.k + k]) * packed[n * p.k + k];
+        v = s_a * (s_b * double(dot));
+        if (azp_adj != nullptr) v -= s_a * double(zp) * double(azp_adj[n]);
+      } else {
+        int64_t dot = 0;  // exact: (a − zp) fits 33 bits, the sum int64
+        for (int64_t k = 0; k < p.k; ++k) {
+          dot += (int64_t(a[m * p.k + k]) - zp) * packed[n * p.k + k];
+        }
+        v = s_a * s_b * double(dot);
+      }
+      if (bias.defined()) v += load_float(p.out_dtype, bytes(bias), n);
+      store_float(p.out_dtype, bytes(c), m * p.n + n, v);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+/// Bytes of the ref's cpu_attn_get_scheduler_metadata blob (its header; see the file comment).
+int64_t cpu_attn_metadata_bytes() {
+  return int64_t(sizeof(SchedulerHeader));
+}
+
+/// Bytes of the ref's handler for a create_onednn_* / onednn_* spec: header + payload.
+int64_t onednn_handler_bytes(const OpSpec& spec) {
+  return kHandlerHeaderBytes + handler_header_for(spec).payload;
+}
+
+bool implements_cpu(OpKind op) {
+  switch (op) {
+    case OpKind::kCpuAttnGetSchedulerMetadata:
+    case OpKind::kCpuAttnReshapeAndCache:
+    case OpKind::kCpuAttentionWithKvCache:
+    case OpKind::kCreateOnednnMm:
+    case OpKind::kOnednnMm:
+    case OpKind::kCreateOnednnScaledMm:
+    case OpKind::kOnednnScaledMm: return true;
+    default: return false;
+  }
+}
+
+Status run_cpu(const OpSpec& spec, const KernelArgs& args) {
+  switch (spec.op) {
+    case OpKind::kCpuAttnGetSchedulerMetadata: return scheduler_metadata(spec, args);
+    case OpKind::kCpuAttnReshapeAndCache: return reshape_and_cache(spec, args);
+    case OpKind::kCpuAttentionWithKvCache: return attention(spec, args);
+    case OpKind::kCreateOnednnMm: return create_mm(spec, args);
+    case OpKind::kOnednnMm: return mm(spec, args);
+    case OpKind::kCreateOnednnScaledMm: return create_scaled_mm(spec, args);
+    case OpKind::kOnednnScaledMm: return scaled_mm(spec, args);
+    default:
+      return {StatusCode::kInternal,
+              fmt::format("ref: {} is not in the cpu_attention/gemm family", op_name(spec.op))};
+  }
 }
 
 }  // namespace jit::codegen::ref

@@ -23,7 +23,8 @@ class RopeGenerator : public Generator {
       : Generator(isa),
         p_(p),
         esize_(int(dtype_size(p.dtype))),
-        cache_esize_(int(dtype_size(p.cache_dtype))) {}
+        cache_esize_(int(dtype_size(p.cache_dtype))),
+        hoist_cache_(avx512() && kHoisted + 2 * cache_vectors() <= 32) {}
 
   void generate() {
     prologue();
@@ -41,6 +42,11 @@ class RopeGenerator : public Generator {
     mov(reg_cache_row_, ptr[reg_positions_ + reg_row_ * 8]);
     imul(reg_cache_row_, reg_cache_row_, p_.rot_dim * cache_esize_);
     add(reg_cache_row_, reg_cache_);
+    if (hoist_cache_) {
+      // The token's cos/sin, rounded to T once and kept in registers for all its heads.
+      for (int v = 0; v < cache_vectors(); ++v) load_cache_vector(v, vmm(kHoisted + 2 * v),
+                                                                  vmm(kHoisted + 2 * v + 1));
+    }
     rotate_operand(offsetof(RopeCallArgs, query), offsetof(RopeCallArgs, query_token_stride),
                    offsetof(RopeCallArgs, query_head_stride), p_.head_count_q);
     if (p_.key) {
@@ -54,8 +60,10 @@ class RopeGenerator : public Generator {
   }
 
  private:
-  // Vector registers: operands, cache values, products.
+  // Vector registers: operands, cache values, products; hoisted cos/sin from kHoisted on
+  // (AVX-512 only: 16..31).
   static constexpr int kX = 0, kY = 1, kC = 2, kS = 3, kA = 4, kB = 5, kT0 = 6, kT1 = 7;
+  static constexpr int kHoisted = 16;
 
   // Rotates every head of one operand of token reg_row_.
   void rotate_operand(size_t data_offset, size_t token_stride_offset, size_t head_stride_offset,
@@ -74,16 +82,33 @@ class RopeGenerator : public Generator {
     jnz(l_head, T_NEAR);
   }
 
+  // Vectors of E pairs, and whether their cos/sin fit in registers (kHoisted.. up to the
+  // last register of the ISA) so that each token loads and rounds them once.
+  int cache_vectors() const { return int((p_.rot_dim / 2 + lanes() - 1) / lanes()); }
+
+  void load_cache_vector(int v, const Xmm& c, const Xmm& s) {
+    const int64_t half = p_.rot_dim / 2, j = int64_t(v) * lanes();
+    const int count = int(std::min<int64_t>(lanes(), half - j));
+    load_f32(c, p_.cache_dtype, reg_cache_row_ + j * cache_esize_, count);
+    load_f32(s, p_.cache_dtype, reg_cache_row_ + (half + j) * cache_esize_, count);
+    round_to(c, p_.dtype);
+    round_to(s, p_.dtype);
+  }
+
   // The rotated prefix of one head at reg_head_, E pairs, vectors at constant offsets.
   void rotate_head() {
     const int64_t half = p_.rot_dim / 2;
     for (int64_t j = 0; j < half; j += lanes()) {
       const int count = int(std::min<int64_t>(lanes(), half - j));
-      const Xmm x = vmm(kX), y = vmm(kY), c = vmm(kC), s = vmm(kS);
-      load_f32(c, p_.cache_dtype, reg_cache_row_ + j * cache_esize_, count);
-      load_f32(s, p_.cache_dtype, reg_cache_row_ + (half + j) * cache_esize_, count);
-      round_to(c, p_.dtype);
-      round_to(s, p_.dtype);
+      const int v = int(j / lanes());
+      const Xmm x = vmm(kX), y = vmm(kY);
+      Xmm c = vmm(kC), s = vmm(kS);
+      if (hoist_cache_) {
+        c = vmm(kHoisted + 2 * v);
+        s = vmm(kHoisted + 2 * v + 1);
+      } else {
+        load_cache_vector(v, c, s);
+      }
       const bool neox = p_.style == ir::RopeStyle::kNeox;
       if (neox) {
         load_f32(x, p_.dtype, reg_head_ + j * esize_, count);
@@ -120,6 +145,7 @@ class RopeGenerator : public Generator {
   const ir::RopeParams p_;
   const int esize_;
   const int cache_esize_;
+  const bool hoist_cache_;
   const Reg64 reg_positions_ = r8, reg_cache_ = r9, reg_cache_row_ = r10, reg_args_ = r11;
   const Reg64 reg_row_ = r12, reg_row_end_ = r13, reg_head_ = r14, reg_head_stride_ = r15;
   const Reg64 reg_heads_left_ = rbx;

@@ -23,8 +23,8 @@ const OpSpec& spec() {
 }
 
 std::filesystem::path cache_dir() {
-  static const auto dir = std::filesystem::temp_directory_path() /
-                          fmt::format("kiln-bench-compile-{}", getpid());
+  static const auto dir =
+      std::filesystem::temp_directory_path() / fmt::format("kiln-bench-compile-{}", getpid());
   return dir;
 }
 

@@ -84,10 +84,10 @@ void bm_rms_norm(benchmark::State& state) {
   auto w = random_bf16(size_t(hidden));
   std::vector<uint16_t> y(x.size());
   const Kernel kernel = compile_or_die(spec, threads);
-  const KernelArgs args({Tensor(y.data(), DType::kBF16, {tokens, hidden}),
-                         Tensor(x.data(), DType::kBF16, {tokens, hidden}),
-                         Tensor(w.data(), DType::kBF16, {hidden})},
-                        {1e-6});
+  const KernelArgs args(
+      {Tensor(y.data(), DType::kBF16, {tokens, hidden}),
+       Tensor(x.data(), DType::kBF16, {tokens, hidden}), Tensor(w.data(), DType::kBF16, {hidden})},
+      {1e-6});
   run_and_report(state, spec, tokens, threads, [&] {
     if (peer) {
       bench::plain_rms_norm_bf16(y.data(), x.data(), w.data(), tokens, hidden, 1e-6f, threads);
@@ -123,8 +123,8 @@ void bm_rotary_embedding(benchmark::State& state) {
   const int64_t heads = state.range(0), head_size = 128, max_position = 4096;
   const int threads = int(state.range(1));
   const bool peer = state.range(2) != 0;
-  ir::RopeParams p{DType::kBF16, DType::kBF16, head_size, head_size, ir::RopeStyle::kNeox,
-                   heads, 0, false};
+  ir::RopeParams p{DType::kBF16,         DType::kBF16, head_size, head_size,
+                   ir::RopeStyle::kNeox, heads,        0,         false};
   const OpSpec spec = OpSpec::make(OpKind::kRotaryEmbedding, p);
   const int64_t tokens = tokens_for(spec);
   auto q = random_bf16(size_t(tokens * heads * head_size));
@@ -153,10 +153,10 @@ int main(int argc, char** argv) {
   // a 1 GiB copy is printed beside it for the DRAM-only figure.
   for (int threads : {1, 2}) {
     g_copy_gbps[threads] = bench::measure_copy_gbps(size_t(kMinBytesMoved / 2), threads);
-    fmt::print("copy bandwidth, {} thread(s): {:.1f} GB/s at 64 MB moved, {:.1f} GB/s at 1 GiB "
-               "moved (best of 7)\n",
-               threads, g_copy_gbps[threads],
-               bench::measure_copy_gbps(size_t(512) << 20, threads));
+    fmt::print(
+        "copy bandwidth, {} thread(s): {:.1f} GB/s at 64 MB moved, {:.1f} GB/s at 1 GiB "
+        "moved (best of 7)\n",
+        threads, g_copy_gbps[threads], bench::measure_copy_gbps(size_t(512) << 20, threads));
   }
   for (int threads : {1, 2}) {
     for (int64_t peer : {0, 1}) {

@@ -20,7 +20,9 @@ inline uint16_t to_bf16(float f) {
   return uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
-inline float round_bf16(float f) { return from_bf16(to_bf16(f)); }
+inline float round_bf16(float f) {
+  return from_bf16(to_bf16(f));
+}
 
 }  // namespace
 

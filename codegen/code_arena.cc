@@ -32,8 +32,9 @@ Status CodeArena::grow(size_t min_bytes) {
             fmt::format("code arena: ftruncate({}) failed: {}", size, std::strerror(err))};
   }
   void* writable = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  void* executable =
-      writable == MAP_FAILED ? MAP_FAILED : mmap(nullptr, size, PROT_READ | PROT_EXEC, MAP_SHARED, fd, 0);
+  void* executable = writable == MAP_FAILED
+                         ? MAP_FAILED
+                         : mmap(nullptr, size, PROT_READ | PROT_EXEC, MAP_SHARED, fd, 0);
   const int err = errno;
   close(fd);  // the mappings keep the memory alive
   if (writable == MAP_FAILED || executable == MAP_FAILED) {
@@ -43,8 +44,8 @@ Status CodeArena::grow(size_t min_bytes) {
                         "memfd forbidden (vm.memfd_noexec)?",
                         std::strerror(err))};
   }
-  chunks_.push_back({static_cast<uint8_t*>(writable), static_cast<const uint8_t*>(executable),
-                     size, 0});
+  chunks_.push_back(
+      {static_cast<uint8_t*>(writable), static_cast<const uint8_t*>(executable), size, 0});
   return Status::ok();
 }
 

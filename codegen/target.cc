@@ -19,7 +19,9 @@ namespace {
 constexpr std::string_view kIsaNames[] = {"none", "avx2", "avx512", "avx512_bf16", "amx"};
 }  // namespace
 
-std::string_view x86_isa_name(X86Isa isa) { return kIsaNames[static_cast<int>(isa)]; }
+std::string_view x86_isa_name(X86Isa isa) {
+  return kIsaNames[static_cast<int>(isa)];
+}
 
 bool parse_x86_isa(std::string_view text, X86Isa* isa) {
   for (int i = 0; i < int(std::size(kIsaNames)); ++i) {

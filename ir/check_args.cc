@@ -38,31 +38,33 @@ Status expect_size(std::string_view op, std::string_view arg, const Tensor& t, i
 
 Status expect_contiguous(std::string_view op, std::string_view arg, const Tensor& t) {
   if (t.is_contiguous()) return Status::ok();
-  return invalid_argument(fmt::format("{}: argument '{}' must be contiguous, got {}", op, arg,
-                                      t.describe()));
+  return invalid_argument(
+      fmt::format("{}: argument '{}' must be contiguous, got {}", op, arg, t.describe()));
 }
 
 Status expect_unit_last_stride(std::string_view op, std::string_view arg, const Tensor& t) {
   if (t.dim() > 0 && (t.stride(-1) == 1 || t.size(-1) == 1)) return Status::ok();
-  return invalid_argument(fmt::format("{}: argument '{}' must have stride 1 in its last "
-                                      "dimension, got {}",
-                                      op, arg, t.describe()));
+  return invalid_argument(
+      fmt::format("{}: argument '{}' must have stride 1 in its last "
+                  "dimension, got {}",
+                  op, arg, t.describe()));
 }
 
 Status expect_cpu(std::string_view op, std::string_view arg, const Tensor& t) {
   if (t.device().kind == Device::Kind::kCpu) return Status::ok();
-  return invalid_argument(fmt::format("{}: argument '{}' is on {}; this backend needs cpu "
-                                      "tensors",
-                                      op, arg, to_string(t.device())));
+  return invalid_argument(
+      fmt::format("{}: argument '{}' is on {}; this backend needs cpu "
+                  "tensors",
+                  op, arg, to_string(t.device())));
 }
 
 Status expect_rows_collapsible(std::string_view op, std::string_view arg, const Tensor& t) {
   for (int d = 0; d + 2 < t.dim(); ++d) {
     if (t.size(d) != 1 && t.stride(d) != t.stride(d + 1) * t.size(d + 1)) {
-      return invalid_argument(fmt::format(
-          "{}: argument '{}' ({}) must have leading dimensions that merge into one row "
-          "dimension (stride[{}] == stride[{}] * size[{}])",
-          op, arg, t.describe(), d, d + 1, d + 1));
+      return invalid_argument(
+          fmt::format("{}: argument '{}' ({}) must have leading dimensions that merge into one row "
+                      "dimension (stride[{}] == stride[{}] * size[{}])",
+                      op, arg, t.describe(), d, d + 1, d + 1));
     }
   }
   return Status::ok();

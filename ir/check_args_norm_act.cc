@@ -19,8 +19,8 @@ Status expect_rows(std::string_view op, std::string_view arg, const Tensor& t, D
   KILN_RETURN_IF_ERROR(expect_defined(op, arg, t));
   KILN_RETURN_IF_ERROR(expect_dtype(op, arg, t, dtype));
   if (t.dim() < 1) {
-    return invalid_argument(fmt::format("{}: argument '{}' must have at least one dimension", op,
-                                        arg));
+    return invalid_argument(
+        fmt::format("{}: argument '{}' must have at least one dimension", op, arg));
   }
   KILN_RETURN_IF_ERROR(expect_size(op, arg, t, -1, width));
   KILN_RETURN_IF_ERROR(expect_unit_last_stride(op, arg, t));
@@ -32,8 +32,8 @@ Status expect_same_rows(std::string_view op, std::string_view a_name, const Tens
   // A zero width (a spec that was never validated) has no rows rather than a division by 0.
   const auto rows = [](const Tensor& t) { return t.size(-1) > 0 ? t.numel() / t.size(-1) : 0; };
   if (rows(a) == rows(b)) return Status::ok();
-  return invalid_argument(fmt::format("{}: '{}' ({}) and '{}' ({}) have different row counts",
-                                      op, a_name, a.describe(), b_name, b.describe()));
+  return invalid_argument(fmt::format("{}: '{}' ({}) and '{}' ({}) have different row counts", op,
+                                      a_name, a.describe(), b_name, b.describe()));
 }
 
 Status check_norm(const OpSpec& spec, const KernelArgs& args) {
@@ -56,9 +56,10 @@ Status check_norm(const OpSpec& spec, const KernelArgs& args) {
     KILN_RETURN_IF_ERROR(expect_size(op, "weight", weight, 0, p.hidden));
     KILN_RETURN_IF_ERROR(expect_contiguous(op, "weight", weight));
   } else if (weight.defined()) {
-    return invalid_argument(fmt::format("{}: argument 'weight' must be None for a spec with "
-                                        "weight=false, got {}",
-                                        op, weight.describe()));
+    return invalid_argument(
+        fmt::format("{}: argument 'weight' must be None for a spec with "
+                    "weight=false, got {}",
+                    op, weight.describe()));
   }
   const double eps = args.scalar(0);
   if (!(eps >= 0)) {
@@ -81,9 +82,10 @@ Status check_rope_operand(std::string_view op, std::string_view arg, const Tenso
   }
   for (int d = 0; d < lead; ++d) {
     if (t.size(d) != positions.size(d)) {
-      return invalid_argument(fmt::format("{}: argument '{}' ({}) must start with the positions' "
-                                          "shape {}",
-                                          op, arg, t.describe(), positions.describe()));
+      return invalid_argument(
+          fmt::format("{}: argument '{}' ({}) must start with the positions' "
+                      "shape {}",
+                      op, arg, t.describe(), positions.describe()));
     }
   }
   if (lead == 2 && t.size(0) > 1 && t.stride(0) != t.size(1) * t.stride(1)) {
@@ -118,9 +120,10 @@ Status check_rope(const OpSpec& spec, const KernelArgs& args) {
     KILN_RETURN_IF_ERROR(check_rope_operand(op, "key", args.tensor(2), positions, p.dtype,
                                             p.head_count_kv, p.head_size));
   } else if (args.tensor(2).defined()) {
-    return invalid_argument(fmt::format("{}: argument 'key' must be None for a spec with "
-                                        "key=false, got {}",
-                                        op, args.tensor(2).describe()));
+    return invalid_argument(
+        fmt::format("{}: argument 'key' must be None for a spec with "
+                    "key=false, got {}",
+                    op, args.tensor(2).describe()));
   }
   const Tensor& cache = args.tensor(3);
   KILN_RETURN_IF_ERROR(expect_defined(op, "cos_sin_cache", cache));
@@ -168,12 +171,9 @@ Status check_rope_positions(const Tensor& positions, int64_t max_position) {
 Status check_norm_act_args(const OpSpec& spec, const KernelArgs& args) {
   switch (spec.op) {
     case OpKind::kRmsNorm:
-    case OpKind::kFusedAddRmsNorm:
-      return check_norm(spec, args);
-    case OpKind::kRotaryEmbedding:
-      return check_rope(spec, args);
-    default:
-      return check_activation(spec, args);
+    case OpKind::kFusedAddRmsNorm: return check_norm(spec, args);
+    case OpKind::kRotaryEmbedding: return check_rope(spec, args);
+    default: return check_activation(spec, args);
   }
 }
 

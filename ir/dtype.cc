@@ -26,11 +26,16 @@ std::optional<DType> parse_dtype(std::string_view text) {
     DType dtype;
   };
   static constexpr Alias kAliases[] = {
-      {"float32", DType::kF32},       {"float", DType::kF32},
-      {"float16", DType::kF16},       {"half", DType::kF16},
-      {"bfloat16", DType::kBF16},     {"float8_e4m3fn", DType::kFp8E4m3},
-      {"float8_e5m2", DType::kFp8E5m2}, {"int8", DType::kI8},
-      {"uint8", DType::kU8},          {"int32", DType::kI32},
+      {"float32", DType::kF32},
+      {"float", DType::kF32},
+      {"float16", DType::kF16},
+      {"half", DType::kF16},
+      {"bfloat16", DType::kBF16},
+      {"float8_e4m3fn", DType::kFp8E4m3},
+      {"float8_e5m2", DType::kFp8E5m2},
+      {"int8", DType::kI8},
+      {"uint8", DType::kU8},
+      {"int32", DType::kI32},
       {"int64", DType::kI64},
   };
   for (const Alias& a : kAliases) {

@@ -68,9 +68,15 @@ std::string enum_choices() {
 }
 
 /// Text of one field value as it appears in canonical spec text.
-inline std::string format_field(int64_t v) { return std::to_string(v); }
-inline std::string format_field(bool v) { return v ? "true" : "false"; }
-inline std::string format_field(DType v) { return std::string(dtype_name(v)); }
+inline std::string format_field(int64_t v) {
+  return std::to_string(v);
+}
+inline std::string format_field(bool v) {
+  return v ? "true" : "false";
+}
+inline std::string format_field(DType v) {
+  return std::string(dtype_name(v));
+}
 template <class E, class = std::enable_if_t<std::is_enum_v<E>>>
 std::string format_field(E v) {
   return std::string(enum_name(v));
@@ -111,8 +117,12 @@ std::optional<std::string> parse_field(std::string_view text, E& out) {
 }
 
 /// The value of a field as an integer, for hashing.
-inline int64_t field_bits(int64_t v) { return v; }
-inline int64_t field_bits(bool v) { return v ? 1 : 0; }
+inline int64_t field_bits(int64_t v) {
+  return v;
+}
+inline int64_t field_bits(bool v) {
+  return v ? 1 : 0;
+}
 template <class E, class = std::enable_if_t<std::is_enum_v<E>>>
 int64_t field_bits(E v) {
   return static_cast<int64_t>(v);

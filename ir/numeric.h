@@ -9,7 +9,9 @@
 namespace jit::numeric {
 
 /// bf16 bits -> fp32: exact (bf16 is the top half of an fp32).
-inline float bf16_to_f32(uint16_t bits) { return std::bit_cast<float>(uint32_t(bits) << 16); }
+inline float bf16_to_f32(uint16_t bits) {
+  return std::bit_cast<float>(uint32_t(bits) << 16);
+}
 
 /// fp32 -> bf16 bits, round to nearest even; NaN stays a (quiet) NaN with its sign.
 inline uint16_t f32_to_bf16(float value) {
@@ -35,7 +37,11 @@ uint8_t f32_to_fp8_e4m3(float value);
 uint8_t f32_to_fp8_e5m2(float value);
 
 /// Round an fp32 value to the grid of a 16-bit type and back (identity for fp32).
-inline float round_to_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
-inline float round_to_f16(float v) { return f16_to_f32(f32_to_f16(v)); }
+inline float round_to_bf16(float v) {
+  return bf16_to_f32(f32_to_bf16(v));
+}
+inline float round_to_f16(float v) {
+  return f16_to_f32(f32_to_f16(v));
+}
 
 }  // namespace jit::numeric

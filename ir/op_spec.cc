@@ -26,7 +26,9 @@ const std::vector<OpInfo>& op_table() {
   return table;
 }
 
-const OpInfo& info(OpKind op) { return op_table()[static_cast<size_t>(op)]; }
+const OpInfo& info(OpKind op) {
+  return op_table()[static_cast<size_t>(op)];
+}
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
@@ -39,9 +41,8 @@ std::vector<int64_t> hash_words(const OpSpec& spec) {
   std::vector<int64_t> words = {static_cast<int64_t>(spec.op)};
   std::visit(
       [&](const auto& p) {
-        std::decay_t<decltype(p)>::fields(p, [&](const char*, const auto& value) {
-          words.push_back(ir::field_bits(value));
-        });
+        std::decay_t<decltype(p)>::fields(
+            p, [&](const char*, const auto& value) { words.push_back(ir::field_bits(value)); });
       },
       spec.params);
   return words;
@@ -58,8 +59,12 @@ std::span<const OpKind> all_op_kinds() {
   return kinds;
 }
 
-std::string_view op_name(OpKind op) { return info(op).name; }
-std::string_view op_family(OpKind op) { return info(op).family; }
+std::string_view op_name(OpKind op) {
+  return info(op).name;
+}
+std::string_view op_family(OpKind op) {
+  return info(op).family;
+}
 
 std::optional<OpKind> parse_op_kind(std::string_view name) {
   for (OpKind op : all_op_kinds()) {
@@ -107,9 +112,10 @@ Result<OpSpec> parse_spec(std::string_view text) {
   const auto op = parse_op_kind(name);
   if (!op) {
     std::string names;
-    for (OpKind k : all_op_kinds()) names += fmt::format("{}{}", names.empty() ? "" : ", ", op_name(k));
-    return invalid_argument(fmt::format("spec '{}': unknown op '{}' (known ops: {})", original,
-                                        name, names));
+    for (OpKind k : all_op_kinds())
+      names += fmt::format("{}{}", names.empty() ? "" : ", ", op_name(k));
+    return invalid_argument(
+        fmt::format("spec '{}': unknown op '{}' (known ops: {})", original, name, names));
   }
   OpSpec spec = OpSpec::defaults(*op);
   std::string_view body = text.substr(open + 1, text.size() - open - 2);
@@ -120,15 +126,14 @@ Result<OpSpec> parse_spec(std::string_view text) {
     body = comma == std::string_view::npos ? std::string_view() : body.substr(comma + 1);
     const size_t eq = item.find('=');
     if (eq == std::string_view::npos) {
-      return invalid_argument(fmt::format("spec '{}': '{}' is not of the form field=value",
-                                          original, item));
+      return invalid_argument(
+          fmt::format("spec '{}': '{}' is not of the form field=value", original, item));
     }
     const std::string_view key = trim(item.substr(0, eq));
     const std::string_view value = trim(item.substr(eq + 1));
     for (const std::string& s : seen) {
       if (s == key) {
-        return invalid_argument(
-            fmt::format("spec '{}': field '{}' is given twice", original, key));
+        return invalid_argument(fmt::format("spec '{}': field '{}' is given twice", original, key));
       }
     }
     seen.emplace_back(key);
@@ -179,7 +184,9 @@ Hash128 hash128(const OpSpec& spec) {
   return {h.low64, h.high64};
 }
 
-std::string Hash128::hex() const { return fmt::format("{:016x}{:016x}", high, low); }
+std::string Hash128::hex() const {
+  return fmt::format("{:016x}{:016x}", high, low);
+}
 
 Estimate estimates(const OpSpec& spec, const ProblemSize& size) {
   return std::visit([&](const auto& p) { return ir::estimate(spec.op, p, size); }, spec.params);

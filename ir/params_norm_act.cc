@@ -1,6 +1,6 @@
-#include <fmt/format.h>
-
 #include "ir/params_norm_act.h"
+
+#include <fmt/format.h>
 
 namespace jit::ir {
 namespace {
@@ -11,8 +11,8 @@ constexpr int64_t kMaxWidth = int64_t(1) << 24;
 
 Status check_float_dtype(const char* field, DType dtype) {
   if (is_float_activation(dtype)) return Status::ok();
-  return invalid_argument(fmt::format("{}={} is not supported (allowed: f32, f16, bf16)", field,
-                                      dtype_name(dtype)));
+  return invalid_argument(
+      fmt::format("{}={} is not supported (allowed: f32, f16, bf16)", field, dtype_name(dtype)));
 }
 
 Status check_range(const char* field, int64_t value, int64_t lo, int64_t hi) {

@@ -53,7 +53,7 @@ inline Status invalid_argument(std::string message) {
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : state_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : state_(std::move(status)) {}  // NOLINT: implicit by design
 
   bool is_ok() const { return std::holds_alternative<T>(state_); }
@@ -87,8 +87,8 @@ class Error : public std::exception {
 }  // namespace jit
 
 /// Returns early from a function returning Status or Result<T> when `expr` fails.
-#define KILN_RETURN_IF_ERROR(expr)               \
-  do {                                           \
-    ::jit::Status kiln_status_ = (expr);         \
+#define KILN_RETURN_IF_ERROR(expr)                  \
+  do {                                              \
+    ::jit::Status kiln_status_ = (expr);            \
     if (!kiln_status_.is_ok()) return kiln_status_; \
   } while (0)

@@ -75,17 +75,14 @@ std::optional<DType> dtype_from_dlpack(DLDataType t) {
       if (t.bits == 32) return DType::kF32;
       if (t.bits == 16) return DType::kF16;
       return std::nullopt;
-    case kDLBfloat:
-      return t.bits == 16 ? std::optional(DType::kBF16) : std::nullopt;
+    case kDLBfloat: return t.bits == 16 ? std::optional(DType::kBF16) : std::nullopt;
     case kDLInt:
       if (t.bits == 8) return DType::kI8;
       if (t.bits == 32) return DType::kI32;
       if (t.bits == 64) return DType::kI64;
       return std::nullopt;
-    case kDLUInt:
-      return t.bits == 8 ? std::optional(DType::kU8) : std::nullopt;
-    default:
-      return std::nullopt;
+    case kDLUInt: return t.bits == 8 ? std::optional(DType::kU8) : std::nullopt;
+    default: return std::nullopt;
   }
 }
 
@@ -117,9 +114,9 @@ Result<Tensor> Tensor::from_dlpack(const DLManagedTensor* managed) {
   } else if (t.device.device_type == kDLCUDA) {
     device = Device::cuda(t.device.device_id);
   } else {
-    return invalid_argument(fmt::format(
-        "dlpack: device type {} is not supported (allowed: kDLCPU, kDLCUDA)",
-        int(t.device.device_type)));
+    return invalid_argument(
+        fmt::format("dlpack: device type {} is not supported (allowed: kDLCPU, kDLCUDA)",
+                    int(t.device.device_type)));
   }
   auto dtype = dtype_from_dlpack(t.dtype);
   if (!dtype) {
@@ -166,8 +163,8 @@ DLManagedTensor* Tensor::to_dlpack() const {
   std::copy(strides_.begin(), strides_.end(), holder->strides.begin());
   DLTensor& t = holder->managed.dl_tensor;
   t.data = data_;
-  t.device = device_.kind == Device::Kind::kCpu ? DLDevice{kDLCPU, 0}
-                                                : DLDevice{kDLCUDA, device_.index};
+  t.device =
+      device_.kind == Device::Kind::kCpu ? DLDevice{kDLCPU, 0} : DLDevice{kDLCUDA, device_.index};
   t.ndim = rank_;
   t.dtype = dtype_to_dlpack(dtype_);
   t.shape = holder->shape.data();

@@ -47,7 +47,9 @@ class Tensor {
   bool defined() const { return data_ != nullptr || rank_ > 0; }
   void* data() const { return data_; }
   template <class T>
-  T* data_as() const { return static_cast<T*>(data_); }
+  T* data_as() const {
+    return static_cast<T*>(data_);
+  }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
   int dim() const { return rank_; }

@@ -39,9 +39,9 @@ Result<std::string> Kernel::disassembly() const {
                               info().spec_text, backend_name(info().backend)));
   }
   // objdump reads a raw binary file; --adjust-vma shows the real addresses.
-  const auto path = std::filesystem::temp_directory_path() /
-                    fmt::format("kiln-disasm-{}-{:x}.bin", getpid(),
-                                reinterpret_cast<uintptr_t>(code()));
+  const auto path =
+      std::filesystem::temp_directory_path() /
+      fmt::format("kiln-disasm-{}-{:x}.bin", getpid(), reinterpret_cast<uintptr_t>(code()));
   {
     std::ofstream file(path, std::ios::binary);
     file.write(static_cast<const char*>(code()), std::streamsize(code_size()));

@@ -57,9 +57,13 @@ LogSink set_log_sink(LogSink sink) {
   return previous;
 }
 
-unsigned set_log_categories(unsigned mask) { return category_mask().exchange(mask); }
+unsigned set_log_categories(unsigned mask) {
+  return category_mask().exchange(mask);
+}
 
-unsigned log_categories() { return category_mask().load(std::memory_order_relaxed); }
+unsigned log_categories() {
+  return category_mask().load(std::memory_order_relaxed);
+}
 
 void log_message(LogLevel level, std::string_view message) {
   std::lock_guard lock(sink_mutex());
@@ -67,8 +71,7 @@ void log_message(LogLevel level, std::string_view message) {
     sink_slot()(level, message);
     return;
   }
-  std::fprintf(stderr, "kiln: %s%.*s\n", level_prefix(level), int(message.size()),
-               message.data());
+  std::fprintf(stderr, "kiln: %s%.*s\n", level_prefix(level), int(message.size()), message.data());
 }
 
 }  // namespace jit

@@ -17,8 +17,6 @@
 //                   fatrelu rounds once; swigluoai is evaluated in double and rounded once.
 // This file is compiled with -ffp-contract=off (see CMakeLists.txt): a fused multiply-add
 // would skip the rounding of a product that the sequences above require.
-#include "codegen/ref/ref_families.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -30,6 +28,7 @@
 #include <numbers>
 #include <vector>
 
+#include "codegen/ref/ref_families.h"
 #include "ir/check_args.h"
 #include "ir/numeric.h"
 #include "ir/params_norm_act.h"

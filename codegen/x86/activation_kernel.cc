@@ -116,8 +116,7 @@ class ActivationGenerator : public Generator {
   // `n` vectors of `count` elements each (count < lanes only when n == 1).
   void step(int n, int count, int64_t constant_offset) {
     const Group x = slot(0, n), y = slot(1, n);
-    const Group t0 = slot(2, n), t1 = slot(3, n), t2 = slot(4, n), t3 = slot(5, n),
-                t4 = slot(6, n);
+    const Group t0 = slot(2, n), t1 = slot(3, n), t2 = slot(4, n), t3 = slot(5, n), t4 = slot(6, n);
     const auto each = [&](auto f) {
       for (int u = 0; u < n; ++u) f(u, int64_t(u) * lanes());
     };
@@ -127,10 +126,14 @@ class ActivationGenerator : public Generator {
                    count);
       });
       swiglu(x, y, t0, t1, t2, t3, t4);
-      each([&](int u, int64_t e) { store_f32(x[u], p_.dtype, at(reg_dst_, constant_offset, e, 1), count); });
+      each([&](int u, int64_t e) {
+        store_f32(x[u], p_.dtype, at(reg_dst_, constant_offset, e, 1), count);
+      });
       return;
     }
-    each([&](int u, int64_t e) { load_f32(x[u], p_.dtype, at(reg_src_, constant_offset, e, 1), count); });
+    each([&](int u, int64_t e) {
+      load_f32(x[u], p_.dtype, at(reg_src_, constant_offset, e, 1), count);
+    });
     each([&](int u, int64_t e) {
       load_f32(y[u], p_.dtype, at(reg_src_, constant_offset, p_.d + e, 1), count);
     });
@@ -138,24 +141,19 @@ class ActivationGenerator : public Generator {
     const Group& activated = op_ == OpKind::kMulAndSilu ? y : x;
     switch (op_) {
       case OpKind::kSiluAndMul:
-      case OpKind::kMulAndSilu:
-        silu_ps(activated, t0, t1, t2, t3, t4);
-        break;
-      case OpKind::kGeluAndMul:
-        gelu_erf_ps(activated, t0, t1, t2, t3);
-        break;
-      case OpKind::kGeluTanhAndMul:
-        gelu_tanh_ps(activated, t0, t1, t2, t3, t4);
-        break;
+      case OpKind::kMulAndSilu: silu_ps(activated, t0, t1, t2, t3, t4); break;
+      case OpKind::kGeluAndMul: gelu_erf_ps(activated, t0, t1, t2, t3); break;
+      case OpKind::kGeluTanhAndMul: gelu_tanh_ps(activated, t0, t1, t2, t3, t4); break;
       case OpKind::kFatreluAndMul:
         each([&](int u, int64_t) { keep_if_greater(x[u], x[u], vmm(param0_)); });
         break;
-      default:
-        break;
+      default: break;
     }
     if (op_ == OpKind::kFatreluAndMul) {  // exact selection: nothing to round before the product
       each([&](int u, int64_t) { vmulps(x[u], x[u], y[u]); });
-      each([&](int u, int64_t e) { store_f32(x[u], p_.dtype, at(reg_dst_, constant_offset, e, 1), count); });
+      each([&](int u, int64_t e) {
+        store_f32(x[u], p_.dtype, at(reg_dst_, constant_offset, e, 1), count);
+      });
       return;
     }
     const Group& other = op_ == OpKind::kMulAndSilu ? x : y;
@@ -165,8 +163,8 @@ class ActivationGenerator : public Generator {
     });
   }
 
-  void swiglu(const Group& gate, const Group& up, const Group& t0, const Group& t1,
-              const Group& t2, const Group& t3, const Group& s) {
+  void swiglu(const Group& gate, const Group& up, const Group& t0, const Group& t1, const Group& t2,
+              const Group& t3, const Group& s) {
     const size_t n = gate.size();
     // g = min(gate, limit), u = clamp(up, -limit, limit); the data operand goes second so
     // NaN propagates (KILN: vLLM's fminf would replace it by the bound).

@@ -20,9 +20,7 @@ constexpr int kFrameBytes = kStageBytes + 8;
 }  // namespace
 
 Generator::Generator(X86Isa isa)
-    : CodeGenerator(kMaxCodeBytes, DontSetProtectRWE),
-      isa_(isa),
-      avx512_(isa >= X86Isa::kAvx512) {}
+    : CodeGenerator(kMaxCodeBytes, DontSetProtectRWE), isa_(isa), avx512_(isa >= X86Isa::kAvx512) {}
 
 Xbyak::Xmm Generator::vmm(int idx) const {
   return avx512_ ? Xmm(Zmm(idx)) : Xmm(Ymm(idx));
@@ -75,7 +73,9 @@ Result<std::vector<uint8_t>> Generator::finish() {
   return std::vector<uint8_t>(getCode(), getCode() + getSize());
 }
 
-Xbyak::Address Generator::cst(float value) { return cst_bits(std::bit_cast<uint32_t>(value)); }
+Xbyak::Address Generator::cst(float value) {
+  return cst_bits(std::bit_cast<uint32_t>(value));
+}
 
 Xbyak::Address Generator::cst_bits(uint32_t bits) {
   auto& label = constants_[bits];
@@ -105,8 +105,8 @@ std::array<uint32_t, 16> interleave_table(uint32_t half) {
 }
 }  // namespace
 
-void Generator::load_pairs(const Xmm& even, const Xmm& odd, const Xmm& a, const Xmm& b,
-                           DType dtype, const RegExp& addr, int count) {
+void Generator::load_pairs(const Xmm& even, const Xmm& odd, const Xmm& a, const Xmm& b, DType dtype,
+                           const RegExp& addr, int count) {
   const int first = std::min(count * 2, lanes());
   const int second = count * 2 - first;
   load_f32(a, dtype, addr, first);
@@ -200,19 +200,14 @@ void Generator::load_f32(const Xmm& dst, DType dtype, const RegExp& addr, int co
   if (masked) set_tail_mask(count);
   const Xmm d = masked ? (dst | k1 | T_z) : dst;
   switch (dtype) {
-    case DType::kF32:
-      vmovups(d, ptr[src]);
-      break;
+    case DType::kF32: vmovups(d, ptr[src]); break;
     case DType::kBF16:
       // bf16 is the top half of an fp32: widen the 16-bit lanes and shift them up.
       vpmovzxwd(d, ptr[src]);
       vpslld(dst, dst, 16);
       break;
-    case DType::kF16:
-      vcvtph2ps(d, ptr[src]);
-      break;
-    default:
-      break;  // rejected by supports()
+    case DType::kF16: vcvtph2ps(d, ptr[src]); break;
+    default: break;  // rejected by supports()
   }
 }
 
@@ -281,12 +276,8 @@ void Generator::store_f32(const Xmm& src, DType dtype, const RegExp& addr, int c
   if (masked) set_tail_mask(count);
   auto mem = [&] { return masked ? (ptr[dst] | k1) : ptr[dst]; };
   switch (dtype) {
-    case DType::kF32:
-      vmovups(mem(), src);
-      break;
-    case DType::kF16:
-      vcvtps2ph(mem(), src, 0 /* round to nearest even */);
-      break;
+    case DType::kF32: vmovups(mem(), src); break;
+    case DType::kF16: vcvtps2ph(mem(), src, 0 /* round to nearest even */); break;
     case DType::kBF16: {
       if (has_bf16_convert()) {
         unless_denormal(
@@ -317,8 +308,7 @@ void Generator::store_f32(const Xmm& src, DType dtype, const RegExp& addr, int c
       }
       break;
     }
-    default:
-      break;
+    default: break;
   }
   if (staged) copy_bytes(addr, RegExp(rsp), count * int(dtype_size(dtype)));
 }
@@ -457,8 +447,8 @@ void Generator::exp_ps(const Group& x, const Group& t0, const Group& t1) {
   each([&](auto& v, auto& a, auto&) { vfnmadd231ps(v, a, cst(-2.12194440e-4f)); });
   // e^r = 1 + r + r^2 P(r), |r| <= ln2/2 (Cephes expf coefficients).
   each([&](auto&, auto&, auto& p) { vmovups(p, cst(1.9875691500e-4f)); });
-  for (float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f,
-                  5.0000001201e-1f}) {
+  for (float c :
+       {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f}) {
     each([&](auto& v, auto&, auto& p) { vfmadd213ps(p, v, cst(c)); });
   }
   each([&](auto& v, auto&, auto& p) { vmulps(p, p, v); });
@@ -488,7 +478,7 @@ void Generator::sigmoid_ps(const Group& x, const Group& t0, const Group& t1, con
   for (size_t u = 0; u < n; ++u) uni_vpor(t0[u], x[u], cst_bits(0x80000000));  // -|x|
   exp_ps(t0, t1, t2);
   for (size_t u = 0; u < n; ++u) vaddps(t1[u], t0[u], cst(1.0f));  // 1 + e, in [1, 2]
-  reciprocal(t2, t1, t3);                                           // 1/(1+e): x >= 0
+  reciprocal(t2, t1, t3);                                          // 1/(1+e): x >= 0
   for (size_t u = 0; u < n; ++u) vmulps(t3[u], t0[u], t2[u]);      // e/(1+e): x < 0
   for (size_t u = 0; u < n; ++u) select_by_sign(x[u], x[u], t3[u], t2[u]);
 }
@@ -546,9 +536,9 @@ void Generator::gelu_erf_ps(const Group& x, const Group& t0, const Group& t1, co
   for (size_t u = 0; u < n; ++u) vfmadd213ps(t2[u], t0[u], cst(1.0f));
   reciprocal(t1, t2, t3);
   // P(t), Horner from the highest coefficient.
-  static constexpr float kP[] = {0.17087277f,  -0.82215223f, 1.48851587f, -1.13520398f,
-                                 0.27886807f,  -0.18628806f, 0.09678418f, 0.37409196f,
-                                 1.00002368f,  -1.26551223f};
+  static constexpr float kP[] = {0.17087277f, -0.82215223f, 1.48851587f, -1.13520398f,
+                                 0.27886807f, -0.18628806f, 0.09678418f, 0.37409196f,
+                                 1.00002368f, -1.26551223f};
   for (size_t u = 0; u < n; ++u) vmovups(t2[u], cst(kP[0]));
   for (int i = 1; i < int(std::size(kP)); ++i) {
     for (size_t u = 0; u < n; ++u) vfmadd213ps(t2[u], t1[u], cst(kP[i]));
@@ -560,10 +550,10 @@ void Generator::gelu_erf_ps(const Group& x, const Group& t0, const Group& t1, co
   for (size_t u = 0; u < n; ++u) uni_vpand(t0[u], x[u], cst_bits(0x7FFFFFFF));
   for (size_t u = 0; u < n; ++u) vmovups(t3[u], cst(17.0f));
   for (size_t u = 0; u < n; ++u) vminps(t0[u], t3[u], t0[u]);
-  for (size_t u = 0; u < n; ++u) vmulps(t3[u], t0[u], t0[u]);              // hi
-  for (size_t u = 0; u < n; ++u) vfmadd231ps(t2[u], t3[u], cst(-0.5f));    // P - hi/2
-  for (size_t u = 0; u < n; ++u) vfmsub231ps(t3[u], t0[u], t0[u]);         // x*x - hi = lo
-  for (size_t u = 0; u < n; ++u) vfmadd231ps(t2[u], t3[u], cst(-0.5f));    // - lo/2
+  for (size_t u = 0; u < n; ++u) vmulps(t3[u], t0[u], t0[u]);            // hi
+  for (size_t u = 0; u < n; ++u) vfmadd231ps(t2[u], t3[u], cst(-0.5f));  // P - hi/2
+  for (size_t u = 0; u < n; ++u) vfmsub231ps(t3[u], t0[u], t0[u]);       // x*x - hi = lo
+  for (size_t u = 0; u < n; ++u) vfmadd231ps(t2[u], t3[u], cst(-0.5f));  // - lo/2
   exp_ps(t2, t0, t3);
   for (size_t u = 0; u < n; ++u) vmulps(t1[u], t1[u], t2[u]);  // erfc(z)
   // factor = x < 0 ? erfc : 2 - erfc

@@ -13,8 +13,8 @@
 
 #include <xbyak/xbyak.h>
 
-#include <cstdint>
 #include <array>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <span>
@@ -77,8 +77,8 @@ class Generator : public Xbyak::CodeGenerator {
   /// intermediate, multiply, round again". a is clobbered. With AVX512_BF16 and bf16, both
   /// roundings use vcvtneps2bf16 and one denormal check covers both (the instruction treats
   /// denormal inputs as zero; such vectors take the exact path). t0, t1 are temporaries.
-  void round_multiply_store(const Xmm& a, const Xmm& b, DType dtype, const RegExp& dst,
-                            int count, const Xmm& t0, const Xmm& t1);
+  void round_multiply_store(const Xmm& a, const Xmm& b, DType dtype, const RegExp& dst, int count,
+                            const Xmm& t0, const Xmm& t1);
   /// Sums the lanes of `x` into lane 0 of x's xmm.
   void reduce_sum(const Xmm& x);
 
@@ -105,8 +105,7 @@ class Generator : public Xbyak::CodeGenerator {
   /// d = round-to-nearest-integer(a), as float.
   void uni_round_nearest(const Xmm& d, const Xmm& a);
   /// d = sign bit of `sign` set ? if_negative : otherwise (lane-wise). d may alias any input.
-  void select_by_sign(const Xmm& d, const Xmm& sign, const Xmm& if_negative,
-                      const Xmm& otherwise);
+  void select_by_sign(const Xmm& d, const Xmm& sign, const Xmm& if_negative, const Xmm& otherwise);
   /// d ~= 1 / x. AVX-512: vrcp14ps (2^-14) refined by one Newton-Raphson step,
   /// d' = d (2 - x d), to about 1 ulp, at several times the throughput of vdivps; with
   /// bf16_accuracy() the estimate alone (2^-14 is 1/64 of a bf16 ulp). AVX2: vdivps, since
@@ -127,15 +126,14 @@ class Generator : public Xbyak::CodeGenerator {
   /// x = tanh(x): for |x| < 0.625 the odd polynomial x + x^3 P(x^2) (Cephes tanhf, no
   /// cancellation near 0); above, sign(x) (1 - 2 / (e^{2|x|} + 1)), which saturates to +-1.
   /// NaN stays NaN.
-  void tanh_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
-               const Group& t3);
+  void tanh_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2, const Group& t3);
   /// x = 1 / (1 + e^-x), evaluated as 1/(1+e) for x >= 0 and e/(1+e) for x < 0 with
   /// e = e^-|x|, so neither branch overflows and tiny results keep full relative accuracy.
   void sigmoid_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
                   const Group& t3);
   /// x = silu(x) = x * sigmoid(x).
-  void silu_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
-               const Group& t3, const Group& t4);
+  void silu_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2, const Group& t3,
+               const Group& t4);
   /// x = 0.5 x (1 + erf(x / sqrt 2)), through erfc(z) (z = |x|/sqrt 2) so that the x < 0 side
   /// (where 1 + erf is tiny) keeps its relative accuracy:
   ///   gelu = 0.5 x (2 - erfc(z)) for x >= 0,   0.5 x erfc(z) for x < 0.

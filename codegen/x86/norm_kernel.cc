@@ -63,14 +63,15 @@ class NormGenerator : public Generator {
 
  private:
   // Vector registers.
-  static constexpr int kAcc = 0;   // 0..3 accumulators
-  static constexpr int kX = 4;     // 4..7 loaded rows
-  static constexpr int kR = 8;     // 8..11 residual / weight
+  static constexpr int kAcc = 0;  // 0..3 accumulators
+  static constexpr int kX = 4;    // 4..7 loaded rows
+  static constexpr int kR = 8;    // 8..11 residual / weight
   static constexpr int kInvReg = 2;
   // Temporaries of round_multiply_store's AVX512_BF16 path, kUnroll each (registers 16..31
   // exist only on AVX-512, the only ISA that takes that path).
-  static constexpr int kFastPacked = 16, kFastRounded = 20;  // broadcast 1/rms (accumulator 2 is free by then)
-  static constexpr int kEps = 12;  // eps lives in xmm12 until inv replaces it
+  static constexpr int kFastPacked = 16,
+                       kFastRounded = 20;  // broadcast 1/rms (accumulator 2 is free by then)
+  static constexpr int kEps = 12;          // eps lives in xmm12 until inv replaces it
 
   void advance_rows(const Reg64& rows) {
     mov(rax, rows);
@@ -96,9 +97,12 @@ class NormGenerator : public Generator {
       xor_(reg_idx_, reg_idx_);
       L(l_loop);
       for (int u = 0; u < kUnroll; ++u) {
-        body(u, [=, this](const Reg64& base) {
-          return base + reg_idx_ * esize_ + u * lanes() * esize_;
-        }, lanes());
+        body(
+            u,
+            [=, this](const Reg64& base) {
+              return base + reg_idx_ * esize_ + u * lanes() * esize_;
+            },
+            lanes());
       }
       add(reg_idx_, block);
       cmp(reg_idx_, blocks * block);
@@ -109,7 +113,8 @@ class NormGenerator : public Generator {
     while (offset < p_.hidden) {
       const int count = int(std::min<int64_t>(lanes(), p_.hidden - offset));
       const int64_t byte_offset = offset * esize_;
-      body(slot, [=](const Reg64& base) { return base + byte_offset; }, count);
+      body(
+          slot, [=](const Reg64& base) { return base + byte_offset; }, count);
       slot = (slot + 1) % kUnroll;
       offset += count;
     }

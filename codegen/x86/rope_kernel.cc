@@ -44,8 +44,8 @@ class RopeGenerator : public Generator {
     add(reg_cache_row_, reg_cache_);
     if (hoist_cache_) {
       // The token's cos/sin, rounded to T once and kept in registers for all its heads.
-      for (int v = 0; v < cache_vectors(); ++v) load_cache_vector(v, vmm(kHoisted + 2 * v),
-                                                                  vmm(kHoisted + 2 * v + 1));
+      for (int v = 0; v < cache_vectors(); ++v)
+        load_cache_vector(v, vmm(kHoisted + 2 * v), vmm(kHoisted + 2 * v + 1));
     }
     rotate_operand(offsetof(RopeCallArgs, query), offsetof(RopeCallArgs, query_token_stride),
                    offsetof(RopeCallArgs, query_head_stride), p_.head_count_q);

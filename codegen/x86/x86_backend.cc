@@ -21,9 +21,15 @@ constexpr std::string_view kThreads = "threads";
 constexpr std::string_view kMinParallelKib = "min_parallel_kib";
 constexpr int64_t kDefaultMinParallelKib = 256;
 
-bool is_norm(OpKind op) { return op == OpKind::kRmsNorm || op == OpKind::kFusedAddRmsNorm; }
-bool is_activation(OpKind op) { return op_family(op) == "activation"; }
-bool is_rope(OpKind op) { return op == OpKind::kRotaryEmbedding; }
+bool is_norm(OpKind op) {
+  return op == OpKind::kRmsNorm || op == OpKind::kFusedAddRmsNorm;
+}
+bool is_activation(OpKind op) {
+  return op_family(op) == "activation";
+}
+bool is_rope(OpKind op) {
+  return op == OpKind::kRotaryEmbedding;
+}
 
 // Splits rows [0, rows) over threads, each running the kernel on a contiguous range.
 void run_rows(KernelFn fn, const void* call_args, int64_t rows, double bytes,
@@ -147,8 +153,8 @@ class X86Backend final : public Backend {
 
   Support supports(const OpSpec& spec, const Target& target) const override {
     if (target.isa < X86Isa::kAvx2) {
-      return Support::no(fmt::format("x86 backend needs AVX2+FMA+F16C; target is {}",
-                                     x86_isa_name(target.isa)));
+      return Support::no(
+          fmt::format("x86 backend needs AVX2+FMA+F16C; target is {}", x86_isa_name(target.isa)));
     }
     if (!is_norm(spec.op) && !is_activation(spec.op) && !is_rope(spec.op)) {
       return Support::no(fmt::format(
@@ -165,8 +171,8 @@ class X86Backend final : public Backend {
     space.push_back(Config{});  // heuristic default
     for (int64_t threads : {1, 2}) {
       for (int64_t kib : {64, 256, 1024}) {
-        space.push_back(Config().set(std::string(kThreads), threads)
-                            .set(std::string(kMinParallelKib), kib));
+        space.push_back(
+            Config().set(std::string(kThreads), threads).set(std::string(kMinParallelKib), kib));
       }
     }
     return space;
@@ -200,6 +206,8 @@ class X86Backend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend() { return std::make_unique<X86Backend>(); }
+std::unique_ptr<Backend> make_backend() {
+  return std::make_unique<X86Backend>();
+}
 
 }  // namespace jit::codegen::x86

@@ -1,5 +1,5 @@
-// The one comparison harness every backend test and `kiln check` use: owning host buffers with jit::Tensor
-// views, seeded input generators, element-wise comparison with the tolerances of
+// The one comparison harness every backend test and `kiln check` use: owning host buffers with
+// jit::Tensor views, seeded input generators, element-wise comparison with the tolerances of
 // spec/testing.md, and the per-op tolerance table.
 #pragma once
 

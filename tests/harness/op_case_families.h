@@ -12,8 +12,7 @@ namespace jit::test {
 Result<OpCase> make_cache_case(const OpSpec& spec, int64_t size, InputKind kind, uint64_t seed);
 std::vector<InputKind> cache_input_kinds(OpKind op);
 
-Result<OpCase> make_attention_case(const OpSpec& spec, int64_t size, InputKind kind,
-                                   uint64_t seed);
+Result<OpCase> make_attention_case(const OpSpec& spec, int64_t size, InputKind kind, uint64_t seed);
 std::vector<InputKind> attention_input_kinds(OpKind op);
 
 Result<OpCase> make_cpu_case(const OpSpec& spec, int64_t size, InputKind kind, uint64_t seed);

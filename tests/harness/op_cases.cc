@@ -167,7 +167,9 @@ Result<OpCase> make_case(const OpSpec& spec, int64_t tokens, InputKind kind, uin
   return make_cpu_case(spec, tokens, kind, seed);
 }
 
-std::vector<int64_t> token_sweep() { return {1, 3, 64}; }
+std::vector<int64_t> token_sweep() {
+  return {1, 3, 64};
+}
 
 CaseReport check_against_ref(const Kernel& kernel, const OpCase& c) {
   CaseReport report;
@@ -185,8 +187,8 @@ CaseReport check_against_ref(const Kernel& kernel, const OpCase& c) {
     const Tolerance tol = k < c.tolerances.size() ? c.tolerances[k] : default_tol;
     const CompareResult r = compare(actual.tensors[size_t(i)], expected.tensors[size_t(i)], tol);
     if (!r.ok()) report.ok = false;
-    report.message += fmt::format("{}{}: {}", report.message.empty() ? "" : "\n",
-                                  c.names[size_t(i)], r.message);
+    report.message +=
+        fmt::format("{}{}: {}", report.message.empty() ? "" : "\n", c.names[size_t(i)], r.message);
   }
   return report;
 }

@@ -34,7 +34,7 @@ struct OpCase {
   std::vector<HostTensor> tensors;
   std::vector<bool> present;
   std::vector<double> scalars;
-  std::vector<int> outputs;   ///< indices into `tensors`
+  std::vector<int> outputs;        ///< indices into `tensors`
   std::vector<std::string> names;  ///< argument names, for messages
   /// Per output (parallel to `outputs`): how close the backend must be to ref. Empty: every
   /// output uses tolerance_for(op, output dtype).

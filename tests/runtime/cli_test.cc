@@ -18,12 +18,14 @@ struct CliRun {
 };
 
 CliRun run(const std::string& args, const fs::path& cache_dir) {
-  const std::string command = "KILN_CACHE_DIR='" + cache_dir.string() + "' " KILN_CLI " " + args + " 2>&1";
+  const std::string command =
+      "KILN_CACHE_DIR='" + cache_dir.string() + "' " KILN_CLI " " + args + " 2>&1";
   CliRun r;
   std::FILE* pipe = popen(command.c_str(), "r");
   std::array<char, 4096> buffer;
   size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.output.append(buffer.data(), n);
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    r.output.append(buffer.data(), n);
   const int status = pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;

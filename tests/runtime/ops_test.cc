@@ -1,9 +1,10 @@
 // jit::ops: vLLM signatures, results equal to ref, and bad arguments rejected with the
 // argument named and nothing written.
+#include "runtime/ops.h"
+
 #include <gtest/gtest.h>
 
 #include "codegen/ref/ref.h"
-#include "runtime/ops.h"
 #include "tests/harness/matchers.h"
 
 namespace jit {
@@ -34,9 +35,9 @@ TEST(Ops, RmsNormMatchesRef) {
   HostTensor expected = out;
   ops::rms_norm(out.tensor(), x.tensor(), w.tensor(), 1e-6);
   const OpSpec spec = OpSpec::make(OpKind::kRmsNorm, ir::NormParams{DType::kBF16, 768, true});
-  ASSERT_TRUE(codegen::ref::run(spec, KernelArgs({expected.tensor(), x.tensor(), w.tensor()},
-                                                 {1e-6}))
-                  .is_ok());
+  ASSERT_TRUE(
+      codegen::ref::run(spec, KernelArgs({expected.tensor(), x.tensor(), w.tensor()}, {1e-6}))
+          .is_ok());
   EXPECT_TRUE(test::matches(out, expected, test::tolerance_for(OpKind::kRmsNorm, DType::kBF16)));
 }
 
@@ -49,8 +50,7 @@ TEST(Ops, FusedAddRmsNormUpdatesBothInPlace) {
   test::fill_normal(w, 3, 1.0, 0.1);
   HostTensor x_ref = x, r_ref = r;
   ops::fused_add_rms_norm(x.tensor(), r.tensor(), w.tensor(), 1e-5);
-  const OpSpec spec =
-      OpSpec::make(OpKind::kFusedAddRmsNorm, ir::NormParams{DType::kF32, 64, true});
+  const OpSpec spec = OpSpec::make(OpKind::kFusedAddRmsNorm, ir::NormParams{DType::kF32, 64, true});
   ASSERT_TRUE(
       codegen::ref::run(spec, KernelArgs({x_ref.tensor(), r_ref.tensor(), w.tensor()}, {1e-5}))
           .is_ok());
@@ -70,10 +70,9 @@ TEST(Ops, EveryActivationRuns) {
   ops::fatrelu_and_mul(out.tensor(), in.tensor(), 0.1);
   ops::swigluoai_and_mul(out.tensor(), in.tensor());
   HostTensor expected = HostTensor::zeros(DType::kF16, {2, 17});
-  const OpSpec spec =
-      OpSpec::make(OpKind::kSwigluoaiAndMul, ir::ActivationParams{DType::kF16, 17});
-  ASSERT_TRUE(codegen::ref::run(spec, KernelArgs({expected.tensor(), in.tensor()}, {1.702, 7.0}))
-                  .is_ok());
+  const OpSpec spec = OpSpec::make(OpKind::kSwigluoaiAndMul, ir::ActivationParams{DType::kF16, 17});
+  ASSERT_TRUE(
+      codegen::ref::run(spec, KernelArgs({expected.tensor(), in.tensor()}, {1.702, 7.0})).is_ok());
   EXPECT_TRUE(test::matches(out, expected, test::tolerance_for(spec.op, DType::kF16)));
 }
 
@@ -124,16 +123,14 @@ TEST(OpsErrors, RmsNormMismatchedRows) {
   HostTensor x = HostTensor::zeros(DType::kF32, {3, 8});
   HostTensor out = HostTensor::zeros(DType::kF32, {2, 8});
   HostTensor w = HostTensor::zeros(DType::kF32, {8});
-  expect_error([&] { ops::rms_norm(out.tensor(), x.tensor(), w.tensor(), 1e-6); },
-               {"row"});
+  expect_error([&] { ops::rms_norm(out.tensor(), x.tensor(), w.tensor(), 1e-6); }, {"row"});
 }
 
 TEST(OpsErrors, RmsNormNegativeEpsilon) {
   HostTensor x = HostTensor::zeros(DType::kF32, {1, 8});
   HostTensor out = HostTensor::zeros(DType::kF32, {1, 8});
   HostTensor w = HostTensor::zeros(DType::kF32, {8});
-  expect_error([&] { ops::rms_norm(out.tensor(), x.tensor(), w.tensor(), -1.0); },
-               {"epsilon"});
+  expect_error([&] { ops::rms_norm(out.tensor(), x.tensor(), w.tensor(), -1.0); }, {"epsilon"});
 }
 
 TEST(OpsErrors, FusedAddRmsNormResidualDtype) {
@@ -182,27 +179,33 @@ TEST(OpsErrors, RotaryPositionsDtype) {
   HostTensor positions = HostTensor::zeros(DType::kI32, {2});
   HostTensor q = HostTensor::zeros(DType::kF32, {2, 8});
   HostTensor cache = HostTensor::zeros(DType::kF32, {4, 8});
-  expect_error([&] {
-    ops::rotary_embedding(positions.tensor(), q.tensor(), Tensor{}, 8, cache.tensor(), true);
-  }, {"positions", "i32", "i64"});
+  expect_error(
+      [&] {
+        ops::rotary_embedding(positions.tensor(), q.tensor(), Tensor{}, 8, cache.tensor(), true);
+      },
+      {"positions", "i32", "i64"});
 }
 
 TEST(OpsErrors, RotaryHeadSizeMustDivide) {
   HostTensor positions = HostTensor::zeros(DType::kI64, {2});
   HostTensor q = HostTensor::zeros(DType::kF32, {2, 12});
   HostTensor cache = HostTensor::zeros(DType::kF32, {4, 8});
-  expect_error([&] {
-    ops::rotary_embedding(positions.tensor(), q.tensor(), Tensor{}, 8, cache.tensor(), true);
-  }, {"head_size"});
+  expect_error(
+      [&] {
+        ops::rotary_embedding(positions.tensor(), q.tensor(), Tensor{}, 8, cache.tensor(), true);
+      },
+      {"head_size"});
 }
 
 TEST(OpsErrors, RotaryRotDimLargerThanHead) {
   HostTensor positions = HostTensor::zeros(DType::kI64, {2});
   HostTensor q = HostTensor::zeros(DType::kF32, {2, 8});
   HostTensor cache = HostTensor::zeros(DType::kF32, {4, 16});
-  expect_error([&] {
-    ops::rotary_embedding(positions.tensor(), q.tensor(), Tensor{}, 8, cache.tensor(), true);
-  }, {"rot_dim"});
+  expect_error(
+      [&] {
+        ops::rotary_embedding(positions.tensor(), q.tensor(), Tensor{}, 8, cache.tensor(), true);
+      },
+      {"rot_dim"});
 }
 
 TEST(OpsErrors, RotaryKeyHeadsMustDivideQueryHeads) {
@@ -210,9 +213,11 @@ TEST(OpsErrors, RotaryKeyHeadsMustDivideQueryHeads) {
   HostTensor q = HostTensor::zeros(DType::kF32, {2, 4 * 8});
   HostTensor k = HostTensor::zeros(DType::kF32, {2, 3 * 8});
   HostTensor cache = HostTensor::zeros(DType::kF32, {4, 8});
-  expect_error([&] {
-    ops::rotary_embedding(positions.tensor(), q.tensor(), k.tensor(), 8, cache.tensor(), true);
-  }, {"heads_q", "heads_kv"});
+  expect_error(
+      [&] {
+        ops::rotary_embedding(positions.tensor(), q.tensor(), k.tensor(), 8, cache.tensor(), true);
+      },
+      {"heads_q", "heads_kv"});
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // jit::compile and the runtime: dispatch, caches (memory, disk, across processes),
 // concurrency, strict mode, environment handling, the log sink.
+#include "runtime/runtime.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,7 +13,6 @@
 
 #include "runtime/disk_cache.h"
 #include "runtime/log.h"
-#include "runtime/runtime.h"
 #include "tests/harness/op_cases.h"
 
 namespace jit {
@@ -52,8 +53,7 @@ TEST(Runtime, DispatchPicksX86ForNormAndActivations) {
 
 TEST(Runtime, FallbackToRefIsLoggedWithTheReason) {
   std::vector<std::string> messages;
-  LogSink previous = set_log_sink(
-      [&](LogLevel, std::string_view m) { messages.emplace_back(m); });
+  LogSink previous = set_log_sink([&](LogLevel, std::string_view m) { messages.emplace_back(m); });
   Runtime runtime(RuntimeOptions{});
   CompileOptions options;
   options.isa = X86Isa::kNone;  // below what the x86 backend needs
@@ -62,8 +62,7 @@ TEST(Runtime, FallbackToRefIsLoggedWithTheReason) {
   ASSERT_TRUE(kernel.is_ok()) << kernel.status().to_string();
   EXPECT_EQ(kernel->info().backend, BackendKind::kRef);
   ASSERT_EQ(kernel->info().skipped.size(), 1u);
-  EXPECT_NE(kernel->info().skipped[0].find("AVX2"), std::string::npos)
-      << kernel->info().skipped[0];
+  EXPECT_NE(kernel->info().skipped[0].find("AVX2"), std::string::npos) << kernel->info().skipped[0];
   ASSERT_FALSE(messages.empty()) << "a fallback must be logged";
   EXPECT_NE(messages[0].find("ref backend"), std::string::npos) << messages[0];
 }
@@ -80,8 +79,8 @@ TEST(Runtime, ForcedBackendThatCannotServeIsAnError) {
 
 TEST(Runtime, InvalidSpecIsRejectedWithTheField) {
   Runtime runtime(RuntimeOptions{});
-  auto kernel = runtime.compile(
-      OpSpec::make(OpKind::kRmsNorm, ir::NormParams{DType::kI32, 64, true}));
+  auto kernel =
+      runtime.compile(OpSpec::make(OpKind::kRmsNorm, ir::NormParams{DType::kI32, 64, true}));
   ASSERT_FALSE(kernel.is_ok());
   EXPECT_EQ(kernel.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(kernel.status().message().find("dtype"), std::string::npos);
@@ -188,8 +187,8 @@ TEST(Runtime, StrictModeRejectsCompilesAfterSeal) {
   ASSERT_TRUE(runtime.compile(kSilu).is_ok());
   runtime.seal();
   EXPECT_TRUE(runtime.compile(kSilu).is_ok()) << "prewarmed specs stay available";
-  auto other = runtime.compile(
-      OpSpec::make(OpKind::kGeluAndMul, ir::ActivationParams{DType::kBF16, 96}));
+  auto other =
+      runtime.compile(OpSpec::make(OpKind::kGeluAndMul, ir::ActivationParams{DType::kBF16, 96}));
   ASSERT_FALSE(other.is_ok());
   EXPECT_NE(other.status().message().find("strict"), std::string::npos);
 }

@@ -83,8 +83,8 @@ double ulp_f32(double r) {
 std::vector<float> inputs(double lo, double hi) {
   std::vector<float> v;
   for (int i = 0; i <= 200000; ++i) v.push_back(float(lo + (hi - lo) * i / 200000.0));
-  for (float s : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-40f, -1e-40f, 0.625f, -0.625f, 88.72f,
-                  -87.33f, -103.9f, 1e-7f, -1e-7f}) {
+  for (float s : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-40f, -1e-40f, 0.625f, -0.625f, 88.72f, -87.33f,
+                  -103.9f, 1e-7f, -1e-7f}) {
     v.push_back(s);
   }
   return v;
@@ -122,8 +122,8 @@ Outcome run(X86Isa isa, Fn fn, std::vector<float> xs, double core_lo, double cor
     if (std::isinf(rounded)) {  // overflow: the fp32 result must be that infinity
       if (ys[i] != rounded) {
         out.specials_ok = false;
-        out.special_failure = "x=" + std::to_string(xs[i]) + " overflows; got " +
-                              std::to_string(ys[i]);
+        out.special_failure =
+            "x=" + std::to_string(xs[i]) + " overflows; got " + std::to_string(ys[i]);
       }
       continue;
     }
@@ -133,8 +133,8 @@ Outcome run(X86Isa isa, Fn fn, std::vector<float> xs, double core_lo, double cor
       // too): their absolute error stays below the smallest normal.
       if (!(err < double(std::numeric_limits<float>::min()))) {
         out.specials_ok = false;
-        out.special_failure = "x=" + std::to_string(xs[i]) + " subnormal result off by " +
-                              std::to_string(err);
+        out.special_failure =
+            "x=" + std::to_string(xs[i]) + " subnormal result off by " + std::to_string(err);
       }
       continue;
     }
@@ -175,7 +175,7 @@ struct Case {
   double lo, hi;            // inputs swept
   double core_lo, core_hi;  // where the ulp bound applies
   double max_ulp;
-  double max_rel;           // relative error bound over every normal result
+  double max_rel;  // relative error bound over every normal result
 };
 
 // Bounds. exp: the Cephes polynomial (~1 ulp) and an exact scaling. The others compose exp

@@ -16,8 +16,8 @@ namespace {
 using test::check_against_ref;
 using test::InputKind;
 
-const OpKind kOps[] = {OpKind::kRmsNorm,      OpKind::kFusedAddRmsNorm, OpKind::kSiluAndMul,
-                       OpKind::kMulAndSilu,   OpKind::kGeluAndMul,      OpKind::kGeluTanhAndMul,
+const OpKind kOps[] = {OpKind::kRmsNorm,       OpKind::kFusedAddRmsNorm, OpKind::kSiluAndMul,
+                       OpKind::kMulAndSilu,    OpKind::kGeluAndMul,      OpKind::kGeluTanhAndMul,
                        OpKind::kFatreluAndMul, OpKind::kSwigluoaiAndMul};
 const DType kDtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 
@@ -179,8 +179,8 @@ TEST(X86Golden, GeneratedCodeHashesArePinned) {
     auto artifact = backend->lower(spec, Config{}, target);
     ASSERT_TRUE(artifact.is_ok());
     const uint64_t hash = XXH3_64bits(artifact->code.data(), artifact->code.size());
-    EXPECT_EQ(hash, g.hash) << g.spec << " at " << x86_isa_name(g.isa)
-                            << std::hex << ": got 0x" << hash;
+    EXPECT_EQ(hash, g.hash) << g.spec << " at " << x86_isa_name(g.isa) << std::hex << ": got 0x"
+                            << hash;
   }
 }
 
@@ -203,8 +203,8 @@ TEST(X86Rope, MatchesRefAcrossShapesAndStyles) {
         for (ir::RopeStyle style : {ir::RopeStyle::kNeox, ir::RopeStyle::kGptj}) {
           for (const Shape& shape : shapes) {
             for (bool key : {true, false}) {
-              ir::RopeParams p{dtype,         cache_dtype, shape.head_size, shape.rot_dim,
-                               style,         4,           key ? 2 : 0,     key};
+              ir::RopeParams p{dtype, cache_dtype, shape.head_size, shape.rot_dim,
+                               style, 4,           key ? 2 : 0,     key};
               check_spec(OpSpec::make(OpKind::kRotaryEmbedding, p), isa, 3);
             }
           }

@@ -169,7 +169,7 @@ struct SchedulerHeader {
   int64_t kv_align = 0;      // BlockSizeAlignment
   int64_t split_tokens = 0;  // min_split
   int64_t thread_num = 1;
-  uint64_t checksum = 0;     // FNV-1a over seq_lens and query_start_loc
+  uint64_t checksum = 0;  // FNV-1a over seq_lens and query_start_loc
   bool operator==(const SchedulerHeader&) const = default;
 };
 
@@ -207,22 +207,22 @@ Status check_lengths(std::string_view op, const int32_t* seq_lens, const int32_t
   }
   for (int64_t r = 0; r < num_req; ++r) {
     if (qsl[r + 1] < qsl[r]) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'query_start_loc' decreases at {} ({} after {})", op, r + 1, qsl[r + 1],
-          qsl[r]));
+      return invalid_argument(
+          fmt::format("{}: argument 'query_start_loc' decreases at {} ({} after {})", op, r + 1,
+                      qsl[r + 1], qsl[r]));
     }
     const int64_t q_len = qsl[r + 1] - qsl[r];
     if (seq_lens[r] < 0 || (causal && seq_lens[r] < q_len)) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'seq_lens' has seq_lens[{}] = {}; expected >= {}{}", op, r, seq_lens[r],
-          causal ? q_len : 0, causal ? " (its query length: causal queries are its last tokens)"
-                                     : ""));
+      return invalid_argument(
+          fmt::format("{}: argument 'seq_lens' has seq_lens[{}] = {}; expected >= {}{}", op, r,
+                      seq_lens[r], causal ? q_len : 0,
+                      causal ? " (its query length: causal queries are its last tokens)" : ""));
     }
   }
   if (max_tokens >= 0 && qsl[num_req] > max_tokens) {
-    return invalid_argument(fmt::format(
-        "{}: argument 'query_start_loc' ends at {}, beyond the {} query tokens", op,
-        qsl[num_req], max_tokens));
+    return invalid_argument(
+        fmt::format("{}: argument 'query_start_loc' ends at {}, beyond the {} query tokens", op,
+                    qsl[num_req], max_tokens));
   }
   return Status::ok();
 }
@@ -238,9 +238,9 @@ Status scheduler_metadata(const OpSpec& spec, const KernelArgs& args) {
   const auto num_req = int64_t(args.scalar(0));
   const auto window = int64_t(args.scalar(1));
   if (metadata.numel() != cpu_attn_metadata_bytes()) {
-    return invalid_argument(fmt::format(
-        "{}: argument 'metadata' ({}) must have {} bytes (the ref's metadata blob)", op,
-        metadata.describe(), cpu_attn_metadata_bytes()));
+    return invalid_argument(
+        fmt::format("{}: argument 'metadata' ({}) must have {} bytes (the ref's metadata blob)", op,
+                    metadata.describe(), cpu_attn_metadata_bytes()));
   }
   KILN_RETURN_IF_ERROR(check_lengths(op, seq_lens, qsl, num_req, p.causal, -1));
   SchedulerHeader h;
@@ -334,9 +334,8 @@ double logit(const AttentionCall& c, int64_t token, int64_t pos, int64_t h, int6
   const int64_t g = h / (p.head_count_q / p.head_count_kv);
   const int64_t block = c.block_row[j / p.block_size];
   const int64_t slab = block * c.key_cache->stride(0) + g * c.key_cache->stride(1);
-  const std::byte* q =
-      bytes(*c.query) +
-      (token * c.query->stride(0) + h * c.query->stride(1)) * int64_t(dtype_size(p.dtype));
+  const std::byte* q = bytes(*c.query) + (token * c.query->stride(0) + h * c.query->stride(1)) *
+                                             int64_t(dtype_size(p.dtype));
   double dot = 0;
   for (int64_t d = 0; d < p.head_size; ++d) {
     const int64_t f = key_slab_index(p.isa, j % p.block_size, d, p.block_size, p.head_size);
@@ -400,13 +399,13 @@ Status check_metadata(std::string_view op, const ir::CpuAttentionParams& p, cons
   set_partition_units(want, p.isa, p.head_count_q, p.head_count_kv);
   want.checksum = lengths_checksum(seq_lens, qsl, num_req);
   if (h == want) return Status::ok();
-  const char* what = h.magic != want.magic ? "is not scheduler metadata (bad magic)"
-                     : h.num_req != want.num_req || h.q_tokens != want.q_tokens ||
-                             h.checksum != want.checksum
-                         ? "was built for other seq_lens / query_start_loc"
-                     : h.window_left != want.window_left || h.window_right != want.window_right
-                         ? "was built for another sliding window"
-                         : "was built for another isa, dtype, head configuration or causal flag";
+  const char* what =
+      h.magic != want.magic ? "is not scheduler metadata (bad magic)"
+      : h.num_req != want.num_req || h.q_tokens != want.q_tokens || h.checksum != want.checksum
+          ? "was built for other seq_lens / query_start_loc"
+      : h.window_left != want.window_left || h.window_right != want.window_right
+          ? "was built for another sliding window"
+          : "was built for another isa, dtype, head configuration or causal flag";
   return invalid_argument(fmt::format(
       "{}: argument 'scheduler_metadata' {} (build it with cpu_attn_get_scheduler_metadata for "
       "this call)",
@@ -570,8 +569,8 @@ Status check_handler(const OpSpec& spec, const Tensor& handler) {
   if (h.magic != want.magic) {
     what = fmt::format("was not made by {} (bad magic)", creator);
   } else if (h.k != want.k || h.n != want.n) {
-    what = fmt::format("holds a [K, N] = [{}, {}] weight; the spec has [{}, {}]", h.k, h.n,
-                       want.k, want.n);
+    what = fmt::format("holds a [K, N] = [{}, {}] weight; the spec has [{}, {}]", h.k, h.n, want.k,
+                       want.n);
   } else {
     what = "was made for another dtype or quantisation scheme";
   }

@@ -162,15 +162,14 @@ struct Partial {
   std::vector<double> acc;
 };
 
-Partial attend(const PagedCall& c, int64_t s, int64_t h, int64_t seq_len, int64_t t0,
-               int64_t t1) {
+Partial attend(const PagedCall& c, int64_t s, int64_t h, int64_t seq_len, int64_t t0, int64_t t1) {
   const int64_t d_count = c.p.head_size;
   const int64_t bs = c.p.block_size;
   const int64_t g = h / (c.p.head_count_q / c.p.head_count_kv);
   const int64_t block_stride = c.key_cache->stride(0);
   const int64_t head_stride = c.key_cache->stride(1);
-  const std::byte* q = bytes(*c.query) + (s * c.query->stride(0) + h * d_count) *
-                                             int64_t(dtype_size(c.p.dtype));
+  const std::byte* q =
+      bytes(*c.query) + (s * c.query->stride(0) + h * d_count) * int64_t(dtype_size(c.p.dtype));
   const double slope = c.p.alibi ? double(load(DType::kF32, bytes(*c.alibi_slopes), h)) : 0.0;
   const auto* table = c.block_tables->data_as<const int32_t>() + s * c.block_tables->size(1);
 
@@ -193,8 +192,8 @@ Partial attend(const PagedCall& c, int64_t s, int64_t h, int64_t seq_len, int64_
       for (int64_t d = 0; d < d_count; ++d) {
         // key: [.., d / x, t, d % x]
         const int64_t offset = base + (d / c.x) * bs * c.x + t * c.x + d % c.x;
-        dot += double(load(c.p.dtype, q, d)) * double(load_cache(c, *c.key_cache, offset,
-                                                                 c.k_scale));
+        dot +=
+            double(load(c.p.dtype, q, d)) * double(load_cache(c, *c.key_cache, offset, c.k_scale));
       }
       // ALiBi distance term: 0 for the newest token, negative for older ones.
       logits[i] = double(c.scale) * dot + slope * double(j - seq_len + 1);
@@ -228,9 +227,10 @@ Status check_sequences(std::string_view op, const ir::PagedAttentionParams& p,
   for (int64_t s = 0; s < seq_lens.size(0); ++s) {
     const int64_t len = load_i32(seq_lens, s);
     if (len > max_seq_len) {
-      return invalid_argument(fmt::format("{}: argument 'seq_lens' has seq_lens[{}] = {} > "
-                                          "max_seq_len = {}",
-                                          op, s, len, max_seq_len));
+      return invalid_argument(
+          fmt::format("{}: argument 'seq_lens' has seq_lens[{}] = {} > "
+                      "max_seq_len = {}",
+                      op, s, len, max_seq_len));
     }
     const int64_t used = len > 0 ? (len + p.block_size - 1) / p.block_size : 0;
     if (used > width) {
@@ -242,9 +242,10 @@ Status check_sequences(std::string_view op, const ir::PagedAttentionParams& p,
     for (int64_t i = 0; i < used; ++i) {
       const int64_t block = load_i32(block_tables, s * width + i);
       if (block < 0 || block >= blocks) {
-        return invalid_argument(fmt::format("{}: argument 'block_tables' has block_tables[{}, {}] "
-                                            "= {}, outside the cache's blocks [0, {})",
-                                            op, s, i, block, blocks));
+        return invalid_argument(
+            fmt::format("{}: argument 'block_tables' has block_tables[{}, {}] "
+                        "= {}, outside the cache's blocks [0, {})",
+                        op, s, i, block, blocks));
       }
     }
   }
@@ -326,9 +327,9 @@ Status paged_attention(const OpSpec& spec, const KernelArgs& args) {
           }
           double weight_sum = 0;
           for (int64_t pi = 0; pi < n; ++pi) {
-            const double w = double(load(DType::kF32, exp_sums, row * parts + pi)) *
-                             std::exp(double(load(DType::kF32, max_logits, row * parts + pi)) -
-                                      max_all);
+            const double w =
+                double(load(DType::kF32, exp_sums, row * parts + pi)) *
+                std::exp(double(load(DType::kF32, max_logits, row * parts + pi)) - max_all);
             weight_sum += w;
             for (int64_t d = 0; d < d_count; ++d) {
               result[size_t(d)] += w * double(load(dt, tmp_out, (row * parts + pi) * d_count + d));
@@ -359,8 +360,7 @@ Status merge_attn_states(const OpSpec& spec, const KernelArgs& args) {
   const int64_t heads = p.head_count;
   const bool fp8 = p.out_dtype == DType::kFp8E4m3;
   // fp8: q = fp8(clamp(x · (1/scale), ±448)), 1/scale formed once in fp32.
-  const double inv_scale =
-      fp8 ? double(1.0f / load(DType::kF32, bytes(args.tensor(6)), 0)) : 1.0;
+  const double inv_scale = fp8 ? double(1.0f / load(DType::kF32, bytes(args.tensor(6)), 0)) : 1.0;
   const double with_context = args.scalar(0) < 0 ? double(tokens) : args.scalar(0);
   const auto put = [&](int64_t t, int64_t h, int64_t d, double v) {
     if (fp8) v = std::clamp(v * inv_scale, -448.0, 448.0);  // NaN passes through
@@ -509,14 +509,16 @@ Status convert_vertical_slash(const OpSpec& spec, const KernelArgs& args) {
       count_v[size_t(h)] = load_i32(args.tensor(8), h);
       count_s[size_t(h)] = load_i32(args.tensor(9), h);
       if (count_v[size_t(h)] < 1 || count_v[size_t(h)] > nnz_v) {
-        return invalid_argument(fmt::format("{}: argument 'vertical_indices_count' has [{}] = {}, "
-                                            "outside [1, {}]",
-                                            op, h, count_v[size_t(h)], nnz_v));
+        return invalid_argument(
+            fmt::format("{}: argument 'vertical_indices_count' has [{}] = {}, "
+                        "outside [1, {}]",
+                        op, h, count_v[size_t(h)], nnz_v));
       }
       if (count_s[size_t(h)] < 1 || count_s[size_t(h)] > nnz_s) {
-        return invalid_argument(fmt::format("{}: argument 'slash_indices_count' has [{}] = {}, "
-                                            "outside [1, {}]",
-                                            op, h, count_s[size_t(h)], nnz_s));
+        return invalid_argument(
+            fmt::format("{}: argument 'slash_indices_count' has [{}] = {}, "
+                        "outside [1, {}]",
+                        op, h, count_s[size_t(h)], nnz_s));
       }
     }
   }
@@ -537,9 +539,10 @@ Status convert_vertical_slash(const OpSpec& spec, const KernelArgs& args) {
     // Causal (intra-chunk) attention needs kv_len >= q_len: the frontier shift kv - q is the
     // length of the cached prefix.
     if (p.causal && kv_len < q_len) {
-      return invalid_argument(fmt::format("{}: argument 'kv_seqlens' has kv_seqlens[{}] = {} < "
-                                          "q_seqlens[{}] = {} (causal needs kv_len >= q_len)",
-                                          op, b, kv_len, b, q_len));
+      return invalid_argument(
+          fmt::format("{}: argument 'kv_seqlens' has kv_seqlens[{}] = {} < "
+                      "q_seqlens[{}] = {} (causal needs kv_len >= q_len)",
+                      op, b, kv_len, b, q_len));
     }
     for (int64_t h = 0; h < heads; ++h) {
       // Slash offsets are distances below the frontier; a negative one (a diagonal above it)
@@ -548,16 +551,16 @@ Status convert_vertical_slash(const OpSpec& spec, const KernelArgs& args) {
         const int64_t offset = load_i32(slash, (b * heads + h) * nnz_s + i);
         if (offset < 0) {
           return invalid_argument(fmt::format(
-              "{}: argument 'slash_indexes' has [{}, {}, {}] = {}; offsets must be >= 0", op, b,
-              h, i, offset));
+              "{}: argument 'slash_indexes' has [{}, {}, {}] = {}; offsets must be >= 0", op, b, h,
+              i, offset));
         }
       }
       for (int64_t i = 0; i < count_v[size_t(h)]; ++i) {
         const int64_t col = load_i32(vertical, (b * heads + h) * nnz_v + i);
         if (col < 0 || col >= kv_len) {
           return invalid_argument(fmt::format(
-              "{}: argument 'vertical_indexes' has [{}, {}, {}] = {}, outside the keys [0, {})",
-              op, b, h, i, col, kv_len));
+              "{}: argument 'vertical_indexes' has [{}, {}, {}] = {}, outside the keys [0, {})", op,
+              b, h, i, col, kv_len));
         }
       }
     }
@@ -631,9 +634,10 @@ Status top_k(const OpSpec& spec, const KernelArgs& args) {
       const int64_t len = load_i32(args.tensor(1), r / next_n);
       ends[size_t(r)] = std::max<int64_t>(len - next_n + r % next_n + 1, 0);
       if (ends[size_t(r)] > columns) {
-        return invalid_argument(fmt::format("{}: argument 'seq_lens' has seq_lens[{}] = {}, so "
-                                            "row {} ends at {}, past the {} logits columns",
-                                            op, r / next_n, len, r, ends[size_t(r)], columns));
+        return invalid_argument(
+            fmt::format("{}: argument 'seq_lens' has seq_lens[{}] = {}, so "
+                        "row {} ends at {}, past the {} logits columns",
+                        op, r / next_n, len, r, ends[size_t(r)], columns));
       }
     } else {
       starts[size_t(r)] = load_i32(args.tensor(1), r);

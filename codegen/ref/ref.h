@@ -18,6 +18,12 @@ bool implements(OpKind op);
 /// writing the outputs in place like the real op. Nothing is written when the check fails.
 Status run(const OpSpec& spec, const KernelArgs& args);
 
+/// Bytes of the scheduler-metadata tensor cpu_attn_get_scheduler_metadata writes (i8).
+int64_t cpu_attn_metadata_bytes();
+/// Bytes of the u8 handler tensor create_onednn_mm / create_onednn_scaled_mm write for `spec`
+/// (the create or the mm op's spec: they share params).
+int64_t onednn_handler_bytes(const OpSpec& spec);
+
 /// The ref backend as a jit::Backend (not cacheable: it has no generated code).
 std::unique_ptr<Backend> make_backend();
 

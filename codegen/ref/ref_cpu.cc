@@ -58,15 +58,12 @@
 #include <string>
 #include <vector>
 
+#include "codegen/ref/ref.h"
 #include "codegen/ref/ref_families.h"
 #include "ir/numeric.h"
 #include "ir/params_cpu.h"
 
 namespace jit::codegen::ref {
-
-int64_t cpu_attn_metadata_bytes();
-int64_t onednn_handler_bytes(const OpSpec& spec);
-
 namespace {
 
 using ir::CpuAttnIsa;

@@ -30,12 +30,6 @@
 #include "tests/harness/op_case_families.h"
 
 namespace jit {
-namespace codegen::ref {
-// Defined in codegen/ref/ref_cpu.cc: the sizes of the ref's metadata blob and GEMM handler.
-int64_t cpu_attn_metadata_bytes();
-int64_t onednn_handler_bytes(const OpSpec& spec);
-}  // namespace codegen::ref
-
 namespace test {
 namespace {
 

@@ -31,6 +31,7 @@
 #include <numeric>
 #include <vector>
 
+#include "codegen/ref/ref_elements.h"
 #include "codegen/ref/ref_families.h"
 #include "ir/numeric.h"
 #include "ir/params_attention.h"
@@ -41,22 +42,6 @@ namespace {
 
 // ---- element access ------------------------------------------------------------------------
 
-std::byte* bytes(const Tensor& t) {
-  return static_cast<std::byte*>(t.data());
-}
-
-// Element `index` (in elements from `base`) of an f32/f16/bf16 buffer, widened exactly.
-float load(DType dtype, const std::byte* base, int64_t index) {
-  if (dtype == DType::kF16 || dtype == DType::kBF16) {
-    uint16_t bits;
-    std::memcpy(&bits, base + index * 2, 2);
-    return dtype == DType::kF16 ? numeric::f16_to_f32(bits) : numeric::bf16_to_f32(bits);
-  }
-  float value;
-  std::memcpy(&value, base + index * 4, 4);
-  return value;
-}
-
 int32_t load_i32(const Tensor& t, int64_t index) {
   int32_t value;
   std::memcpy(&value, bytes(t) + index * 4, 4);
@@ -66,50 +51,6 @@ int32_t load_i32(const Tensor& t, int64_t index) {
 void store_i32(const Tensor& t, int64_t index, int64_t value) {
   const auto v = int32_t(value);
   std::memcpy(bytes(t) + index * 4, &v, 4);
-}
-
-// The fp32 value nearest to a double by round-to-odd: truncate toward zero and set the last
-// bit when inexact. Rounding that to any format with at least two fewer fraction bits (f16,
-// bf16, fp8) gives the correctly rounded double, with no double-rounding error.
-float round_to_odd_f32(double v) {
-  float f = static_cast<float>(v);
-  if (std::isnan(v) || static_cast<double>(f) == v) return f;
-  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(f) | 1u);
-}
-
-// Stores the double `value` at element `index`, correctly rounded (RNE) to `dtype` (f32, f16,
-// bf16; fp8 e4m3 saturates to ±448).
-void store(DType dtype, std::byte* base, int64_t index, double value) {
-  switch (dtype) {
-    case DType::kF16:
-    case DType::kBF16: {
-      const float odd = round_to_odd_f32(value);
-      const uint16_t bits =
-          dtype == DType::kF16 ? numeric::f32_to_f16(odd) : numeric::f32_to_bf16(odd);
-      std::memcpy(base + index * 2, &bits, 2);
-      return;
-    }
-    case DType::kFp8E4m3: {
-      const uint8_t code = numeric::f32_to_fp8_e4m3(round_to_odd_f32(value));
-      std::memcpy(base + index, &code, 1);
-      return;
-    }
-    default: {
-      const auto f = static_cast<float>(value);
-      std::memcpy(base + index * 4, &f, 4);
-      return;
-    }
-  }
-}
-
-// rnd_T(v) for an fp32 value: the nearest value of T, as fp32 (identity for f32).
-float rnd(DType dtype, float v) {
-  switch (dtype) {
-    case DType::kF16: return numeric::round_to_f16(v);
-    case DType::kBF16: return numeric::round_to_bf16(v);
-    default: return v;
-  }
 }
 
 // ---- paged attention ------------------------------------------------------------------------
@@ -307,11 +248,11 @@ Status paged_attention(const OpSpec& spec, const KernelArgs& args) {
         for (int64_t pi = 0; pi < n; ++pi) {
           const Partial part =
               attend(c, s, h, len, pi * part_size, std::min((pi + 1) * part_size, len));
-          store(DType::kF32, max_logits, row * parts + pi, part.max_logit);
-          store(DType::kF32, exp_sums, row * parts + pi, part.exp_sum);
+          store_rounded(DType::kF32, max_logits, row * parts + pi, part.max_logit);
+          store_rounded(DType::kF32, exp_sums, row * parts + pi, part.exp_sum);
           for (int64_t d = 0; d < d_count; ++d) {
-            store(dt, tmp_out, (row * parts + pi) * d_count + d,
-                  part.acc[size_t(d)] / (part.exp_sum + 1e-6));
+            store_rounded(dt, tmp_out, (row * parts + pi) * d_count + d,
+                          part.acc[size_t(d)] / (part.exp_sum + 1e-6));
           }
         }
         // Phase 2, from the stored values: one partition is copied; otherwise
@@ -338,7 +279,8 @@ Status paged_attention(const OpSpec& spec, const KernelArgs& args) {
           for (double& v : result) v /= weight_sum + 1e-6;
         }
       }
-      for (int64_t d = 0; d < d_count; ++d) store(dt, out, row * d_count + d, result[size_t(d)]);
+      for (int64_t d = 0; d < d_count; ++d)
+        store_rounded(dt, out, row * d_count + d, result[size_t(d)]);
     }
   }
   return Status::ok();
@@ -364,7 +306,7 @@ Status merge_attn_states(const OpSpec& spec, const KernelArgs& args) {
   const double with_context = args.scalar(0) < 0 ? double(tokens) : args.scalar(0);
   const auto put = [&](int64_t t, int64_t h, int64_t d, double v) {
     if (fp8) v = std::clamp(v * inv_scale, -448.0, 448.0);  // NaN passes through
-    store(p.out_dtype, bytes(output), t * output.stride(0) + h * output.stride(1) + d, v);
+    store_rounded(p.out_dtype, bytes(output), t * output.stride(0) + h * output.stride(1) + d, v);
   };
   const auto input = [&](const Tensor& t, int64_t token, int64_t h, int64_t d) {
     return double(load(p.dtype, bytes(t), token * t.stride(0) + h * t.stride(1) + d));
@@ -400,7 +342,7 @@ Status merge_attn_states(const OpSpec& spec, const KernelArgs& args) {
           lse = std::log(z) + m;
         }
       }
-      if (p.output_lse) store(DType::kF32, bytes(output_lse), lse_index, lse);
+      if (p.output_lse) store_rounded(DType::kF32, bytes(output_lse), lse_index, lse);
     }
   }
   return Status::ok();

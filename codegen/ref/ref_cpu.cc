@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "codegen/ref/ref.h"
+#include "codegen/ref/ref_elements.h"
 #include "codegen/ref/ref_families.h"
 #include "ir/numeric.h"
 #include "ir/params_cpu.h"
@@ -69,51 +70,6 @@ namespace {
 using ir::CpuAttnIsa;
 
 // ---- element access ------------------------------------------------------------------------
-
-std::byte* bytes(const Tensor& t) {
-  return static_cast<std::byte*>(t.data());
-}
-
-// Element `index` (elements from `base`) of an f32/f16/bf16 buffer, widened exactly.
-double load_float(DType dtype, const std::byte* base, int64_t index) {
-  if (dtype == DType::kF32) {
-    float v;
-    std::memcpy(&v, base + index * 4, 4);
-    return v;
-  }
-  uint16_t bits;
-  std::memcpy(&bits, base + index * 2, 2);
-  return dtype == DType::kF16 ? numeric::f16_to_f32(bits) : numeric::bf16_to_f32(bits);
-}
-
-template <class T>
-T load_as(const std::byte* base, int64_t index) {
-  T v;
-  std::memcpy(&v, base + index * int64_t(sizeof(T)), sizeof(T));
-  return v;
-}
-
-// Rounds a double to fp32 with round-to-odd (truncate, then set the last bit when inexact):
-// rounding that result to f16/bf16 equals rounding the double directly (fp32 keeps at least
-// two more bits than either), so there is no double-rounding error.
-float round_to_odd_f32(double v) {
-  float f = static_cast<float>(v);
-  if (std::isnan(v) || static_cast<double>(f) == v) return f;
-  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(f) | 1u);
-}
-
-// Stores the double `v` at element `index`, rounded once to the dtype (RNE).
-void store_float(DType dtype, std::byte* base, int64_t index, double v) {
-  if (dtype == DType::kF32) {
-    const float f = static_cast<float>(v);
-    std::memcpy(base + index * 4, &f, 4);
-    return;
-  }
-  const float odd = round_to_odd_f32(v);
-  const uint16_t bits = dtype == DType::kF16 ? numeric::f32_to_f16(odd) : numeric::f32_to_bf16(odd);
-  std::memcpy(base + index * 2, &bits, 2);
-}
 
 int64_t align_up(int64_t v, int64_t a) {
   return (v + a - 1) / a * a;
@@ -336,7 +292,7 @@ double logit(const AttentionCall& c, int64_t token, int64_t pos, int64_t h, int6
   double dot = 0;
   for (int64_t d = 0; d < p.head_size; ++d) {
     const int64_t f = key_slab_index(p.isa, j % p.block_size, d, p.block_size, p.head_size);
-    dot += load_float(p.dtype, q, d) * load_float(p.dtype, bytes(*c.key_cache), slab + f);
+    dot += load(p.dtype, q, d) * load(p.dtype, bytes(*c.key_cache), slab + f);
   }
   double s = double(c.scale) * dot;
   if (p.softcap) s = double(c.softcap) * std::tanh(s / double(c.softcap));
@@ -365,7 +321,7 @@ SoftmaxState partial(const AttentionCall& c, int64_t token, int64_t pos, int64_t
     const int64_t slab = block * c.value_cache->stride(0) + g * c.value_cache->stride(1);
     for (int64_t d = 0; d < p.head_size; ++d) {
       const int64_t f = value_slab_index(p.isa, j % p.block_size, d, p.block_size, p.head_size);
-      st.acc[size_t(d)] += w * load_float(p.dtype, bytes(*c.value_cache), slab + f);
+      st.acc[size_t(d)] += w * load(p.dtype, bytes(*c.value_cache), slab + f);
     }
   }
   return st;
@@ -484,7 +440,7 @@ Status attention(const OpSpec& spec, const KernelArgs& args) {
           // Merge (§3.5): m = max m_k, then rescale every part to it; the sink joins once.
           double m = -std::numeric_limits<double>::infinity();
           for (const SoftmaxState& s : parts) m = std::max(m, s.m);
-          const double sink = p.sinks ? load_float(sinks.dtype(), bytes(sinks), head) : 0.0;
+          const double sink = p.sinks ? load(sinks.dtype(), bytes(sinks), head) : 0.0;
           if (p.sinks) m = std::max(m, sink);
           double sum = p.sinks ? std::exp(sink - m) : 0.0;
           std::vector<double> acc(size_t(p.head_size), 0.0);
@@ -496,7 +452,7 @@ Status attention(const OpSpec& spec, const KernelArgs& args) {
           }
           std::byte* dst = bytes(output) + (token * p.head_count_q + head) * p.head_size * esize;
           for (int64_t d = 0; d < p.head_size; ++d) {
-            store_float(p.dtype, dst, d, sum > 0 ? acc[size_t(d)] / sum : 0.0);
+            store_rounded(p.dtype, dst, d, sum > 0 ? acc[size_t(d)] / sum : 0.0);
           }
         }
       }
@@ -607,10 +563,10 @@ Status mm(const OpSpec& spec, const KernelArgs& args) {
     for (int64_t n = 0; n < p.n; ++n) {
       double sum = 0;
       for (int64_t k = 0; k < p.k; ++k) {
-        sum += load_float(p.dtype, a_row, k) * load_float(p.dtype, packed, n * p.k + k);
+        sum += load(p.dtype, a_row, k) * load(p.dtype, packed, n * p.k + k);
       }
-      if (bias.defined()) sum += load_float(p.dtype, bytes(bias), n);
-      store_float(p.dtype, bytes(c), m * p.n + n, sum);
+      if (bias.defined()) sum += load(p.dtype, bytes(bias), n);
+      store_rounded(p.dtype, bytes(c), m * p.n + n, sum);
     }
   }
   return Status::ok();
@@ -670,8 +626,8 @@ Status scaled_mm(const OpSpec& spec, const KernelArgs& args) {
         }
         v = s_a * s_b * double(dot);
       }
-      if (bias.defined()) v += load_float(p.out_dtype, bytes(bias), n);
-      store_float(p.out_dtype, bytes(c), m * p.n + n, v);
+      if (bias.defined()) v += load(p.out_dtype, bytes(bias), n);
+      store_rounded(p.out_dtype, bytes(c), m * p.n + n, v);
     }
   }
   return Status::ok();

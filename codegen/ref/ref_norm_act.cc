@@ -28,6 +28,7 @@
 #include <numbers>
 #include <vector>
 
+#include "codegen/ref/ref_elements.h"
 #include "codegen/ref/ref_families.h"
 #include "ir/check_args.h"
 #include "ir/numeric.h"
@@ -35,71 +36,6 @@
 
 namespace jit::codegen::ref {
 namespace {
-
-// ---- element access ------------------------------------------------------------------------
-
-// Element `index` (in elements from `base`) of an f32/f16/bf16 buffer, widened exactly to fp32.
-float load(DType dtype, const std::byte* base, int64_t index) {
-  switch (dtype) {
-    case DType::kF16:
-    case DType::kBF16: {
-      uint16_t bits;
-      std::memcpy(&bits, base + index * 2, 2);
-      return dtype == DType::kF16 ? numeric::f16_to_f32(bits) : numeric::bf16_to_f32(bits);
-    }
-    default: {
-      float value;
-      std::memcpy(&value, base + index * 4, 4);
-      return value;
-    }
-  }
-}
-
-// Stores `value` at element `index`, rounding to the dtype with round-to-nearest-even.
-void store(DType dtype, std::byte* base, int64_t index, float value) {
-  switch (dtype) {
-    case DType::kF16:
-    case DType::kBF16: {
-      const uint16_t bits =
-          dtype == DType::kF16 ? numeric::f32_to_f16(value) : numeric::f32_to_bf16(value);
-      std::memcpy(base + index * 2, &bits, 2);
-      return;
-    }
-    default: std::memcpy(base + index * 4, &value, 4); return;
-  }
-}
-
-// rnd_T(v): the value of T nearest to the fp32 `v` (RNE), as fp32. Identity for f32.
-float rnd(DType dtype, float v) {
-  switch (dtype) {
-    case DType::kF16: return numeric::round_to_f16(v);
-    case DType::kBF16: return numeric::round_to_bf16(v);
-    default: return v;
-  }
-}
-
-// Rounds a double to fp32 with round-to-odd: truncate toward zero, then force the last bit to
-// 1 when the result is inexact. A round-to-odd value with at least two more fraction bits than
-// the target (fp32 has 23; f16 10, bf16 7) rounds to the target exactly as the original double
-// would, so rnd_T(round_to_odd(v)) is the correctly rounded rnd_T(v) with no double-rounding
-// error. NaN, infinities and exact values pass through.
-float round_to_odd_f32(double v) {
-  float f = static_cast<float>(v);
-  if (std::isnan(v) || static_cast<double>(f) == v) return f;
-  // RNE rounded away from zero (possibly to inf): step back toward zero to get the truncation.
-  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(f) | 1u);
-}
-
-// rnd_T of a double, correctly rounded (for f32: one RNE rounding).
-float rnd_from_double(DType dtype, double v) {
-  if (dtype == DType::kF32) return static_cast<float>(v);
-  return rnd(dtype, round_to_odd_f32(v));
-}
-
-std::byte* bytes(const Tensor& t) {
-  return static_cast<std::byte*>(t.data());
-}
 
 // Rows of a [..., width] tensor: numel / width (0 for zero tokens).
 int64_t row_count(const Tensor& t) {

@@ -33,6 +33,7 @@
 #include <cstring>
 #include <vector>
 
+#include "codegen/ref/ref_elements.h"
 #include "codegen/ref/ref_families.h"
 #include "ir/numeric.h"
 #include "ir/params_cache.h"
@@ -56,40 +57,6 @@ constexpr float kIndexerAmaxFloor = 1e-4f;
 constexpr int64_t kUpconvertRow = 576;
 
 // ---- element access ------------------------------------------------------------------------
-
-std::byte* bytes(const Tensor& t) {
-  return static_cast<std::byte*>(t.data());
-}
-
-// Element `index` (in elements from `base`) of an f32/f16/bf16 buffer, widened exactly.
-float load(DType dtype, const std::byte* base, int64_t index) {
-  if (dtype == DType::kF16 || dtype == DType::kBF16) {
-    uint16_t bits;
-    std::memcpy(&bits, base + index * 2, 2);
-    return dtype == DType::kF16 ? numeric::f16_to_f32(bits) : numeric::bf16_to_f32(bits);
-  }
-  float value;
-  std::memcpy(&value, base + index * 4, 4);
-  return value;
-}
-
-// Stores `value` at element `index`, rounding to the dtype with round-to-nearest-even.
-void store(DType dtype, std::byte* base, int64_t index, float value) {
-  if (dtype == DType::kF16 || dtype == DType::kBF16) {
-    const uint16_t bits =
-        dtype == DType::kF16 ? numeric::f32_to_f16(value) : numeric::f32_to_bf16(value);
-    std::memcpy(base + index * 2, &bits, 2);
-    return;
-  }
-  std::memcpy(base + index * 4, &value, 4);
-}
-
-// rnd_T(v): the value of T nearest to the fp32 `v` (RNE), as fp32. Identity for f32.
-float rnd(DType dtype, float v) {
-  if (dtype == DType::kF16) return numeric::round_to_f16(v);
-  if (dtype == DType::kBF16) return numeric::round_to_bf16(v);
-  return v;
-}
 
 // Element `i` of a 1-D int64 / int32 tensor, through its stride.
 int64_t at_i64(const Tensor& t, int64_t i) {

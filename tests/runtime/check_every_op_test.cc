@@ -21,7 +21,7 @@ TEST(CheckEveryOp, EveryExampleSpecMatchesRef) {
       ASSERT_TRUE(spec.is_ok()) << text << ": " << spec.status().to_string();
       auto kernel = runtime.compile(spec.value());
       ASSERT_TRUE(kernel.is_ok()) << text << ": " << kernel.status().to_string();
-      for (int64_t tokens : {int64_t(1), int64_t(3)}) {
+      for (int64_t tokens : {int64_t(1)}) {
         for (test::InputKind kind : test::input_kinds_for(spec->op)) {
           auto c = test::make_case(spec.value(), tokens, kind, uint64_t(tokens) * 31 + 1);
           ASSERT_TRUE(c.is_ok()) << text << ": " << c.status().to_string();

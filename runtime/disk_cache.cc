@@ -42,6 +42,10 @@ namespace {
 // (the key's target fingerprint keeps foreign code from matching anyway).
 
 constexpr std::array<char, 8> kMagic = {'K', 'I', 'L', 'N', 'C', 'A', 'C', '1'};
+// Bundles (export/import): see DiskCache::export_bundle for the layout.
+constexpr std::array<char, 8> kBundleMagic = {'K', 'I', 'L', 'N', 'B', 'N', 'D', '1'};
+constexpr uint32_t kBundleVersion = 1;
+constexpr uint32_t kBundleHeaderSize = 8 + 4 + 4 + 8 + 8;
 constexpr uint32_t kFormatVersion = 1;
 constexpr size_t kSectionCount = 5;
 constexpr uint32_t kHeaderSize = 8 + 4 + 4 + 8 * kSectionCount;
@@ -78,7 +82,8 @@ std::string hash_of_text(std::string_view text) {
   return Hash128{h.low64, h.high64}.hex();
 }
 
-/// Parses Config::to_string() text back ("default" or "name=value,...").
+}  // namespace
+
 std::optional<Config> parse_config(std::string_view text) {
   Config config;
   if (text == "default") return config;
@@ -102,6 +107,8 @@ std::optional<Config> parse_config(std::string_view text) {
   }
   return config;
 }
+
+namespace {
 
 std::string serialize(const CacheKey& key, const Artifact& artifact) {
   const std::string config_text = artifact.config.to_string();
@@ -179,6 +186,18 @@ std::variant<EntryView, std::string> parse_entry(std::string_view bytes) {
     offset += sizes[i];
   }
   return EntryView{sections[0], sections[1], sections[2], sections[3], sections[4]};
+}
+
+/// The artifact of a checked entry; nullopt when its config text does not parse.
+std::optional<Artifact> artifact_of(const EntryView& view) {
+  std::optional<Config> config = parse_config(view.config_text);
+  if (!config) return std::nullopt;
+  Artifact artifact;
+  artifact.code.assign(view.code.begin(), view.code.end());
+  artifact.source = std::string(view.source);
+  artifact.log = std::string(view.log);
+  artifact.config = std::move(*config);
+  return artifact;
 }
 
 /// An open file descriptor, closed on destruction.
@@ -338,6 +357,19 @@ CacheKey make_cache_key(const OpSpec& spec, const Config& config, std::string_vi
                               codegen_version, toolchain_version)};
 }
 
+std::string_view cache_key_target(std::string_view key_text) {
+  // "spec|config|target|codegen|toolchain": counted from the right, so that a '|' inside the
+  // spec text could never shift the field.
+  size_t end = key_text.size();
+  for (int field = 0; field < 2; ++field) {
+    end = key_text.rfind('|', end - 1);
+    if (end == std::string_view::npos || end == 0) return {};
+  }
+  const size_t begin = key_text.rfind('|', end - 1);
+  if (begin == std::string_view::npos) return {};
+  return key_text.substr(begin + 1, end - begin - 1);
+}
+
 CacheKeyLock& CacheKeyLock::operator=(CacheKeyLock&& other) noexcept {
   if (this != &other) {
     CacheKeyLock released(std::move(*this));
@@ -415,19 +447,13 @@ std::optional<Artifact> DiskCache::load(const CacheKey& key) {
         "stored key text differs from the requested key (hash collision or a "
         "misplaced file)");
   }
-  std::optional<Config> config = parse_config(view.config_text);
-  if (!config) return reject(fmt::format("unparseable config '{}'", view.config_text));
-
-  Artifact artifact;
-  artifact.code.assign(view.code.begin(), view.code.end());
-  artifact.source = std::string(view.source);
-  artifact.log = std::string(view.log);
-  artifact.config = std::move(*config);
+  std::optional<Artifact> artifact = artifact_of(view);
+  if (!artifact) return reject(fmt::format("unparseable config '{}'", view.config_text));
   // A hit makes the entry most recently used for eviction. Best effort: a failure only
   // makes the entry look older than it is.
   ::futimens(fd.get(), nullptr);
   log_verbose(kLogCache, "cache: hit {} ({} bytes)", hash, bytes->size());
-  return artifact;
+  return std::move(*artifact);
 }
 
 Status DiskCache::store(const CacheKey& key, const Artifact& artifact) {
@@ -632,6 +658,144 @@ Result<uint64_t> DiskCache::clear() {
   }));
   log_verbose(kLogCache, "cache: cleared {} entries from {}", removed, options_.dir.string());
   return removed;
+}
+
+}  // namespace jit::runtime
+
+namespace jit::runtime {
+
+Result<BundleExportReport> DiskCache::export_bundle(const fs::path& path, std::string_view target) {
+  std::vector<std::string> entries;
+  for (const EntryFile& entry : scan_entries(options_.dir)) {
+    Fd fd(::open(entry.path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.get() < 0) continue;  // evicted meanwhile
+    std::optional<std::string> bytes = read_all(fd.get());
+    if (!bytes) continue;
+    const auto parsed = parse_entry(*bytes);
+    std::string reason;
+    if (const auto* parse_error = std::get_if<std::string>(&parsed)) {
+      reason = *parse_error;
+    } else if (const EntryView& view = std::get<EntryView>(parsed);
+               hash_of_text(view.key_text) != entry.hash) {
+      reason = "stored key text does not hash to the file name (misplaced file)";
+    } else if (cache_key_target(view.key_text) != target) {
+      continue;  // another target's entry
+    }
+    if (!reason.empty()) {
+      // A damaged entry is never shipped; it is removed as `load` would remove it.
+      remove_if_same_file(entry.path, fd.get());
+      log_warning("cache: removed corrupt entry {}: {}", entry.hash, reason);
+      continue;
+    }
+    entries.push_back(std::move(*bytes));
+  }
+  if (entries.empty()) {
+    return Status{StatusCode::kCacheError,
+                  fmt::format("no cache entries for target '{}' in {} (compile or prewarm with "
+                              "that target first; kiln cache ls lists the keys)",
+                              target, options_.dir.string())};
+  }
+  // Sorted so that the same cache contents always make the same bundle bytes.
+  std::sort(entries.begin(), entries.end());
+  std::string bundle(kBundleMagic.data(), kBundleMagic.size());
+  put_u32(bundle, kBundleVersion);
+  put_u32(bundle, kBundleHeaderSize);
+  put_u64(bundle, entries.size());
+  put_u64(bundle, target.size());
+  bundle += target;
+  for (const std::string& entry : entries) {
+    put_u64(bundle, entry.size());
+    bundle += entry;
+  }
+  put_u64(bundle, XXH3_64bits(bundle.data(), bundle.size()));
+
+  const fs::path temp =
+      path.string() + fmt::format("{}{}.{}", kTempMarker, ::getpid(), random_suffix());
+  Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (fd.get() < 0 || !write_all(fd.get(), bundle)) {
+    const int error = errno;
+    ::unlink(temp.c_str());
+    return Status{StatusCode::kCacheError,
+                  fmt::format("cannot write bundle {}: {}", temp.string(), errno_text(error))};
+  }
+  ::close(fd.release());
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(temp.c_str());
+    return Status{StatusCode::kCacheError, fmt::format("cannot rename {} to {}: {}", temp.string(),
+                                                       path.string(), errno_text(error))};
+  }
+  return BundleExportReport{entries.size(), bundle.size()};
+}
+
+Result<BundleImportReport> DiskCache::import_bundle(const fs::path& path,
+                                                    std::string_view expected_target) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    return Status{StatusCode::kInvalidArgument,
+                  fmt::format("cannot open bundle {}: {}", path.string(), errno_text(errno))};
+  }
+  const std::optional<std::string> read = read_all(fd.get());
+  if (!read) {
+    return Status{StatusCode::kCacheError,
+                  fmt::format("cannot read bundle {}: {}", path.string(), errno_text(errno))};
+  }
+  const std::string_view bytes = *read;
+  const auto damaged = [&](std::string_view reason) {
+    return Status{StatusCode::kCacheError,
+                  fmt::format("bundle {} rejected, nothing imported: {}", path.string(), reason)};
+  };
+  if (bytes.size() < kBundleHeaderSize + kChecksumSize ||
+      std::memcmp(bytes.data(), kBundleMagic.data(), kBundleMagic.size()) != 0) {
+    return damaged("not a kiln cache bundle (bad magic or too short)");
+  }
+  if (get_le(bytes, 8, 4) != kBundleVersion || get_le(bytes, 12, 4) != kBundleHeaderSize) {
+    return damaged(fmt::format("bundle format version {}, this kiln reads version {}",
+                               get_le(bytes, 8, 4), kBundleVersion));
+  }
+  // The checksum first: nothing else in a tampered file is trusted, sizes included.
+  const size_t body = bytes.size() - kChecksumSize;
+  if (XXH3_64bits(bytes.data(), body) != get_le(bytes, body, 8)) {
+    return damaged("checksum mismatch (the file was damaged or modified)");
+  }
+  const uint64_t count = get_le(bytes, 16, 8);
+  const uint64_t target_size = get_le(bytes, 24, 8);
+  if (target_size > body - kBundleHeaderSize) return damaged("target size exceeds the file");
+  const std::string target(bytes.substr(kBundleHeaderSize, target_size));
+  if (target != expected_target) {
+    return Status{StatusCode::kUnsupported,
+                  fmt::format("bundle {} holds kernels for target '{}', but this machine's target "
+                              "is '{}'; its code cannot run here. Export a bundle on a machine "
+                              "of this target (kiln cache export OUT --target {})",
+                              path.string(), target, expected_target, expected_target)};
+  }
+  // Every entry is parsed and checked before any is stored: a bundle is all or nothing.
+  std::vector<std::pair<CacheKey, Artifact>> parsed_entries;
+  size_t offset = kBundleHeaderSize + target_size;
+  for (uint64_t i = 0; i < count; ++i) {
+    if (body - offset < 8) return damaged(fmt::format("entry {} of {} is truncated", i, count));
+    const uint64_t size = get_le(bytes, offset, 8);
+    offset += 8;
+    if (size > body - offset) return damaged(fmt::format("entry {} exceeds the file", i));
+    const auto parsed = parse_entry(bytes.substr(offset, size));
+    offset += size;
+    if (const auto* reason = std::get_if<std::string>(&parsed)) {
+      return damaged(fmt::format("entry {}: {}", i, *reason));
+    }
+    const EntryView& view = std::get<EntryView>(parsed);
+    if (cache_key_target(view.key_text) != target) {
+      return damaged(fmt::format("entry {} is for target '{}', not the bundle's '{}'", i,
+                                 cache_key_target(view.key_text), target));
+    }
+    std::optional<Artifact> artifact = artifact_of(view);
+    if (!artifact) return damaged(fmt::format("entry {}: unparseable config", i));
+    parsed_entries.emplace_back(CacheKey{std::string(view.key_text)}, std::move(*artifact));
+  }
+  if (offset != body) return damaged("trailing bytes after the last entry");
+  for (const auto& [key, artifact] : parsed_entries) {
+    KILN_RETURN_IF_ERROR(store(key, artifact));
+  }
+  return BundleImportReport{target, count};
 }
 
 }  // namespace jit::runtime

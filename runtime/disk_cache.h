@@ -38,6 +38,10 @@ struct CacheKey {
 CacheKey make_cache_key(const OpSpec& spec, const Config& config, std::string_view target,
                         std::string_view codegen_version, std::string_view toolchain_version);
 
+/// Parses Config::to_string() text back ("default" or "name=value,..."); nullopt when
+/// malformed (a knob without '=', a value that is not an integer).
+std::optional<Config> parse_config(std::string_view text);
+
 struct DiskCacheOptions {
   std::filesystem::path dir;                      ///< created (0700) when missing
   uint64_t max_bytes = uint64_t(1) << 30;         ///< size cap over all entries
@@ -63,6 +67,21 @@ struct CacheVerifyReport {
   uint64_t checked = 0;
   uint64_t removed = 0;
   std::vector<std::string> problems;  ///< "<hash>: <reason>"
+};
+
+/// The target fingerprint field of a key text built by make_cache_key ("" when malformed).
+std::string_view cache_key_target(std::string_view key_text);
+
+/// What `export_bundle` wrote.
+struct BundleExportReport {
+  uint64_t entries = 0;
+  uint64_t bytes = 0;  ///< size of the bundle file
+};
+
+/// What `import_bundle` stored.
+struct BundleImportReport {
+  std::string target;
+  uint64_t entries = 0;
 };
 
 /// Holds the per-key advisory lock; released on destruction.
@@ -106,6 +125,20 @@ class DiskCache {
   CacheVerifyReport verify();
   /// Removes every entry (and lock file); returns how many entries were removed.
   Result<uint64_t> clear();
+
+  /// Packs every valid entry whose key names `target` (a Target::fingerprint) into one bundle
+  /// file at `path`, written atomically. Bundle layout: magic "KILNBND1", format version,
+  /// header size, entry count, target text, then per entry its size and the entry file's
+  /// bytes as stored, then an xxh3-64 of every byte before it. Corrupt entries are skipped
+  /// (and removed, as `load` would). Zero matching entries is an error naming the target.
+  Result<BundleExportReport> export_bundle(const std::filesystem::path& path,
+                                           std::string_view target);
+  /// Verifies a bundle (magic, version, sizes, checksum: kCacheError when damaged or
+  /// tampered with) and its target (kUnsupported when it is not `expected_target`), then
+  /// stores each entry through `store`, so every entry is checked again on load. Nothing is
+  /// stored unless the whole bundle checks out.
+  Result<BundleImportReport> import_bundle(const std::filesystem::path& path,
+                                           std::string_view expected_target);
 
   const std::filesystem::path& dir() const { return options_.dir; }
 

@@ -31,8 +31,8 @@ RuntimeOptions RuntimeOptions::from_environment() {
     uint64_t bytes = 0;
     auto [end, ec] = std::from_chars(max.data(), max.data() + max.size(), bytes);
     if (ec != std::errc() || end != max.data() + max.size() || bytes == 0) {
-      options.environment_error = invalid_argument(fmt::format(
-          "KILN_CACHE_MAX_BYTES='{}' is not a positive integer (bytes)", max));
+      options.environment_error = invalid_argument(
+          fmt::format("KILN_CACHE_MAX_BYTES='{}' is not a positive integer (bytes)", max));
     } else {
       options.cache_max_bytes = bytes;
     }
@@ -47,6 +47,14 @@ RuntimeOptions RuntimeOptions::from_environment() {
   }
   options.strict = env_flag("KILN_STRICT");
   options.perf_map = env_flag("KILN_PERF_MAP");
+  // The tuning database sits beside the kernels it was measured for unless placed elsewhere;
+  // it is read even with the disk cache off (tuning is about configs, not cached code).
+  if (const std::string_view db = env("KILN_TUNE_DB"); !db.empty()) {
+    options.tuning_db = std::string(db);
+  } else {
+    options.tuning_db = runtime::DiskCache::default_dir() / "tuning.json";
+  }
+  options.record_path = std::string(env("KILN_RECORD"));
   return options;
 }
 

@@ -12,9 +12,12 @@ void throw_if_error(const Status& status) {
   if (!status.is_ok()) throw Error(status);
 }
 
-// Compiles (or finds) the kernel and runs it with checked arguments.
-void run(const OpSpec& spec, const KernelArgs& args) {
-  Result<Kernel> kernel = compile(spec);
+// Compiles (or finds) the kernel and runs it with checked arguments. `tokens` (rows) is the
+// shape hint that selects a tuned config for its bucket (CompileOptions::tokens_hint).
+void run(const OpSpec& spec, const KernelArgs& args, int64_t tokens) {
+  CompileOptions options;
+  options.tokens_hint = tokens;
+  Result<Kernel> kernel = compile(spec, options);
   throw_if_error(kernel.status());
   throw_if_error(kernel->run(args));
 }
@@ -24,8 +27,9 @@ void run(const OpSpec& spec, const KernelArgs& args) {
 void expect_float_rows(std::string_view op, std::string_view arg, const Tensor& t) {
   throw_if_error(ir::expect_defined(op, arg, t));
   if (!is_float_activation(t.dtype())) {
-    throw Error(invalid_argument(fmt::format(
-        "{}: argument '{}' has dtype {}; allowed: f32, f16, bf16", op, arg, dtype_name(t.dtype()))));
+    throw Error(
+        invalid_argument(fmt::format("{}: argument '{}' has dtype {}; allowed: f32, f16, bf16", op,
+                                     arg, dtype_name(t.dtype()))));
   }
   if (t.dim() < 1 || t.size(-1) < 1) {
     throw Error(invalid_argument(fmt::format(
@@ -42,21 +46,21 @@ void norm(OpKind op, Tensor a, Tensor b, Tensor weight, double epsilon) {
   p.dtype = input.dtype();
   p.hidden = input.size(-1);
   p.weight = weight.defined();
-  run(OpSpec::make(op, p), KernelArgs({a, b, weight}, {epsilon}));
+  run(OpSpec::make(op, p), KernelArgs({a, b, weight}, {epsilon}), input.numel() / p.hidden);
 }
 
 void activation(OpKind op, Tensor out, Tensor input, std::initializer_list<double> scalars) {
   const std::string_view name = op_name(op);
   expect_float_rows(name, "input", input);
   if (input.size(-1) % 2 != 0) {
-    throw Error(invalid_argument(fmt::format(
-        "{}: argument 'input' ({}) must have an even last dimension (2*d)", name,
-        input.describe())));
+    throw Error(invalid_argument(
+        fmt::format("{}: argument 'input' ({}) must have an even last dimension (2*d)", name,
+                    input.describe())));
   }
   ir::ActivationParams p;
   p.dtype = input.dtype();
   p.d = input.size(-1) / 2;
-  run(OpSpec::make(op, p), KernelArgs({out, input}, scalars));
+  run(OpSpec::make(op, p), KernelArgs({out, input}, scalars), input.numel() / input.size(-1));
 }
 
 }  // namespace
@@ -98,13 +102,19 @@ void rotary_embedding(Tensor positions, Tensor query, Tensor key, int64_t head_s
   p.head_count_q = query.numel() / tokens / head_size;
   p.key = key.defined();
   p.head_count_kv = p.key ? key.numel() / tokens / head_size : 0;
-  run(OpSpec::make(OpKind::kRotaryEmbedding, p),
-      KernelArgs({positions, query, key, cos_sin_cache}));
+  run(OpSpec::make(OpKind::kRotaryEmbedding, p), KernelArgs({positions, query, key, cos_sin_cache}),
+      tokens);
 }
 
-void silu_and_mul(Tensor out, Tensor input) { activation(OpKind::kSiluAndMul, out, input, {}); }
-void mul_and_silu(Tensor out, Tensor input) { activation(OpKind::kMulAndSilu, out, input, {}); }
-void gelu_and_mul(Tensor out, Tensor input) { activation(OpKind::kGeluAndMul, out, input, {}); }
+void silu_and_mul(Tensor out, Tensor input) {
+  activation(OpKind::kSiluAndMul, out, input, {});
+}
+void mul_and_silu(Tensor out, Tensor input) {
+  activation(OpKind::kMulAndSilu, out, input, {});
+}
+void gelu_and_mul(Tensor out, Tensor input) {
+  activation(OpKind::kGeluAndMul, out, input, {});
+}
 void gelu_tanh_and_mul(Tensor out, Tensor input) {
   activation(OpKind::kGeluTanhAndMul, out, input, {});
 }

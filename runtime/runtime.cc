@@ -2,17 +2,20 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "codegen/ref/ref.h"
 #include "runtime/disk_cache.h"
 #include "runtime/log.h"
 #include "runtime/perf_map.h"
+#include "runtime/tuning_db.h"
 #ifdef KILN_HAVE_X86
 #include "codegen/x86/x86_backend.h"
 #endif
@@ -33,6 +36,7 @@ struct MemoryKey {
   X86Isa isa = X86Isa::kNone;
   std::string config;  // "" when the default is used
   bool use_disk_cache = true;
+  int64_t bucket = 0;  // a tuned token bucket, 0 when no tuning entry can apply
   bool operator==(const MemoryKey&) const = default;
 };
 
@@ -41,6 +45,7 @@ struct MemoryKeyHash {
     size_t h = size_t(hash64(k.spec));
     h ^= size_t(k.backend + 7) * 0x9E3779B97F4A7C15ull + size_t(k.isa) * 0xC2B2AE3D27D4EB4Full;
     h ^= std::hash<std::string>()(k.config) + (k.use_disk_cache ? 1 : 0);
+    h ^= size_t(k.bucket) * 0x165667B19E3779F9ull;
     return h;
   }
 };
@@ -53,7 +58,43 @@ struct Slot {
   std::optional<Result<Kernel>> result;
 };
 
+// The tuning database and, per spec, the buckets it has entries for: the hot path (every
+// jit::ops call passes a tokens hint) asks "is this bucket tuned?" by spec hash, without
+// formatting the spec text.
+struct TuningState {
+  runtime::TuningDb db;
+  std::unordered_map<OpSpec, std::vector<int64_t>, OpSpecHash> buckets;
+
+  bool tuned(const OpSpec& spec, int64_t bucket) const {
+    const auto it = buckets.find(spec);
+    return it != buckets.end() &&
+           std::find(it->second.begin(), it->second.end(), bucket) != it->second.end();
+  }
+};
+
+std::shared_ptr<const TuningState> make_tuning_state(runtime::TuningDb db) {
+  auto state = std::make_shared<TuningState>();
+  for (const auto& [key, entry] : db.entries()) {
+    Result<OpSpec> spec = parse_spec(entry.spec);
+    if (!spec.is_ok()) {
+      log_warning("tuning database: entry '{}' skipped: {}", key, spec.status().message());
+      continue;
+    }
+    std::vector<int64_t>& list = state->buckets[spec.value()];
+    if (std::find(list.begin(), list.end(), entry.token_bucket) == list.end()) {
+      list.insert(std::upper_bound(list.begin(), list.end(), entry.token_bucket),
+                  entry.token_bucket);
+    }
+  }
+  state->db = std::move(db);
+  return state;
+}
+
 }  // namespace
+
+std::string_view kiln_version() {
+  return KILN_VERSION_STRING;
+}
 
 struct Runtime::State {
   std::vector<std::unique_ptr<Backend>> backends;  // index by BackendKind
@@ -62,6 +103,16 @@ struct Runtime::State {
   std::shared_mutex map_mutex;
   std::unordered_map<MemoryKey, std::shared_ptr<Slot>, MemoryKeyHash> map;
   std::atomic<uint64_t> memory_hits{0}, disk_hits{0}, generated{0}, errors{0};
+  mutable std::mutex tuning_mutex;
+  std::shared_ptr<const TuningState> tuning;  // null: no database
+  std::mutex record_mutex;
+  bool record_loaded = false;  // the record file's existing lines are in `recorded`
+  std::unordered_set<std::string> recorded;
+
+  std::shared_ptr<const TuningState> tuning_state() const {
+    std::lock_guard lock(tuning_mutex);
+    return tuning;
+  }
 
   const Backend* backend(BackendKind kind) const {
     for (const auto& b : backends) {
@@ -91,6 +142,46 @@ Runtime::Runtime(RuntimeOptions options)
       log_warning("disk cache disabled: {}", cache.status().message());
     }
   }
+  if (!options_.tuning_db.empty()) {
+    runtime::TuningDb db = runtime::TuningDb::load_or_warn(options_.tuning_db);
+    if (!db.empty()) set_tuning_db(std::move(db));
+  }
+}
+
+void Runtime::set_tuning_db(runtime::TuningDb db) {
+  std::shared_ptr<const TuningState> state =
+      db.empty() ? nullptr : make_tuning_state(std::move(db));
+  std::lock_guard lock(state_->tuning_mutex);
+  state_->tuning = std::move(state);
+}
+
+runtime::TuningDb Runtime::tuning_db() const {
+  const auto state = state_->tuning_state();
+  return state ? state->db : runtime::TuningDb();
+}
+
+std::vector<int64_t> Runtime::tuned_buckets(const OpSpec& spec) const {
+  const auto state = state_->tuning_state();
+  if (!state) return {};
+  const auto it = state->buckets.find(spec);
+  return it == state->buckets.end() ? std::vector<int64_t>{} : it->second;
+}
+
+void Runtime::record(const std::string& spec_text) {
+  std::lock_guard lock(state_->record_mutex);
+  if (!state_->record_loaded) {
+    // Specs recorded by earlier runs (or other processes) are not appended again.
+    std::ifstream existing(options_.record_path);
+    for (std::string line; std::getline(existing, line);) state_->recorded.insert(line);
+    state_->record_loaded = true;
+  }
+  if (!state_->recorded.insert(spec_text).second) return;
+  // One write per line with O_APPEND semantics: lines of concurrent processes do not mix.
+  std::ofstream file(options_.record_path, std::ios::app);
+  file << spec_text + "\n" << std::flush;
+  if (!file) {
+    log_warning("KILN_RECORD: cannot append to {}", options_.record_path.string());
+  }
 }
 
 Runtime::~Runtime() = default;
@@ -100,8 +191,12 @@ Runtime& Runtime::global() {
   return runtime;
 }
 
-runtime::DiskCache* Runtime::disk_cache() const { return state_->disk_cache.get(); }
-const Status& Runtime::cache_status() const { return state_->cache_status; }
+runtime::DiskCache* Runtime::disk_cache() const {
+  return state_->disk_cache.get();
+}
+const Status& Runtime::cache_status() const {
+  return state_->cache_status;
+}
 
 std::vector<const Backend*> Runtime::backends() const {
   std::vector<const Backend*> list;
@@ -129,12 +224,11 @@ std::string toolchain_version(BackendKind kind) {
 void dump_kernel(const std::filesystem::path& dir, const Kernel& kernel, const Artifact& a) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  const std::string stem = fmt::format("{}-{}", op_name(kernel.spec().op),
-                                       hash128(kernel.spec()).hex().substr(0, 16));
+  const std::string stem =
+      fmt::format("{}-{}", op_name(kernel.spec().op), hash128(kernel.spec()).hex().substr(0, 16));
   std::ofstream(dir / (stem + ".spec")) << kernel.info().spec_text << "\n"
-                                         << "backend " << backend_name(kernel.info().backend)
-                                         << "\nconfig " << kernel.info().config.to_string()
-                                         << "\n";
+                                        << "backend " << backend_name(kernel.info().backend)
+                                        << "\nconfig " << kernel.info().config.to_string() << "\n";
   if (!a.code.empty()) {
     std::ofstream(dir / (stem + ".bin"), std::ios::binary)
         .write(reinterpret_cast<const char*>(a.code.data()), std::streamsize(a.code.size()));
@@ -151,8 +245,21 @@ Result<Kernel> Runtime::compile(const OpSpec& spec, const CompileOptions& option
   const auto start = Clock::now();
   KILN_RETURN_IF_ERROR(options_.environment_error);
   const X86Isa isa_cap = options.isa.value_or(options_.isa_cap);
-  MemoryKey key{spec, options.backend ? int(*options.backend) : -1, isa_cap,
-                options.config ? options.config->to_string() : "", options.use_disk_cache};
+  // A tokens hint matters only when the database has an entry for its bucket; otherwise
+  // every hint shares one kernel (the default config).
+  std::shared_ptr<const TuningState> tuning;
+  int64_t bucket = 0;
+  if (options.tokens_hint && !options.config) {
+    tuning = state_->tuning_state();
+    const int64_t b = runtime::token_bucket(*options.tokens_hint);
+    if (tuning && tuning->tuned(spec, b)) bucket = b;
+  }
+  MemoryKey key{spec,
+                options.backend ? int(*options.backend) : -1,
+                isa_cap,
+                options.config ? options.config->to_string() : "",
+                options.use_disk_cache,
+                bucket};
 
   std::shared_ptr<Slot> slot;
   {
@@ -205,8 +312,8 @@ Result<Kernel> Runtime::compile(const OpSpec& spec, const CompileOptions& option
       const Support support = backend->supports(spec, t);
       if (!support.ok) {
         info.skipped.push_back(fmt::format("{}: {}", backend_name(kind), support.reason));
-        log_verbose(kLogDispatch, "dispatch: {} skips {}: {}", info.spec_text,
-                    backend_name(kind), support.reason);
+        log_verbose(kLogDispatch, "dispatch: {} skips {}: {}", info.spec_text, backend_name(kind),
+                    support.reason);
         continue;
       }
       chosen = backend;
@@ -220,13 +327,35 @@ Result<Kernel> Runtime::compile(const OpSpec& spec, const CompileOptions& option
                     fmt::format("no backend serves {}:{}", info.spec_text, reasons));
     }
     if (!info.skipped.empty()) {
-      log_warning("{} runs on the {} backend ({})", info.spec_text,
-                  backend_name(chosen->kind()), info.skipped.front());
+      log_warning("{} runs on the {} backend ({})", info.spec_text, backend_name(chosen->kind()),
+                  info.skipped.front());
     }
     log_verbose(kLogDispatch, "dispatch: {} -> {}", info.spec_text, target.name());
     info.backend = chosen->kind();
     info.target = target;
-    info.config = options.config ? *options.config : chosen->configs(spec, target).front();
+    const std::vector<Config> space =
+        options.config ? std::vector<Config>{} : chosen->configs(spec, target);
+    info.config = options.config ? *options.config : space.front();
+    if (bucket != 0) {
+      // The entry is for this spec and bucket; it applies only to the target it was measured
+      // on, and only while the backend still offers its config.
+      const runtime::TuningEntry* entry =
+          tuning->db.find(info.spec_text, bucket, target.fingerprint);
+      if (entry != nullptr && entry->backend == backend_name(chosen->kind())) {
+        const std::optional<Config> tuned = runtime::parse_config(entry->config);
+        if (tuned && std::find(space.begin(), space.end(), *tuned) != space.end()) {
+          info.config = *tuned;
+          info.token_bucket = bucket;
+          log_verbose(kLogDispatch, "dispatch: {} tokens<={} uses tuned config {}", info.spec_text,
+                      bucket, entry->config);
+        } else {
+          log_warning(
+              "tuning database: config '{}' for {} is not in the {} backend's space "
+              "any more; using the default (re-run kiln tune)",
+              entry->config, info.spec_text, backend_name(chosen->kind()));
+        }
+      }
+    }
 
     // Disk cache: lock the key so concurrent processes generate it once.
     runtime::DiskCache* cache =
@@ -235,9 +364,9 @@ Result<Kernel> Runtime::compile(const OpSpec& spec, const CompileOptions& option
     runtime::CacheKeyLock key_lock;
     runtime::CacheKey cache_key;
     if (cache != nullptr) {
-      cache_key = runtime::make_cache_key(spec, info.config, target.fingerprint,
-                                          chosen->codegen_version(),
-                                          toolchain_version(chosen->kind()));
+      cache_key =
+          runtime::make_cache_key(spec, info.config, target.fingerprint, chosen->codegen_version(),
+                                  toolchain_version(chosen->kind()));
       info.cache_key = cache_key.hash_hex();
       auto locked = cache->lock(cache_key);
       if (!locked.is_ok()) return locked.status();
@@ -258,7 +387,8 @@ Result<Kernel> Runtime::compile(const OpSpec& spec, const CompileOptions& option
                   lowered->code.size(), info.generate_us);
       if (cache != nullptr) {
         Status stored = cache->store(cache_key, lowered.value());
-        if (!stored.is_ok()) log_warning("cache: cannot store {}: {}", info.spec_text, stored.message());
+        if (!stored.is_ok())
+          log_warning("cache: cannot store {}: {}", info.spec_text, stored.message());
       }
       artifact = std::move(lowered).value();
     }
@@ -276,6 +406,7 @@ Result<Kernel> Runtime::compile(const OpSpec& spec, const CompileOptions& option
 
   if (result.is_ok()) {
     (result->info().source == KernelSource::kDiskCache ? state_->disk_hits : state_->generated)++;
+    if (!options_.record_path.empty()) record(result->info().spec_text);
   } else {
     state_->errors++;
   }

@@ -1,9 +1,10 @@
 // kiln: the command-line program. `kiln --help` lists the commands.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
+#include <CLI/CLI.hpp>
+#include <charconv>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "codegen/ref/ref.h"
 #include "runtime/disk_cache.h"
@@ -14,8 +15,8 @@ namespace jit::tools {
 
 // Exit codes scripts can rely on.
 constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;    // a check failed, an entry was corrupt, ...
-constexpr int kExitBadInput = 2;   // malformed spec or arguments
+constexpr int kExitFailure = 1;   // a check failed, an entry was corrupt, ...
+constexpr int kExitBadInput = 2;  // malformed spec or arguments
 constexpr int kExitUnsupported = 3;
 
 int exit_code_for(const Status& status) {
@@ -35,12 +36,12 @@ int report(const Status& status) {
 namespace {
 
 Result<BackendKind> parse_backend(const std::string& name) {
-  for (BackendKind k : {BackendKind::kRef, BackendKind::kX86, BackendKind::kCuda,
-                        BackendKind::kArm, BackendKind::kOnednn}) {
+  for (BackendKind k : {BackendKind::kRef, BackendKind::kX86, BackendKind::kCuda, BackendKind::kArm,
+                        BackendKind::kOnednn}) {
     if (backend_name(k) == name) return k;
   }
-  return invalid_argument(fmt::format(
-      "--backend '{}' is not a backend (allowed: ref, x86, cuda, arm, onednn)", name));
+  return invalid_argument(
+      fmt::format("--backend '{}' is not a backend (allowed: ref, x86, cuda, arm, onednn)", name));
 }
 
 }  // namespace
@@ -68,7 +69,8 @@ namespace {
 // ---- kiln list
 int cmd_list(bool json) {
   auto x86 = host_target(BackendKind::kX86);
-  nlohmann::json out = {{"host_isa", x86_isa_name(detect_host_x86_isa())}, {"ops", nlohmann::json::array()}};
+  nlohmann::json out = {{"host_isa", x86_isa_name(detect_host_x86_isa())},
+                        {"ops", nlohmann::json::array()}};
   if (!json) {
     fmt::print("host: x86 {} (KILN_ISA caps it)\n\n", x86_isa_name(detect_host_x86_isa()));
     fmt::print("{:<40} {:<14} {}\n", "op", "family", "backends on this machine");
@@ -84,9 +86,11 @@ int cmd_list(bool json) {
     std::string joined;
     for (const auto& b : backends) joined += (joined.empty() ? "" : ", ") + b;
     if (json) {
-      out["ops"].push_back({{"op", op_name(op)}, {"family", op_family(op)}, {"backends", backends}});
+      out["ops"].push_back(
+          {{"op", op_name(op)}, {"family", op_family(op)}, {"backends", backends}});
     } else {
-      fmt::print("{:<40} {:<14} {}\n", op_name(op), op_family(op), joined.empty() ? "(planned)" : joined);
+      fmt::print("{:<40} {:<14} {}\n", op_name(op), op_family(op),
+                 joined.empty() ? "(planned)" : joined);
     }
   }
   if (json) fmt::print("{}\n", out.dump(2));
@@ -153,25 +157,50 @@ runtime::DiskCache* cache_or_report(int* code) {
   return cache;
 }
 
-int cmd_cache(const std::string& action, bool json) {
+// The target a bundle is made for or checked against by default: this machine's x86 target
+// under KILN_ISA (the target of the kernels this machine compiles and can run).
+std::string host_fingerprint() {
+  return host_target(BackendKind::kX86, Runtime::global().options().isa_cap).fingerprint;
+}
+
+int cmd_cache(const std::string& action, const std::string& path, const std::string& target,
+              bool json) {
   int code = kExitOk;
+  if ((action == "export" || action == "import") && path.empty()) {
+    return report(invalid_argument(fmt::format("kiln cache {} needs a FILE argument", action)));
+  }
   runtime::DiskCache* cache = cache_or_report(&code);
   if (cache == nullptr) return code;
-  if (action == "ls") {
+  if (action == "export") {
+    const std::string t = target.empty() ? host_fingerprint() : target;
+    auto exported = cache->export_bundle(path, t);
+    if (!exported.is_ok()) return report(exported.status());
+    fmt::print("exported {} entries for target {} to {} ({} bytes)\n", exported->entries, t, path,
+               exported->bytes);
+  } else if (action == "import") {
+    auto imported = cache->import_bundle(path, host_fingerprint());
+    if (!imported.is_ok()) return report(imported.status());
+    fmt::print("imported {} entries for target {} into {}\n", imported->entries, imported->target,
+               cache->dir().string());
+  } else if (action == "ls") {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& e : cache->list()) {
       if (json) {
         out.push_back({{"hash", e.hash}, {"key", e.key_text}, {"bytes", e.bytes}});
       } else {
-        fmt::print("{}  {:>8}  {}\n", e.hash, e.bytes, e.key_text.empty() ? "(unreadable)" : e.key_text);
+        fmt::print("{}  {:>8}  {}\n", e.hash, e.bytes,
+                   e.key_text.empty() ? "(unreadable)" : e.key_text);
       }
     }
     if (json) fmt::print("{}\n", out.dump(2));
   } else if (action == "stats") {
     const auto s = cache->stats();
     if (json) {
-      fmt::print("{}\n", nlohmann::json{{"dir", cache->dir().string()}, {"entries", s.entries},
-                                        {"bytes", s.bytes}, {"max_bytes", s.max_bytes}}.dump(2));
+      fmt::print("{}\n", nlohmann::json{{"dir", cache->dir().string()},
+                                        {"entries", s.entries},
+                                        {"bytes", s.bytes},
+                                        {"max_bytes", s.max_bytes}}
+                             .dump(2));
     } else {
       fmt::print("dir      {}\nentries  {}\nbytes    {} of {} ({:.1f}%)\n", cache->dir().string(),
                  s.entries, s.bytes, s.max_bytes, 100.0 * double(s.bytes) / double(s.max_bytes));
@@ -198,13 +227,15 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   bool json = false;
 
-  auto* list = app.add_subcommand("list", "ops, their families, and the backends that serve them here");
+  auto* list =
+      app.add_subcommand("list", "ops, their families, and the backends that serve them here");
   list->add_flag("--json", json, "machine-readable output");
 
   std::string spec_text, backend, isa;
   bool dump = false;
   auto* compile = app.add_subcommand("compile", "compile SPEC: backend, cache hit/miss, timings");
-  compile->add_option("spec", spec_text, "spec text, e.g. 'rms_norm(dtype=bf16,hidden=4096)'")->required();
+  compile->add_option("spec", spec_text, "spec text, e.g. 'rms_norm(dtype=bf16,hidden=4096)'")
+      ->required();
   compile->add_flag("--dump", dump, "print the disassembly (objdump)");
   compile->add_flag("--json", json, "machine-readable output");
   compile->add_option("--backend", backend, "force a backend: ref, x86");
@@ -218,14 +249,47 @@ int main(int argc, char** argv) {
   check->add_option("--backend", backend, "backend to check: x86 (default: dispatch's choice)");
   check->add_option("--isa", isa, "cap the x86 ISA: avx2, avx512, avx512_bf16");
 
-  std::string cache_action;
-  auto* cache = app.add_subcommand("cache", "inspect or clear the disk cache");
-  cache->add_option("action", cache_action, "ls | stats | verify | clear")
+  std::string cache_action, cache_path, cache_target;
+  auto* cache = app.add_subcommand("cache", "inspect, clear, export or import the disk cache");
+  cache->add_option("action", cache_action, "ls | stats | verify | clear | export | import")
       ->required()
-      ->check(CLI::IsMember({"ls", "stats", "verify", "clear"}));
+      ->check(CLI::IsMember({"ls", "stats", "verify", "clear", "export", "import"}));
+  cache->add_option("file", cache_path, "bundle file (export: written, import: read)");
+  cache->add_option("--target", cache_target,
+                    "export: the target fingerprint to pack (default: this machine's, e.g. "
+                    "x86-avx512; kiln cache ls shows the keys)");
   cache->add_flag("--json", json, "machine-readable output (ls, stats)");
 
-  auto* demo = app.add_subcommand("demo", "a Llama-style decode step on the CPU, checked against ref");
+  TuneArgs tune_args;
+  std::string tune_tokens = "1,512";
+  auto* tune = app.add_subcommand("tune",
+                                  "time each config of each spec and store the fastest "
+                                  "in the tuning database");
+  tune->add_option("--ops", tune_args.ops,
+                   "op names, comma-separated (default: rms_norm,fused_add_rms_norm,"
+                   "rotary_embedding,silu_and_mul)")
+      ->delimiter(',');
+  tune->add_option("--manifest", tune_args.manifest, "tune the specs of a prewarm manifest")
+      ->excludes("--ops");
+  tune->add_option("--budget", tune_args.budget_seconds, "total seconds (0: no limit)");
+  tune->add_option("--tokens", tune_tokens, "token counts, comma-separated (default 1,512)");
+  tune->add_option("--db", tune_args.db,
+                   "database file (default: $KILN_TUNE_DB, else "
+                   "<cache dir>/tuning.json)");
+  tune->add_flag("--json", json, "machine-readable output");
+
+  std::string manifest;
+  int prewarm_threads = 0;
+  auto* prewarm = app.add_subcommand(
+      "prewarm",
+      "compile a manifest (one spec per line, or a JSON array) into the disk cache; "
+      "record one with KILN_RECORD=FILE");
+  prewarm->add_option("manifest", manifest, "manifest file")->required();
+  prewarm->add_option("--threads", prewarm_threads, "compile threads (0: one per core)");
+  prewarm->add_flag("--json", json, "machine-readable output");
+
+  auto* demo =
+      app.add_subcommand("demo", "a Llama-style decode step on the CPU, checked against ref");
 
   CLI11_PARSE(app, argc, argv);
   if (*list) return cmd_list(json);
@@ -235,7 +299,24 @@ int main(int argc, char** argv) {
     if (!options.is_ok()) return report(options.status());
     return cmd_check(check_spec, check_tokens, options.value());
   }
-  if (*cache) return cmd_cache(cache_action, json);
+  if (*cache) return cmd_cache(cache_action, cache_path, cache_target, json);
+  if (*tune) {
+    for (std::string_view rest = tune_tokens; !rest.empty();) {
+      const size_t comma = rest.find(',');
+      const std::string item(rest.substr(0, comma));
+      int64_t value = 0;
+      const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), value);
+      if (error != std::errc() || end != item.data() + item.size()) {
+        return report(jit::invalid_argument(fmt::format(
+            "--tokens '{}': '{}' is not an integer (expected e.g. 1,512)", tune_tokens, item)));
+      }
+      tune_args.tokens.push_back(value);
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+    tune_args.json = json;
+    return cmd_tune(tune_args);
+  }
+  if (*prewarm) return cmd_prewarm(manifest, prewarm_threads, json);
   if (*demo) return cmd_demo();
   return 0;
 }

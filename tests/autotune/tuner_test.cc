@@ -19,7 +19,7 @@ Config knob(int64_t v) {
 // Costs by knob value; records which configs were measured at which effort.
 struct KnownCosts {
   std::map<int64_t, double> costs;  // knob v -> us; the default (no knob) is v=0
-  std::vector<std::pair<int64_t, Effort>> calls;
+  std::vector<std::pair<int64_t, Effort>> calls = {};
 
   CostFn fn() {
     return [this](const Config& config, Effort effort) -> Result<double> {

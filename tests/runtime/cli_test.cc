@@ -76,6 +76,23 @@ TEST_F(Cli, CheckPassesForX86Kernels) {
   EXPECT_NE(r.output.find("passed"), std::string::npos) << r.output;
 }
 
+TEST_F(Cli, CheckOfARefOnlyOpSaysRefIsComparedWithItself) {
+  const CliRun r = run("check 'reshape_and_cache(dtype=bf16,kv=fp8_e4m3,heads_kv=2,head_size=16,"
+                       "block_size=16)'",
+                       dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("compared with itself"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("0 failed"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, CheckOfAnInvalidSpecNamesTheField) {
+  const CliRun r = run("check 'paged_attention_v1(dtype=bf16,kv=auto,head_size=128,block_size=16,"
+                       "heads_q=6,heads_kv=4)'",
+                       dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("heads"), std::string::npos) << r.output;
+}
+
 TEST_F(Cli, CacheVerifyAndClear) {
   ASSERT_EQ(run("compile 'silu_and_mul(dtype=bf16,d=64)'", dir_).exit_code, 0);
   const CliRun verify = run("cache verify", dir_);

@@ -19,4 +19,27 @@ void plain_silu_and_mul_bf16(uint16_t* out, const uint16_t* in, int64_t rows, in
 void plain_rope_neox_bf16(uint16_t* query, const int64_t* positions, const uint16_t* cache,
                           int64_t tokens, int64_t heads, int64_t head_size, int threads);
 
+/// reshape_and_cache_flash, bf16 key/value [T, H, D] dense, caches [NB, BS, H, D] (NHD) or
+/// [NB, H, BS, D] (HND) each; `fp8`: e4m3 codes of x / scale (one byte each), else bf16 bits.
+void plain_reshape_and_cache_flash_bf16(void* key_cache, void* value_cache, const uint16_t* key,
+                                        const uint16_t* value, const int64_t* slots, int64_t tokens,
+                                        int64_t heads, int64_t head_size, int64_t block_size,
+                                        bool hnd, bool fp8, float k_scale, float v_scale,
+                                        int threads);
+
+/// reshape_and_cache (paged): key cache [NB, H, D/x, BS, x], value cache [NB, H, D, BS],
+/// x = 16 / cache element size; bf16 input, bf16 or e4m3 cache.
+void plain_reshape_and_cache_bf16(void* key_cache, void* value_cache, const uint16_t* key,
+                                  const uint16_t* value, const int64_t* slots, int64_t tokens,
+                                  int64_t heads, int64_t head_size, int64_t block_size, bool fp8,
+                                  float k_scale, float v_scale, int threads);
+
+/// swap_blocks: memcpy of `block_bytes` per (src, dst) block pair, pairs over threads.
+void plain_swap_blocks(uint8_t* dst, const uint8_t* src, const int64_t* mapping, int64_t pairs,
+                       int64_t block_bytes, int threads);
+
+/// convert_fp8 quantise: dst[i] = e4m3(bf16 src[i] / scale).
+void plain_convert_fp8_bf16(uint8_t* dst, const uint16_t* src, int64_t elements, float scale,
+                            int threads);
+
 }  // namespace jit::bench

@@ -578,3 +578,213 @@ void Generator::gelu_tanh_ps(const Group& x, const Group& t0, const Group& t1, c
 }
 
 }  // namespace jit::codegen::x86
+
+namespace jit::codegen::x86 {
+
+// ---- fp8 ---------------------------------------------------------------------------------
+//
+// A minifloat with E exponent bits, M mantissa bits and bias B = 2^(E-1) - 1 (e4m3: 4, 3, 7;
+// e5m2: 5, 2, 15) shares the layout of an fp32 (8, 23, 127) except for the widths, so the
+// conversions move fields with shifts and fix up the ranges where the layouts differ:
+//   s = 23 - M       fp32 mantissa bits below the fp8 mantissa
+//   R = 127 - B      exponent rebias (e4m3 120, e5m2 112)
+//   q = 2^(1-B-M)    the subnormal quantum (e4m3 2^-9, e5m2 2^-16); min normal = 2^M q.
+namespace {
+
+struct Fp8Layout {
+  int mantissa_bits;      // M
+  int rebias;             // R = 127 - B
+  uint32_t max_code;      // largest finite code: e4m3 0x7E (448), e5m2 0x7B (57344)
+  uint32_t nan_code;      // what f32_to_fp8_* writes for NaN (before the sign)
+  float subnormal_magic;  // C = 2^23 q: a + C rounds a to a multiple of q
+  float quantum;          // q
+};
+
+Fp8Layout fp8_layout(DType format) {
+  if (format == DType::kFp8E5m2) return {2, 112, 0x7B, 0x7E, 128.0f, 0x1p-16f};
+  return {3, 120, 0x7E, 0x7F, 16384.0f, 0x1p-9f};
+}
+
+constexpr uint32_t kF32Sign = 0x80000000u;
+constexpr uint32_t kF32Abs = 0x7FFFFFFFu;
+constexpr uint32_t kF32Inf = 0x7F800000u;
+constexpr uint8_t kCmpGreater = 6;  // vpcmpd predicate: signed >
+}  // namespace
+
+// Encode a = |x| (sign restored at the end). Three ranges, each computed branch-free for every
+// lane and then selected:
+//
+// normal, a >= 2^(1-B): round the fp32 mantissa to M bits, nearest even, with the add-bias
+//   trick on the integer bits:  r = a + (2^(s-1) - 1) + ((a >> s) & 1).
+//   Adding just under half of the dropped quantum rounds up exactly when the dropped bits
+//   exceed the half; the kept LSB added on top turns the exact half into round-to-even. A
+//   mantissa carry ripples into the exponent field, which is the correct next binade. The
+//   code is then  (r - R·2^23) >> s : the shift drops the rounded-off bits and lines the fp32
+//   exponent field up with the fp8 one; subtracting R·2^23 (a multiple of 2^s) rebiases it.
+//   Codes above the largest finite one (overflow, inf) are clamped to it: saturation. For
+//   e4m3 the clamp also covers (448, 464], which rounds to 0x7F (the NaN pattern).
+// subnormal, a < 2^(1-B): the fp8 grid there is the fixed quantum q. With C = 2^23 q, the
+//   float sum a + C lies in [2^23 q, 2^24 q), whose fp32 spacing is exactly q, so the FPU's
+//   own round-to-nearest-even rounds a to a multiple of q:  bits(a + C) - bits(C) = RNE(a/q),
+//   in 0 .. 2^M (2^M is the min normal code, the correct carry). fp32 denormal inputs are far
+//   below q/2 and give 0 whether or not DAZ treats them as zero.
+// NaN, a > 0x7F800000: the NaN code.
+void Generator::fp8_encode(const Xmm& x, DType format) {
+  const Fp8Layout f = fp8_layout(format);
+  const int s = 23 - f.mantissa_bits;
+  const uint32_t bias_add = (1u << (s - 1)) - 1 - (uint32_t(f.rebias) << 23);  // mod 2^32
+  const uint32_t min_normal = uint32_t(f.rebias + 1) << 23;
+  const Xmm sign = vmm(13), normal = vmm(14), mask = vmm(15);
+  uni_vpand(sign, x, cst_bits(kF32Sign));
+  uni_vpand(x, x, cst_bits(kF32Abs));
+  vpsrld(normal, x, s);
+  uni_vpand(normal, normal, cst_bits(1));
+  vpaddd(normal, normal, x);
+  vpaddd(normal, normal, cst_bits(bias_add));
+  vpsrld(normal, normal, s);
+  vpminsd(normal, normal, cst_bits(f.max_code));
+  if (avx512_) {
+    vpcmpd(k2, x, cst_bits(kF32Inf), kCmpGreater);
+    vmovdqu32(normal | k2, cst_bits(f.nan_code));
+    vpcmpd(k2, x, cst_bits(min_normal - 1), kCmpGreater);
+    vaddps(x, x, cst(f.subnormal_magic));
+    vpsubd(x, x, cst(f.subnormal_magic));
+    vmovdqa32(x | k2, normal);
+  } else {
+    vpcmpgtd(mask, x, cst_bits(kF32Inf));
+    vblendvps(normal, normal, cst_bits(f.nan_code), mask);
+    vpcmpgtd(mask, x, cst_bits(min_normal - 1));
+    vaddps(x, x, cst(f.subnormal_magic));
+    vpsubd(x, x, cst(f.subnormal_magic));
+    vblendvps(x, x, normal, mask);
+  }
+  vpsrld(sign, sign, 24);
+  uni_vpor(x, x, sign);
+}
+
+// Decode m = code & 0x7F (sign bit moved to bit 31 at the end):
+//   normal (exponent field != 0): the fields shift into place, bits = (m << s) + R·2^23;
+//   subnormal: m·q, with float(m) exact and q a power of two (no fp32 denormal arithmetic);
+//   specials: the normal formula would give a finite value; e4m3 0x7F (NaN) adds
+//   0x7FC00000 - (0x7F << 20 + R·2^23), e5m2 0x7C..0x7F add R·2^23 to reach exponent 255
+//   (mantissa 0: inf, else NaN, as in ir/numeric.h).
+void Generator::fp8_decode(const Xmm& x, DType format) {
+  const Fp8Layout f = fp8_layout(format);
+  const int s = 23 - f.mantissa_bits;
+  const uint32_t rebias_bits = uint32_t(f.rebias) << 23;
+  const bool e5m2 = format == DType::kFp8E5m2;
+  const uint32_t e4m3_nan_fix = 0x7FC00000u - ((0x7Fu << s) + rebias_bits);
+  const Xmm sign = vmm(13), normal = vmm(14), t = vmm(15);
+  uni_vpand(sign, x, cst_bits(0x80));
+  vpslld(sign, sign, 24);
+  uni_vpand(x, x, cst_bits(0x7F));
+  vpslld(normal, x, s);
+  vpaddd(normal, normal, cst_bits(rebias_bits));
+  if (avx512_) {
+    if (e5m2) {
+      vpcmpd(k2, x, cst_bits(f.max_code), kCmpGreater);
+      vpaddd(normal | k2, normal, cst_bits(rebias_bits));
+    } else {
+      vpcmpeqd(k2, x, cst_bits(0x7F));
+      vpaddd(normal | k2, normal, cst_bits(e4m3_nan_fix));
+    }
+    vcvtdq2ps(t, x);
+    vmulps(t, t, cst(f.quantum));
+    vpcmpd(k2, x, cst_bits((1u << f.mantissa_bits) - 1), kCmpGreater);
+    vmovaps(x, t);
+    vmovdqa32(x | k2, normal);
+  } else {
+    if (e5m2) {
+      vpcmpgtd(t, x, cst_bits(f.max_code));
+      vpand(t, t, cst_bits(rebias_bits));
+    } else {
+      vpcmpeqd(t, x, cst_bits(0x7F));
+      vpand(t, t, cst_bits(e4m3_nan_fix));
+    }
+    vpaddd(normal, normal, t);
+    vcvtdq2ps(t, x);
+    vmulps(t, t, cst(f.quantum));
+    vpcmpgtd(x, x, cst_bits((1u << f.mantissa_bits) - 1));
+    vblendvps(x, t, normal, x);
+  }
+  uni_vpor(x, x, sign);
+}
+
+void Generator::load_fp8(const Xmm& dst, const RegExp& addr, int count) {
+  const bool tail = count < lanes();
+  if (avx512_) {
+    if (tail) set_tail_mask(count);
+    vpmovzxbd(tail ? (dst | k1 | T_z) : dst, ptr[addr]);
+    return;
+  }
+  RegExp src = addr;
+  if (tail) {
+    stage_zero();
+    copy_bytes(RegExp(rsp), addr, count);
+    src = RegExp(rsp);
+  }
+  vpmovzxbd(dst, ptr[src]);
+}
+
+void Generator::store_fp8(const Xmm& codes, const RegExp& addr, int count) {
+  const bool tail = count < lanes();
+  if (avx512_) {
+    if (tail) set_tail_mask(count);
+    vpmovdb(tail ? (ptr[addr] | k1) : ptr[addr], Zmm(codes.getIdx()));
+    return;
+  }
+  // Within each 128-bit lane: dwords -> words -> bytes (codes are 0..255, so the saturating
+  // packs are exact), then the two lanes' four bytes side by side.
+  vpackusdw(Ymm(13), Ymm(codes.getIdx()), Ymm(codes.getIdx()));
+  vpackuswb(Ymm(13), Ymm(13), Ymm(13));
+  vextracti128(Xmm(14), Ymm(13), 1);
+  vpunpckldq(Xmm(13), Xmm(13), Xmm(14));
+  if (!tail) {
+    vmovq(ptr[addr], Xmm(13));
+    return;
+  }
+  vmovq(ptr[rsp], Xmm(13));
+  copy_bytes(addr, RegExp(rsp), count);
+}
+
+void Generator::copy_span(const Reg64& dst, const Reg64& src, int64_t bytes, const Reg64& counter) {
+  const int width = lanes() * 4;
+  int64_t vectors = bytes / width;
+  const int rem = int(bytes % width);
+  constexpr int kUnroll = 4;
+  auto move = [&](int i, int64_t offset) {
+    const Xmm v = vmm(13 + i % 2);
+    vmovups(v, ptr[src + offset]);
+    vmovups(ptr[dst + offset], v);
+  };
+  if (vectors >= 2 * kUnroll) {
+    Label l_loop;
+    mov(counter, vectors / kUnroll);
+    L(l_loop);
+    for (int i = 0; i < kUnroll; ++i) move(i, int64_t(i) * width);
+    add(src, kUnroll * width);
+    add(dst, kUnroll * width);
+    dec(counter);
+    jnz(l_loop, T_NEAR);
+    vectors %= kUnroll;
+  }
+  for (int64_t i = 0; i < vectors; ++i) move(int(i), i * width);
+  const int64_t done = vectors * width;
+  if (rem == 0) return;
+  if (avx512_) {
+    mov(rax, (uint64_t(1) << rem) - 1);
+    kmovq(k1, rax);
+    vmovdqu8(Zmm(13) | k1 | T_z, ptr[src + done]);
+    vmovdqu8(ptr[dst + done] | k1, Zmm(13));
+    return;
+  }
+  int tail_done = 0;
+  if (rem >= 16) {
+    vmovdqu(Xmm(13), ptr[src + done]);
+    vmovdqu(ptr[dst + done], Xmm(13));
+    tail_done = 16;
+  }
+  copy_bytes(dst + int(done + tail_done), src + int(done + tail_done), rem - tail_done);
+}
+
+}  // namespace jit::codegen::x86

@@ -98,6 +98,28 @@ class Generator : public Xbyak::CodeGenerator {
   void store_pairs(const Xmm& even, const Xmm& odd, const Xmm& a, const Xmm& b, DType dtype,
                    const RegExp& addr, int count);
 
+  // ---- fp8 (OCP e4m3fn / e5m2, spec §1.4). x86 has no fp8 instructions: these helpers
+  // convert with integer and bit operations on int32 lanes (one code per lane, 0..255). All of
+  // them use vmm13..15 (and k2 on AVX-512) as scratch.
+  /// In place: fp32 lanes -> fp8 codes of `format` (kFp8E4m3 or kFp8E5m2) in the low byte of
+  /// each int32 lane, exactly ir/numeric.h's f32_to_fp8_*: round to nearest even (subnormals
+  /// included), finite overflow and +-inf saturate to +-max, NaN -> 0x7F / 0x7E with the sign.
+  /// Needs the MXCSR default rounding (nearest even); the result does not depend on DAZ/FTZ.
+  void fp8_encode(const Xmm& x, DType format);
+  /// In place: fp8 codes in the low byte of int32 lanes (upper bits zero) -> fp32, exact
+  /// (ir/numeric.h's fp8_*_to_f32; e4m3 NaN codes give a quiet NaN, e5m2 keeps inf and NaN).
+  void fp8_decode(const Xmm& x, DType format);
+  /// Loads `count` (1..lanes) bytes at `addr` zero-extended into int32 lanes (lanes past
+  /// `count` are zero). Never reads past the `count` bytes.
+  void load_fp8(const Xmm& dst, const RegExp& addr, int count);
+  /// Stores the low byte of `count` (1..lanes) int32 lanes of `codes` (each 0..255) at `addr`;
+  /// `codes` is preserved. Never writes past the `count` bytes.
+  void store_fp8(const Xmm& codes, const RegExp& addr, int count);
+  /// Copies `bytes` bytes from [src] to [dst] (non-overlapping) with full-width vector moves
+  /// and a masked (AVX-512) or scalar (AVX2) tail; a loop of four vectors per step when long.
+  /// src, dst and `counter` are advanced/clobbered; uses rax and vmm13..14.
+  void copy_span(const Reg64& dst, const Reg64& src, int64_t bytes, const Reg64& counter);
+
   // ---- ISA-uniform integer/bitwise ops (VEX names on AVX2, EVEX names on AVX-512).
   void uni_vpand(const Xmm& d, const Xmm& a, const Xbyak::Operand& b);
   void uni_vpor(const Xmm& d, const Xmm& a, const Xbyak::Operand& b);

@@ -48,6 +48,46 @@ struct RopeCallArgs {
   int64_t key_head_stride;
 };
 
+/// reshape_and_cache and reshape_and_cache_flash. Rows are tokens (slot_mapping entries).
+/// Strides in bytes. The runner has checked every slot (< num_blocks * block_size).
+struct CacheWriteCallArgs {
+  const void* key;
+  const void* value;
+  void* key_cache;
+  void* value_cache;
+  const int64_t* slots;
+  const float* k_scale;  ///< [1] or [heads] (per_head_scale); unread in kv=auto
+  const float* v_scale;
+  int64_t key_row_stride;
+  int64_t value_row_stride;
+  int64_t block_stride;  ///< flash: cache stride(0) (same for key and value); paged: unused
+};
+
+/// swap_blocks. Rows are mapping pairs; pairs[2i], pairs[2i+1] are the byte offsets of the
+/// source and destination blocks (checked by the runner).
+struct SwapBlocksCallArgs {
+  const uint8_t* src;
+  uint8_t* dst;
+  const int64_t* pairs;
+};
+
+/// convert_fp8. Rows are chunks of kConvertRowElements elements of the flat buffers; the last
+/// row holds the remainder of `elements`.
+struct ConvertFp8CallArgs {
+  void* dst;
+  const void* src;
+  int64_t elements;
+  float scale;
+};
+inline constexpr int64_t kConvertRowElements = 4096;
+
+/// Emits reshape_and_cache (PagedCacheWriteParams) or reshape_and_cache_flash
+/// (FlashCacheWriteParams) at `isa`.
+Result<std::vector<uint8_t>> generate_cache_write(const OpSpec& spec, X86Isa isa);
+/// Emits swap_blocks (SwapBlocksParams) at `isa`.
+Result<std::vector<uint8_t>> generate_swap_blocks(const OpSpec& spec, X86Isa isa);
+/// Emits convert_fp8 (ConvertFp8Params) at `isa`.
+Result<std::vector<uint8_t>> generate_convert_fp8(const OpSpec& spec, X86Isa isa);
 /// Emits rms_norm / fused_add_rms_norm for `spec` (NormParams) at `isa`.
 Result<std::vector<uint8_t>> generate_norm(const OpSpec& spec, X86Isa isa);
 /// Emits rotary_embedding for `spec` (RopeParams) at `isa`.

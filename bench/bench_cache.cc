@@ -1,0 +1,253 @@
+// GB/s of kiln's x86 cache writes and copies (reshape_and_cache_flash NHD/HND, reshape_and_cache,
+// swap_blocks, convert_fp8; bf16 input, auto and fp8_e4m3 caches) against the copy bandwidth
+// measured in the same run and against the same op as a plain -O3 -march=native loop (the
+// peer), with 1 and 2 threads, at a large shape (>= 64 MB moved per call) and at decode shapes
+// (1 and 16 tokens; us_per_call is the figure that matters there). The kiln calls include the
+// checked mode's slot / block-id scan.
+//
+//   build/release/bench/bench_cache [--benchmark_filter=...] [--benchmark_repetitions=5]
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/ceilings.h"
+#include "bench/plain_loops.h"
+#include "ir/numeric.h"
+#include "ir/params_cache.h"
+#include "runtime/runtime.h"
+
+namespace {
+
+using namespace jit;
+
+constexpr double kMinBytesMoved = 64e6;
+constexpr int64_t kHeads = 8, kHeadSize = 128, kBlockSize = 16;
+std::map<int, double> g_copy_gbps;  // threads -> GB/s, measured before the benchmarks
+
+std::vector<uint16_t> random_bf16(size_t n) {
+  std::vector<uint16_t> v(n);
+  uint32_t state = 12345;
+  for (auto& x : v) {
+    state = state * 1664525u + 1013904223u;
+    x = numeric::f32_to_bf16(float(int(state >> 9) % 2001 - 1000) / 1000.0f);
+  }
+  return v;
+}
+
+// Tokens so that one call moves at least kMinBytesMoved (per-token bytes from the estimate).
+int64_t tokens_for(const OpSpec& spec) {
+  const double per_token =
+      estimates(spec, {.tokens = 2}).bytes - estimates(spec, {.tokens = 1}).bytes;
+  return int64_t(kMinBytesMoved / per_token) + 1;
+}
+
+template <class Call>
+void run_and_report(benchmark::State& state, const OpSpec& spec, int64_t tokens, int threads,
+                    Call call) {
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) call();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double bytes = estimates(spec, {.tokens = tokens}).bytes;
+  const double gbps = bytes * double(state.iterations()) / seconds / 1e9;
+  state.counters["GB/s"] = gbps;
+  state.counters["pct_of_copy"] = 100.0 * gbps / g_copy_gbps[threads];
+  state.counters["us_per_call"] = 1e6 * seconds / double(state.iterations());
+  state.counters["MB_moved"] = bytes / 1e6;
+  state.counters["tokens"] = double(tokens);
+}
+
+Kernel compile_or_die(const OpSpec& spec, int threads) {
+  CompileOptions options;
+  options.backend = BackendKind::kX86;
+  // The default min_parallel_kib keeps decode calls on the calling thread.
+  options.config = Config().set("threads", threads);
+  auto kernel = compile(spec, options);
+  if (!kernel.is_ok()) {
+    fmt::print(stderr, "{}\n", kernel.status().to_string());
+    std::exit(1);
+  }
+  return kernel.value();
+}
+
+// Distinct random slots of a cache with twice the blocks the tokens need.
+std::vector<int64_t> random_slots(int64_t tokens, int64_t num_blocks) {
+  auto all = std::vector<int64_t>(size_t(num_blocks * kBlockSize));
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), std::mt19937_64(7));
+  all.resize(size_t(tokens));
+  return all;
+}
+
+// tokens = 0: the large shape.
+void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
+                    ir::KvCacheDtype kv, int64_t tokens, int threads, bool peer) {
+  const OpSpec spec =
+      flash ? OpSpec::make(OpKind::kReshapeAndCacheFlash,
+                           ir::FlashCacheWriteParams{DType::kBF16, kv, kHeads, kHeadSize,
+                                                     kBlockSize, layout, false})
+            : OpSpec::make(
+                  OpKind::kReshapeAndCache,
+                  ir::PagedCacheWriteParams{DType::kBF16, kv, kHeads, kHeadSize, kBlockSize});
+  if (tokens == 0) tokens = tokens_for(spec);
+  const bool fp8 = kv != ir::KvCacheDtype::kAuto;
+  const int64_t num_blocks = 2 * (tokens + kBlockSize - 1) / kBlockSize + 2;
+  const int64_t row = kHeads * kHeadSize;
+  const size_t cache_bytes = size_t(num_blocks * kBlockSize * row) * (fp8 ? 1 : 2);
+  auto key = random_bf16(size_t(tokens * row));
+  auto value = random_bf16(size_t(tokens * row));
+  auto key_cache = std::vector<uint8_t>(cache_bytes);
+  auto value_cache = std::vector<uint8_t>(cache_bytes);
+  auto slots = random_slots(tokens, num_blocks);
+  float k_scale = 0.02f, v_scale = 0.03f;
+  const DType cdt = fp8 ? DType::kU8 : DType::kBF16;
+  auto cache_tensor = [&](void* data, bool is_key) {
+    if (!flash) {
+      const int64_t x = fp8 ? 16 : 8;
+      return is_key ? Tensor(data, cdt, {num_blocks, kHeads, kHeadSize / x, kBlockSize, x})
+                    : Tensor(data, cdt, {num_blocks, kHeads, kHeadSize, kBlockSize});
+    }
+    // HND is passed as the logical [NB, BS, H, D] view of the physical [NB, H, BS, D].
+    return layout == ir::CacheLayout::kNhd
+               ? Tensor(data, cdt, {num_blocks, kBlockSize, kHeads, kHeadSize})
+               : Tensor(data, cdt, {num_blocks, kBlockSize, kHeads, kHeadSize},
+                        {kHeads * kBlockSize * kHeadSize, kHeadSize, kBlockSize * kHeadSize, 1});
+  };
+  const Kernel kernel = compile_or_die(spec, threads);
+  const KernelArgs args(
+      {Tensor(key.data(), DType::kBF16, {tokens, kHeads, kHeadSize}),
+       Tensor(value.data(), DType::kBF16, {tokens, kHeads, kHeadSize}),
+       cache_tensor(key_cache.data(), true), cache_tensor(value_cache.data(), false),
+       Tensor(slots.data(), DType::kI64, {tokens}), Tensor(&k_scale, DType::kF32, {1}),
+       Tensor(&v_scale, DType::kF32, {1})},
+      {});
+  if (!peer) {
+    const Status status = kernel.run(args);  // once through the argument checks
+    if (!status.is_ok()) {
+      fmt::print(stderr, "{}\n", status.to_string());
+      std::exit(1);
+    }
+  }
+  run_and_report(state, spec, tokens, threads, [&] {
+    if (!peer) {
+      (void)kernel.run_unchecked(args);
+    } else if (flash) {
+      bench::plain_reshape_and_cache_flash_bf16(
+          key_cache.data(), value_cache.data(), key.data(), value.data(), slots.data(), tokens,
+          kHeads, kHeadSize, kBlockSize, layout == ir::CacheLayout::kHnd, fp8, k_scale, v_scale,
+          threads);
+    } else {
+      bench::plain_reshape_and_cache_bf16(key_cache.data(), value_cache.data(), key.data(),
+                                          value.data(), slots.data(), tokens, kHeads, kHeadSize,
+                                          kBlockSize, fp8, k_scale, v_scale, threads);
+    }
+  });
+}
+
+// Blocks of one layer's K+V for 16 tokens of 8 x 128 bf16 (64 KiB); pairs = 0: large shape.
+void bm_swap_blocks(benchmark::State& state, int64_t pairs, int threads, bool peer) {
+  const int64_t block_bytes = 2 * kBlockSize * kHeads * kHeadSize * 2;
+  const OpSpec spec = OpSpec::make(OpKind::kSwapBlocks, ir::SwapBlocksParams{block_bytes});
+  if (pairs == 0) pairs = tokens_for(spec);
+  const int64_t blocks = 2 * pairs;
+  auto src = std::vector<uint8_t>(size_t(blocks * block_bytes), 1);
+  auto dst = std::vector<uint8_t>(src.size(), 0);
+  auto ids = std::vector<int64_t>(size_t(blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(3));
+  auto mapping = std::vector<int64_t>(size_t(2 * pairs));
+  for (int64_t i = 0; i < pairs; ++i) {
+    mapping[size_t(2 * i)] = ids[size_t(i)];
+    mapping[size_t(2 * i + 1)] = ids[size_t(pairs + i)];
+  }
+  const Kernel kernel = compile_or_die(spec, threads);
+  const KernelArgs args({Tensor(src.data(), DType::kU8, {blocks, block_bytes}),
+                         Tensor(dst.data(), DType::kU8, {blocks, block_bytes}),
+                         Tensor(mapping.data(), DType::kI64, {pairs, 2})},
+                        {});
+  run_and_report(state, spec, pairs, threads, [&] {
+    if (peer) {
+      bench::plain_swap_blocks(dst.data(), src.data(), mapping.data(), pairs, block_bytes, threads);
+    } else {
+      (void)kernel.run_unchecked(args);
+    }
+  });
+}
+
+// bf16 -> e4m3; elements = 0: large shape.
+void bm_convert_fp8(benchmark::State& state, int64_t elements, int threads, bool peer) {
+  const OpSpec spec =
+      OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16});
+  if (elements == 0) elements = tokens_for(spec);
+  auto src = random_bf16(size_t(elements));
+  auto dst = std::vector<uint8_t>(size_t(elements));
+  const Kernel kernel = compile_or_die(spec, threads);
+  const KernelArgs args(
+      {Tensor(dst.data(), DType::kU8, {elements}), Tensor(src.data(), DType::kBF16, {elements})},
+      {0.02});
+  run_and_report(state, spec, elements, threads, [&] {
+    if (peer) {
+      bench::plain_convert_fp8_bf16(dst.data(), src.data(), elements, 0.02f, threads);
+    } else {
+      (void)kernel.run_unchecked(args);
+    }
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  for (int threads : {1, 2}) {
+    g_copy_gbps[threads] = bench::measure_copy_gbps(size_t(kMinBytesMoved / 2), threads);
+    fmt::print("copy bandwidth, {} thread(s): {:.1f} GB/s at 64 MB moved (best of 7)\n", threads,
+               g_copy_gbps[threads]);
+  }
+  struct Write {
+    const char* name;
+    bool flash;
+    ir::CacheLayout layout;
+    ir::KvCacheDtype kv;
+  };
+  const Write writes[] = {
+      {"reshape_and_cache_flash/nhd/auto", true, ir::CacheLayout::kNhd, ir::KvCacheDtype::kAuto},
+      {"reshape_and_cache_flash/nhd/fp8_e4m3", true, ir::CacheLayout::kNhd,
+       ir::KvCacheDtype::kFp8E4m3},
+      {"reshape_and_cache_flash/hnd/auto", true, ir::CacheLayout::kHnd, ir::KvCacheDtype::kAuto},
+      {"reshape_and_cache_flash/hnd/fp8_e4m3", true, ir::CacheLayout::kHnd,
+       ir::KvCacheDtype::kFp8E4m3},
+      {"reshape_and_cache/auto", false, ir::CacheLayout::kNhd, ir::KvCacheDtype::kAuto},
+      {"reshape_and_cache/fp8_e4m3", false, ir::CacheLayout::kNhd, ir::KvCacheDtype::kFp8E4m3},
+  };
+  for (int threads : {1, 2}) {
+    for (bool peer : {false, true}) {
+      const std::string who = peer ? "plain_loop/" : "kiln/";
+      const std::string suffix = fmt::format("/threads:{}", threads);
+      for (int64_t tokens : {int64_t(0), int64_t(16), int64_t(1)}) {
+        const std::string shape = tokens == 0 ? "/large" : fmt::format("/decode{}", tokens);
+        for (const Write& w : writes) {
+          benchmark::RegisterBenchmark((who + w.name + shape + suffix).c_str(), bm_cache_write,
+                                       w.flash, w.layout, w.kv, tokens, threads, peer)
+              ->UseRealTime();
+        }
+        benchmark::RegisterBenchmark((who + "swap_blocks" + shape + suffix).c_str(), bm_swap_blocks,
+                                     tokens, threads, peer)
+            ->UseRealTime();
+        benchmark::RegisterBenchmark((who + "convert_fp8/bf16" + shape + suffix).c_str(),
+                                     bm_convert_fp8, tokens * kHeads * kHeadSize, threads, peer)
+            ->UseRealTime();
+      }
+    }
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

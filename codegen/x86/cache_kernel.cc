@@ -1,0 +1,527 @@
+// The KV-cache writes and copies (spec/cache_ops.md §2.1–2.3, §2.6): reshape_and_cache_flash,
+// reshape_and_cache, swap_blocks and convert_fp8.
+//
+// Cache writes: one row per token t; s = slot_mapping[t] (s < 0: padding, skipped; the runner
+// has checked s < num_blocks * block_size before the launch), b = s / BS, o = s % BS (a shift
+// and mask when BS is a power of two). Per operand (key, then value):
+//   kv=auto  a byte copy of each element (no conversion, NaN payloads kept);
+//   fp8      code = fp8(x / scale): x widened exactly to fp32, an IEEE vdivps (the ref's
+//            division, so the codes are bit-exact; a reciprocal multiply is not), then the
+//            Generator's integer fp8 encoder; codes stored a byte per element.
+// Layouts (byte offsets, c = cache element size, e = input element size):
+//   flash NHD  token row [H, D] is contiguous in the cache at b·block_stride + o·H·D·c: one
+//              span of H·D elements (per-tensor scale), or per head with a per-head scale;
+//   flash HND  head h at b·block_stride + h·BS·D·c + o·D·c: one span of D per head;
+//   paged key  [NB, H, D/x, BS, x], x = 16 / c: chunk j of head h (16 bytes) at
+//              ((b·H + h)·D/x + j)·BS·16 + o·16;
+//   paged value [NB, H, D, BS]: element d of head h at ((b·H + h)·D + d)·BS·c + o·c, a
+//              scatter of single elements (the layout's nature: one element per BS·c bytes).
+// Every span has a compile-time length: full vectors, then a masked (AVX-512) or staged (AVX2)
+// tail, so any head size and row alignment works.
+#include <bit>
+#include <cstddef>
+
+#include "codegen/x86/generator.h"
+#include "codegen/x86/kernels.h"
+#include "ir/params_cache.h"
+
+namespace jit::codegen::x86 {
+namespace {
+
+using namespace Xbyak;
+
+// Units of a span fully unrolled up to this count; longer spans loop over kUnroll units.
+constexpr int64_t kMaxUnrolled = 16;
+constexpr int kUnroll = 4;
+
+class CacheGenerator : public Generator {
+ public:
+  using Generator::Generator;
+
+ protected:
+  // Emits body(i) for units i = 0 .. units-1 addressed from the current pointers: unrolled
+  // when short, else a loop of kUnroll units that calls advance(kUnroll) after each step,
+  // followed by the remaining units. reg_count_ is the loop counter.
+  template <class Body, class Advance>
+  void for_units(int64_t units, Body body, Advance advance) {
+    if (units > kMaxUnrolled) {
+      Label l_loop;
+      mov(reg_count_, units / kUnroll);
+      L(l_loop);
+      for (int i = 0; i < kUnroll; ++i) body(int64_t(i));
+      advance(kUnroll);
+      dec(reg_count_);
+      jnz(l_loop, T_NEAR);
+      units %= kUnroll;
+    }
+    for (int64_t i = 0; i < units; ++i) body(i);
+  }
+
+  // Quantises `elements` values of `dtype` at [src] into fp8 codes at [dst] (dst, src
+  // advanced): code = fp8(x / scale).
+  void quantise_span(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype,
+                     DType format, const Xmm& scale) {
+    const int esize = int(dtype_size(dtype));
+    const int64_t vectors = elements / lanes();
+    const int tail = int(elements % lanes());
+    // Four vectors per unit: loads and divisions issue together, encodes follow.
+    const int64_t units = vectors / kUnroll;
+    auto convert = [&](int64_t first, int count, int n) {
+      for (int v = 0; v < n; ++v) {
+        load_f32(vmm(v), dtype, src + int((first + v) * lanes() * esize), count);
+      }
+      for (int v = 0; v < n; ++v) vdivps(vmm(v), vmm(v), scale);
+      for (int v = 0; v < n; ++v) {
+        fp8_encode(vmm(v), format);
+        store_fp8(vmm(v), dst + int((first + v) * lanes()), count);
+      }
+    };
+    if (units > 0) {
+      Label l_loop;
+      mov(reg_count_, units);
+      L(l_loop);
+      convert(0, lanes(), kUnroll);
+      add(src, kUnroll * lanes() * esize);
+      add(dst, kUnroll * lanes());
+      dec(reg_count_);
+      jnz(l_loop, T_NEAR);
+    }
+    const int rest = int(vectors % kUnroll);
+    if (rest > 0) convert(0, lanes(), rest);
+    if (tail > 0) convert(rest, tail, 1);
+  }
+
+  // The token loop shared by the cache writes: for rows with a slot >= 0, b -> rax and
+  // o -> rcx, then `token()` (which may clobber every scratch register but the loop's).
+  template <class Token>
+  void token_loop(int64_t block_size, Token token) {
+    mov(reg_args_, rdi);
+    mov(reg_row_, rsi);
+    mov(reg_row_end_, rdx);
+    mov(reg_slots_, ptr[rdi + offsetof(CacheWriteCallArgs, slots)]);
+    Label l_token, l_next, l_done;
+    L(l_token);
+    cmp(reg_row_, reg_row_end_);
+    jge(l_done, T_NEAR);
+    mov(rax, ptr[reg_slots_ + reg_row_ * 8]);
+    test(rax, rax);
+    js(l_next, T_NEAR);  // padding
+    if ((block_size & (block_size - 1)) == 0) {
+      mov(rcx, rax);
+      and_(rcx, block_size - 1);
+      shr(rax, std::countr_zero(uint64_t(block_size)));
+    } else {
+      xor_(edx, edx);
+      mov(rcx, block_size);
+      div(rcx);  // rax = slot / BS, rdx = slot % BS (slot >= 0)
+      mov(rcx, rdx);
+    }
+    token();
+    L(l_next);
+    inc(reg_row_);
+    jmp(l_token, T_NEAR);
+    L(l_done);
+  }
+
+  // reg_src_ = src + row * row_stride for the operand whose pointer/stride are at `data`,
+  // `stride` in the args.
+  void load_row(size_t data, size_t stride) {
+    mov(reg_src_, ptr[reg_args_ + stride]);
+    imul(reg_src_, reg_row_);
+    add(reg_src_, ptr[reg_args_ + data]);
+  }
+
+  const Reg64 reg_args_ = rbx, reg_row_ = r12, reg_row_end_ = r13, reg_slots_ = rbp;
+  const Reg64 reg_src_ = r8, reg_dst_ = r9, reg_heads_ = r10, reg_p_ = r11, reg_q_ = r14;
+  const Reg64 reg_count_ = r15, reg_offset_ = rsi, reg_scale_ = rdx, reg_o_ = rdi;
+};
+
+// Vector registers of the scales (the encoder and the helpers use 13..15; spans use 0..3).
+constexpr int kKScale = 4, kVScale = 5;
+
+class FlashWriteGenerator : public CacheGenerator {
+ public:
+  FlashWriteGenerator(X86Isa isa, const ir::FlashCacheWriteParams& p)
+      : CacheGenerator(isa),
+        p_(p),
+        fp8_(p.kv != ir::KvCacheDtype::kAuto),
+        format_(p.kv == ir::KvCacheDtype::kFp8E5m2 ? DType::kFp8E5m2 : DType::kFp8E4m3),
+        esize_(int64_t(dtype_size(p.dtype))),
+        csize_(int64_t(ir::cache_element_size(p.dtype, p.kv))) {}
+
+  void generate() {
+    prologue();
+    if (fp8_ && !p_.per_head_scale) {
+      mov(rax, ptr[rdi + offsetof(CacheWriteCallArgs, k_scale)]);
+      vbroadcastss(vmm(kKScale), ptr[rax]);
+      mov(rax, ptr[rdi + offsetof(CacheWriteCallArgs, v_scale)]);
+      vbroadcastss(vmm(kVScale), ptr[rax]);
+    }
+    const bool nhd = p_.layout == ir::CacheLayout::kNhd;
+    const int64_t row = p_.head_count_kv * p_.head_size;
+    token_loop(p_.block_size, [&] {
+      // offset = b * block_stride + o * page_stride
+      imul(rax, ptr[reg_args_ + offsetof(CacheWriteCallArgs, block_stride)]);
+      imul(rcx, rcx, (nhd ? row : p_.head_size) * csize_);
+      lea(reg_offset_, ptr[rax + rcx]);
+      write(offsetof(CacheWriteCallArgs, key), offsetof(CacheWriteCallArgs, key_row_stride),
+            offsetof(CacheWriteCallArgs, key_cache), offsetof(CacheWriteCallArgs, k_scale),
+            vmm(kKScale));
+      write(offsetof(CacheWriteCallArgs, value), offsetof(CacheWriteCallArgs, value_row_stride),
+            offsetof(CacheWriteCallArgs, value_cache), offsetof(CacheWriteCallArgs, v_scale),
+            vmm(kVScale));
+    });
+    epilogue();
+  }
+
+ private:
+  void write(size_t data, size_t stride, size_t cache, size_t scale_ptr, const Xmm& scale) {
+    load_row(data, stride);
+    mov(reg_dst_, ptr[reg_args_ + cache]);
+    add(reg_dst_, reg_offset_);
+    const bool nhd = p_.layout == ir::CacheLayout::kNhd;
+    if (nhd && !p_.per_head_scale) {
+      span(reg_dst_, reg_src_, p_.head_count_kv * p_.head_size, scale);
+      return;
+    }
+    // Per head: source heads are D elements apart; cache heads D (NHD) or BS·D (HND).
+    const int64_t head_stride = (nhd ? p_.head_size : p_.block_size * p_.head_size) * csize_;
+    if (p_.per_head_scale) mov(reg_scale_, ptr[reg_args_ + scale_ptr]);
+    Label l_head;
+    mov(reg_heads_, p_.head_count_kv);
+    L(l_head);
+    if (p_.per_head_scale) {
+      vbroadcastss(scale, ptr[reg_scale_]);
+      add(reg_scale_, 4);
+    }
+    mov(reg_p_, reg_src_);
+    mov(reg_q_, reg_dst_);
+    span(reg_q_, reg_p_, p_.head_size, scale);
+    add(reg_src_, p_.head_size * esize_);
+    add(reg_dst_, head_stride);
+    dec(reg_heads_);
+    jnz(l_head, T_NEAR);
+  }
+
+  void span(const Reg64& dst, const Reg64& src, int64_t elements, const Xmm& scale) {
+    if (fp8_) {
+      quantise_span(dst, src, elements, p_.dtype, format_, scale);
+    } else {
+      copy_span(dst, src, elements * esize_, reg_count_);
+    }
+  }
+
+  const ir::FlashCacheWriteParams p_;
+  const bool fp8_;
+  const DType format_;
+  const int64_t esize_, csize_;
+};
+
+class PagedWriteGenerator : public CacheGenerator {
+ public:
+  PagedWriteGenerator(X86Isa isa, const ir::PagedCacheWriteParams& p)
+      : CacheGenerator(isa),
+        p_(p),
+        fp8_(p.kv != ir::KvCacheDtype::kAuto),
+        format_(p.kv == ir::KvCacheDtype::kFp8E5m2 ? DType::kFp8E5m2 : DType::kFp8E4m3),
+        esize_(int64_t(dtype_size(p.dtype))),
+        csize_(int64_t(ir::cache_element_size(p.dtype, p.kv))),
+        x_(ir::paged_key_x(p.dtype, p.kv)) {}
+
+  void generate() {
+    prologue();
+    if (fp8_) {
+      mov(rax, ptr[rdi + offsetof(CacheWriteCallArgs, k_scale)]);
+      vbroadcastss(vmm(kKScale), ptr[rax]);
+      mov(rax, ptr[rdi + offsetof(CacheWriteCallArgs, v_scale)]);
+      vbroadcastss(vmm(kVScale), ptr[rax]);
+    }
+    const int64_t block_bytes = p_.head_count_kv * p_.head_size * p_.block_size * csize_;
+    token_loop(p_.block_size, [&] {
+      // reg_offset_ = b * block bytes (both caches); reg_o_ = o
+      imul(reg_offset_, rax, block_bytes);
+      mov(reg_o_, rcx);
+      write_key();
+      write_value();
+    });
+    epilogue();
+  }
+
+ private:
+  // Head h's chunks j at reg_dst_ + j·BS·16; reg_dst_ = key_cache + b·block + o·16.
+  void write_key() {
+    load_row(offsetof(CacheWriteCallArgs, key), offsetof(CacheWriteCallArgs, key_row_stride));
+    mov(reg_dst_, reg_o_);
+    shl(reg_dst_, 4);
+    add(reg_dst_, reg_offset_);
+    add(reg_dst_, ptr[reg_args_ + offsetof(CacheWriteCallArgs, key_cache)]);
+    const int64_t chunks = p_.head_size / x_;
+    const int64_t chunk_stride = p_.block_size * 16;
+    const int64_t src_chunk = x_ * esize_;
+    heads([&] {
+      for_units(
+          chunks, [&](int64_t j) { key_chunk(int(j * chunk_stride), int(j * src_chunk)); },
+          [&](int k) {
+            add(reg_q_, k * chunk_stride);
+            add(reg_p_, k * src_chunk);
+          });
+    });
+  }
+
+  // One x-chunk: 16 bytes of cache from x input elements.
+  void key_chunk(int dst, int src) {
+    if (!fp8_) {
+      vmovups(Xmm(13), ptr[reg_p_ + src]);
+      vmovups(ptr[reg_q_ + dst], Xmm(13));
+      return;
+    }
+    // 16 codes: one zmm, or two ymm halves of 8.
+    for (int half = 0; half < 16 / lanes(); ++half) {
+      const Xmm v = vmm(half);
+      load_f32(v, p_.dtype, reg_p_ + src + half * lanes() * int(esize_), lanes());
+      vdivps(v, v, vmm(kKScale));
+      fp8_encode(v, format_);
+      store_fp8(v, reg_q_ + dst + half * lanes(), lanes());
+    }
+  }
+
+  // Element d of head h at reg_dst_ + d·BS·c; reg_dst_ = value_cache + b·block + o·c.
+  void write_value() {
+    load_row(offsetof(CacheWriteCallArgs, value), offsetof(CacheWriteCallArgs, value_row_stride));
+    if (csize_ == 1) {
+      mov(reg_dst_, reg_o_);
+    } else {
+      imul(reg_dst_, reg_o_, int(csize_));
+    }
+    add(reg_dst_, reg_offset_);
+    add(reg_dst_, ptr[reg_args_ + offsetof(CacheWriteCallArgs, value_cache)]);
+    const int64_t dst_stride = p_.block_size * csize_;
+    // Units of one vector of elements (fp8: converted, staged at [rsp], then scattered).
+    const int64_t units = p_.head_size / lanes();
+    const int tail = int(p_.head_size % lanes());
+    heads([&] {
+      for_units(
+          units, [&](int64_t u) { value_unit(int(u), lanes(), dst_stride); },
+          [&](int k) {
+            add(reg_q_, k * lanes() * dst_stride);
+            add(reg_p_, k * lanes() * esize_);
+          });
+      // After a loop the pointers sit at the first unrolled remainder unit.
+      const int64_t tail_unit = units > kMaxUnrolled ? units % kUnroll : units;
+      if (tail > 0) value_unit(int(tail_unit), tail, dst_stride);
+    });
+  }
+
+  // Elements [u·lanes, u·lanes + count) of the current head, relative to reg_p_/reg_q_.
+  void value_unit(int u, int count, int64_t dst_stride) {
+    const int first = u * lanes();
+    if (!fp8_) {
+      for (int i = 0; i < count; ++i) {
+        const int d = first + i;
+        const RegExp src = reg_p_ + d * int(esize_);
+        const RegExp dst = reg_q_ + int(d * dst_stride);
+        if (esize_ == 4) {
+          mov(eax, dword[src]);
+          mov(dword[dst], eax);
+        } else {
+          mov(ax, word[src]);
+          mov(word[dst], ax);
+        }
+      }
+      return;
+    }
+    load_f32(vmm(0), p_.dtype, reg_p_ + first * int(esize_), count);
+    vdivps(vmm(0), vmm(0), vmm(kVScale));
+    fp8_encode(vmm(0), format_);
+    store_fp8(vmm(0), RegExp(rsp) + 64, count);
+    for (int i = 0; i < count; ++i) {
+      mov(al, byte[rsp + 64 + i]);
+      mov(byte[reg_q_ + int((first + i) * dst_stride)], al);
+    }
+  }
+
+  // Runs `body` per head with reg_p_ = head's source, reg_q_ = head's cache base.
+  template <class Body>
+  void heads(Body body) {
+    const int64_t head_bytes = p_.head_size * p_.block_size * csize_;
+    Label l_head;
+    mov(reg_heads_, p_.head_count_kv);
+    L(l_head);
+    mov(reg_p_, reg_src_);
+    mov(reg_q_, reg_dst_);
+    body();
+    add(reg_src_, p_.head_size * esize_);
+    add(reg_dst_, head_bytes);
+    dec(reg_heads_);
+    jnz(l_head, T_NEAR);
+  }
+
+  const ir::PagedCacheWriteParams p_;
+  const bool fp8_;
+  const DType format_;
+  const int64_t esize_, csize_, x_;
+};
+
+// swap_blocks: per pair, block_bytes bytes from src + pairs[2i] to dst + pairs[2i + 1].
+class SwapBlocksGenerator : public CacheGenerator {
+ public:
+  SwapBlocksGenerator(X86Isa isa, const ir::SwapBlocksParams& p) : CacheGenerator(isa), p_(p) {}
+
+  void generate() {
+    prologue();
+    mov(reg_src_, ptr[rdi + offsetof(SwapBlocksCallArgs, src)]);
+    mov(reg_dst_, ptr[rdi + offsetof(SwapBlocksCallArgs, dst)]);
+    mov(reg_slots_, ptr[rdi + offsetof(SwapBlocksCallArgs, pairs)]);
+    mov(reg_row_, rsi);
+    mov(reg_row_end_, rdx);
+    Label l_pair, l_done;
+    L(l_pair);
+    cmp(reg_row_, reg_row_end_);
+    jge(l_done, T_NEAR);
+    mov(reg_p_, reg_row_);
+    shl(reg_p_, 4);  // 16 bytes per pair
+    mov(reg_q_, ptr[reg_slots_ + reg_p_ + 8]);
+    mov(reg_p_, ptr[reg_slots_ + reg_p_]);
+    add(reg_p_, reg_src_);
+    add(reg_q_, reg_dst_);
+    copy_span(reg_q_, reg_p_, p_.block_bytes, reg_count_);
+    inc(reg_row_);
+    jmp(l_pair, T_NEAR);
+    L(l_done);
+    epilogue();
+  }
+
+ private:
+  const ir::SwapBlocksParams p_;
+};
+
+// convert_fp8 over row r = elements [r·N, min((r+1)·N, elements)), N = kConvertRowElements:
+//   quantise    dst byte = fp8_e4m3(src / scale);
+//   dequantise  dst = rnd_T(decode(src byte) · scale).
+// A full row is a compile-time span; the last (partial) row loops over whole vectors and
+// dispatches its tail length (1 .. lanes-1) to a specialised masked step.
+class ConvertFp8Generator : public CacheGenerator {
+ public:
+  ConvertFp8Generator(X86Isa isa, const ir::ConvertFp8Params& p)
+      : CacheGenerator(isa), p_(p), quantise_(is_float_activation(p.src)) {}
+
+  void generate() {
+    prologue();
+    vbroadcastss(vmm(kKScale), ptr[rdi + offsetof(ConvertFp8CallArgs, scale)]);
+    mov(reg_args_, rdi);
+    mov(reg_row_, rsi);
+    mov(reg_row_end_, rdx);
+    const int64_t n = kConvertRowElements;
+    Label l_row, l_partial, l_next, l_done;
+    L(l_row);
+    cmp(reg_row_, reg_row_end_);
+    jge(l_done, T_NEAR);
+    // reg_p_ = first element, reg_count_ = elements in this row
+    imul(reg_p_, reg_row_, int(n));
+    mov(reg_heads_, ptr[reg_args_ + offsetof(ConvertFp8CallArgs, elements)]);
+    sub(reg_heads_, reg_p_);
+    point(reg_p_);
+    cmp(reg_heads_, n);
+    jl(l_partial, T_NEAR);
+    full_span(n);
+    jmp(l_next, T_NEAR);
+    L(l_partial);
+    partial_span();
+    L(l_next);
+    inc(reg_row_);
+    jmp(l_row, T_NEAR);
+    L(l_done);
+    epilogue();
+  }
+
+ private:
+  int src_size() const { return int(dtype_size(p_.src)); }
+  int dst_size() const { return int(dtype_size(p_.dst)); }
+
+  // reg_src_/reg_dst_ at element `first` (a register).
+  void point(const Reg64& first) {
+    imul(reg_src_, first, src_size());
+    add(reg_src_, ptr[reg_args_ + offsetof(ConvertFp8CallArgs, src)]);
+    imul(reg_dst_, first, dst_size());
+    add(reg_dst_, ptr[reg_args_ + offsetof(ConvertFp8CallArgs, dst)]);
+  }
+
+  // `count` elements at vector offset v from the pointers, in register vmm(v).
+  void step(int v, int count) {
+    const Xmm x = vmm(v);
+    const int first = v * lanes();
+    if (quantise_) {
+      load_f32(x, p_.src, reg_src_ + first * src_size(), count);
+      vdivps(x, x, vmm(kKScale));
+      fp8_encode(x, DType::kFp8E4m3);
+      store_fp8(x, reg_dst_ + first, count);
+    } else {
+      load_fp8(x, reg_src_ + first, count);
+      fp8_decode(x, DType::kFp8E4m3);
+      vmulps(x, x, vmm(kKScale));
+      store_f32(x, p_.dst, reg_dst_ + first * dst_size(), count);
+    }
+  }
+
+  void advance(int vectors) {
+    add(reg_src_, vectors * lanes() * src_size());
+    add(reg_dst_, vectors * lanes() * dst_size());
+  }
+
+  void full_span(int64_t elements) {
+    for_units(
+        elements / lanes(), [&](int64_t v) { step(int(v), lanes()); }, [&](int k) { advance(k); });
+  }
+
+  // reg_heads_ (1 .. N-1) elements.
+  void partial_span() {
+    Label l_vector, l_tail, l_done;
+    L(l_vector);
+    cmp(reg_heads_, lanes());
+    jl(l_tail, T_NEAR);
+    step(0, lanes());
+    advance(1);
+    sub(reg_heads_, lanes());
+    jmp(l_vector, T_NEAR);
+    L(l_tail);
+    for (int count = 1; count < lanes(); ++count) {
+      Label l_other;
+      cmp(reg_heads_, count);
+      jne(l_other, T_NEAR);
+      step(0, count);
+      jmp(l_done, T_NEAR);
+      L(l_other);
+    }
+    L(l_done);
+  }
+
+  const ir::ConvertFp8Params p_;
+  const bool quantise_;
+};
+
+}  // namespace
+
+Result<std::vector<uint8_t>> generate_cache_write(const OpSpec& spec, X86Isa isa) {
+  if (spec.op == OpKind::kReshapeAndCacheFlash) {
+    FlashWriteGenerator gen(isa, spec.get<ir::FlashCacheWriteParams>());
+    gen.generate();
+    return gen.finish();
+  }
+  PagedWriteGenerator gen(isa, spec.get<ir::PagedCacheWriteParams>());
+  gen.generate();
+  return gen.finish();
+}
+
+Result<std::vector<uint8_t>> generate_swap_blocks(const OpSpec& spec, X86Isa isa) {
+  SwapBlocksGenerator gen(isa, spec.get<ir::SwapBlocksParams>());
+  gen.generate();
+  return gen.finish();
+}
+
+Result<std::vector<uint8_t>> generate_convert_fp8(const OpSpec& spec, X86Isa isa) {
+  ConvertFp8Generator gen(isa, spec.get<ir::ConvertFp8Params>());
+  gen.generate();
+  return gen.finish();
+}
+
+}  // namespace jit::codegen::x86

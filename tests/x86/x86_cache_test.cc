@@ -1,0 +1,290 @@
+// The x86 cache writes and copies against the ref backend (bit-exact; fp8 NaN codes as NaN):
+// reshape_and_cache_flash, reshape_and_cache, swap_blocks and convert_fp8 over head sizes,
+// block sizes, kv modes, layouts, scale kinds, dtypes, every input kind and every ISA path;
+// multi-threaded rows; and the checked mode (an out-of-range index is an error and nothing is
+// written).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "runtime/runtime.h"
+#include "tests/harness/op_cases.h"
+
+namespace jit {
+namespace {
+
+using ir::KvCacheDtype;
+using test::check_against_ref;
+using test::InputKind;
+
+const DType kDtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+const KvCacheDtype kKvModes[] = {KvCacheDtype::kAuto, KvCacheDtype::kFp8E4m3,
+                                 KvCacheDtype::kFp8E5m2};
+const int64_t kHeadSizes[] = {1, 16, 46, 64, 80, 128, 256};
+const int64_t kBlockSizes[] = {1, 16, 32, 128};
+
+std::vector<X86Isa> isa_paths() {
+  std::vector<X86Isa> paths;
+  const X86Isa host = detect_host_x86_isa();
+  for (X86Isa isa : {X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16}) {
+    if (host >= isa) {
+      paths.push_back(isa);
+    } else {
+      std::printf("note: host has no %s: that x86 path is not run here\n",
+                  std::string(x86_isa_name(isa)).c_str());
+    }
+  }
+  return paths;
+}
+
+Runtime& test_runtime() {
+  static Runtime runtime{RuntimeOptions{}};
+  return runtime;
+}
+
+Kernel compile_x86(const OpSpec& spec, X86Isa isa, Config config = {}) {
+  CompileOptions options;
+  options.backend = BackendKind::kX86;
+  options.isa = isa;
+  options.config = config;
+  auto kernel = test_runtime().compile(spec, options);
+  EXPECT_TRUE(kernel.is_ok()) << to_string(spec) << ": " << kernel.status().to_string();
+  return kernel.value();
+}
+
+// The input kinds of `op`, or only normal and adversarial values (`few`): the grid sweeps
+// shapes with those, each shape's code path being the same for every value.
+std::vector<InputKind> kinds_for(OpKind op, bool few) {
+  if (few) return {InputKind::kNormal, InputKind::kAdversarial};
+  return test::input_kinds_for(op);
+}
+
+// Every input kind of the op (or `few`) over `size` rows; false at the first mismatch.
+bool check_spec(const OpSpec& spec, X86Isa isa, int64_t size, Config config = {},
+                bool few = false) {
+  const Kernel kernel = compile_x86(spec, isa, config);
+  for (InputKind kind : kinds_for(spec.op, few)) {
+    auto c = test::make_case(spec, size, kind, /*seed=*/uint64_t(size) * 131 + 7);
+    EXPECT_TRUE(c.is_ok()) << c.status().to_string();
+    if (!c.is_ok()) return false;
+    const auto report = check_against_ref(kernel, c.value());
+    EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa) << " size=" << size
+                           << " inputs=" << test::input_kind_name(kind) << "\n"
+                           << report.message;
+    if (!report.ok) return false;
+  }
+  return true;
+}
+
+OpSpec flash_spec(DType dtype, KvCacheDtype kv, int64_t heads, int64_t head_size,
+                  int64_t block_size, ir::CacheLayout layout, bool per_head) {
+  return OpSpec::make(
+      OpKind::kReshapeAndCacheFlash,
+      ir::FlashCacheWriteParams{dtype, kv, heads, head_size, block_size, layout, per_head});
+}
+
+OpSpec paged_spec(DType dtype, KvCacheDtype kv, int64_t heads, int64_t head_size,
+                  int64_t block_size) {
+  return OpSpec::make(OpKind::kReshapeAndCache,
+                      ir::PagedCacheWriteParams{dtype, kv, heads, head_size, block_size});
+}
+
+class X86CacheIsaTest : public ::testing::TestWithParam<X86Isa> {};
+
+// ---- reshape_and_cache_flash -------------------------------------------------------------
+
+// The full head size x block size grid for bf16 (all input kinds up to block size 16); f32
+// and f16 change only the element loads, so they sweep the head sizes at block sizes 1 and 16.
+bool in_grid(DType dtype, int64_t block_size) {
+  return dtype == DType::kBF16 || block_size <= 16;
+}
+
+TEST_P(X86CacheIsaTest, FlashMatchesRefOverTheGrid) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : kDtypes) {
+    for (KvCacheDtype kv : kKvModes) {
+      for (ir::CacheLayout layout : {ir::CacheLayout::kNhd, ir::CacheLayout::kHnd}) {
+        for (bool per_head : {false, true}) {
+          if (per_head && kv == KvCacheDtype::kAuto) continue;  // auto reads no scale
+          for (int64_t d : kHeadSizes) {
+            for (int64_t bs : kBlockSizes) {
+              if (!in_grid(dtype, bs)) continue;
+              const OpSpec spec = flash_spec(dtype, kv, 3, d, bs, layout, per_head);
+              if (!check_spec(spec, isa, 5, {}, /*few=*/bs > 16)) return;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// vLLM's misaligned-rows regression (H=13, D=46) and heads whose rows span several loop steps.
+TEST_P(X86CacheIsaTest, FlashUnalignedAndLongRowsMatchRef) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : kDtypes) {
+    for (KvCacheDtype kv : kKvModes) {
+      for (ir::CacheLayout layout : {ir::CacheLayout::kNhd, ir::CacheLayout::kHnd}) {
+        EXPECT_TRUE(check_spec(flash_spec(dtype, kv, 13, 46, 16, layout, false), isa, 21));
+        EXPECT_TRUE(check_spec(flash_spec(dtype, kv, 8, 576, 16, layout, false), isa, 3, {},
+                               /*few=*/true));
+      }
+    }
+  }
+}
+
+// ---- reshape_and_cache -------------------------------------------------------------------
+
+TEST_P(X86CacheIsaTest, PagedMatchesRefOverTheGrid) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : kDtypes) {
+    for (KvCacheDtype kv : kKvModes) {
+      const int64_t x = ir::paged_key_x(dtype, kv);
+      for (int64_t d : {4, 8, 16, 48, 64, 80, 128, 256, 576}) {
+        if (d % x != 0) continue;  // the spec requires D % x == 0 (validate rejects the rest)
+        for (int64_t bs : kBlockSizes) {
+          if (!in_grid(dtype, bs)) continue;
+          if (!check_spec(paged_spec(dtype, kv, 3, d, bs), isa, 5, {}, /*few=*/bs > 16)) return;
+        }
+      }
+    }
+  }
+}
+
+// ---- swap_blocks and convert_fp8 ----------------------------------------------------------
+
+TEST_P(X86CacheIsaTest, SwapBlocksMatchesRef) {
+  const X86Isa isa = GetParam();
+  for (int64_t bytes : {1, 7, 63, 64, 100, 1000, 4096, 65537}) {
+    const OpSpec spec = OpSpec::make(OpKind::kSwapBlocks, ir::SwapBlocksParams{bytes});
+    for (int64_t pairs : {1, 5, 33}) EXPECT_TRUE(check_spec(spec, isa, pairs));
+  }
+}
+
+TEST_P(X86CacheIsaTest, ConvertFp8MatchesRefBothDirections) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : kDtypes) {
+    for (bool quantise : {true, false}) {
+      const ir::ConvertFp8Params p = quantise ? ir::ConvertFp8Params{DType::kFp8E4m3, dtype}
+                                              : ir::ConvertFp8Params{dtype, DType::kFp8E4m3};
+      const OpSpec spec = OpSpec::make(OpKind::kConvertFp8, p);
+      for (int64_t n : {1, 7, 8, 15, 16, 17, 100, 4095, 4096, 4097, 12345}) {
+        if (!check_spec(spec, isa, n)) return;
+      }
+    }
+  }
+}
+
+TEST_P(X86CacheIsaTest, MultiThreadedRowsMatchRef) {
+  const X86Isa isa = GetParam();
+  // min_parallel_kib=0 forces the parallel region even for these small calls.
+  const Config parallel = Config().set("threads", 2).set("min_parallel_kib", 0);
+  for (KvCacheDtype kv : kKvModes) {
+    for (ir::CacheLayout layout : {ir::CacheLayout::kNhd, ir::CacheLayout::kHnd}) {
+      EXPECT_TRUE(
+          check_spec(flash_spec(DType::kBF16, kv, 8, 128, 16, layout, false), isa, 67, parallel));
+    }
+    EXPECT_TRUE(check_spec(paged_spec(DType::kBF16, kv, 8, 128, 16), isa, 67, parallel));
+  }
+  EXPECT_TRUE(
+      check_spec(OpSpec::make(OpKind::kSwapBlocks, ir::SwapBlocksParams{4096}), isa, 40, parallel));
+  EXPECT_TRUE(check_spec(
+      OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16}), isa,
+      40000, parallel));
+}
+
+std::string isa_name(const ::testing::TestParamInfo<X86Isa>& info) {
+  return std::string(x86_isa_name(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, X86CacheIsaTest, ::testing::ValuesIn(isa_paths()), isa_name);
+
+// ---- order and checked mode ---------------------------------------------------------------
+
+// Repeated destinations and a chain (a block copied, then overwritten) must follow mapping
+// order, as vLLM's stream-ordered copies do; the runner then stays on one thread.
+TEST(X86SwapBlocks, RepeatedDestinationsFollowMappingOrder) {
+  const OpSpec spec = OpSpec::make(OpKind::kSwapBlocks, ir::SwapBlocksParams{96});
+  const Config parallel = Config().set("threads", 2).set("min_parallel_kib", 0);
+  for (X86Isa isa : isa_paths()) {
+    const Kernel kernel = compile_x86(spec, isa, parallel);
+    auto c = test::make_case(spec, 6, InputKind::kNormal, 3);
+    ASSERT_TRUE(c.is_ok());
+    for (int64_t i = 0; i < 6; ++i) c->tensors[2].set(2 * i + 1, double(i % 2));
+    const auto report = check_against_ref(kernel, c.value());
+    EXPECT_TRUE(report.ok) << x86_isa_name(isa) << "\n" << report.message;
+  }
+}
+
+// A slot >= num_blocks * block_size: kInvalidArgument naming slot_mapping and the index, and
+// both caches untouched (the scan runs before the launch, whatever the thread count).
+TEST(X86CacheChecked, SlotOutsideTheCacheIsAnErrorAndWritesNothing) {
+  const Config parallel = Config().set("threads", 2).set("min_parallel_kib", 0);
+  const OpSpec specs[] = {
+      flash_spec(DType::kBF16, KvCacheDtype::kAuto, 2, 64, 16, ir::CacheLayout::kNhd, false),
+      flash_spec(DType::kF16, KvCacheDtype::kFp8E4m3, 2, 64, 16, ir::CacheLayout::kHnd, true),
+      paged_spec(DType::kF32, KvCacheDtype::kFp8E5m2, 2, 64, 16),
+      paged_spec(DType::kBF16, KvCacheDtype::kAuto, 2, 64, 16)};
+  for (const OpSpec& spec : specs) {
+    for (X86Isa isa : isa_paths()) {
+      const Kernel kernel = compile_x86(spec, isa, parallel);
+      auto c = test::make_case(spec, 9, InputKind::kNormal, 5);
+      ASSERT_TRUE(c.is_ok());
+      const int64_t capacity = c->tensors[2].sizes()[0] * 16;
+      c->tensors[4].set(6, double(capacity));  // one past the last slot
+      const auto key_before = c->tensors[2].storage();
+      const auto value_before = c->tensors[3].storage();
+      for (bool unchecked : {false, true}) {
+        const Status status = unchecked ? kernel.run_unchecked(c->args()) : kernel.run(c->args());
+        EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << to_string(spec);
+        EXPECT_NE(status.message().find("slot_mapping[6]"), std::string::npos) << status.message();
+        EXPECT_EQ(c->tensors[2].storage(), key_before) << to_string(spec);
+        EXPECT_EQ(c->tensors[3].storage(), value_before) << to_string(spec);
+      }
+    }
+  }
+}
+
+TEST(X86CacheChecked, BlockIdOutsideSwapBuffersIsAnErrorAndWritesNothing) {
+  const OpSpec spec = OpSpec::make(OpKind::kSwapBlocks, ir::SwapBlocksParams{64});
+  for (X86Isa isa : isa_paths()) {
+    const Kernel kernel = compile_x86(spec, isa);
+    for (int64_t column : {0, 1}) {
+      auto c = test::make_case(spec, 4, InputKind::kNormal, 9);
+      ASSERT_TRUE(c.is_ok());
+      c->tensors[2].set(2 * 3 + column, double(c->tensors[column].sizes()[0]));
+      const auto before = c->tensors[1].storage();
+      const Status status = kernel.run_unchecked(c->args());
+      EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(status.message().find("block_mapping[3, " + std::to_string(column) + "]"),
+                std::string::npos)
+          << status.message();
+      EXPECT_EQ(c->tensors[1].storage(), before);
+    }
+  }
+}
+
+// The argument checks in front of the kernels: an int32 slot_mapping and a cache of the wrong
+// dtype are rejected before anything runs.
+TEST(X86CacheChecked, WrongDtypesAreRejected) {
+  const OpSpec spec =
+      flash_spec(DType::kBF16, KvCacheDtype::kFp8E4m3, 2, 64, 16, ir::CacheLayout::kNhd, false);
+  const Kernel kernel = compile_x86(spec, isa_paths().back());
+  auto c = test::make_case(spec, 4, InputKind::kNormal, 1);
+  ASSERT_TRUE(c.is_ok());
+  test::OpCase bad_slots = c.value();
+  bad_slots.tensors[4] = test::HostTensor::zeros(DType::kI32, {4});
+  Status status = kernel.run(bad_slots.args());
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("slot_mapping"), std::string::npos) << status.message();
+  test::OpCase bad_cache = c.value();
+  bad_cache.tensors[2] = test::HostTensor::zeros(DType::kBF16, c->tensors[2].sizes());
+  status = kernel.run(bad_cache.args());
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("key_cache"), std::string::npos) << status.message();
+}
+
+}  // namespace
+}  // namespace jit

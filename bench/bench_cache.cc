@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/ceilings.h"
+#include "bench/bench_util.h"
 #include "bench/plain_loops.h"
 #include "ir/numeric.h"
 #include "ir/params_cache.h"
@@ -28,55 +28,7 @@ namespace {
 
 using namespace jit;
 
-constexpr double kMinBytesMoved = 64e6;
 constexpr int64_t kHeads = 8, kHeadSize = 128, kBlockSize = 16;
-std::map<int, double> g_copy_gbps;  // threads -> GB/s, measured before the benchmarks
-
-std::vector<uint16_t> random_bf16(size_t n) {
-  std::vector<uint16_t> v(n);
-  uint32_t state = 12345;
-  for (auto& x : v) {
-    state = state * 1664525u + 1013904223u;
-    x = numeric::f32_to_bf16(float(int(state >> 9) % 2001 - 1000) / 1000.0f);
-  }
-  return v;
-}
-
-// Tokens so that one call moves at least kMinBytesMoved (per-token bytes from the estimate).
-int64_t tokens_for(const OpSpec& spec) {
-  const double per_token =
-      estimates(spec, {.tokens = 2}).bytes - estimates(spec, {.tokens = 1}).bytes;
-  return int64_t(kMinBytesMoved / per_token) + 1;
-}
-
-template <class Call>
-void run_and_report(benchmark::State& state, const OpSpec& spec, int64_t tokens, int threads,
-                    Call call) {
-  const auto start = std::chrono::steady_clock::now();
-  for (auto _ : state) call();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double bytes = estimates(spec, {.tokens = tokens}).bytes;
-  const double gbps = bytes * double(state.iterations()) / seconds / 1e9;
-  state.counters["GB/s"] = gbps;
-  state.counters["pct_of_copy"] = 100.0 * gbps / g_copy_gbps[threads];
-  state.counters["us_per_call"] = 1e6 * seconds / double(state.iterations());
-  state.counters["MB_moved"] = bytes / 1e6;
-  state.counters["tokens"] = double(tokens);
-}
-
-Kernel compile_or_die(const OpSpec& spec, int threads) {
-  CompileOptions options;
-  options.backend = BackendKind::kX86;
-  // The default min_parallel_kib keeps decode calls on the calling thread.
-  options.config = Config().set("threads", threads);
-  auto kernel = compile(spec, options);
-  if (!kernel.is_ok()) {
-    fmt::print(stderr, "{}\n", kernel.status().to_string());
-    std::exit(1);
-  }
-  return kernel.value();
-}
 
 // Distinct random slots of a cache with twice the blocks the tokens need.
 std::vector<int64_t> random_slots(int64_t tokens, int64_t num_blocks) {
@@ -97,13 +49,13 @@ void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
             : OpSpec::make(
                   OpKind::kReshapeAndCache,
                   ir::PagedCacheWriteParams{DType::kBF16, kv, kHeads, kHeadSize, kBlockSize});
-  if (tokens == 0) tokens = tokens_for(spec);
+  if (tokens == 0) tokens = bench::tokens_for(spec);
   const bool fp8 = kv != ir::KvCacheDtype::kAuto;
   const int64_t num_blocks = 2 * (tokens + kBlockSize - 1) / kBlockSize + 2;
   const int64_t row = kHeads * kHeadSize;
   const size_t cache_bytes = size_t(num_blocks * kBlockSize * row) * (fp8 ? 1 : 2);
-  auto key = random_bf16(size_t(tokens * row));
-  auto value = random_bf16(size_t(tokens * row));
+  auto key = bench::random_bf16(size_t(tokens * row));
+  auto value = bench::random_bf16(size_t(tokens * row));
   auto key_cache = std::vector<uint8_t>(cache_bytes);
   auto value_cache = std::vector<uint8_t>(cache_bytes);
   auto slots = random_slots(tokens, num_blocks);
@@ -121,7 +73,7 @@ void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
                : Tensor(data, cdt, {num_blocks, kBlockSize, kHeads, kHeadSize},
                         {kHeads * kBlockSize * kHeadSize, kHeadSize, kBlockSize * kHeadSize, 1});
   };
-  const Kernel kernel = compile_or_die(spec, threads);
+  const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
   const KernelArgs args(
       {Tensor(key.data(), DType::kBF16, {tokens, kHeads, kHeadSize}),
        Tensor(value.data(), DType::kBF16, {tokens, kHeads, kHeadSize}),
@@ -136,7 +88,7 @@ void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
       std::exit(1);
     }
   }
-  run_and_report(state, spec, tokens, threads, [&] {
+  bench::run_and_report(state, spec, tokens, threads, [&] {
     if (!peer) {
       (void)kernel.run_unchecked(args);
     } else if (flash) {
@@ -156,7 +108,7 @@ void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
 void bm_swap_blocks(benchmark::State& state, int64_t pairs, int threads, bool peer) {
   const int64_t block_bytes = 2 * kBlockSize * kHeads * kHeadSize * 2;
   const OpSpec spec = OpSpec::make(OpKind::kSwapBlocks, ir::SwapBlocksParams{block_bytes});
-  if (pairs == 0) pairs = tokens_for(spec);
+  if (pairs == 0) pairs = bench::tokens_for(spec);
   const int64_t blocks = 2 * pairs;
   auto src = std::vector<uint8_t>(size_t(blocks * block_bytes), 1);
   auto dst = std::vector<uint8_t>(src.size(), 0);
@@ -168,12 +120,12 @@ void bm_swap_blocks(benchmark::State& state, int64_t pairs, int threads, bool pe
     mapping[size_t(2 * i)] = ids[size_t(i)];
     mapping[size_t(2 * i + 1)] = ids[size_t(pairs + i)];
   }
-  const Kernel kernel = compile_or_die(spec, threads);
+  const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
   const KernelArgs args({Tensor(src.data(), DType::kU8, {blocks, block_bytes}),
                          Tensor(dst.data(), DType::kU8, {blocks, block_bytes}),
                          Tensor(mapping.data(), DType::kI64, {pairs, 2})},
                         {});
-  run_and_report(state, spec, pairs, threads, [&] {
+  bench::run_and_report(state, spec, pairs, threads, [&] {
     if (peer) {
       bench::plain_swap_blocks(dst.data(), src.data(), mapping.data(), pairs, block_bytes, threads);
     } else {
@@ -186,14 +138,14 @@ void bm_swap_blocks(benchmark::State& state, int64_t pairs, int threads, bool pe
 void bm_convert_fp8(benchmark::State& state, int64_t elements, int threads, bool peer) {
   const OpSpec spec =
       OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16});
-  if (elements == 0) elements = tokens_for(spec);
-  auto src = random_bf16(size_t(elements));
+  if (elements == 0) elements = bench::tokens_for(spec);
+  auto src = bench::random_bf16(size_t(elements));
   auto dst = std::vector<uint8_t>(size_t(elements));
-  const Kernel kernel = compile_or_die(spec, threads);
+  const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
   const KernelArgs args(
       {Tensor(dst.data(), DType::kU8, {elements}), Tensor(src.data(), DType::kBF16, {elements})},
       {0.02});
-  run_and_report(state, spec, elements, threads, [&] {
+  bench::run_and_report(state, spec, elements, threads, [&] {
     if (peer) {
       bench::plain_convert_fp8_bf16(dst.data(), src.data(), elements, 0.02f, threads);
     } else {
@@ -206,11 +158,7 @@ void bm_convert_fp8(benchmark::State& state, int64_t elements, int threads, bool
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
-  for (int threads : {1, 2}) {
-    g_copy_gbps[threads] = bench::measure_copy_gbps(size_t(kMinBytesMoved / 2), threads);
-    fmt::print("copy bandwidth, {} thread(s): {:.1f} GB/s at 64 MB moved (best of 7)\n", threads,
-               g_copy_gbps[threads]);
-  }
+  bench::measure_copy_ceilings();
   struct Write {
     const char* name;
     bool flash;

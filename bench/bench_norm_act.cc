@@ -14,7 +14,7 @@
 #include <map>
 #include <vector>
 
-#include "bench/ceilings.h"
+#include "bench/bench_util.h"
 #include "bench/plain_loops.h"
 #include "ir/numeric.h"
 #include "runtime/runtime.h"
@@ -23,56 +23,6 @@ namespace {
 
 using namespace jit;
 
-constexpr double kMinBytesMoved = 64e6;
-std::map<int, double> g_copy_gbps;  // threads -> GB/s, measured before the benchmarks
-
-std::vector<uint16_t> random_bf16(size_t n) {
-  std::vector<uint16_t> v(n);
-  uint32_t state = 12345;
-  for (auto& x : v) {
-    state = state * 1664525u + 1013904223u;
-    x = numeric::f32_to_bf16(float(int(state >> 9) % 2001 - 1000) / 1000.0f);
-  }
-  return v;
-}
-
-// Tokens so that one call moves at least kMinBytesMoved (per-token bytes from the estimate).
-int64_t tokens_for(const OpSpec& spec) {
-  const double per_token =
-      estimates(spec, {.tokens = 2}).bytes - estimates(spec, {.tokens = 1}).bytes;
-  return int64_t(kMinBytesMoved / per_token) + 1;
-}
-
-// Runs `call` under the benchmark loop and reports GB/s and its share of the copy bandwidth
-// measured at the same footprint in this run.
-template <class Call>
-void run_and_report(benchmark::State& state, const OpSpec& spec, int64_t tokens, int threads,
-                    Call call) {
-  const auto start = std::chrono::steady_clock::now();
-  for (auto _ : state) call();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double bytes = estimates(spec, {.tokens = tokens}).bytes;
-  const double gbps = bytes * double(state.iterations()) / seconds / 1e9;
-  state.counters["GB/s"] = gbps;
-  state.counters["copy_GB/s"] = g_copy_gbps[threads];
-  state.counters["pct_of_copy"] = 100.0 * gbps / g_copy_gbps[threads];
-  state.counters["MB_moved"] = bytes / 1e6;
-  state.counters["tokens"] = double(tokens);
-}
-
-Kernel compile_or_die(const OpSpec& spec, int threads) {
-  CompileOptions options;
-  options.backend = BackendKind::kX86;
-  options.config = Config().set("threads", threads).set("min_parallel_kib", 0);
-  auto kernel = compile(spec, options);
-  if (!kernel.is_ok()) {
-    fmt::print(stderr, "{}\n", kernel.status().to_string());
-    std::exit(1);
-  }
-  return kernel.value();
-}
-
 // Args: {size, threads, peer}; peer = 1 runs the plain -O3 -march=native loop instead.
 void bm_rms_norm(benchmark::State& state) {
   const int64_t hidden = state.range(0);
@@ -80,16 +30,17 @@ void bm_rms_norm(benchmark::State& state) {
   const bool peer = state.range(2) != 0;
   ir::NormParams p{DType::kBF16, hidden, true};
   const OpSpec spec = OpSpec::make(OpKind::kRmsNorm, p);
-  const int64_t tokens = tokens_for(spec);
-  auto x = random_bf16(size_t(tokens * hidden));
-  auto w = random_bf16(size_t(hidden));
+  const int64_t tokens = bench::tokens_for(spec);
+  auto x = bench::random_bf16(size_t(tokens * hidden));
+  auto w = bench::random_bf16(size_t(hidden));
   std::vector<uint16_t> y(x.size());
-  const Kernel kernel = compile_or_die(spec, threads);
+  const Kernel kernel =
+      bench::compile_x86_or_die(spec, Config().set("threads", threads).set("min_parallel_kib", 0));
   const KernelArgs args(
       {Tensor(y.data(), DType::kBF16, {tokens, hidden}),
        Tensor(x.data(), DType::kBF16, {tokens, hidden}), Tensor(w.data(), DType::kBF16, {hidden})},
       {1e-6});
-  run_and_report(state, spec, tokens, threads, [&] {
+  bench::run_and_report(state, spec, tokens, threads, [&] {
     if (peer) {
       bench::plain_rms_norm_bf16(y.data(), x.data(), w.data(), tokens, hidden, 1e-6f, threads);
     } else {
@@ -104,13 +55,14 @@ void bm_silu_and_mul(benchmark::State& state) {
   const bool peer = state.range(2) != 0;
   ir::ActivationParams p{DType::kBF16, d};
   const OpSpec spec = OpSpec::make(OpKind::kSiluAndMul, p);
-  const int64_t tokens = tokens_for(spec);
-  auto x = random_bf16(size_t(tokens * 2 * d));
+  const int64_t tokens = bench::tokens_for(spec);
+  auto x = bench::random_bf16(size_t(tokens * 2 * d));
   std::vector<uint16_t> y(size_t(tokens * d));
-  const Kernel kernel = compile_or_die(spec, threads);
+  const Kernel kernel =
+      bench::compile_x86_or_die(spec, Config().set("threads", threads).set("min_parallel_kib", 0));
   const KernelArgs args({Tensor(y.data(), DType::kBF16, {tokens, d}),
                          Tensor(x.data(), DType::kBF16, {tokens, 2 * d})});
-  run_and_report(state, spec, tokens, threads, [&] {
+  bench::run_and_report(state, spec, tokens, threads, [&] {
     if (peer) {
       bench::plain_silu_and_mul_bf16(y.data(), x.data(), tokens, d, threads);
     } else {
@@ -127,8 +79,8 @@ void bm_rotary_embedding(benchmark::State& state) {
   ir::RopeParams p{DType::kBF16,         DType::kBF16, head_size, head_size,
                    ir::RopeStyle::kNeox, heads,        0,         false};
   const OpSpec spec = OpSpec::make(OpKind::kRotaryEmbedding, p);
-  const int64_t tokens = tokens_for(spec);
-  auto q = random_bf16(size_t(tokens * heads * head_size));
+  const int64_t tokens = bench::tokens_for(spec);
+  auto q = bench::random_bf16(size_t(tokens * heads * head_size));
   // A real cos/sin table (unit rotations): the call runs in place over and over, and random
   // "cos/sin" would shrink q into denormals (and microcode assists) within a few iterations.
   std::vector<uint16_t> cache(static_cast<size_t>(max_position * head_size));
@@ -142,11 +94,12 @@ void bm_rotary_embedding(benchmark::State& state) {
   }
   std::vector<int64_t> positions(static_cast<size_t>(tokens));
   for (int64_t t = 0; t < tokens; ++t) positions[size_t(t)] = (t * 7919) % max_position;
-  const Kernel kernel = compile_or_die(spec, threads);
+  const Kernel kernel =
+      bench::compile_x86_or_die(spec, Config().set("threads", threads).set("min_parallel_kib", 0));
   const KernelArgs args({Tensor(positions.data(), DType::kI64, {tokens}),
                          Tensor(q.data(), DType::kBF16, {tokens, heads * head_size}), Tensor{},
                          Tensor(cache.data(), DType::kBF16, {max_position, head_size})});
-  run_and_report(state, spec, tokens, threads, [&] {
+  bench::run_and_report(state, spec, tokens, threads, [&] {
     if (peer) {
       bench::plain_rope_neox_bf16(q.data(), positions.data(), cache.data(), tokens, heads,
                                   head_size, threads);
@@ -160,15 +113,7 @@ void bm_rotary_embedding(benchmark::State& state) {
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
-  // The ceiling: a copy with the ops' footprint (>= 64 MB moved), the regime the ops run in;
-  // a 1 GiB copy is printed beside it for the DRAM-only figure.
-  for (int threads : {1, 2}) {
-    g_copy_gbps[threads] = bench::measure_copy_gbps(size_t(kMinBytesMoved / 2), threads);
-    fmt::print(
-        "copy bandwidth, {} thread(s): {:.1f} GB/s at 64 MB moved, {:.1f} GB/s at 1 GiB "
-        "moved (best of 7)\n",
-        threads, g_copy_gbps[threads], bench::measure_copy_gbps(size_t(512) << 20, threads));
-  }
+  bench::measure_copy_ceilings();
   for (int threads : {1, 2}) {
     for (int64_t peer : {0, 1}) {
       const char* who = peer ? "plain_loop/" : "kiln/";

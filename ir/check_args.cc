@@ -5,6 +5,24 @@
 namespace jit {
 namespace ir {
 
+Status expect_count(std::string_view op, const KernelArgs& args, int tensors, int scalars) {
+  if (args.tensor_count == tensors && args.scalar_count == scalars) return Status::ok();
+  return invalid_argument(fmt::format("{}: expected {} tensors and {} scalars, got {} and {}", op,
+                                      tensors, scalars, args.tensor_count, args.scalar_count));
+}
+
+Status expect_tensor(std::string_view op, std::string_view arg, const Tensor& t, DType dtype,
+                     std::initializer_list<int> ranks) {
+  KILN_RETURN_IF_ERROR(expect_defined(op, arg, t));
+  KILN_RETURN_IF_ERROR(expect_dtype(op, arg, t, dtype));
+  return expect_rank(op, arg, t, ranks);
+}
+
+Status expect_tensor(std::string_view op, std::string_view arg, const Tensor& t, DType dtype,
+                     int rank) {
+  return expect_tensor(op, arg, t, dtype, {rank});
+}
+
 Status expect_defined(std::string_view op, std::string_view arg, const Tensor& t) {
   if (t.defined() && (t.data() != nullptr || t.numel() == 0)) return Status::ok();
   return invalid_argument(fmt::format("{}: argument '{}' is {} (a tensor is required)", op, arg,

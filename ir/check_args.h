@@ -20,6 +20,13 @@ Status check_args(const OpSpec& spec, const KernelArgs& args);
 namespace ir {
 
 /// Building blocks for the per-family checks; each names `op` and `arg` in its message.
+/// The call has exactly `tensors` tensor and `scalars` scalar arguments.
+Status expect_count(std::string_view op, const KernelArgs& args, int tensors, int scalars);
+/// A present tensor of `dtype` whose rank is one of `ranks` (or exactly `rank`).
+Status expect_tensor(std::string_view op, std::string_view arg, const Tensor& t, DType dtype,
+                     std::initializer_list<int> ranks);
+Status expect_tensor(std::string_view op, std::string_view arg, const Tensor& t, DType dtype,
+                     int rank);
 Status expect_defined(std::string_view op, std::string_view arg, const Tensor& t);
 Status expect_dtype(std::string_view op, std::string_view arg, const Tensor& t, DType dtype);
 Status expect_rank(std::string_view op, std::string_view arg, const Tensor& t,

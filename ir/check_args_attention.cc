@@ -15,12 +15,6 @@
 namespace jit::ir {
 namespace {
 
-Status expect_count(std::string_view op, const KernelArgs& args, int tensors, int scalars) {
-  if (args.tensor_count == tensors && args.scalar_count == scalars) return Status::ok();
-  return invalid_argument(fmt::format("{}: expected {} tensors and {} scalars, got {} and {}", op,
-                                      tensors, scalars, args.tensor_count, args.scalar_count));
-}
-
 // A present tensor of `dtype`, rank 1 with `size` elements, dense (seq_lens, row ranges, counts,
 // alibi slopes).
 Status expect_vector(std::string_view op, std::string_view arg, const Tensor& t, DType dtype,

@@ -27,20 +27,6 @@ namespace {
 constexpr int64_t kDsMlaEntryBytes = 656;
 constexpr int64_t kUpconvertRow = 576;
 
-Status expect_count(std::string_view op, const KernelArgs& args, int tensors, int scalars) {
-  if (args.tensor_count == tensors && args.scalar_count == scalars) return Status::ok();
-  return invalid_argument(fmt::format("{}: expected {} tensors and {} scalars, got {} and {}", op,
-                                      tensors, scalars, args.tensor_count, args.scalar_count));
-}
-
-// A defined tensor of `dtype` and one of `ranks`.
-Status expect_tensor(std::string_view op, std::string_view arg, const Tensor& t, DType dtype,
-                     std::initializer_list<int> ranks) {
-  KILN_RETURN_IF_ERROR(expect_defined(op, arg, t));
-  KILN_RETURN_IF_ERROR(expect_dtype(op, arg, t, dtype));
-  return expect_rank(op, arg, t, ranks);
-}
-
 Status expect_at_least(std::string_view op, std::string_view arg, const Tensor& t, int dim,
                        int64_t min, std::string_view why) {
   if (t.size(dim) >= min) return Status::ok();

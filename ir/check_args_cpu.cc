@@ -17,20 +17,6 @@
 namespace jit::ir {
 namespace {
 
-Status expect_count(std::string_view op, const KernelArgs& args, int tensors, int scalars) {
-  if (args.tensor_count == tensors && args.scalar_count == scalars) return Status::ok();
-  return invalid_argument(fmt::format("{}: expected {} tensors and {} scalars, got {} and {}", op,
-                                      tensors, scalars, args.tensor_count, args.scalar_count));
-}
-
-// A present tensor of `dtype` with rank `rank`.
-Status expect_tensor(std::string_view op, std::string_view arg, const Tensor& t, DType dtype,
-                     int rank) {
-  KILN_RETURN_IF_ERROR(expect_defined(op, arg, t));
-  KILN_RETURN_IF_ERROR(expect_dtype(op, arg, t, dtype));
-  return expect_rank(op, arg, t, {rank});
-}
-
 // A dense 1-D tensor of `dtype` with `size` elements (size < 0: any).
 Status expect_vector(std::string_view op, std::string_view arg, const Tensor& t, DType dtype,
                      int64_t size) {

@@ -7,12 +7,6 @@
 namespace jit::ir {
 namespace {
 
-Status expect_count(std::string_view op, const KernelArgs& args, int tensors, int scalars) {
-  if (args.tensor_count == tensors && args.scalar_count == scalars) return Status::ok();
-  return invalid_argument(fmt::format("{}: expected {} tensors and {} scalars, got {} and {}", op,
-                                      tensors, scalars, args.tensor_count, args.scalar_count));
-}
-
 // A [..., width] activation tensor of the spec's dtype on the CPU.
 Status expect_rows(std::string_view op, std::string_view arg, const Tensor& t, DType dtype,
                    int64_t width) {

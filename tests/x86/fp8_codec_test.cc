@@ -6,6 +6,7 @@
 // smallest subnormals of both fp8 formats and of fp32, the saturation thresholds). Codes must
 // be equal; a NaN from ref must be a NaN code from the kernel. The decoder is checked on all
 // 256 codes.
+#define KILN_TEST_MAP_GENERATOR
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -17,59 +18,37 @@
 #include <vector>
 
 #include "codegen/code_arena.h"
-#include "codegen/x86/generator.h"
 #include "ir/numeric.h"
+#include "tests/x86/x86_test_util.h"
 
 namespace jit::codegen::x86 {
 namespace {
 
-struct MapArgs {
-  const void* src;
-  void* dst;
-};
-
-// dst[v] = encode(src[v]) (fp32 -> int32 codes) or decode (int32 codes -> fp32), for whole
-// vectors v in [row_begin, row_end).
-class Fp8MapGenerator : public Generator {
+// dst[v] = encode(src[v]) (fp32 -> int32 codes) or decode (int32 codes -> fp32) over whole
+// vectors.
+class Fp8MapGenerator : public test::VectorMapGenerator {
  public:
-  Fp8MapGenerator(X86Isa isa, DType format, bool encode) : Generator(isa) {
-    using namespace Xbyak::util;
-    prologue();
-    mov(r8, ptr[rdi]);
-    mov(r9, ptr[rdi + 8]);
-    Xbyak::Label l_loop, l_done;
-    L(l_loop);
-    cmp(rsi, rdx);
-    jge(l_done, T_NEAR);
-    mov(r10, rsi);
-    imul(r10, r10, lanes() * 4);
-    vmovups(vmm(0), ptr[r8 + r10]);
-    if (encode) {
-      fp8_encode(vmm(0), format);
-    } else {
-      fp8_decode(vmm(0), format);
-    }
-    vmovups(ptr[r9 + r10], vmm(0));
-    inc(rsi);
-    jmp(l_loop, T_NEAR);
-    L(l_done);
-    epilogue();
+  Fp8MapGenerator(X86Isa isa, DType format, bool encode)
+      : VectorMapGenerator(isa), format_(format), encode_(encode) {
+    generate();
   }
-  int vector_lanes() const { return lanes(); }
+
+ protected:
+  void apply() override {
+    if (encode_) {
+      fp8_encode(vmm(0), format_);
+    } else {
+      fp8_decode(vmm(0), format_);
+    }
+  }
+
+ private:
+  DType format_;
+  bool encode_;
 };
 
 std::vector<X86Isa> isa_paths() {
-  std::vector<X86Isa> paths;
-  const X86Isa host = detect_host_x86_isa();
-  for (X86Isa isa : {X86Isa::kAvx2, X86Isa::kAvx512}) {
-    if (host >= isa) {
-      paths.push_back(isa);
-    } else {
-      std::printf("note: host has no %s: that x86 path is not run here\n",
-                  std::string(x86_isa_name(isa)).c_str());
-    }
-  }
-  return paths;
+  return test::isa_paths({X86Isa::kAvx2, X86Isa::kAvx512});
 }
 
 // Runs the generated map over `src` (padded to whole vectors) and returns the lanes.
@@ -85,7 +64,7 @@ std::vector<Out> run_map(X86Isa isa, DType format, bool encode, const std::vecto
   std::vector<In> padded = src;
   padded.resize((src.size() + lanes - 1) / lanes * lanes);
   std::vector<Out> dst(padded.size());
-  const MapArgs args{padded.data(), dst.data()};
+  const test::MapArgs args{padded.data(), dst.data()};
   fn(&args, 0, int64_t(padded.size() / lanes));
   dst.resize(src.size());
   return dst;

@@ -1,6 +1,7 @@
 // The math injectors of codegen/x86/generator.h on their own, against double-precision libm:
 // a test-only generator maps each injector over a buffer, on every ISA path this host runs.
 // Errors are measured in fp32 ulps of the exact result (subnormal spacing below FLT_MIN).
+#define KILN_TEST_MAP_GENERATOR
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,35 +11,22 @@
 #include <vector>
 
 #include "codegen/code_arena.h"
-#include "codegen/x86/generator.h"
+#include "tests/x86/x86_test_util.h"
 
 namespace jit::codegen::x86 {
 namespace {
 
 enum class Fn { kExp, kTanh, kSigmoid, kSilu, kGeluErf, kGeluTanh };
 
-struct MapArgs {
-  const float* src;
-  float* dst;
-};
-
-// dst[v] = fn(src[v]) for whole vectors v in [row_begin, row_end).
-class MapGenerator : public Generator {
+// dst[v] = fn(src[v]) over whole vectors.
+class MapGenerator : public test::VectorMapGenerator {
  public:
-  MapGenerator(X86Isa isa, Fn fn) : Generator(isa) {
-    using namespace Xbyak::util;
-    prologue();
-    mov(r8, ptr[rdi]);
-    mov(r9, ptr[rdi + 8]);
-    Xbyak::Label l_loop, l_done;
-    L(l_loop);
-    cmp(rsi, rdx);
-    jge(l_done, T_NEAR);
-    mov(rax, rsi);
-    imul(rax, rax, lanes() * 4);
-    vmovups(vmm(0), ptr[r8 + rax]);
+  MapGenerator(X86Isa isa, Fn fn) : VectorMapGenerator(isa), fn_(fn) { generate(); }
+
+ protected:
+  void apply() override {
     const Group x{vmm(0)}, t0{vmm(1)}, t1{vmm(2)}, t2{vmm(3)}, t3{vmm(4)}, t4{vmm(5)};
-    switch (fn) {
+    switch (fn_) {
       case Fn::kExp: exp_ps(x, t0, t1); break;
       case Fn::kTanh: tanh_ps(x, t0, t1, t2, t3); break;
       case Fn::kSigmoid: sigmoid_ps(x, t0, t1, t2, t3); break;
@@ -46,15 +34,10 @@ class MapGenerator : public Generator {
       case Fn::kGeluErf: gelu_erf_ps(x, t0, t1, t2, t3); break;
       case Fn::kGeluTanh: gelu_tanh_ps(x, t0, t1, t2, t3, t4); break;
     }
-    mov(rax, rsi);
-    imul(rax, rax, lanes() * 4);
-    vmovups(ptr[r9 + rax], vmm(0));
-    inc(rsi);
-    jmp(l_loop, T_NEAR);
-    L(l_done);
-    epilogue();
   }
-  int vector_lanes() const { return lanes(); }
+
+ private:
+  Fn fn_;
 };
 
 double exact(Fn fn, double x) {
@@ -113,7 +96,7 @@ Outcome run(X86Isa isa, Fn fn, std::vector<float> xs, double core_lo, double cor
   const size_t lanes = size_t(gen.vector_lanes());
   xs.resize((xs.size() + lanes - 1) / lanes * lanes, 0.0f);
   std::vector<float> ys(xs.size());
-  const MapArgs args{xs.data(), ys.data()};
+  const test::MapArgs args{xs.data(), ys.data()};
   kernel(&args, 0, int64_t(xs.size() / lanes));
   Outcome out;
   for (size_t i = 0; i < specials_at; ++i) {
@@ -164,9 +147,7 @@ Outcome run(X86Isa isa, Fn fn, std::vector<float> xs, double core_lo, double cor
 }
 
 std::vector<X86Isa> isa_paths() {
-  std::vector<X86Isa> paths{X86Isa::kAvx2};
-  if (detect_host_x86_isa() >= X86Isa::kAvx512) paths.push_back(X86Isa::kAvx512);
-  return paths;
+  return test::isa_paths({X86Isa::kAvx2, X86Isa::kAvx512});
 }
 
 struct Case {

@@ -11,6 +11,7 @@
 
 #include "runtime/runtime.h"
 #include "tests/harness/op_cases.h"
+#include "tests/x86/x86_test_util.h"
 
 namespace jit {
 namespace {
@@ -26,17 +27,7 @@ const int64_t kHeadSizes[] = {1, 16, 46, 64, 80, 128, 256};
 const int64_t kBlockSizes[] = {1, 16, 32, 128};
 
 std::vector<X86Isa> isa_paths() {
-  std::vector<X86Isa> paths;
-  const X86Isa host = detect_host_x86_isa();
-  for (X86Isa isa : {X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16}) {
-    if (host >= isa) {
-      paths.push_back(isa);
-    } else {
-      std::printf("note: host has no %s: that x86 path is not run here\n",
-                  std::string(x86_isa_name(isa)).c_str());
-    }
-  }
-  return paths;
+  return test::isa_paths();
 }
 
 Runtime& test_runtime() {

@@ -9,6 +9,7 @@
 #include "codegen/x86/x86_backend.h"
 #include "runtime/runtime.h"
 #include "tests/harness/op_cases.h"
+#include "tests/x86/x86_test_util.h"
 
 namespace jit {
 namespace {
@@ -32,17 +33,7 @@ OpSpec spec_of(OpKind op, DType dtype, int64_t width, bool weight = true) {
 // AVX512_BF16 conversions when present. A path the host lacks is reported, not silently
 // dropped.
 std::vector<X86Isa> isa_paths() {
-  std::vector<X86Isa> paths;
-  const X86Isa host = detect_host_x86_isa();
-  for (X86Isa isa : {X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16}) {
-    if (host >= isa) {
-      paths.push_back(isa);
-    } else {
-      std::printf("note: host has no %s: that x86 path is not run here\n",
-                  std::string(x86_isa_name(isa)).c_str());
-    }
-  }
-  return paths;
+  return test::isa_paths();
 }
 
 Runtime& test_runtime() {

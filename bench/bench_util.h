@@ -1,0 +1,92 @@
+// The pieces every kiln benchmark program shares: inputs, sizing, the copy ceiling measured in
+// the same run, reporting (GB/s, % of copy, µs per call) and compiling on the x86 backend.
+#pragma once
+
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <vector>
+
+#include "bench/ceilings.h"
+#include "ir/numeric.h"
+#include "runtime/runtime.h"
+
+namespace jit::bench {
+
+/// Large shapes move at least this many bytes per call (past the L2s, within the host cache
+/// regime the copy ceiling is measured in).
+inline constexpr double kMinBytesMoved = 64e6;
+
+/// threads -> copy GB/s at kMinBytesMoved, filled by measure_copy_ceilings().
+inline std::map<int, double>& copy_gbps() {
+  static std::map<int, double> gbps;
+  return gbps;
+}
+
+/// Measures the copy ceilings for 1 and 2 threads (same footprint as the ops; a 1 GiB copy is
+/// printed beside it for the DRAM-only figure) and prints them.
+inline void measure_copy_ceilings() {
+  for (int threads : {1, 2}) {
+    copy_gbps()[threads] = measure_copy_gbps(size_t(kMinBytesMoved / 2), threads);
+    fmt::print(
+        "copy bandwidth, {} thread(s): {:.1f} GB/s at 64 MB moved, {:.1f} GB/s at 1 GiB "
+        "moved (best of 7)\n",
+        threads, copy_gbps()[threads], measure_copy_gbps(size_t(512) << 20, threads));
+  }
+}
+
+/// Deterministic bf16 values in [-1, 1].
+inline std::vector<uint16_t> random_bf16(size_t n) {
+  std::vector<uint16_t> v(n);
+  uint32_t state = 12345;
+  for (auto& x : v) {
+    state = state * 1664525u + 1013904223u;
+    x = numeric::f32_to_bf16(float(int(state >> 9) % 2001 - 1000) / 1000.0f);
+  }
+  return v;
+}
+
+/// Tokens so that one call moves at least kMinBytesMoved (per-token bytes from the estimate).
+inline int64_t tokens_for(const OpSpec& spec) {
+  const double per_token =
+      estimates(spec, {.tokens = 2}).bytes - estimates(spec, {.tokens = 1}).bytes;
+  return int64_t(kMinBytesMoved / per_token) + 1;
+}
+
+/// Runs `call` under the benchmark loop and reports GB/s (the spec's estimate at `tokens`),
+/// its share of the copy bandwidth for `threads`, µs per call, MB moved and tokens.
+template <class Call>
+void run_and_report(benchmark::State& state, const OpSpec& spec, int64_t tokens, int threads,
+                    Call call) {
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) call();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double bytes = estimates(spec, {.tokens = tokens}).bytes;
+  const double gbps = bytes * double(state.iterations()) / seconds / 1e9;
+  state.counters["GB/s"] = gbps;
+  state.counters["copy_GB/s"] = copy_gbps()[threads];
+  state.counters["pct_of_copy"] = 100.0 * gbps / copy_gbps()[threads];
+  state.counters["us_per_call"] = 1e6 * seconds / double(state.iterations());
+  state.counters["MB_moved"] = bytes / 1e6;
+  state.counters["tokens"] = double(tokens);
+}
+
+/// The spec compiled on the x86 backend with `config`; exits with the reason on failure.
+inline Kernel compile_x86_or_die(const OpSpec& spec, const Config& config) {
+  CompileOptions options;
+  options.backend = BackendKind::kX86;
+  options.config = config;
+  auto kernel = compile(spec, options);
+  if (!kernel.is_ok()) {
+    fmt::print(stderr, "{}\n", kernel.status().to_string());
+    std::exit(1);
+  }
+  return kernel.value();
+}
+
+}  // namespace jit::bench

@@ -1,0 +1,78 @@
+// Shared by the x86 test programs: the ISA paths this host runs, and a test-only generator that
+// maps a Generator helper over a buffer of whole vectors.
+#pragma once
+
+#include <cstdio>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "codegen/target.h"
+
+namespace jit::test {
+
+/// The x86 ISA paths among `wanted` that this host runs; a path the host lacks is reported on
+/// stdout, not silently dropped.
+inline std::vector<X86Isa> isa_paths(std::initializer_list<X86Isa> wanted = {
+                                         X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16}) {
+  std::vector<X86Isa> paths;
+  const X86Isa host = detect_host_x86_isa();
+  for (X86Isa isa : wanted) {
+    if (host >= isa) {
+      paths.push_back(isa);
+    } else {
+      std::printf("note: host has no %s: that x86 path is not run here\n",
+                  std::string(x86_isa_name(isa)).c_str());
+    }
+  }
+  return paths;
+}
+
+}  // namespace jit::test
+
+#ifdef KILN_TEST_MAP_GENERATOR
+#include "codegen/x86/generator.h"
+
+namespace jit::test {
+
+/// Arguments of a map kernel: whole vectors of 32-bit lanes from src to dst.
+struct MapArgs {
+  const void* src;
+  void* dst;
+};
+
+/// dst[v] = apply(src[v]) for whole vectors v in [row_begin, row_end) (the KernelFn ABI with
+/// rows = vectors). Subclasses implement `apply` on vmm(0) with vmm(1..) as temporaries.
+class VectorMapGenerator : public codegen::x86::Generator {
+ public:
+  explicit VectorMapGenerator(X86Isa isa) : Generator(isa) {}
+  virtual ~VectorMapGenerator() = default;
+
+  /// Emits the loop around `apply`; call once, then finish().
+  void generate() {
+    using namespace Xbyak::util;
+    prologue();
+    mov(r8, ptr[rdi]);
+    mov(r9, ptr[rdi + 8]);
+    Xbyak::Label l_loop, l_done;
+    L(l_loop);
+    cmp(rsi, rdx);
+    jge(l_done, T_NEAR);
+    mov(r10, rsi);
+    imul(r10, r10, lanes() * 4);
+    vmovups(vmm(0), ptr[r8 + r10]);
+    apply();
+    vmovups(ptr[r9 + r10], vmm(0));
+    inc(rsi);
+    jmp(l_loop, T_NEAR);
+    L(l_done);
+    epilogue();
+  }
+  int vector_lanes() const { return lanes(); }
+
+ protected:
+  virtual void apply() = 0;
+};
+
+}  // namespace jit::test
+#endif

@@ -656,24 +656,11 @@ TEST(ZeroTokens, EveryOpIsANoOp) {
 
 // Expects ref::run to reject `args` with kInvalidArgument naming `arg`, and every tensor in
 // `outputs` to keep its bytes.
+using test::filled;
+
 void expect_rejected(const OpSpec& spec, const KernelArgs& args, const std::string& arg,
                      std::vector<const HostTensor*> outputs) {
-  std::vector<std::vector<std::byte>> before;
-  for (const HostTensor* t : outputs) before.push_back(t->storage());
-  const Status status = ref::run(spec, args);
-  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.to_string();
-  EXPECT_NE(status.message().find("'" + arg + "'"), std::string::npos)
-      << "message should name '" << arg << "': " << status.message();
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    EXPECT_TRUE(outputs[i]->storage() == before[i]) << "output " << i << " was written";
-  }
-}
-
-// A filled tensor (so an accidental write of the same value is unlikely to go unnoticed).
-HostTensor filled(DType dtype, std::vector<int64_t> sizes, uint64_t seed = 99) {
-  HostTensor t = HostTensor::zeros(dtype, std::move(sizes));
-  test::fill_normal(t, seed);
-  return t;
+  test::expect_ref_rejects(spec, args, "'" + arg + "'", outputs);
 }
 
 TEST(BadInput, RmsNorm) {

@@ -43,6 +43,22 @@ inline uint8_t to_e4m3(float f) {
   return sign | uint8_t(code > 0x7E ? 0x7E : code);
 }
 
+// e4m3fn code -> fp32 as a plain scalar function: exponent field 0 is subnormal (m · 2^-9),
+// S.1111.111 is NaN, else (1 + m/8) · 2^(e - 7).
+inline float from_e4m3(uint8_t code) {
+  const int e = (code >> 3) & 0xF;
+  const int m = code & 7;
+  float v;
+  if (e == 0) {
+    v = std::ldexp(float(m), -9);
+  } else if (e == 15 && m == 7) {
+    v = std::nanf("");
+  } else {
+    v = std::ldexp(float(8 + m), e - 10);
+  }
+  return (code & 0x80) ? -v : v;
+}
+
 }  // namespace
 
 void plain_rms_norm_bf16(uint16_t* out, const uint16_t* x, const uint16_t* w, int64_t rows,
@@ -168,6 +184,40 @@ void plain_convert_fp8_bf16(uint8_t* dst, const uint16_t* src, int64_t elements,
                             int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t i = 0; i < elements; ++i) dst[i] = to_e4m3(from_bf16(src[i]) / scale);
+}
+
+void plain_cp_gather_bf16(uint16_t* dst, const uint16_t* cache, const int32_t* block_table,
+                          int64_t table_stride, const int32_t* cu_seq_lens, int64_t batch,
+                          int64_t entry, int64_t block_size, int threads) {
+  for (int64_t r = 0; r < batch; ++r) {
+    const int64_t begin = cu_seq_lens[r];
+    const int64_t rows = cu_seq_lens[r + 1] - begin;
+    const int32_t* table = block_table + r * table_stride;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t p = 0; p < rows; ++p) {
+      const uint16_t* src = cache + (table[p / block_size] * block_size + p % block_size) * entry;
+      std::memcpy(dst + (begin + p) * entry, src, size_t(entry) * 2);
+    }
+  }
+}
+
+void plain_gather_dequant_e4m3_bf16(uint16_t* dst, const uint8_t* cache, const int32_t* block_table,
+                                    int64_t table_stride, const int32_t* cu_seq_lens,
+                                    const int32_t* token_to_seq, int64_t tokens, int64_t head_dim,
+                                    int64_t block_size, float scale, int threads) {
+  // A 256-entry decode table, the way a C++ port would dequantise.
+  float decoded[256];
+  for (int c = 0; c < 256; ++c) decoded[c] = from_e4m3(uint8_t(c));
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t tok = 0; tok < tokens; ++tok) {
+    const int64_t r = token_to_seq[tok];
+    if (tok >= cu_seq_lens[r + 1]) continue;
+    const int64_t pos = tok - cu_seq_lens[r];
+    const int64_t block = block_table[r * table_stride + pos / block_size];
+    const uint8_t* src = cache + (block * block_size + pos % block_size) * head_dim;
+    uint16_t* out = dst + tok * head_dim;
+    for (int64_t i = 0; i < head_dim; ++i) out[i] = to_bf16(decoded[src[i]] * scale);
+  }
 }
 
 }  // namespace jit::bench

@@ -42,4 +42,18 @@ void plain_swap_blocks(uint8_t* dst, const uint8_t* src, const int64_t* mapping,
 void plain_convert_fp8_bf16(uint8_t* dst, const uint16_t* src, int64_t elements, float scale,
                             int threads);
 
+/// cp_gather_cache of bf16 entries: for request r < batch and row p of its rows
+/// [cu[r], cu[r+1]), dst row cu[r] + p = cache entry (block_table[r, p / BS], p % BS); cache
+/// [NB, BS, entry] dense, block table rows `table_stride` apart. Rows over threads.
+void plain_cp_gather_bf16(uint16_t* dst, const uint16_t* cache, const int32_t* block_table,
+                          int64_t table_stride, const int32_t* cu_seq_lens, int64_t batch,
+                          int64_t entry, int64_t block_size, int threads);
+
+/// gather_and_maybe_dequant_cache, e4m3 cache [NB, BS, head_dim] into bf16 rows: dst[tok] =
+/// bf16(e4m3(code) * scale) for the entry at position tok - cu[r] of r = token_to_seq[tok].
+void plain_gather_dequant_e4m3_bf16(uint16_t* dst, const uint8_t* cache, const int32_t* block_table,
+                                    int64_t table_stride, const int32_t* cu_seq_lens,
+                                    const int32_t* token_to_seq, int64_t tokens, int64_t head_dim,
+                                    int64_t block_size, float scale, int threads);
+
 }  // namespace jit::bench

@@ -1,5 +1,6 @@
-// The KV-cache writes and copies (spec/cache_ops.md §2.1–2.3, §2.6): reshape_and_cache_flash,
-// reshape_and_cache, swap_blocks and convert_fp8.
+// The KV-cache writes, copies and gathers (spec/cache_ops.md §2.1–2.3, §2.6–2.8):
+// reshape_and_cache_flash, reshape_and_cache, swap_blocks, convert_fp8, cp_gather_cache and
+// gather_and_maybe_dequant_cache.
 //
 // Cache writes: one row per token t; s = slot_mapping[t] (s < 0: padding, skipped; the runner
 // has checked s < num_blocks * block_size before the launch), b = s / BS, o = s % BS (a shift
@@ -16,6 +17,9 @@
 //              ((b·H + h)·D/x + j)·BS·16 + o·16;
 //   paged value [NB, H, D, BS]: element d of head h at ((b·H + h)·D + d)·BS·c + o·c, a
 //              scatter of single elements (the layout's nature: one element per BS·c bytes).
+// Gathers: one row per destination row; the runner has validated every index and resolved the
+// row's cache entry to a byte offset (GatherCallArgs), so the kernel is a copy (cp_gather_cache,
+// gather auto) or a dequantisation x = rnd_T(decode(code) · scale) (gather fp8) of one span.
 // Every span has a compile-time length: full vectors, then a masked (AVX-512) or staged (AVX2)
 // tail, so any head size and row alignment works.
 #include <bit>
@@ -89,6 +93,33 @@ class CacheGenerator : public Generator {
     const int rest = int(vectors % kUnroll);
     if (rest > 0) convert(0, lanes(), rest);
     if (tail > 0) convert(rest, tail, 1);
+  }
+
+  // Dequantises `elements` fp8 codes of `format` at [src] into `dtype` values at [dst] (dst,
+  // src advanced): rnd_T(decode(code) * scale), the product in fp32 (spec §1.3). One vector
+  // per unit; the helpers' scratch (vmm13..15) serialises the steps, out-of-order execution
+  // overlaps the units.
+  void dequantise_span(const Reg64& dst, const Reg64& src, int64_t elements, DType format,
+                       DType dtype, const Xmm& scale) {
+    const int dsize = int(dtype_size(dtype));
+    const int64_t vectors = elements / lanes();
+    const int tail = int(elements % lanes());
+    auto convert = [&](int v, int count) {
+      const Xmm x = vmm(v % kUnroll);
+      load_fp8(x, src + v * lanes(), count);
+      fp8_decode(x, format);
+      vmulps(x, x, scale);
+      store_f32(x, dtype, dst + v * lanes() * dsize, count);
+    };
+    for_units(
+        vectors, [&](int64_t v) { convert(int(v), lanes()); },
+        [&](int k) {
+          add(src, k * lanes());
+          add(dst, k * lanes() * dsize);
+        });
+    // After a loop the pointers sit at the first unrolled remainder unit.
+    const int64_t tail_unit = vectors > kMaxUnrolled ? vectors % kUnroll : vectors;
+    if (tail > 0) convert(int(tail_unit), tail);
   }
 
   // The token loop shared by the cache writes: for rows with a slot >= 0, b -> rax and
@@ -395,6 +426,60 @@ class SwapBlocksGenerator : public CacheGenerator {
   const ir::SwapBlocksParams p_;
 };
 
+// cp_gather_cache and gather_and_maybe_dequant_cache over destination rows: for row i with
+// src_offsets[i] >= 0, dst + i * dst_row_stride <- src + src_offsets[i], `elements` elements
+// copied as bytes (auto: no conversion, NaN payloads kept) or dequantised from fp8.
+class GatherGenerator : public CacheGenerator {
+ public:
+  /// `dtype`: the destination type (and the cache type when kv is auto); any 1-, 2- or 4-byte
+  /// type for a copy, f32/f16/bf16 for a dequantisation.
+  GatherGenerator(X86Isa isa, DType dtype, ir::KvCacheDtype kv, int64_t elements)
+      : CacheGenerator(isa),
+        dtype_(dtype),
+        fp8_(kv != ir::KvCacheDtype::kAuto),
+        format_(kv == ir::KvCacheDtype::kFp8E5m2 ? DType::kFp8E5m2 : DType::kFp8E4m3),
+        elements_(elements) {}
+
+  void generate() {
+    prologue();
+    if (fp8_) {
+      mov(rax, ptr[rdi + offsetof(GatherCallArgs, scale)]);
+      vbroadcastss(vmm(kKScale), ptr[rax]);
+    }
+    mov(reg_args_, rdi);
+    mov(reg_row_, rsi);
+    mov(reg_row_end_, rdx);
+    mov(reg_slots_, ptr[rdi + offsetof(GatherCallArgs, src_offsets)]);
+    Label l_row, l_next, l_done;
+    L(l_row);
+    cmp(reg_row_, reg_row_end_);
+    jge(l_done, T_NEAR);
+    mov(reg_src_, ptr[reg_slots_ + reg_row_ * 8]);
+    test(reg_src_, reg_src_);
+    js(l_next, T_NEAR);  // a skipped row
+    add(reg_src_, ptr[reg_args_ + offsetof(GatherCallArgs, src)]);
+    mov(reg_dst_, ptr[reg_args_ + offsetof(GatherCallArgs, dst_row_stride)]);
+    imul(reg_dst_, reg_row_);
+    add(reg_dst_, ptr[reg_args_ + offsetof(GatherCallArgs, dst)]);
+    if (fp8_) {
+      dequantise_span(reg_dst_, reg_src_, elements_, format_, dtype_, vmm(kKScale));
+    } else {
+      copy_span(reg_dst_, reg_src_, elements_ * int64_t(dtype_size(dtype_)), reg_count_);
+    }
+    L(l_next);
+    inc(reg_row_);
+    jmp(l_row, T_NEAR);
+    L(l_done);
+    epilogue();
+  }
+
+ private:
+  const DType dtype_;
+  const bool fp8_;
+  const DType format_;
+  const int64_t elements_;
+};
+
 // convert_fp8 over row r = elements [r·N, min((r+1)·N, elements)), N = kConvertRowElements:
 //   quantise    dst byte = fp8_e4m3(src / scale);
 //   dequantise  dst = rnd_T(decode(src byte) · scale).
@@ -500,6 +585,19 @@ class ConvertFp8Generator : public CacheGenerator {
 };
 
 }  // namespace
+
+Result<std::vector<uint8_t>> generate_gather(const OpSpec& spec, X86Isa isa) {
+  if (spec.op == OpKind::kCpGatherCache) {
+    const auto& p = spec.get<ir::CpGatherCacheParams>();
+    GatherGenerator gen(isa, p.dtype, ir::KvCacheDtype::kAuto, p.entry_size);
+    gen.generate();
+    return gen.finish();
+  }
+  const auto& p = spec.get<ir::GatherCacheParams>();
+  GatherGenerator gen(isa, p.dtype, p.kv, p.head_dim);
+  gen.generate();
+  return gen.finish();
+}
 
 Result<std::vector<uint8_t>> generate_cache_write(const OpSpec& spec, X86Isa isa) {
   if (spec.op == OpKind::kReshapeAndCacheFlash) {

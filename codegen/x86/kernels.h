@@ -81,11 +81,26 @@ struct ConvertFp8CallArgs {
 };
 inline constexpr int64_t kConvertRowElements = 4096;
 
+/// cp_gather_cache and gather_and_maybe_dequant_cache. Rows are destination rows: row i is
+/// written at dst + i * dst_row_stride from the cache entry at src + src_offsets[i] (bytes),
+/// or skipped (left untouched) when src_offsets[i] < 0. The runner has validated every index
+/// the offsets come from (block table, cu_seq_lens, token_to_seq, seq_starts).
+struct GatherCallArgs {
+  const uint8_t* src;
+  void* dst;                   ///< the first row of the call's rows
+  const int64_t* src_offsets;  ///< one per row
+  const float* scale;          ///< [1]; read only when dequantising fp8
+  int64_t dst_row_stride;      ///< bytes
+};
+
 /// Emits reshape_and_cache (PagedCacheWriteParams) or reshape_and_cache_flash
 /// (FlashCacheWriteParams) at `isa`.
 Result<std::vector<uint8_t>> generate_cache_write(const OpSpec& spec, X86Isa isa);
 /// Emits swap_blocks (SwapBlocksParams) at `isa`.
 Result<std::vector<uint8_t>> generate_swap_blocks(const OpSpec& spec, X86Isa isa);
+/// Emits cp_gather_cache (CpGatherCacheParams) or gather_and_maybe_dequant_cache
+/// (GatherCacheParams) at `isa`.
+Result<std::vector<uint8_t>> generate_gather(const OpSpec& spec, X86Isa isa);
 /// Emits convert_fp8 (ConvertFp8Params) at `isa`.
 Result<std::vector<uint8_t>> generate_convert_fp8(const OpSpec& spec, X86Isa isa);
 /// Emits rms_norm / fused_add_rms_norm for `spec` (NormParams) at `isa`.

@@ -39,6 +39,9 @@ bool is_cache_write(OpKind op) {
 bool is_cache_copy(OpKind op) {
   return op == OpKind::kSwapBlocks || op == OpKind::kConvertFp8;
 }
+bool is_gather(OpKind op) {
+  return op == OpKind::kCpGatherCache || op == OpKind::kGatherAndMaybeDequantCache;
+}
 
 // The checked mode of the cache writes, always on: every slot of the first `tokens` entries is
 // padding (< 0) or inside the cache, verified before the kernel writes anything (vLLM would
@@ -56,6 +59,62 @@ Status check_slots(std::string_view op, const Tensor& slots, int64_t tokens, int
           "{} x block_size {} = {} slots; negative slots are padding)",
           op, t, s[t * stride], num_blocks, block_size, capacity));
     }
+  }
+  return Status::ok();
+}
+
+// Element `i` of a 1-D int32 index tensor, through its stride.
+int64_t at_i32(const Tensor& t, int64_t i) {
+  return t.data_as<const int32_t>()[i * t.stride(0)];
+}
+
+// The gathers' checked mode, always on (the ref's checks, in the ref's order, with its
+// messages): a block table [B, max_blocks] int32 and the paged cache [NB, BS, entry...] it
+// indexes. Validating a row resolves it, so the runner hands the kernel the entry's byte
+// offset instead of letting it re-read the table: one 8-byte store per row in a pass that
+// must read the table anyway, against the entry_size·element bytes the row moves.
+struct BlockTableView {
+  std::string_view op;
+  const Tensor& table;
+  const Tensor& cache;
+  int64_t block_size = 0;
+
+  // Byte offset in `cache` of position `pos` (>= 0) of request `r`, or the error naming the
+  // block-table column or entry outside its range.
+  Status locate(int64_t r, int64_t pos, int64_t& offset) const {
+    const int64_t column = pos / block_size;
+    if (column >= table.size(1)) {
+      return invalid_argument(fmt::format(
+          "{}: argument 'block_table' ({}) has no column {} for position {} of request {} "
+          "(block_size {})",
+          op, table.describe(), column, pos, r, block_size));
+    }
+    const int64_t block =
+        table.data_as<const int32_t>()[r * table.stride(0) + column * table.stride(1)];
+    const int64_t num_blocks = cache.size(0);
+    if (block < 0 || block >= num_blocks) {
+      return invalid_argument(fmt::format(
+          "{}: argument 'block_table' has block_table[{}, {}] = {}, outside the cache blocks "
+          "[0, {})",
+          op, r, column, block, num_blocks));
+    }
+    offset = (block * cache.stride(0) + (pos % block_size) * cache.stride(1)) *
+             int64_t(cache.element_size());
+    return Status::ok();
+  }
+};
+
+// The rows [cu_seq_lens[r], cu_seq_lens[r+1]) of request r: non-decreasing, from 0 up, inside
+// dst's rows.
+Status request_rows(std::string_view op, const Tensor& cu, int64_t r, int64_t dst_rows,
+                    int64_t& begin, int64_t& end) {
+  begin = at_i32(cu, r);
+  end = at_i32(cu, r + 1);
+  if (begin < 0 || end < begin || end > dst_rows) {
+    return invalid_argument(fmt::format(
+        "{}: argument 'cu_seq_lens' gives request {} the rows [{}, {}) (cu_seq_lens[{}] = {}, "
+        "cu_seq_lens[{}] = {}); rows must be non-decreasing and inside the {} destination rows",
+        op, r, begin, end, r, begin, r + 1, end, dst_rows));
   }
   return Status::ok();
 }
@@ -99,6 +158,10 @@ class X86Executable final : public Executable {
       return run_swap_blocks(fn, args);
     } else if (spec_.op == OpKind::kConvertFp8) {
       run_convert_fp8(fn, args);
+    } else if (spec_.op == OpKind::kCpGatherCache) {
+      return run_cp_gather(fn, args);
+    } else if (spec_.op == OpKind::kGatherAndMaybeDequantCache) {
+      return run_gather_dequant(fn, args);
     } else {
       run_activation(fn, args);
     }
@@ -257,6 +320,97 @@ class X86Executable final : public Executable {
     run_rows(fn, &call, rows, estimates(spec_, {.tokens = call.elements}).bytes, config_);
   }
 
+  // cp_gather_cache: {src_cache, dst, block_table, cu_seq_lens, seq_starts}, scalar
+  // {batch_size}. The requests' row ranges are consecutive (cu_seq_lens is non-decreasing), so
+  // the kernel's rows are dst rows [cu_seq_lens[0], cu_seq_lens[B]), none skipped, and distinct
+  // rows can run on any thread.
+  Status run_cp_gather(KernelFn fn, const KernelArgs& args) const {
+    const std::string_view op = op_name(spec_.op);
+    const Tensor& src = args.tensor(0);
+    const Tensor& dst = args.tensor(1);
+    const Tensor& cu = args.tensor(3);
+    const Tensor& seq_starts = args.tensor(4);
+    const auto batch = static_cast<int64_t>(args.scalar(0));
+    const BlockTableView table{op, args.tensor(2), src,
+                               spec_.get<ir::CpGatherCacheParams>().block_size};
+    std::vector<int64_t> offsets;
+    // The row count when cu_seq_lens is valid (the scan below decides whether it is).
+    if (batch > 0) {
+      offsets.reserve(
+          size_t(std::clamp<int64_t>(at_i32(cu, batch) - at_i32(cu, 0), 0, dst.size(0))));
+    }
+    for (int64_t r = 0; r < batch; ++r) {
+      int64_t begin = 0;
+      int64_t end = 0;
+      KILN_RETURN_IF_ERROR(request_rows(op, cu, r, dst.size(0), begin, end));
+      const int64_t start = seq_starts.defined() ? at_i32(seq_starts, r) : 0;
+      if (start < 0) {
+        return invalid_argument(
+            fmt::format("{}: argument 'seq_starts' has seq_starts[{}] = {}; offsets must be >= 0",
+                        op, r, start));
+      }
+      for (int64_t row = begin; row < end; ++row) {
+        int64_t offset = 0;
+        KILN_RETURN_IF_ERROR(table.locate(r, row - begin + start, offset));
+        offsets.push_back(offset);
+      }
+    }
+    if (offsets.empty()) return Status::ok();
+    const int64_t row_stride = dst.stride(0) * int64_t(dst.element_size());
+    GatherCallArgs call{};
+    call.src = static_cast<const uint8_t*>(src.data());
+    call.dst = static_cast<uint8_t*>(dst.data()) + at_i32(cu, 0) * row_stride;
+    call.src_offsets = offsets.data();
+    call.dst_row_stride = row_stride;
+    const auto rows = int64_t(offsets.size());
+    run_rows(fn, &call, rows, estimates(spec_, {.tokens = rows, .batch = batch}).bytes, config_);
+    return Status::ok();
+  }
+
+  // gather_and_maybe_dequant_cache: {src_cache, dst, block_table, cu_seq_lens, token_to_seq,
+  // scale, seq_starts}, scalar {num_tokens}. Kernel row = token = dst row; a token at or past
+  // its request's end (cu_seq_lens[r+1]) is skipped (offset -1), as in vLLM.
+  Status run_gather_dequant(KernelFn fn, const KernelArgs& args) const {
+    const std::string_view op = op_name(spec_.op);
+    const Tensor& src = args.tensor(0);
+    const Tensor& dst = args.tensor(1);
+    const Tensor& cu = args.tensor(3);
+    const Tensor& token_to_seq = args.tensor(4);
+    const Tensor& seq_starts = args.tensor(6);
+    const auto tokens = static_cast<int64_t>(args.scalar(0));
+    const BlockTableView table{op, args.tensor(2), src,
+                               spec_.get<ir::GatherCacheParams>().block_size};
+    const int64_t batch = table.table.size(0);
+    std::vector<int64_t> offsets(size_t(tokens), -1);
+    for (int64_t tok = 0; tok < tokens; ++tok) {
+      const int64_t r = at_i32(token_to_seq, tok);
+      if (r < 0 || r >= batch) {
+        return invalid_argument(fmt::format(
+            "{}: argument 'token_to_seq' has token_to_seq[{}] = {}, outside the requests [0, {})",
+            op, tok, r, batch));
+      }
+      if (tok >= at_i32(cu, r + 1)) continue;
+      const int64_t start = seq_starts.defined() ? at_i32(seq_starts, r) : 0;
+      const int64_t pos = tok - at_i32(cu, r) + start;
+      if (pos < 0) {
+        return invalid_argument(
+            fmt::format("{}: argument 'cu_seq_lens' puts token {} at position {} of request {} "
+                        "(cu_seq_lens[{}] = {}, seq_starts {}): positions must be >= 0",
+                        op, tok, pos, r, r, at_i32(cu, r), start));
+      }
+      KILN_RETURN_IF_ERROR(table.locate(r, pos, offsets[size_t(tok)]));
+    }
+    GatherCallArgs call{};
+    call.src = static_cast<const uint8_t*>(src.data());
+    call.dst = dst.data();
+    call.src_offsets = offsets.data();
+    call.scale = args.tensor(5).data_as<const float>();
+    call.dst_row_stride = dst.stride(0) * int64_t(dst.element_size());
+    run_rows(fn, &call, tokens, estimates(spec_, {.tokens = tokens, .batch = batch}).bytes,
+             config_);
+    return Status::ok();
+  }
+
   void run_activation(KernelFn fn, const KernelArgs& args) const {
     const auto& p = spec_.get<ir::ActivationParams>();
     const int64_t esize = int64_t(dtype_size(p.dtype));
@@ -290,12 +444,12 @@ class X86Backend final : public Backend {
           fmt::format("x86 backend needs AVX2+FMA+F16C; target is {}", x86_isa_name(target.isa)));
     }
     if (!is_norm(spec.op) && !is_activation(spec.op) && !is_rope(spec.op) &&
-        !is_cache_write(spec.op) && !is_cache_copy(spec.op)) {
+        !is_cache_write(spec.op) && !is_cache_copy(spec.op) && !is_gather(spec.op)) {
       return Support::no(fmt::format(
           "x86 backend does not generate {} yet (served: rms_norm, fused_add_rms_norm, "
           "rotary_embedding, silu_and_mul, mul_and_silu, gelu_and_mul, gelu_tanh_and_mul, "
           "fatrelu_and_mul, swigluoai_and_mul, reshape_and_cache, reshape_and_cache_flash, "
-          "swap_blocks, convert_fp8)",
+          "swap_blocks, convert_fp8, cp_gather_cache, gather_and_maybe_dequant_cache)",
           op_name(spec.op)));
     }
     return Support::yes();  // every dtype and width validate() accepts
@@ -343,6 +497,7 @@ class X86Backend final : public Backend {
     if (is_cache_write(spec.op)) return generate_cache_write(spec, isa);
     if (spec.op == OpKind::kSwapBlocks) return generate_swap_blocks(spec, isa);
     if (spec.op == OpKind::kConvertFp8) return generate_convert_fp8(spec, isa);
+    if (is_gather(spec.op)) return generate_gather(spec, isa);
     return generate_activation(spec, isa);
   }
 };

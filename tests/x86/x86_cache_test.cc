@@ -1,14 +1,16 @@
-// The x86 cache writes and copies against the ref backend (bit-exact; fp8 NaN codes as NaN):
-// reshape_and_cache_flash, reshape_and_cache, swap_blocks and convert_fp8 over head sizes,
-// block sizes, kv modes, layouts, scale kinds, dtypes, every input kind and every ISA path;
-// multi-threaded rows; and the checked mode (an out-of-range index is an error and nothing is
-// written).
+// The x86 cache writes, copies and gathers against the ref backend (bit-exact; fp8 NaN codes as
+// NaN): reshape_and_cache_flash, reshape_and_cache, swap_blocks, convert_fp8, cp_gather_cache and
+// gather_and_maybe_dequant_cache over head/entry sizes, block sizes, kv modes, layouts, scale
+// kinds, dtypes, with and without seq_starts, every input kind and every ISA path;
+// multi-threaded rows; and the checked mode (an out-of-range index is an error with the ref's
+// message and nothing is written).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "codegen/ref/ref.h"
 #include "runtime/runtime.h"
 #include "tests/harness/op_cases.h"
 #include "tests/x86/x86_test_util.h"
@@ -168,6 +170,82 @@ TEST_P(X86CacheIsaTest, ConvertFp8MatchesRefBothDirections) {
   }
 }
 
+// ---- cp_gather_cache and gather_and_maybe_dequant_cache -------------------------------------
+
+const int64_t kGatherWidths[] = {1, 7, 64, 576};
+const int64_t kGatherBlockSizes[] = {1, 16, 64};
+
+OpSpec cp_gather_spec(DType dtype, int64_t entry_size, int64_t block_size) {
+  return OpSpec::make(OpKind::kCpGatherCache,
+                      ir::CpGatherCacheParams{dtype, entry_size, block_size});
+}
+
+OpSpec gather_spec(DType dtype, KvCacheDtype kv, int64_t head_dim, int64_t block_size) {
+  return OpSpec::make(OpKind::kGatherAndMaybeDequantCache,
+                      ir::GatherCacheParams{dtype, kv, head_dim, block_size});
+}
+
+// The tensor index of seq_starts in the gathers' argument lists.
+int seq_starts_index(OpKind op) {
+  return op == OpKind::kCpGatherCache ? 4 : 6;
+}
+
+// check_spec for the gathers, with seq_starts passed or absent.
+bool check_gather(const OpSpec& spec, X86Isa isa, int64_t rows, bool seq_starts, Config config = {},
+                  bool few = false) {
+  const Kernel kernel = compile_x86(spec, isa, config);
+  for (InputKind kind : kinds_for(spec.op, few)) {
+    auto c = test::make_case(spec, rows, kind, /*seed=*/uint64_t(rows) * 131 + 11);
+    EXPECT_TRUE(c.is_ok()) << c.status().to_string();
+    if (!c.is_ok()) return false;
+    c->present[size_t(seq_starts_index(spec.op))] = seq_starts;
+    const auto report = check_against_ref(kernel, c.value());
+    EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa) << " rows=" << rows
+                           << " seq_starts=" << seq_starts
+                           << " inputs=" << test::input_kind_name(kind) << "\n"
+                           << report.message;
+    if (!report.ok) return false;
+  }
+  return true;
+}
+
+// Every element width (1, 2, 4 bytes) over entry sizes and block sizes.
+TEST_P(X86CacheIsaTest, CpGatherMatchesRefOverTheGrid) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : {DType::kU8, DType::kFp8E4m3, DType::kF16, DType::kBF16, DType::kF32}) {
+    for (int64_t e : kGatherWidths) {
+      for (int64_t bs : kGatherBlockSizes) {
+        for (bool seq_starts : {true, false}) {
+          if (!check_gather(cp_gather_spec(dtype, e, bs), isa, 37, seq_starts, {},
+                            /*few=*/e > 64)) {
+            return;
+          }
+        }
+      }
+    }
+  }
+}
+
+// auto (a bit copy of f32/f16/bf16) and fp8 e4m3/e5m2 dequantised into each float type.
+TEST_P(X86CacheIsaTest, GatherAndMaybeDequantMatchesRefOverTheGrid) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : kDtypes) {
+    for (KvCacheDtype kv : kKvModes) {
+      for (int64_t d :
+           {int64_t(1), int64_t(7), int64_t(17), int64_t(64), int64_t(320), int64_t(576)}) {
+        for (int64_t bs : kGatherBlockSizes) {
+          for (bool seq_starts : {true, false}) {
+            if (!check_gather(gather_spec(dtype, kv, d, bs), isa, 37, seq_starts, {},
+                              /*few=*/d > 64)) {
+              return;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_P(X86CacheIsaTest, MultiThreadedRowsMatchRef) {
   const X86Isa isa = GetParam();
   // min_parallel_kib=0 forces the parallel region even for these small calls.
@@ -184,6 +262,13 @@ TEST_P(X86CacheIsaTest, MultiThreadedRowsMatchRef) {
   EXPECT_TRUE(check_spec(
       OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16}), isa,
       40000, parallel));
+  for (bool seq_starts : {true, false}) {
+    EXPECT_TRUE(check_gather(cp_gather_spec(DType::kBF16, 576, 16), isa, 67, seq_starts, parallel));
+    for (KvCacheDtype kv : kKvModes) {
+      EXPECT_TRUE(
+          check_gather(gather_spec(DType::kBF16, kv, 576, 16), isa, 67, seq_starts, parallel));
+    }
+  }
 }
 
 std::string isa_name(const ::testing::TestParamInfo<X86Isa>& info) {
@@ -253,6 +338,47 @@ TEST(X86CacheChecked, BlockIdOutsideSwapBuffersIsAnErrorAndWritesNothing) {
                 std::string::npos)
           << status.message();
       EXPECT_EQ(c->tensors[1].storage(), before);
+    }
+  }
+}
+
+// A block-table entry outside the cache, a block-table column past its end and a negative
+// seq_starts: kInvalidArgument with the ref's message, and dst untouched (the scan runs before
+// the launch, whatever the thread count).
+TEST(X86CacheChecked, GatherIndicesOutsideTheirRangesAreErrorsAndWriteNothing) {
+  const Config parallel = Config().set("threads", 2).set("min_parallel_kib", 0);
+  const OpSpec specs[] = {cp_gather_spec(DType::kBF16, 64, 16), cp_gather_spec(DType::kU8, 7, 1),
+                          gather_spec(DType::kF32, KvCacheDtype::kFp8E4m3, 64, 16),
+                          gather_spec(DType::kBF16, KvCacheDtype::kAuto, 576, 16)};
+  enum class Bad { kBlockId, kColumn, kSeqStart };
+  for (const OpSpec& spec : specs) {
+    for (X86Isa isa : isa_paths()) {
+      const Kernel kernel = compile_x86(spec, isa, parallel);
+      for (Bad bad : {Bad::kBlockId, Bad::kColumn, Bad::kSeqStart}) {
+        auto c = test::make_case(spec, 40, InputKind::kNormal, 5);
+        ASSERT_TRUE(c.is_ok());
+        test::HostTensor& table = c->tensors[2];
+        const int64_t num_blocks = c->tensors[0].sizes()[0];
+        const int64_t seq = seq_starts_index(spec.op);
+        if (bad == Bad::kBlockId) {
+          // Every entry, so that whichever the first row reads is out of range.
+          for (int64_t i = 0; i < table.numel(); ++i) table.set(i, double(num_blocks));
+        } else if (bad == Bad::kColumn) {
+          c->tensors[size_t(seq)].set(1, double(table.sizes()[1] * 1000));
+        } else {
+          c->tensors[size_t(seq)].set(0, -1000.0);
+        }
+        test::OpCase expected = c.value();
+        const Status ref = codegen::ref::run(spec, expected.args());
+        ASSERT_EQ(ref.code(), StatusCode::kInvalidArgument) << ref.to_string();
+        const auto before = c->tensors[1].storage();
+        for (bool unchecked : {false, true}) {
+          const Status status = unchecked ? kernel.run_unchecked(c->args()) : kernel.run(c->args());
+          EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << to_string(spec);
+          EXPECT_EQ(status.message(), ref.message()) << to_string(spec);
+          EXPECT_EQ(c->tensors[1].storage(), before) << to_string(spec);
+        }
+      }
     }
   }
 }

@@ -64,6 +64,12 @@ class Backend {
   virtual BackendKind kind() const = 0;
   /// Whether this backend serves `spec` on `target`; the reason names the parameter.
   virtual Support supports(const OpSpec& spec, const Target& target) const = 0;
+  /// Whether this backend generates `op` at all on `target` (for some specs): what `kiln list`
+  /// shows and what makes a fallback worth a warning. By default: the op's default spec is
+  /// supported (backends that check sizes in supports() override this).
+  virtual bool generates(OpKind op, const Target& target) const {
+    return supports(OpSpec::defaults(op), target).ok;
+  }
   /// The tuning space for `spec` (the first entry is the heuristic default).
   virtual std::vector<Config> configs(const OpSpec& spec, const Target& target) const = 0;
   /// Generates code for `spec` with `config`.

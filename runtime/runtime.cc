@@ -318,8 +318,7 @@ Result<Kernel> Runtime::compile(const OpSpec& spec, const CompileOptions& option
         // A fallback worth a warning: a backend that generates this op on this machine (for
         // some specs, at the host's full ISA) could not serve this spec or target. Ops a backend
         // does not implement at all are routine and only logged under KILN_VERBOSE=dispatch.
-        if (!fallback_reason &&
-            backend->supports(OpSpec::defaults(spec.op), host_target(kind)).ok) {
+        if (!fallback_reason && backend->generates(spec.op, host_target(kind))) {
           fallback_reason = info.skipped.back();
         }
         continue;

@@ -76,10 +76,10 @@ int cmd_list(bool json) {
     fmt::print("{:<40} {:<14} {}\n", "op", "family", "backends on this machine");
   }
   for (OpKind op : all_op_kinds()) {
-    // Backends decide by op kind and target; the default params of the op suffice to ask.
+    // Whether each backend generates the op at all on this machine.
     std::vector<std::string> backends;
     for (const Backend* b : Runtime::global().backends()) {
-      if (b->supports(OpSpec::defaults(op), host_target(b->kind())).ok) {
+      if (b->generates(op, host_target(b->kind()))) {
         backends.emplace_back(backend_name(b->kind()));
       }
     }

@@ -54,6 +54,8 @@ class RefBackend final : public Backend {
     return Support::yes();
   }
 
+  bool generates(OpKind op, const Target&) const override { return implements(op); }
+
   // The ref has nothing to tune: one default config.
   std::vector<Config> configs(const OpSpec&, const Target&) const override { return {Config{}}; }
 

@@ -93,6 +93,19 @@ TEST_F(Cli, CheckOfAnInvalidSpecNamesTheField) {
   EXPECT_NE(r.output.find("heads"), std::string::npos) << r.output;
 }
 
+TEST_F(Cli, ListShowsTheBackendsOfEveryOp) {
+  const CliRun r = run("list", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Every op has the ref backend; the x86 kernels show up for the ops they serve.
+  EXPECT_EQ(r.output.find("(planned)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("paged_attention_v1"), std::string::npos);
+  const size_t rms = r.output.find("\nrms_norm ");
+  ASSERT_NE(rms, std::string::npos) << r.output;
+  const std::string line = r.output.substr(rms + 1, r.output.find('\n', rms + 1) - rms - 1);
+  EXPECT_NE(line.find("x86"), std::string::npos) << line;
+  EXPECT_NE(line.find("ref"), std::string::npos) << line;
+}
+
 TEST_F(Cli, CacheVerifyAndClear) {
   ASSERT_EQ(run("compile 'silu_and_mul(dtype=bf16,d=64)'", dir_).exit_code, 0);
   const CliRun verify = run("cache verify", dir_);

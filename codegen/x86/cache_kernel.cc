@@ -1,6 +1,6 @@
-// The KV-cache writes, copies and gathers (spec/cache_ops.md §2.1–2.3, §2.6–2.8):
-// reshape_and_cache_flash, reshape_and_cache, swap_blocks, convert_fp8, cp_gather_cache and
-// gather_and_maybe_dequant_cache.
+// The KV-cache writes, copies and gathers (spec/cache_ops.md §2.1–2.4, §2.6–2.8):
+// reshape_and_cache_flash, reshape_and_cache, concat_and_cache_mla (not fp8_ds_mla),
+// swap_blocks, convert_fp8, cp_gather_cache and gather_and_maybe_dequant_cache.
 //
 // Cache writes: one row per token t; s = slot_mapping[t] (s < 0: padding, skipped; the runner
 // has checked s < num_blocks * block_size before the launch), b = s / BS, o = s % BS (a shift
@@ -393,6 +393,59 @@ class PagedWriteGenerator : public CacheGenerator {
   const int64_t esize_, csize_, x_;
 };
 
+// concat_and_cache_mla (spec §2.4.a): entry = kv_cache + b·block_stride + o·entry_stride
+// (run-time strides, bytes) holds [kv_c row (R elements) | k_pe row (P elements)], each a
+// byte copy (auto) or fp8 codes of x / scale. fp8_ds_mla is not generated here.
+class MlaWriteGenerator : public CacheGenerator {
+ public:
+  MlaWriteGenerator(X86Isa isa, const ir::MlaCacheWriteParams& p)
+      : CacheGenerator(isa),
+        p_(p),
+        fp8_(p.kv != ir::KvCacheDtype::kAuto),
+        format_(p.kv == ir::KvCacheDtype::kFp8E5m2 ? DType::kFp8E5m2 : DType::kFp8E4m3),
+        esize_(int64_t(dtype_size(p.dtype))),
+        csize_(int64_t(ir::cache_element_size(p.dtype, p.kv))) {}
+
+  void generate() {
+    prologue();
+    if (fp8_) {
+      mov(rax, ptr[rdi + offsetof(CacheWriteCallArgs, k_scale)]);
+      vbroadcastss(vmm(kKScale), ptr[rax]);
+    }
+    token_loop(p_.block_size, [&] {
+      // reg_q_ = entry = kv_cache + b * block_stride + o * entry_stride (spans advance their
+      // pointers only partly, so the k_pe part is addressed from reg_q_).
+      imul(rax, ptr[reg_args_ + offsetof(CacheWriteCallArgs, block_stride)]);
+      imul(rcx, ptr[reg_args_ + offsetof(CacheWriteCallArgs, entry_stride)]);
+      lea(reg_q_, ptr[rax + rcx]);
+      add(reg_q_, ptr[reg_args_ + offsetof(CacheWriteCallArgs, key_cache)]);
+      load_row(offsetof(CacheWriteCallArgs, key), offsetof(CacheWriteCallArgs, key_row_stride));
+      mov(reg_dst_, reg_q_);
+      span(reg_dst_, reg_src_, p_.kv_lora_rank);
+      load_row(offsetof(CacheWriteCallArgs, value),
+               offsetof(CacheWriteCallArgs, value_row_stride));
+      mov(reg_dst_, reg_q_);
+      add(reg_dst_, p_.kv_lora_rank * csize_);
+      span(reg_dst_, reg_src_, p_.pe_dim);
+    });
+    epilogue();
+  }
+
+ private:
+  void span(const Reg64& dst, const Reg64& src, int64_t elements) {
+    if (fp8_) {
+      quantise_span(dst, src, elements, p_.dtype, format_, vmm(kKScale));
+    } else {
+      copy_span(dst, src, elements * esize_, reg_count_);
+    }
+  }
+
+  const ir::MlaCacheWriteParams p_;
+  const bool fp8_;
+  const DType format_;
+  const int64_t esize_, csize_;
+};
+
 // swap_blocks: per pair, block_bytes bytes from src + pairs[2i] to dst + pairs[2i + 1].
 class SwapBlocksGenerator : public CacheGenerator {
  public:
@@ -606,6 +659,17 @@ Result<std::vector<uint8_t>> generate_cache_write(const OpSpec& spec, X86Isa isa
     return gen.finish();
   }
   PagedWriteGenerator gen(isa, spec.get<ir::PagedCacheWriteParams>());
+  gen.generate();
+  return gen.finish();
+}
+
+Result<std::vector<uint8_t>> generate_mla_cache_write(const OpSpec& spec, X86Isa isa) {
+  const auto& p = spec.get<ir::MlaCacheWriteParams>();
+  if (p.kv == ir::KvCacheDtype::kFp8DsMla) {
+    return Status(StatusCode::kUnsupported,
+                  "x86 concat_and_cache_mla does not generate kv=fp8_ds_mla");
+  }
+  MlaWriteGenerator gen(isa, p);
   gen.generate();
   return gen.finish();
 }

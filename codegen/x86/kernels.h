@@ -48,8 +48,10 @@ struct RopeCallArgs {
   int64_t key_head_stride;
 };
 
-/// reshape_and_cache and reshape_and_cache_flash. Rows are tokens (slot_mapping entries).
-/// Strides in bytes. The runner has checked every slot (< num_blocks * block_size).
+/// reshape_and_cache, reshape_and_cache_flash and concat_and_cache_mla. Rows are tokens
+/// (slot_mapping entries). Strides in bytes. The runner has checked every slot
+/// (< num_blocks * block_size). concat_and_cache_mla: key = kv_c, value = k_pe, key_cache =
+/// kv_cache, k_scale = scale (value_cache and v_scale unused).
 struct CacheWriteCallArgs {
   const void* key;
   const void* value;
@@ -60,7 +62,9 @@ struct CacheWriteCallArgs {
   const float* v_scale;
   int64_t key_row_stride;
   int64_t value_row_stride;
-  int64_t block_stride;  ///< flash: cache stride(0) (same for key and value); paged: unused
+  int64_t block_stride;  ///< flash: cache stride(0) (same for key and value); paged: unused;
+                         ///< concat_and_cache_mla: kv_cache stride(0)
+  int64_t entry_stride;  ///< concat_and_cache_mla: kv_cache stride(1); unused by the others
 };
 
 /// swap_blocks. Rows are mapping pairs; pairs[2i], pairs[2i+1] are the byte offsets of the
@@ -96,6 +100,8 @@ struct GatherCallArgs {
 /// Emits reshape_and_cache (PagedCacheWriteParams) or reshape_and_cache_flash
 /// (FlashCacheWriteParams) at `isa`.
 Result<std::vector<uint8_t>> generate_cache_write(const OpSpec& spec, X86Isa isa);
+/// Emits concat_and_cache_mla (MlaCacheWriteParams; kv auto, fp8_e4m3, fp8_e5m2) at `isa`.
+Result<std::vector<uint8_t>> generate_mla_cache_write(const OpSpec& spec, X86Isa isa);
 /// Emits swap_blocks (SwapBlocksParams) at `isa`.
 Result<std::vector<uint8_t>> generate_swap_blocks(const OpSpec& spec, X86Isa isa);
 /// Emits cp_gather_cache (CpGatherCacheParams) or gather_and_maybe_dequant_cache

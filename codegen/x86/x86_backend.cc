@@ -36,6 +36,9 @@ bool is_rope(OpKind op) {
 bool is_cache_write(OpKind op) {
   return op == OpKind::kReshapeAndCacheFlash || op == OpKind::kReshapeAndCache;
 }
+bool is_mla_write(OpKind op) {
+  return op == OpKind::kConcatAndCacheMla;
+}
 bool is_cache_copy(OpKind op) {
   return op == OpKind::kSwapBlocks || op == OpKind::kConvertFp8;
 }
@@ -154,6 +157,8 @@ class X86Executable final : public Executable {
       return run_rope(fn, args);
     } else if (is_cache_write(spec_.op)) {
       return run_cache_write(fn, args);
+    } else if (is_mla_write(spec_.op)) {
+      return run_mla_write(fn, args);
     } else if (spec_.op == OpKind::kSwapBlocks) {
       return run_swap_blocks(fn, args);
     } else if (spec_.op == OpKind::kConvertFp8) {
@@ -259,6 +264,33 @@ class X86Executable final : public Executable {
     call.key_row_stride = key.stride(0) * esize;
     call.value_row_stride = value.stride(0) * esize;
     call.block_stride = key_cache.stride(0) * int64_t(csize);
+    run_rows(fn, &call, tokens, estimates(spec_, {.tokens = tokens}).bytes, config_);
+    return Status::ok();
+  }
+
+  // concat_and_cache_mla: {kv_c, k_pe, kv_cache, slot_mapping, scale}; one row per
+  // slot_mapping entry. Row strides of kv_c/k_pe and the cache's block/entry strides honoured.
+  Status run_mla_write(KernelFn fn, const KernelArgs& args) const {
+    const auto& p = spec_.get<ir::MlaCacheWriteParams>();
+    const Tensor& kv_c = args.tensor(0);
+    const Tensor& k_pe = args.tensor(1);
+    const Tensor& cache = args.tensor(2);
+    const Tensor& slots = args.tensor(3);
+    const int64_t tokens = slots.size(0);
+    KILN_RETURN_IF_ERROR(
+        check_slots(op_name(spec_.op), slots, tokens, cache.size(0), p.block_size));
+    const int64_t esize = int64_t(dtype_size(p.dtype));
+    const int64_t csize = int64_t(cache.element_size());
+    CacheWriteCallArgs call{};
+    call.key = kv_c.data();
+    call.value = k_pe.data();
+    call.key_cache = cache.data();
+    call.slots = slots.data_as<const int64_t>();
+    call.k_scale = args.tensor(4).data_as<const float>();
+    call.key_row_stride = kv_c.stride(0) * esize;
+    call.value_row_stride = k_pe.stride(0) * esize;
+    call.block_stride = cache.stride(0) * csize;
+    call.entry_stride = cache.stride(1) * csize;
     run_rows(fn, &call, tokens, estimates(spec_, {.tokens = tokens}).bytes, config_);
     return Status::ok();
   }
@@ -444,13 +476,20 @@ class X86Backend final : public Backend {
           fmt::format("x86 backend needs AVX2+FMA+F16C; target is {}", x86_isa_name(target.isa)));
     }
     if (!is_norm(spec.op) && !is_activation(spec.op) && !is_rope(spec.op) &&
-        !is_cache_write(spec.op) && !is_cache_copy(spec.op) && !is_gather(spec.op)) {
+        !is_cache_write(spec.op) && !is_mla_write(spec.op) && !is_cache_copy(spec.op) &&
+        !is_gather(spec.op)) {
       return Support::no(fmt::format(
           "x86 backend does not generate {} yet (served: rms_norm, fused_add_rms_norm, "
           "rotary_embedding, silu_and_mul, mul_and_silu, gelu_and_mul, gelu_tanh_and_mul, "
           "fatrelu_and_mul, swigluoai_and_mul, reshape_and_cache, reshape_and_cache_flash, "
-          "swap_blocks, convert_fp8, cp_gather_cache, gather_and_maybe_dequant_cache)",
+          "concat_and_cache_mla, swap_blocks, convert_fp8, cp_gather_cache, gather_and_maybe_dequant_cache)",
           op_name(spec.op)));
+    }
+    if (is_mla_write(spec.op) &&
+        spec.get<ir::MlaCacheWriteParams>().kv == ir::KvCacheDtype::kFp8DsMla) {
+      return Support::no(
+          "x86 backend does not generate concat_and_cache_mla with kv=fp8_ds_mla yet (served "
+          "kv: auto, fp8_e4m3, fp8_e5m2)");
     }
     return Support::yes();  // every dtype and width validate() accepts
   }
@@ -495,6 +534,7 @@ class X86Backend final : public Backend {
     if (is_norm(spec.op)) return generate_norm(spec, isa);
     if (is_rope(spec.op)) return generate_rope(spec, isa);
     if (is_cache_write(spec.op)) return generate_cache_write(spec, isa);
+    if (is_mla_write(spec.op)) return generate_mla_cache_write(spec, isa);
     if (spec.op == OpKind::kSwapBlocks) return generate_swap_blocks(spec, isa);
     if (spec.op == OpKind::kConvertFp8) return generate_convert_fp8(spec, isa);
     if (is_gather(spec.op)) return generate_gather(spec, isa);

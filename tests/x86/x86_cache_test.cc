@@ -1,5 +1,5 @@
 // The x86 cache writes, copies and gathers against the ref backend (bit-exact; fp8 NaN codes as
-// NaN): reshape_and_cache_flash, reshape_and_cache, swap_blocks, convert_fp8, cp_gather_cache and
+// NaN): reshape_and_cache_flash, reshape_and_cache, concat_and_cache_mla, swap_blocks, convert_fp8, cp_gather_cache and
 // gather_and_maybe_dequant_cache over head/entry sizes, block sizes, kv modes, layouts, scale
 // kinds, dtypes, with and without seq_starts, every input kind and every ISA path;
 // multi-threaded rows; and the checked mode (an out-of-range index is an error with the ref's
@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codegen/ref/ref.h"
@@ -84,6 +85,11 @@ OpSpec paged_spec(DType dtype, KvCacheDtype kv, int64_t heads, int64_t head_size
                       ir::PagedCacheWriteParams{dtype, kv, heads, head_size, block_size});
 }
 
+OpSpec mla_spec(DType dtype, KvCacheDtype kv, int64_t rank, int64_t pe_dim, int64_t block_size) {
+  return OpSpec::make(OpKind::kConcatAndCacheMla,
+                      ir::MlaCacheWriteParams{dtype, kv, rank, pe_dim, block_size});
+}
+
 class X86CacheIsaTest : public ::testing::TestWithParam<X86Isa> {};
 
 // ---- reshape_and_cache_flash -------------------------------------------------------------
@@ -141,6 +147,66 @@ TEST_P(X86CacheIsaTest, PagedMatchesRefOverTheGrid) {
           if (!in_grid(dtype, bs)) continue;
           if (!check_spec(paged_spec(dtype, kv, 3, d, bs), isa, 5, {}, /*few=*/bs > 16)) return;
         }
+      }
+    }
+  }
+}
+
+// ---- concat_and_cache_mla ---------------------------------------------------------------
+
+// kv_c/k_pe rows are the two splits of one [T, R + P] projection (row stride R + P), so the
+// row strides differ from the widths; every dtype and plain kv mode over the rank x pe_dim x
+// block size grid.
+TEST_P(X86CacheIsaTest, MlaMatchesRefOverTheGrid) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : kDtypes) {
+    for (KvCacheDtype kv : kKvModes) {
+      for (int64_t rank : {16, 512}) {
+        for (int64_t pe : {8, 64}) {
+          for (int64_t bs : {1, 16, 64}) {
+            if (!check_spec(mla_spec(dtype, kv, rank, pe, bs), isa, 9, {}, /*few=*/bs > 16)) {
+              return;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Widths that are not multiples of a vector (tails on both parts, odd entry offsets of k_pe).
+TEST_P(X86CacheIsaTest, MlaOddWidthsMatchRef) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : kDtypes) {
+    for (KvCacheDtype kv : kKvModes) {
+      for (auto [rank, pe] : {std::pair<int64_t, int64_t>{1, 1}, {7, 3}, {33, 17}, {100, 5}}) {
+        if (!check_spec(mla_spec(dtype, kv, rank, pe, 16), isa, 7, {}, /*few=*/true)) return;
+      }
+    }
+  }
+}
+
+// A cache view with padded entries and blocks (entry stride R + P + 5, block stride
+// BS * (R + P + 5) + 3 elements): the kernel honours both strides, as the ref does.
+TEST_P(X86CacheIsaTest, MlaPaddedCacheMatchesRef) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : kDtypes) {
+    for (KvCacheDtype kv : kKvModes) {
+      for (int64_t bs : {1, 16}) {
+        const OpSpec spec = mla_spec(dtype, kv, 16, 8, bs);
+        const Kernel kernel = compile_x86(spec, isa);
+        auto c = test::make_case(spec, 11, InputKind::kNormal, 17);
+        ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+        const test::HostTensor& dense = c->tensors[2];
+        const std::vector<int64_t> sizes = dense.sizes();
+        const int64_t entry = sizes[2] + 5;
+        test::HostTensor padded =
+            test::HostTensor::strided(dense.dtype(), sizes, {bs * entry + 3, entry, 1});
+        for (int64_t i = 0; i < dense.numel(); ++i) padded.set(i, dense.get(i));
+        c->tensors[2] = padded;
+        const auto report = check_against_ref(kernel, c.value());
+        EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa) << "\n"
+                               << report.message;
       }
     }
   }
@@ -256,6 +322,7 @@ TEST_P(X86CacheIsaTest, MultiThreadedRowsMatchRef) {
           check_spec(flash_spec(DType::kBF16, kv, 8, 128, 16, layout, false), isa, 67, parallel));
     }
     EXPECT_TRUE(check_spec(paged_spec(DType::kBF16, kv, 8, 128, 16), isa, 67, parallel));
+    EXPECT_TRUE(check_spec(mla_spec(DType::kBF16, kv, 512, 64, 16), isa, 67, parallel));
   }
   EXPECT_TRUE(
       check_spec(OpSpec::make(OpKind::kSwapBlocks, ir::SwapBlocksParams{4096}), isa, 40, parallel));
@@ -321,6 +388,48 @@ TEST(X86CacheChecked, SlotOutsideTheCacheIsAnErrorAndWritesNothing) {
       }
     }
   }
+}
+
+// concat_and_cache_mla: a slot >= num_blocks * block_size is kInvalidArgument with the ref's
+// message, and the cache is untouched.
+TEST(X86CacheChecked, MlaSlotOutsideTheCacheIsAnErrorAndWritesNothing) {
+  const Config parallel = Config().set("threads", 2).set("min_parallel_kib", 0);
+  const OpSpec specs[] = {mla_spec(DType::kBF16, KvCacheDtype::kAuto, 512, 64, 16),
+                          mla_spec(DType::kF32, KvCacheDtype::kFp8E4m3, 16, 8, 16),
+                          mla_spec(DType::kF16, KvCacheDtype::kFp8E5m2, 16, 64, 1)};
+  for (const OpSpec& spec : specs) {
+    const int64_t block_size = spec.get<ir::MlaCacheWriteParams>().block_size;
+    for (X86Isa isa : isa_paths()) {
+      const Kernel kernel = compile_x86(spec, isa, parallel);
+      auto c = test::make_case(spec, 9, InputKind::kNormal, 5);
+      ASSERT_TRUE(c.is_ok());
+      const int64_t capacity = c->tensors[2].sizes()[0] * block_size;
+      c->tensors[3].set(6, double(capacity));  // one past the last slot
+      test::OpCase expected = c.value();
+      const Status ref = codegen::ref::run(spec, expected.args());
+      ASSERT_EQ(ref.code(), StatusCode::kInvalidArgument) << ref.to_string();
+      const auto before = c->tensors[2].storage();
+      for (bool unchecked : {false, true}) {
+        const Status status = unchecked ? kernel.run_unchecked(c->args()) : kernel.run(c->args());
+        EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << to_string(spec);
+        EXPECT_EQ(status.message(), ref.message()) << to_string(spec);
+        EXPECT_NE(status.message().find("slot_mapping[6]"), std::string::npos) << status.message();
+        EXPECT_EQ(c->tensors[2].storage(), before) << to_string(spec);
+      }
+    }
+  }
+}
+
+// fp8_ds_mla is not generated by the x86 backend: supports() says no, naming the mode.
+TEST(X86CacheChecked, MlaDsMlaIsNotServed) {
+  const OpSpec spec = mla_spec(DType::kBF16, KvCacheDtype::kFp8DsMla, 512, 64, 16);
+  CompileOptions options;
+  options.backend = BackendKind::kX86;
+  options.isa = isa_paths().back();
+  auto kernel = test_runtime().compile(spec, options);
+  ASSERT_FALSE(kernel.is_ok());
+  EXPECT_NE(kernel.status().message().find("fp8_ds_mla"), std::string::npos)
+      << kernel.status().to_string();
 }
 
 TEST(X86CacheChecked, BlockIdOutsideSwapBuffersIsAnErrorAndWritesNothing) {

@@ -11,6 +11,9 @@ endfunction()
 run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix")
 run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install/consumer" -B "${WORK_DIR}/build" -G Ninja
     -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix"
+    # The consumer is built with the same flags as kiln (a sanitizer build's static libraries
+    # need the sanitizer at link time).
+    "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
     "-DQUICKSTART_SOURCE=${SOURCE_DIR}/examples/quickstart.cc")
 run(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
 run(${CMAKE_COMMAND} -E env KILN_DISK_CACHE=0 "${WORK_DIR}/build/consumer")

@@ -143,8 +143,9 @@ class Generator : public Xbyak::CodeGenerator {
   /// x = e^x. Range-reduced: n = round(x log2 e), r = x - n ln2 (two-part ln2), e^r by the
   /// Cephes degree-7 polynomial (~1 ulp), times 2^n: vscalefps on AVX-512; on AVX2 built as
   /// 2^(n/2) * 2^(n - n/2). Either way results between FLT_MIN and 0 are gradual (denormal)
-  /// and x > 88.72 gives +inf. NaN stays NaN.
-  void exp_ps(const Group& x, const Group& t0, const Group& t1);
+  /// and x > 88.72 gives +inf. NaN stays NaN. `nonpositive`: the caller guarantees x <= 0 (or
+  /// NaN), so the upper clamp is skipped. With bf16_accuracy() a degree-4 polynomial is used.
+  void exp_ps(const Group& x, const Group& t0, const Group& t1, bool nonpositive = false);
   /// x = tanh(x): for |x| < 0.625 the odd polynomial x + x^3 P(x^2) (Cephes tanhf, no
   /// cancellation near 0); above, sign(x) (1 - 2 / (e^{2|x|} + 1)), which saturates to +-1.
   /// NaN stays NaN.

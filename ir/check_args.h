@@ -55,6 +55,12 @@ RopeStrides rope_strides(const Tensor& operand, int lead, int64_t head_size);
 /// Reads `positions` (int64, on the host).
 Status check_rope_positions(const Tensor& positions, int64_t max_position);
 
+/// Data-dependent check shared by the backends' gathers: the rows [cu_seq_lens[r],
+/// cu_seq_lens[r+1]) of request `r` (int32, read through the stride) must be non-decreasing,
+/// start at or above 0 and lie inside dst's `dst_rows`. Sets `begin`/`end`.
+Status check_request_rows(std::string_view op, const Tensor& cu_seq_lens, int64_t r,
+                          int64_t dst_rows, int64_t& begin, int64_t& end);
+
 /// The per-family checks behind jit::check_args (one file each: ir/check_args_<family>.cc).
 Status check_norm_act_args(const OpSpec& spec, const KernelArgs& args);
 Status check_cache_args(const OpSpec& spec, const KernelArgs& args);

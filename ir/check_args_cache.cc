@@ -525,6 +525,20 @@ Status check_indexer_gather(std::string_view op, const OpSpec& spec, const Kerne
 
 }  // namespace
 
+Status check_request_rows(std::string_view op, const Tensor& cu, int64_t r, int64_t dst_rows,
+                          int64_t& begin, int64_t& end) {
+  const auto* values = cu.data_as<const int32_t>();
+  begin = values[r * cu.stride(0)];
+  end = values[(r + 1) * cu.stride(0)];
+  if (begin < 0 || end < begin || end > dst_rows) {
+    return invalid_argument(fmt::format(
+        "{}: argument 'cu_seq_lens' gives request {} the rows [{}, {}) (cu_seq_lens[{}] = {}, "
+        "cu_seq_lens[{}] = {}); rows must be non-decreasing and inside the {} destination rows",
+        op, r, begin, end, r, begin, r + 1, end, dst_rows));
+  }
+  return Status::ok();
+}
+
 Status check_cache_args(const OpSpec& spec, const KernelArgs& args) {
   const std::string_view op = op_name(spec.op);
   switch (spec.op) {

@@ -35,6 +35,7 @@
 
 #include "codegen/ref/ref_elements.h"
 #include "codegen/ref/ref_families.h"
+#include "ir/check_args.h"
 #include "ir/numeric.h"
 #include "ir/params_cache.h"
 
@@ -469,21 +470,6 @@ Status gather_and_maybe_dequant(std::string_view op, const ir::GatherCacheParams
   return Status::ok();
 }
 
-// The rows [cu_seq_lens[r], cu_seq_lens[r+1]) of request r, checked against dst's row count;
-// cu_seq_lens must be non-decreasing and start at or above 0.
-Status request_rows(std::string_view op, const Tensor& cu, int64_t r, int64_t dst_rows,
-                    int64_t& begin, int64_t& end) {
-  begin = at_i32(cu, r);
-  end = at_i32(cu, r + 1);
-  if (begin < 0 || end < begin || end > dst_rows) {
-    return invalid_argument(fmt::format(
-        "{}: argument 'cu_seq_lens' gives request {} the rows [{}, {}) (cu_seq_lens[{}] = {}, "
-        "cu_seq_lens[{}] = {}); rows must be non-decreasing and inside the {} destination rows",
-        op, r, begin, end, r, begin, r + 1, end, dst_rows));
-  }
-  return Status::ok();
-}
-
 // dst[cu_seq_lens[r] + p] = entry at position p (+ seq_starts[r]) of request r, a byte copy.
 Status cp_gather_cache(std::string_view op, const ir::CpGatherCacheParams& p,
                        const KernelArgs& args) {
@@ -497,7 +483,7 @@ Status cp_gather_cache(std::string_view op, const ir::CpGatherCacheParams& p,
   for (int64_t r = 0; r < batch; ++r) {
     int64_t begin = 0;
     int64_t end = 0;
-    KILN_RETURN_IF_ERROR(request_rows(op, cu, r, dst.size(0), begin, end));
+    KILN_RETURN_IF_ERROR(ir::check_request_rows(op, cu, r, dst.size(0), begin, end));
     const int64_t start = seq_starts.defined() ? at_i32(seq_starts, r) : 0;
     if (start < 0) {
       return invalid_argument(fmt::format(
@@ -629,7 +615,7 @@ Status indexer_gather(std::string_view op, const ir::IndexerGatherParams& p,
   for (int64_t r = 0; r < table.table.size(0); ++r) {
     int64_t begin = 0;
     int64_t end = 0;
-    KILN_RETURN_IF_ERROR(request_rows(op, cu, r, dst_k.size(0), begin, end));
+    KILN_RETURN_IF_ERROR(ir::check_request_rows(op, cu, r, dst_k.size(0), begin, end));
     for (int64_t row = begin; row < end; ++row) {
       GatherCopy copy;
       copy.row = row;

@@ -107,21 +107,6 @@ struct BlockTableView {
   }
 };
 
-// The rows [cu_seq_lens[r], cu_seq_lens[r+1]) of request r: non-decreasing, from 0 up, inside
-// dst's rows.
-Status request_rows(std::string_view op, const Tensor& cu, int64_t r, int64_t dst_rows,
-                    int64_t& begin, int64_t& end) {
-  begin = at_i32(cu, r);
-  end = at_i32(cu, r + 1);
-  if (begin < 0 || end < begin || end > dst_rows) {
-    return invalid_argument(fmt::format(
-        "{}: argument 'cu_seq_lens' gives request {} the rows [{}, {}) (cu_seq_lens[{}] = {}, "
-        "cu_seq_lens[{}] = {}); rows must be non-decreasing and inside the {} destination rows",
-        op, r, begin, end, r, begin, r + 1, end, dst_rows));
-  }
-  return Status::ok();
-}
-
 // Splits rows [0, rows) over threads, each running the kernel on a contiguous range.
 void run_rows(KernelFn fn, const void* call_args, int64_t rows, double bytes,
               const Config& config) {
@@ -374,7 +359,7 @@ class X86Executable final : public Executable {
     for (int64_t r = 0; r < batch; ++r) {
       int64_t begin = 0;
       int64_t end = 0;
-      KILN_RETURN_IF_ERROR(request_rows(op, cu, r, dst.size(0), begin, end));
+      KILN_RETURN_IF_ERROR(ir::check_request_rows(op, cu, r, dst.size(0), begin, end));
       const int64_t start = seq_starts.defined() ? at_i32(seq_starts, r) : 0;
       if (start < 0) {
         return invalid_argument(
@@ -482,7 +467,8 @@ class X86Backend final : public Backend {
           "x86 backend does not generate {} yet (served: rms_norm, fused_add_rms_norm, "
           "rotary_embedding, silu_and_mul, mul_and_silu, gelu_and_mul, gelu_tanh_and_mul, "
           "fatrelu_and_mul, swigluoai_and_mul, reshape_and_cache, reshape_and_cache_flash, "
-          "concat_and_cache_mla, swap_blocks, convert_fp8, cp_gather_cache, gather_and_maybe_dequant_cache)",
+          "concat_and_cache_mla, swap_blocks, convert_fp8, cp_gather_cache, "
+          "gather_and_maybe_dequant_cache)",
           op_name(spec.op)));
     }
     if (is_mla_write(spec.op) &&

@@ -61,6 +61,12 @@ Status check_rope_positions(const Tensor& positions, int64_t max_position);
 Status check_request_rows(std::string_view op, const Tensor& cu_seq_lens, int64_t r,
                           int64_t dst_rows, int64_t& begin, int64_t& end);
 
+/// Data-dependent check shared by the backends' gathers: position `pos` (>= 0) of request `r`
+/// in a block table [B, max_blocks] (int32, read through its strides) resolves to a cache block
+/// in [0, num_blocks). Sets `block`; the error names the missing column or the bad entry.
+Status check_block_table_entry(std::string_view op, const Tensor& block_table, int64_t num_blocks,
+                               int64_t block_size, int64_t r, int64_t pos, int64_t& block);
+
 /// The per-family checks behind jit::check_args (one file each: ir/check_args_<family>.cc).
 Status check_norm_act_args(const OpSpec& spec, const KernelArgs& args);
 Status check_cache_args(const OpSpec& spec, const KernelArgs& args);

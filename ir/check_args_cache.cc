@@ -539,6 +539,25 @@ Status check_request_rows(std::string_view op, const Tensor& cu, int64_t r, int6
   return Status::ok();
 }
 
+Status check_block_table_entry(std::string_view op, const Tensor& table, int64_t num_blocks,
+                               int64_t block_size, int64_t r, int64_t pos, int64_t& block) {
+  const int64_t column = pos / block_size;
+  if (column >= table.size(1)) {
+    return invalid_argument(fmt::format(
+        "{}: argument 'block_table' ({}) has no column {} for position {} of request {} "
+        "(block_size {})",
+        op, table.describe(), column, pos, r, block_size));
+  }
+  block = table.data_as<const int32_t>()[r * table.stride(0) + column * table.stride(1)];
+  if (block < 0 || block >= num_blocks) {
+    return invalid_argument(fmt::format(
+        "{}: argument 'block_table' has block_table[{}, {}] = {}, outside the cache blocks "
+        "[0, {})",
+        op, r, column, block, num_blocks));
+  }
+  return Status::ok();
+}
+
 Status check_cache_args(const OpSpec& spec, const KernelArgs& args) {
   const std::string_view op = op_name(spec.op);
   switch (spec.op) {

@@ -130,21 +130,9 @@ struct BlockTable {
   // Resolves position `pos` (>= 0) of request `r` to its block and offset, or the error naming
   // the block-table column or entry that is outside its range.
   Status locate(int64_t r, int64_t pos, GatherCopy& copy) const {
-    const int64_t column = pos / block_size;
-    if (column >= table.size(1)) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'block_table' ({}) has no column {} for position {} of request {} "
-          "(block_size {})",
-          op, table.describe(), column, pos, r, block_size));
-    }
-    const int64_t block =
-        table.data_as<const int32_t>()[r * table.stride(0) + column * table.stride(1)];
-    if (block < 0 || block >= num_blocks) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'block_table' has block_table[{}, {}] = {}, outside the cache blocks "
-          "[0, {})",
-          op, r, column, block, num_blocks));
-    }
+    int64_t block = 0;
+    KILN_RETURN_IF_ERROR(
+        ir::check_block_table_entry(op, table, num_blocks, block_size, r, pos, block));
     copy.block = block;
     copy.offset = pos % block_size;
     return Status::ok();

@@ -85,22 +85,9 @@ struct BlockTableView {
   // Byte offset in `cache` of position `pos` (>= 0) of request `r`, or the error naming the
   // block-table column or entry outside its range.
   Status locate(int64_t r, int64_t pos, int64_t& offset) const {
-    const int64_t column = pos / block_size;
-    if (column >= table.size(1)) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'block_table' ({}) has no column {} for position {} of request {} "
-          "(block_size {})",
-          op, table.describe(), column, pos, r, block_size));
-    }
-    const int64_t block =
-        table.data_as<const int32_t>()[r * table.stride(0) + column * table.stride(1)];
-    const int64_t num_blocks = cache.size(0);
-    if (block < 0 || block >= num_blocks) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'block_table' has block_table[{}, {}] = {}, outside the cache blocks "
-          "[0, {})",
-          op, r, column, block, num_blocks));
-    }
+    int64_t block = 0;
+    KILN_RETURN_IF_ERROR(
+        ir::check_block_table_entry(op, table, cache.size(0), block_size, r, pos, block));
     offset = (block * cache.stride(0) + (pos % block_size) * cache.stride(1)) *
              int64_t(cache.element_size());
     return Status::ok();

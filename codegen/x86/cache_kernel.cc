@@ -61,6 +61,22 @@ class CacheGenerator : public Generator {
     for (int64_t i = 0; i < units; ++i) body(i);
   }
 
+  // The fp8 code format of a quantising kv mode (e4m3 unless e5m2).
+  static DType fp8_format(ir::KvCacheDtype kv) {
+    return kv == ir::KvCacheDtype::kFp8E5m2 ? DType::kFp8E5m2 : DType::kFp8E4m3;
+  }
+
+  // Writes `elements` input values of `dtype` at [src] into the cache at [dst]: a byte copy in
+  // auto mode, else their fp8 codes (x / scale) in `format` (dst, src advanced).
+  void write_span(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype, bool fp8,
+                  DType format, const Xmm& scale) {
+    if (fp8) {
+      quantise_span(dst, src, elements, dtype, format, scale);
+    } else {
+      copy_span(dst, src, elements * int64_t(dtype_size(dtype)), reg_count_);
+    }
+  }
+
   // Quantises `elements` values of `dtype` at [src] into fp8 codes at [dst] (dst, src
   // advanced): code = fp8(x / scale).
   void quantise_span(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype,
@@ -176,7 +192,7 @@ class FlashWriteGenerator : public CacheGenerator {
       : CacheGenerator(isa),
         p_(p),
         fp8_(p.kv != ir::KvCacheDtype::kAuto),
-        format_(p.kv == ir::KvCacheDtype::kFp8E5m2 ? DType::kFp8E5m2 : DType::kFp8E4m3),
+        format_(fp8_format(p.kv)),
         esize_(int64_t(dtype_size(p.dtype))),
         csize_(int64_t(ir::cache_element_size(p.dtype, p.kv))) {}
 
@@ -235,11 +251,7 @@ class FlashWriteGenerator : public CacheGenerator {
   }
 
   void span(const Reg64& dst, const Reg64& src, int64_t elements, const Xmm& scale) {
-    if (fp8_) {
-      quantise_span(dst, src, elements, p_.dtype, format_, scale);
-    } else {
-      copy_span(dst, src, elements * esize_, reg_count_);
-    }
+    write_span(dst, src, elements, p_.dtype, fp8_, format_, scale);
   }
 
   const ir::FlashCacheWriteParams p_;
@@ -254,7 +266,7 @@ class PagedWriteGenerator : public CacheGenerator {
       : CacheGenerator(isa),
         p_(p),
         fp8_(p.kv != ir::KvCacheDtype::kAuto),
-        format_(p.kv == ir::KvCacheDtype::kFp8E5m2 ? DType::kFp8E5m2 : DType::kFp8E4m3),
+        format_(fp8_format(p.kv)),
         esize_(int64_t(dtype_size(p.dtype))),
         csize_(int64_t(ir::cache_element_size(p.dtype, p.kv))),
         x_(ir::paged_key_x(p.dtype, p.kv)) {}
@@ -402,7 +414,7 @@ class MlaWriteGenerator : public CacheGenerator {
       : CacheGenerator(isa),
         p_(p),
         fp8_(p.kv != ir::KvCacheDtype::kAuto),
-        format_(p.kv == ir::KvCacheDtype::kFp8E5m2 ? DType::kFp8E5m2 : DType::kFp8E4m3),
+        format_(fp8_format(p.kv)),
         esize_(int64_t(dtype_size(p.dtype))),
         csize_(int64_t(ir::cache_element_size(p.dtype, p.kv))) {}
 
@@ -422,8 +434,7 @@ class MlaWriteGenerator : public CacheGenerator {
       load_row(offsetof(CacheWriteCallArgs, key), offsetof(CacheWriteCallArgs, key_row_stride));
       mov(reg_dst_, reg_q_);
       span(reg_dst_, reg_src_, p_.kv_lora_rank);
-      load_row(offsetof(CacheWriteCallArgs, value),
-               offsetof(CacheWriteCallArgs, value_row_stride));
+      load_row(offsetof(CacheWriteCallArgs, value), offsetof(CacheWriteCallArgs, value_row_stride));
       mov(reg_dst_, reg_q_);
       add(reg_dst_, p_.kv_lora_rank * csize_);
       span(reg_dst_, reg_src_, p_.pe_dim);
@@ -433,11 +444,7 @@ class MlaWriteGenerator : public CacheGenerator {
 
  private:
   void span(const Reg64& dst, const Reg64& src, int64_t elements) {
-    if (fp8_) {
-      quantise_span(dst, src, elements, p_.dtype, format_, vmm(kKScale));
-    } else {
-      copy_span(dst, src, elements * esize_, reg_count_);
-    }
+    write_span(dst, src, elements, p_.dtype, fp8_, format_, vmm(kKScale));
   }
 
   const ir::MlaCacheWriteParams p_;
@@ -490,7 +497,7 @@ class GatherGenerator : public CacheGenerator {
       : CacheGenerator(isa),
         dtype_(dtype),
         fp8_(kv != ir::KvCacheDtype::kAuto),
-        format_(kv == ir::KvCacheDtype::kFp8E5m2 ? DType::kFp8E5m2 : DType::kFp8E4m3),
+        format_(fp8_format(kv)),
         elements_(elements) {}
 
   void generate() {

@@ -79,6 +79,9 @@ class Generator : public Xbyak::CodeGenerator {
   /// denormal inputs as zero; such vectors take the exact path). t0, t1 are temporaries.
   void round_multiply_store(const Xmm& a, const Xmm& b, DType dtype, const RegExp& dst, int count,
                             const Xmm& t0, const Xmm& t1);
+  /// In place: x = fp32 bits of rnd_bf16(x), round to nearest even on the 16 dropped bits
+  /// (denormals exact, NaN stays a quiet NaN). Uses vmm14 and (AVX-512) k2.
+  void bf16_round_bits(const Xmm& x);
   /// Sums the lanes of `x` into lane 0 of x's xmm.
   void reduce_sum(const Xmm& x);
 
@@ -173,7 +176,6 @@ class Generator : public Xbyak::CodeGenerator {
   void set_tail_mask(int count);
   void copy_bytes(const RegExp& dst, const RegExp& src, int bytes);
   void stage_zero();
-  void bf16_round_bits(const Xmm& x);
   // Emits `fast` unless a lane of `x` is an fp32 denormal, then `exact` instead: the
   // hardware bf16 conversion treats denormal inputs as zero.
   template <class Fast, class Exact>

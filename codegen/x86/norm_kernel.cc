@@ -89,9 +89,9 @@ class NormGenerator : public Generator {
   // kUnroll-vector blocks indexed by reg_idx_, then whole vectors and a masked tail at
   // constant offsets.
   template <class Body>
-  void for_each_vector(Body body) {
+  void for_each_vector(Body body, int64_t begin = 0) {
     const int64_t block = int64_t(kUnroll) * lanes();
-    const int64_t blocks = p_.hidden / block;
+    const int64_t blocks = begin == 0 ? p_.hidden / block : 0;
     if (blocks > 0) {
       Label l_loop;
       xor_(reg_idx_, reg_idx_);
@@ -108,7 +108,7 @@ class NormGenerator : public Generator {
       cmp(reg_idx_, blocks * block);
       jl(l_loop, T_NEAR);
     }
-    int64_t offset = blocks * block;
+    int64_t offset = begin + blocks * block;
     int slot = 0;
     while (offset < p_.hidden) {
       const int count = int(std::min<int64_t>(lanes(), p_.hidden - offset));
@@ -122,27 +122,49 @@ class NormGenerator : public Generator {
 
   void sum_of_squares() {
     for (int u = 0; u < kUnroll; ++u) vxorps(vmm(kAcc + u), vmm(kAcc + u), vmm(kAcc + u));
-    for_each_vector([&](int u, auto at, int count) {
-      const Xmm x = vmm(kX + u);
-      load_f32(x, p_.dtype, at(reg_src_), count);
-      if (fused_) {
-        const Xmm r = vmm(kR + u);
-        load_f32(r, p_.dtype, at(reg_res_), count);
-        vaddps(x, x, r);
-        round_to(x, p_.dtype);
-        store_f32(x, p_.dtype, at(reg_res_), count);
+    const int64_t pairs_end = pairs_path() ? p_.hidden / kPairsBlock * kPairsBlock : 0;
+    if (pairs_end > 0) {
+      // bf16 pairs: one dword holds elements 2i (low half) and 2i+1 (high half); a shift and
+      // an and give both as fp32 without a widening shuffle.
+      Label l_loop;
+      xor_(reg_idx_, reg_idx_);
+      L(l_loop);
+      for (int u = 0; u < kPairsUnroll; ++u) {
+        const PairRegs r = pair_regs(u);
+        vmovdqu32(r.v, ptr[reg_src_ + reg_idx_ * 2 + u * 64]);
+        split_pairs(r.even, r.odd, r.v);
+        vfmadd231ps(Zmm(kAcc + 2 * u), r.even, r.even);
+        vfmadd231ps(Zmm(kAcc + 2 * u + 1), r.odd, r.odd);
       }
-      vfmadd231ps(vmm(kAcc + u), x, x);
-    });
+      add(reg_idx_, kPairsBlock);
+      cmp(reg_idx_, pairs_end);
+      jl(l_loop, T_NEAR);
+    }
+    for_each_vector([&](int u, auto at, int count) { square_vector(u, at, count); }, pairs_end);
     vaddps(vmm(kAcc), vmm(kAcc), vmm(kAcc + 1));
     vaddps(vmm(kAcc + 2), vmm(kAcc + 2), vmm(kAcc + 3));
     vaddps(vmm(kAcc), vmm(kAcc), vmm(kAcc + 2));
     reduce_sum(vmm(kAcc));
   }
 
+  template <class At>
+  void square_vector(int u, At at, int count) {
+    const Xmm x = vmm(kX + u);
+    load_f32(x, p_.dtype, at(reg_src_), count);
+    if (fused_) {
+      const Xmm r = vmm(kR + u);
+      load_f32(r, p_.dtype, at(reg_res_), count);
+      vaddps(x, x, r);
+      round_to(x, p_.dtype);
+      store_f32(x, p_.dtype, at(reg_res_), count);
+    }
+    vfmadd231ps(vmm(kAcc + u), x, x);
+  }
+
   void compute_inv() {
     // inv = 1 / sqrt(ss / H + eps), each step correctly rounded in fp32.
     const Xmm ss = Xmm(kAcc);
+    if (pairs_path()) vmovaps(Xmm(kSavedSs), ss);  // for the row's finiteness check
     mov(eax, std::bit_cast<uint32_t>(float(p_.hidden)));
     vmovd(Xmm(kAcc + 1), eax);
     vdivss(ss, ss, Xmm(kAcc + 1));
@@ -155,31 +177,138 @@ class NormGenerator : public Generator {
   }
 
   void normalize() {
+    if (!pairs_path()) {
+      for_each_vector([&](int u, auto at, int count) { normalize_vector(u, at, count); });
+      return;
+    }
+    // The pairs path rounds rnd_bf16(z * inv) with integer adds, which is exact for every
+    // finite value (denormals included) but not for NaN. ss + inv is finite exactly when
+    // every z and inv are, and then |z * inv| <= sqrt(H): such rows take the pairs path, the
+    // others (inf/NaN input, eps = 0 with a zero row) the per-vector path.
+    Label l_vectors, l_row_done;
+    vaddss(Xmm(kCheck), Xmm(kSavedSs), Xmm(kInvReg));
+    vfpclassss(k2, Xmm(kCheck), kNonFiniteClass);
+    kortestw(k2, k2);
+    jnz(l_vectors, T_NEAR);
+    normalize_pairs();
+    jmp(l_row_done, T_NEAR);
+    L(l_vectors);
+    for_each_vector([&](int u, auto at, int count) { normalize_vector(u, at, count); });
+    L(l_row_done);
+  }
+
+  // Pass 2 of the pairs path: 64 elements (two dwords vectors) per step, then the per-vector
+  // path for the rest of the row.
+  void normalize_pairs() {
+    const Zmm inv(kInvReg);
+    const int64_t pairs_end = p_.hidden / kPairsBlock * kPairsBlock;
+    // vcvtne2ps2bf16(odd, even) packs [even 0..15 | odd 0..15]; this word permutation
+    // restores the memory order even0, odd0, even1, odd1, ...
+    std::array<uint32_t, 16> interleave{};
+    for (uint32_t i = 0; i < 16; ++i) interleave[i] = i | (16 + i) << 16;
+    vmovdqu32(Zmm(kInterleave), cst_table(interleave));
+    Label l_loop;
+    xor_(reg_idx_, reg_idx_);
+    L(l_loop);
+    for (int u = 0; u < kPairsUnroll; ++u) {
+      const PairRegs r = pair_regs(u);
+      const auto at = [&](const Reg64& base) { return base + reg_idx_ * 2 + u * 64; };
+      prefetcht0(ptr[at(reg_next_src_)]);
+      prefetchw(ptr[at(reg_next_res_)]);
+      vmovdqu32(r.v, ptr[at(reg_src_)]);
+      split_pairs(r.even, r.odd, r.v);
+      vmulps(r.even, r.even, inv);
+      vmulps(r.odd, r.odd, inv);
+      if (p_.weight) {
+        // y = rnd(rnd(z * inv) * w): the inner rounding on the fp32 bits (no NaN here).
+        round_finite_to_bf16(r.even, r.t);
+        round_finite_to_bf16(r.odd, r.t);
+        vmovdqu32(r.v, ptr[at(reg_w_)]);
+        split_pairs(r.t, r.v, r.v);
+        vmulps(r.even, r.even, r.t);
+        vmulps(r.odd, r.odd, r.v);
+      }
+      // vcvtne2ps2bf16 treats denormal inputs as zero: such steps round on the bits.
+      Label l_bits, l_next;
+      vfpclassps(k2, r.even, kDenormalClass);
+      vfpclassps(k3, r.odd, kDenormalClass);
+      kortestw(k2, k3);
+      jnz(l_bits, T_NEAR);
+      vcvtne2ps2bf16(r.packed, r.odd, r.even);
+      vpermw(r.packed, Zmm(kInterleave), r.packed);
+      vmovdqu16(ptr[at(reg_dst_)], r.packed);
+      jmp(l_next, T_NEAR);
+      L(l_bits);
+      bf16_round_bits(r.even);  // NaN-aware: a NaN weight may meet a denormal lane
+      bf16_round_bits(r.odd);
+      vpsrld(r.even, r.even, 16);
+      vpord(r.packed, r.odd, r.even);
+      vmovdqu32(ptr[at(reg_dst_)], r.packed);
+      L(l_next);
+    }
+    add(reg_idx_, kPairsBlock);
+    cmp(reg_idx_, pairs_end);
+    jl(l_loop, T_NEAR);
+    for_each_vector([&](int u, auto at, int count) { normalize_vector(u, at, count); }, pairs_end);
+  }
+
+  template <class At>
+  void normalize_vector(int u, At at, int count) {
     const Xmm inv = vmm(kInvReg);  // set by compute_inv
     const Reg64& src = fused_ ? reg_res_ : reg_src_;
-    for_each_vector([&](int u, auto at, int count) {
-      const Xmm x = vmm(kX + u);
-      // Next row: the input (written in place when fused) and the residual or output, which
-      // are written: prefetchw takes the lines in exclusive state, saving the RFO stall.
-      if (fused_) {
-        prefetchw(ptr[at(reg_next_src_)]);
-        prefetchw(ptr[at(reg_next_res_)]);
-      } else {
-        prefetcht0(ptr[at(reg_next_src_)]);
-        prefetchw(ptr[at(reg_next_res_)]);
-      }
-      load_f32(x, p_.dtype, at(src), count);
-      vmulps(x, x, inv);
-      if (!p_.weight) {
-        store_f32(x, p_.dtype, at(reg_dst_), count);
-        return;
-      }
-      const Xmm w = vmm(kR + u);
-      load_f32(w, p_.dtype, at(reg_w_), count);
-      // The fast bf16 path's temporaries live in 16..31, which only AVX-512 has (and uses).
-      round_multiply_store(x, w, p_.dtype, at(reg_dst_), count, vmm(kFastPacked + u),
-                           vmm(kFastRounded + u));
-    });
+    const Xmm x = vmm(kX + u);
+    // Next row: the input (written in place when fused) and the residual or output, which
+    // are written: prefetchw takes the lines in exclusive state, saving the RFO stall.
+    if (fused_) {
+      prefetchw(ptr[at(reg_next_src_)]);
+      prefetchw(ptr[at(reg_next_res_)]);
+    } else {
+      prefetcht0(ptr[at(reg_next_src_)]);
+      prefetchw(ptr[at(reg_next_res_)]);
+    }
+    load_f32(x, p_.dtype, at(src), count);
+    vmulps(x, x, inv);
+    if (!p_.weight) {
+      store_f32(x, p_.dtype, at(reg_dst_), count);
+      return;
+    }
+    const Xmm w = vmm(kR + u);
+    load_f32(w, p_.dtype, at(reg_w_), count);
+    // The fast bf16 path's temporaries live in 16..31, which only AVX-512 has (and uses).
+    round_multiply_store(x, w, p_.dtype, at(reg_dst_), count, vmm(kFastPacked + u),
+                         vmm(kFastRounded + u));
+  }
+
+  // ---- The bf16 pairs path (AVX512_BF16, rms_norm): rows are read as dwords of two bf16.
+  static constexpr int64_t kPairsUnroll = 2;
+  static constexpr int64_t kPairsBlock = 32 * kPairsUnroll;  // elements per loop step
+  static constexpr uint8_t kDenormalClass = 0x20;            // vfpclassps category bit 5
+  static constexpr uint8_t kNonFiniteClass = 0x99;           // QNaN, SNaN, +inf, -inf
+  static constexpr int kInterleave = 23, kCheck = 30, kSavedSs = 31;
+  struct PairRegs {
+    Zmm v, even, odd, t, packed;
+  };
+  // zmm16..22 for step 0, zmm24..29 for step 1 (23, 30, 31 are kInterleave, kCheck, kSavedSs).
+  static PairRegs pair_regs(int u) {
+    const int b = 16 + 8 * u;
+    return {Zmm(b), Zmm(b + 1), Zmm(b + 2), Zmm(b + 3), Zmm(b + 4)};
+  }
+  bool pairs_path() const {
+    return !fused_ && p_.dtype == DType::kBF16 && has_bf16_convert() && p_.hidden >= kPairsBlock;
+  }
+  // even = fp32 of the low bf16 of each dword, odd = fp32 of the high one. odd may alias v.
+  void split_pairs(const Zmm& even, const Zmm& odd, const Zmm& v) {
+    vpslld(even, v, 16);
+    vpandd(odd, v, cst_bits(0xFFFF0000));
+  }
+  // x = fp32 bits of rnd_bf16(x) (round to nearest even on the 16 dropped bits); exact for
+  // every non-NaN x, denormals included. t is a temporary.
+  void round_finite_to_bf16(const Zmm& x, const Zmm& t) {
+    vpsrld(t, x, 16);
+    vpandd(t, t, cst_bits(1));
+    vpaddd(x, x, t);
+    vpaddd(x, x, cst_bits(0x7FFF));
+    vpandd(x, x, cst_bits(0xFFFF0000));
   }
 
   const ir::NormParams p_;

@@ -433,6 +433,22 @@ void Generator::exp_ps(const Group& x, const Group& t0, const Group& t1, bool no
   const auto each = [&](auto step) {
     for (size_t u = 0; u < x.size(); ++u) step(x[u], t0[u], t1[u]);
   };
+  if (avx512_ && bf16_accuracy_) {
+    // e^x = 2^a, a = x log2 e, split as 2^floor(a) * 2^f with f = a - floor(a) in [0, 1)
+    // (vreduceps), 2^f = 1 + f (c1 + f (c2 + f c3)) (relative-minimax cubic, max relative
+    // error 8.6e-5 = 1/45 of a bf16 ulp), and vscalefps multiplies by 2^floor(a) with IEEE
+    // overflow to inf and gradual underflow. The rounding of a costs |a| 2^-24 <= 9e-6
+    // relative. No clamp: +-inf give inf / 0, NaN stays NaN (vreduceps maps +-inf to 0).
+    constexpr uint8_t kFloorFraction = 0x09;  // imm: M = 0, suppress #P, round down
+    each([&](auto& v, auto& a, auto&) { vmulps(a, v, cst(1.44269504088896341f)); });
+    each([&](auto& v, auto& a, auto&) { vreduceps(v, a, kFloorFraction); });
+    each([&](auto&, auto&, auto& p) { vmovups(p, cst(0.07706379145383835f)); });
+    for (float c : {0.2276485413312912f, 0.6951159834861755f, 1.0f}) {
+      each([&](auto& v, auto&, auto& p) { vfmadd213ps(p, v, cst(c)); });
+    }
+    each([&](auto& v, auto& a, auto& p) { vscalefps(v, p, a); });
+    return;
+  }
   // Clamp to [-104, 89]: below, e^x rounds to 0; above, it overflows to inf. x is the second
   // operand of max/min so that a NaN x passes through. A caller whose x is never positive
   // needs only the lower bound.
@@ -489,8 +505,15 @@ void Generator::sigmoid_ps(const Group& x, const Group& t0, const Group& t1, con
   for (size_t u = 0; u < n; ++u) uni_vpor(t0[u], x[u], cst_bits(0x80000000));  // -|x|
   exp_ps(t0, t1, t2, /*nonpositive=*/true);
   for (size_t u = 0; u < n; ++u) vaddps(t1[u], t0[u], cst(1.0f));  // 1 + e, in [1, 2]
-  reciprocal(t2, t1, t3);                                          // 1/(1+e): x >= 0
-  for (size_t u = 0; u < n; ++u) vmulps(t3[u], t0[u], t2[u]);      // e/(1+e): x < 0
+  if (avx512_ && n <= 5) {
+    // The x < 0 lanes (sign bit set, masks k2..k6) multiply 1/(1+e) by e under the mask.
+    for (size_t u = 0; u < n; ++u) vpmovd2m(Xbyak::Opmask(int(2 + u)), x[u]);
+    reciprocal(x, t1, t3);
+    for (size_t u = 0; u < n; ++u) vmulps(x[u] | Xbyak::Opmask(int(2 + u)), x[u], t0[u]);
+    return;
+  }
+  reciprocal(t2, t1, t3);                                      // 1/(1+e): x >= 0
+  for (size_t u = 0; u < n; ++u) vmulps(t3[u], t0[u], t2[u]);  // e/(1+e): x < 0
   for (size_t u = 0; u < n; ++u) select_by_sign(x[u], x[u], t3[u], t2[u]);
 }
 

@@ -5,7 +5,8 @@
 // Register conventions (both ISAs use only vector registers 0..15):
 //   vmm0..vmm12  free for the kernel
 //   vmm13..15    scratch of the helpers below (clobbered by load/store/round/reduce)
-//   k1           tail mask (AVX-512), k2 compare mask (AVX-512)
+//   k1           tail mask (AVX-512), k2 compare mask (AVX-512); k2..k6 sign masks of the
+//                sigmoid-based injectors
 //   rax, rcx     scratch of the helpers
 //   rdi, rsi, rdx  the arguments (args struct, row_begin, row_end) on entry
 // Only this file and the generator .cc files include xbyak.h (it is slow to compile).
@@ -147,7 +148,8 @@ class Generator : public Xbyak::CodeGenerator {
   /// Cephes degree-7 polynomial (~1 ulp), times 2^n: vscalefps on AVX-512; on AVX2 built as
   /// 2^(n/2) * 2^(n - n/2). Either way results between FLT_MIN and 0 are gradual (denormal)
   /// and x > 88.72 gives +inf. NaN stays NaN. `nonpositive`: the caller guarantees x <= 0 (or
-  /// NaN), so the upper clamp is skipped. With bf16_accuracy() a degree-4 polynomial is used.
+  /// NaN), so the upper clamp is skipped. With bf16_accuracy(): on AVX-512 2^a = 2^floor(a)
+  /// 2^frac(a) with a cubic for 2^frac (8.6e-5 relative), on AVX2 a degree-4 polynomial.
   void exp_ps(const Group& x, const Group& t0, const Group& t1, bool nonpositive = false);
   /// x = tanh(x): for |x| < 0.625 the odd polynomial x + x^3 P(x^2) (Cephes tanhf, no
   /// cancellation near 0); above, sign(x) (1 - 2 / (e^{2|x|} + 1)), which saturates to +-1.
@@ -155,6 +157,7 @@ class Generator : public Xbyak::CodeGenerator {
   void tanh_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2, const Group& t3);
   /// x = 1 / (1 + e^-x), evaluated as 1/(1+e) for x >= 0 and e/(1+e) for x < 0 with
   /// e = e^-|x|, so neither branch overflows and tiny results keep full relative accuracy.
+  /// AVX-512 multiplies by e under the sign mask of x (k2 + member index).
   void sigmoid_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
                   const Group& t3);
   /// x = silu(x) = x * sigmoid(x).

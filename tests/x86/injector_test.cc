@@ -21,7 +21,10 @@ enum class Fn { kExp, kTanh, kSigmoid, kSilu, kGeluErf, kGeluTanh };
 // dst[v] = fn(src[v]) over whole vectors.
 class MapGenerator : public test::VectorMapGenerator {
  public:
-  MapGenerator(X86Isa isa, Fn fn) : VectorMapGenerator(isa), fn_(fn) { generate(); }
+  MapGenerator(X86Isa isa, Fn fn, bool bf16_accuracy = false) : VectorMapGenerator(isa), fn_(fn) {
+    set_bf16_accuracy(bf16_accuracy);
+    generate();
+  }
 
  protected:
   void apply() override {
@@ -82,8 +85,9 @@ struct Outcome {
   std::string special_failure;
 };
 
-Outcome run(X86Isa isa, Fn fn, std::vector<float> xs, double core_lo, double core_hi) {
-  MapGenerator gen(isa, fn);
+Outcome run(X86Isa isa, Fn fn, std::vector<float> xs, double core_lo, double core_hi,
+            bool bf16_accuracy = false) {
+  MapGenerator gen(isa, fn, bf16_accuracy);
   auto code = gen.finish();
   EXPECT_TRUE(code.is_ok()) << code.status().to_string();
   auto address = CodeArena::global().add(code.value());
@@ -182,6 +186,23 @@ TEST(Injectors, AccurateOnEveryIsaPath) {
                   c.core_lo, c.core_hi, o.max_rel, o.worst_rel_input);
       EXPECT_LE(o.max_ulp, c.max_ulp) << c.name << " on " << x86_isa_name(isa);
       EXPECT_LE(o.max_rel, c.max_rel) << c.name << " on " << x86_isa_name(isa);
+      EXPECT_TRUE(o.specials_ok) << c.name << " on " << x86_isa_name(isa) << ": "
+                                 << o.special_failure;
+    }
+  }
+}
+
+// At bf16 accuracy (generators whose output is bf16) the injectors trade fp32 accuracy for
+// fewer instructions; their relative error must stay far below a bf16 half ulp (2^-9 = 2e-3)
+// so that rounding to bf16 is off by at most one ulp, and the specials must be exact.
+TEST(Injectors, Bf16AccuracyStaysFarBelowABf16Ulp) {
+  constexpr double kMaxRel = 2.5e-4;  // 1/8 of a bf16 half ulp
+  for (X86Isa isa : isa_paths()) {
+    for (const Case& c : kCases) {
+      const Outcome o = run(isa, c.fn, inputs(c.lo, c.hi), c.core_lo, c.core_hi, true);
+      std::printf("bf16 accuracy %-10s %-7s max relative %.2g (x=%.7g)\n", c.name,
+                  std::string(x86_isa_name(isa)).c_str(), o.max_rel, o.worst_rel_input);
+      EXPECT_LE(o.max_rel, kMaxRel) << c.name << " on " << x86_isa_name(isa);
       EXPECT_TRUE(o.specials_ok) << c.name << " on " << x86_isa_name(isa) << ": "
                                  << o.special_failure;
     }

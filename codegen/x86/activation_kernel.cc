@@ -85,6 +85,10 @@ class ActivationGenerator : public Generator {
   // One row: a loop over groups of `unroll_` whole vectors, then single vectors, then a masked
   // tail.
   void row() {
+    if (pairs_path()) {
+      pairs_row();
+      return;
+    }
     const int64_t block = int64_t(unroll_) * lanes();
     const int64_t blocks = p_.d / block;
     if (blocks > 0) {
@@ -161,6 +165,87 @@ class ActivationGenerator : public Generator {
       round_multiply_store(activated[u], other[u], p_.dtype, at(reg_dst_, constant_offset, e, 1),
                            count, t0[u], t1[u]);
     });
+  }
+
+  // ---- The bf16 pairs path (AVX512_BF16): a dword of the row holds elements 2i (low half)
+  // and 2i+1 (high half). A shift and an and split 32 elements into two fp32 vectors (no
+  // widening shuffle), and both roundings are done on the fp32 bits, so a step costs no
+  // vcvtneps2bf16 (2 cycles per 16 lanes here) and needs no denormal guard.
+  static constexpr int64_t kPairElements = 32;
+
+  bool pairs_path() const {
+    return avx512() && has_bf16_convert() && p_.dtype == DType::kBF16 &&
+           op_ != OpKind::kSwigluoaiAndMul && p_.d >= kPairElements && unroll_ >= 2;
+  }
+
+  void pairs_row() {
+    const int64_t steps = p_.d / kPairElements;
+    Label l_loop;
+    xor_(reg_idx_, reg_idx_);
+    L(l_loop);
+    pairs_step(/*constant_offset=*/-1);
+    add(reg_idx_, kPairElements);
+    cmp(reg_idx_, steps * kPairElements);
+    jl(l_loop, T_NEAR);
+    // The rest of the row (fewer than 32 elements) through the per-vector step.
+    int64_t offset = steps * kPairElements;
+    while (offset < p_.d) {
+      const int count = int(std::min<int64_t>(lanes(), p_.d - offset));
+      step(1, count, offset);
+      offset += count;
+    }
+  }
+
+  void pairs_step(int64_t constant_offset) {
+    const Group x = slot(0, 2), y = slot(1, 2);  // member 0: even elements, 1: odd
+    const Group t0 = slot(2, 2), t1 = slot(3, 2), t2 = slot(4, 2), t3 = slot(5, 2), t4 = slot(6, 2);
+    const auto split = [&](const Group& dst, const RegExp& addr) {
+      vmovdqu32(Zmm(dst[1].getIdx()), ptr[addr]);
+      vpslld(dst[0], dst[1], 16);
+      vpandd(dst[1], dst[1], cst_bits(0xFFFF0000));
+    };
+    split(x, at(reg_src_, constant_offset, 0, 1));
+    split(y, at(reg_src_, constant_offset, p_.d, 1));
+    const Group& activated = op_ == OpKind::kMulAndSilu ? y : x;
+    const Group& other = op_ == OpKind::kMulAndSilu ? x : y;
+    switch (op_) {
+      case OpKind::kSiluAndMul:
+      case OpKind::kMulAndSilu: silu_ps(activated, t0, t1, t2, t3, t4); break;
+      case OpKind::kGeluAndMul: gelu_erf_ps(activated, t0, t1, t2, t3); break;
+      case OpKind::kGeluTanhAndMul: gelu_tanh_ps(activated, t0, t1, t2, t3, t4); break;
+      case OpKind::kFatreluAndMul:
+        for (int u = 0; u < 2; ++u) keep_if_greater(x[u], x[u], vmm(param0_));
+        break;
+      default: break;
+    }
+    for (int u = 0; u < 2; ++u) {
+      // fatrelu selects exactly: nothing to round before the product.
+      if (op_ != OpKind::kFatreluAndMul) round_bits_to_bf16(activated[u], t0[u]);
+      vmulps(activated[u], activated[u], other[u]);
+    }
+    // Pack: the even result's rounded bits shifted down, or'ed with the odd result's top half.
+    const Zmm even(activated[0].getIdx()), odd(activated[1].getIdx());
+    add_bf16_rounding_bias(even, Zmm(t0[0].getIdx()));
+    add_bf16_rounding_bias(odd, Zmm(t0[1].getIdx()));
+    vpsrld(even, even, 16);
+    constexpr uint8_t kOddTopOrEven = 0xEC;  // (odd & mask) | even
+    vpternlogd(odd, even, cst_bits(0xFFFF0000), kOddTopOrEven);
+    vmovdqu32(ptr[at(reg_dst_, constant_offset, 0, 1)], odd);
+  }
+
+  // x += 0x7FFF + bit 16 of x: the carry into bit 16 is round to nearest even on the 16 bits
+  // a bf16 drops (bit 16 is tested into a mask, so no shift is needed). Exact for every value
+  // of these kernels, NaN included: every NaN here comes from a bf16 input or is the default
+  // NaN, so its low 16 bits are zero and nothing carries. Uses k2.
+  void add_bf16_rounding_bias(const Zmm& x, const Zmm&) {
+    vptestmd(k2, x, cst_bits(0x10000));
+    vpaddd(x, x, cst_bits(0x7FFF));
+    vpaddd(x | k2, x, cst_bits(1));
+  }
+  // x = fp32 bits of rnd_bf16(x).
+  void round_bits_to_bf16(const Xmm& x, const Xmm& t) {
+    add_bf16_rounding_bias(Zmm(x.getIdx()), Zmm(t.getIdx()));
+    vpandd(x, x, cst_bits(0xFFFF0000));
   }
 
   void swiglu(const Group& gate, const Group& up, const Group& t0, const Group& t1, const Group& t2,

@@ -301,13 +301,13 @@ class NormGenerator : public Generator {
     vpslld(even, v, 16);
     vpandd(odd, v, cst_bits(0xFFFF0000));
   }
-  // x = fp32 bits of rnd_bf16(x) (round to nearest even on the 16 dropped bits); exact for
-  // every non-NaN x, denormals included. t is a temporary.
-  void round_finite_to_bf16(const Zmm& x, const Zmm& t) {
-    vpsrld(t, x, 16);
-    vpandd(t, t, cst_bits(1));
-    vpaddd(x, x, t);
+  // x = fp32 bits of rnd_bf16(x): x + 0x7FFF + bit 16 of x (tested into k4, no shift), low
+  // half cleared; the carry is round to nearest even on the 16 dropped bits. Exact for every
+  // non-NaN x, denormals included.
+  void round_finite_to_bf16(const Zmm& x, const Zmm&) {
+    vptestmd(k4, x, cst_bits(0x10000));
     vpaddd(x, x, cst_bits(0x7FFF));
+    vpaddd(x | k4, x, cst_bits(1));
     vpandd(x, x, cst_bits(0xFFFF0000));
   }
 

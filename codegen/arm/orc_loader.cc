@@ -12,6 +12,7 @@ namespace jit::codegen::arm {
 struct OrcLoader::State {
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::mutex mutex;  // one object at a time: symbols are looked up right after adding
+  uint64_t dylibs = 0;
 };
 
 OrcLoader::OrcLoader(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -44,11 +45,18 @@ void* OrcLoader::load(const uint8_t* object, size_t size, const std::string& sym
   std::lock_guard lock(state_->mutex);
   auto buffer = llvm::MemoryBuffer::getMemBufferCopy(
       llvm::StringRef(reinterpret_cast<const char*>(object), size), symbol);
-  if (auto err = state_->jit->addObjectFile(std::move(buffer))) {
+  // One JITDylib per object: the same kernel may be linked again (another runtime, another
+  // config) without a duplicate-symbol error.
+  auto dylib = state_->jit->createJITDylib("kiln" + std::to_string(state_->dylibs++));
+  if (!dylib) {
+    *error = "ORC cannot create a JITDylib: " + llvm::toString(dylib.takeError());
+    return nullptr;
+  }
+  if (auto err = state_->jit->addObjectFile(*dylib, std::move(buffer))) {
     *error = "ORC cannot add the object of " + symbol + ": " + llvm::toString(std::move(err));
     return nullptr;
   }
-  auto address = state_->jit->lookup(symbol);
+  auto address = state_->jit->lookup(*dylib, symbol);
   if (!address) {
     *error = "ORC cannot find " + symbol + ": " + llvm::toString(address.takeError());
     return nullptr;

@@ -198,17 +198,20 @@ class ArmExecutable final : public Executable {
 // running reports why not.
 class CrossExecutable final : public Executable {
  public:
-  CrossExecutable(OpSpec spec, std::string reason)
-      : spec_(std::move(spec)), reason_(std::move(reason)) {}
+  CrossExecutable(OpSpec spec, std::string reason, size_t object_size)
+      : spec_(std::move(spec)), reason_(std::move(reason)), size_(object_size) {}
   Status run(const KernelArgs&) const override {
     return Status(StatusCode::kUnavailable,
                   fmt::format("{} was compiled for arm:neon ({}), which this host cannot run: {}",
                               to_string(spec_), kTriple, reason_));
   }
+  /// The object's size (there is no loaded code on this host).
+  size_t code_size() const override { return size_; }
 
  private:
   OpSpec spec_;
   std::string reason_;
+  size_t size_;
 };
 
 class ArmBackend final : public Backend {
@@ -260,7 +263,7 @@ class ArmBackend final : public Backend {
         spec, reinterpret_cast<ArmKernelFn>(address), artifact.code.size()));
 #else
     return std::shared_ptr<const Executable>(
-        std::make_shared<CrossExecutable>(spec, "the host is not AArch64"));
+        std::make_shared<CrossExecutable>(spec, "the host is not AArch64", artifact.code.size()));
 #endif
   }
 

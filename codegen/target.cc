@@ -35,6 +35,7 @@ bool parse_x86_isa(std::string_view text, X86Isa* isa) {
 
 std::string Target::name() const {
   if (backend == BackendKind::kX86) return fmt::format("x86:{}", x86_isa_name(isa));
+  if (backend == BackendKind::kArm) return "arm:neon";
   return std::string(backend_name(backend));
 }
 
@@ -47,6 +48,10 @@ Target host_target(BackendKind backend, X86Isa isa_cap) {
     // The generated code depends only on the ISA level it targets, so the level is the
     // fingerprint: two machines at the same level can share cache entries.
     target.fingerprint = fmt::format("x86-{}", x86_isa_name(target.isa));
+  } else if (backend == BackendKind::kArm) {
+    // arm kernels are generated for one CPU class whatever the host (AArch64 objects for
+    // Neoverse V1: NEON + bf16 + i8mm), so that is the fingerprint.
+    target.fingerprint = "aarch64-neoverse-v1";
   } else {
     target.fingerprint = std::string(backend_name(backend));
   }

@@ -19,6 +19,9 @@
 #ifdef KILN_HAVE_X86
 #include "codegen/x86/x86_backend.h"
 #endif
+#ifdef KILN_HAVE_ARM
+#include "codegen/arm/arm_backend.h"
+#endif
 
 namespace jit {
 namespace {
@@ -128,6 +131,10 @@ Runtime::Runtime(RuntimeOptions options)
 #ifdef KILN_HAVE_X86
   state_->backends.push_back(codegen::x86::make_backend());
 #endif
+#ifdef KILN_HAVE_ARM
+  // Only for explicit arm targets (CompileOptions::backend): not in candidates() on x86.
+  state_->backends.push_back(codegen::arm::make_backend());
+#endif
   state_->backends.push_back(codegen::ref::make_backend());
   if (!options_.cache_dir.empty()) {
     runtime::DiskCacheOptions cache_options;
@@ -218,7 +225,12 @@ std::vector<BackendKind> candidates(OpKind op) {
 
 std::string toolchain_version(BackendKind kind) {
   // The x86 generator's output depends on Xbyak's encoder only.
-  return kind == BackendKind::kX86 ? "xbyak-6.68" : "none";
+  if (kind == BackendKind::kX86) return "xbyak-6.68";
+#ifdef KILN_HAVE_ARM
+  // The arm objects depend on LLVM's optimiser and AArch64 code generator.
+  if (kind == BackendKind::kArm) return std::string(codegen::arm::llvm_version());
+#endif
+  return "none";
 }
 
 void dump_kernel(const std::filesystem::path& dir, const Kernel& kernel, const Artifact& a) {

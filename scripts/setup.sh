@@ -43,6 +43,19 @@ if [ "${KILN_SKIP_APT:-0}" != "1" ]; then
   fi
 fi
 
+# The neon tests run kiln's AArch64 objects under qemu-aarch64 in a driver linked against the
+# arm64 libLLVM: Debian multiarch puts it next to the amd64 one. Only the runtime library:
+# llvm-16-dev:arm64 would replace the amd64 LLVM, clang and python3. Safe to rerun.
+if [ "${KILN_SKIP_APT:-0}" != "1" ]; then
+  if ! dpkg-query -W -f='${Status}' libllvm16:arm64 2>/dev/null | grep -q "install ok installed"; then
+    echo "setup: installing libllvm16:arm64 (multiarch) for the neon tests"
+    dpkg --print-foreign-architectures | grep -qx arm64 || as_root dpkg --add-architecture arm64
+    export DEBIAN_FRONTEND=noninteractive
+    as_root apt-get update -q
+    as_root apt-get install -y -q --no-install-recommends libllvm16:arm64
+  fi
+fi
+
 preset="${KILN_PRESET:-release}"
 cmake --preset "$preset"
 cmake --build --preset "$preset"

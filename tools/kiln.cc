@@ -7,6 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "codegen/ref/ref.h"
+#ifdef KILN_HAVE_ARM
+#include "codegen/arm/arm_backend.h"
+#endif
 #include "runtime/disk_cache.h"
 #include "runtime/runtime.h"
 #include "tools/commands.h"
@@ -97,6 +100,20 @@ int cmd_list(bool json) {
   return kExitOk;
 }
 
+// The disassembly `--dump` shows. arm kernels are AArch64 objects, which this host may not
+// run: their listing comes from the object (llvm-objdump), not from loaded code.
+Result<std::string> disassembly_of(const Kernel& kernel) {
+#ifdef KILN_HAVE_ARM
+  if (kernel.info().backend == BackendKind::kArm) {
+    auto object = codegen::arm::compile_object(
+        kernel.spec(), int(kernel.info().config.get(codegen::arm::kOptKnob, 3)));
+    if (!object.is_ok()) return object.status();
+    return codegen::arm::disassemble(object->object);
+  }
+#endif
+  return kernel.disassembly();
+}
+
 // ---- kiln compile
 int cmd_compile(const std::string& text, bool dump, bool json, const std::string& backend,
                 const std::string& isa) {
@@ -122,7 +139,7 @@ int cmd_compile(const std::string& text, bool dump, bool json, const std::string
                           {"flops_per_token", est.flops},
                           {"skipped", info.skipped}};
     if (dump) {
-      auto text_asm = kernel->disassembly();
+      auto text_asm = disassembly_of(kernel.value());
       out["disassembly"] = text_asm.is_ok() ? text_asm.value() : text_asm.status().message();
     }
     fmt::print("{}\n", out.dump(2));
@@ -138,7 +155,7 @@ int cmd_compile(const std::string& text, bool dump, bool json, const std::string
   fmt::print("time      generate {:.1f} us, total {:.1f} us\n", info.generate_us, info.total_us);
   fmt::print("per token {:.0f} bytes moved, {:.0f} flops\n", est.bytes, est.flops);
   if (dump) {
-    auto text_asm = kernel->disassembly();
+    auto text_asm = disassembly_of(kernel.value());
     if (!text_asm.is_ok()) return report(text_asm.status());
     fmt::print("\n{}", text_asm.value());
   }
@@ -240,6 +257,9 @@ int main(int argc, char** argv) {
   compile->add_flag("--json", json, "machine-readable output");
   compile->add_option("--backend", backend, "force a backend: ref, x86");
   compile->add_option("--isa", isa, "cap the x86 ISA: avx2, avx512, avx512_bf16, amx");
+  std::string arm_target;
+  compile->add_option("--target", arm_target, "arm:neon: AArch64 code (any host; --dump shows it)")
+      ->check(CLI::IsMember({"arm:neon"}));
 
   std::string check_spec;
   int64_t check_tokens = 0;
@@ -293,7 +313,10 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (*list) return cmd_list(json);
-  if (*compile) return cmd_compile(spec_text, dump, json, backend, isa);
+  if (*compile) {
+    if (!arm_target.empty()) backend = "arm";  // --target arm:neon is the arm backend
+    return cmd_compile(spec_text, dump, json, backend, isa);
+  }
   if (*check) {
     auto options = compile_options(backend, isa);
     if (!options.is_ok()) return report(options.status());

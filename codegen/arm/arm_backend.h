@@ -1,0 +1,50 @@
+// The arm backend: AArch64 NEON kernels built as LLVM IR (fixed-width fp32 vectors), optimised
+// for a Neoverse-V1-class CPU and emitted as an ELF object. On an AArch64 host the object is
+// linked in-process with ORC (LLJIT); on other hosts the same object is what `kiln compile
+// --target arm:neon --dump` shows and what the qemu-aarch64 tests run.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "codegen/backend.h"
+
+namespace jit::codegen::arm {
+
+/// Version of the generated code; part of every disk-cache key. Bump on any codegen change.
+inline constexpr std::string_view kCodegenVersion = "arm-1";
+/// What the objects are generated for.
+inline constexpr std::string_view kTriple = "aarch64-unknown-linux-gnu";
+inline constexpr std::string_view kCpu = "neoverse-v1";
+/// NEON plus the bf16 and i8mm extensions of Armv8.6 (bfdot, bfmmla) that Neoverse V1 has.
+inline constexpr std::string_view kFeatures = "+neon,+bf16,+i8mm,+fullfp16";
+/// The LLVM the objects come from (part of the disk-cache key).
+std::string_view llvm_version();
+
+/// Creates the arm backend. Ops: rms_norm, fused_add_rms_norm, rotary_embedding and the six
+/// gated activations, for f32/f16/bf16 and any hidden/head size.
+std::unique_ptr<Backend> make_backend();
+
+/// The config knob "opt": LLVM optimisation level 2 or 3 (default 3).
+inline constexpr std::string_view kOptKnob = "opt";
+
+/// An AArch64 object for one spec, with what it took to make.
+struct ObjectCode {
+  std::vector<uint8_t> object;  ///< ELF relocatable object, one global function
+  std::string symbol;           ///< the kernel's symbol (kernel_symbol(spec))
+  std::string ir;               ///< the generated LLVM IR, before optimisation
+  double build_us = 0;          ///< building the IR
+  double optimize_us = 0;       ///< the O2/O3 pipeline
+  double emit_us = 0;           ///< instruction selection to object bytes
+};
+
+/// Generates the AArch64 object of `spec` at LLVM level `opt_level` (2 or 3).
+Result<ObjectCode> compile_object(const OpSpec& spec, int opt_level = 3);
+
+/// The disassembly of an AArch64 object (llvm-objdump-16, with the bf16/i8mm mnemonics).
+Result<std::string> disassemble(const std::vector<uint8_t>& object);
+
+}  // namespace jit::codegen::arm

@@ -1,0 +1,18 @@
+// The arm generators: each fills the body of a KernelBuilder's function for one op family.
+#pragma once
+
+#include "ir/op_spec.h"
+#include "ir/status.h"
+
+namespace jit::codegen::arm {
+
+class KernelBuilder;
+
+/// rms_norm / fused_add_rms_norm (NormParams); call block: norm_words.
+Status generate_norm(KernelBuilder& k, const OpSpec& spec);
+/// The six gated activations (ActivationParams); call block: act_words.
+Status generate_activation(KernelBuilder& k, const OpSpec& spec);
+/// rotary_embedding (RopeParams); call block: rope_words.
+Status generate_rope(KernelBuilder& k, const OpSpec& spec);
+
+}  // namespace jit::codegen::arm

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "codegen/code_arena.h"
+#include "codegen/x86/attention_kernel.h"
 #include "codegen/x86/generator.h"
 #include "codegen/x86/kernels.h"
 #include "ir/check_args.h"
@@ -447,6 +448,7 @@ class X86Backend final : public Backend {
       return Support::no(
           fmt::format("x86 backend needs AVX2+FMA+F16C; target is {}", x86_isa_name(target.isa)));
     }
+    if (is_cpu_attention_op(spec.op)) return cpu_attention_support(spec, target);
     if (!is_norm(spec.op) && !is_activation(spec.op) && !is_rope(spec.op) &&
         !is_cache_write(spec.op) && !is_mla_write(spec.op) && !is_cache_copy(spec.op) &&
         !is_gather(spec.op)) {
@@ -468,6 +470,7 @@ class X86Backend final : public Backend {
   }
 
   std::vector<Config> configs(const OpSpec& spec, const Target& target) const override {
+    if (is_cpu_attention_op(spec.op)) return cpu_attention_configs(spec, target);
     std::vector<Config> space;
     space.push_back(Config{});  // heuristic default
     for (int64_t threads : {1, 2}) {
@@ -496,6 +499,10 @@ class X86Backend final : public Backend {
     }
     Result<const void*> address = CodeArena::global().add(artifact.code);
     if (!address.is_ok()) return address.status();
+    if (is_cpu_attention_op(spec.op)) {
+      return make_cpu_attention_executable(spec, artifact.config, target.isa, address.value(),
+                                           artifact.code.size());
+    }
     return std::shared_ptr<const Executable>(std::make_shared<X86Executable>(
         spec, artifact.config, address.value(), artifact.code.size()));
   }
@@ -504,6 +511,7 @@ class X86Backend final : public Backend {
 
  private:
   static Result<std::vector<uint8_t>> generate(const OpSpec& spec, X86Isa isa) {
+    if (is_cpu_attention_op(spec.op)) return generate_cpu_attention_op(spec, isa);
     if (is_norm(spec.op)) return generate_norm(spec, isa);
     if (is_rope(spec.op)) return generate_rope(spec, isa);
     if (is_cache_write(spec.op)) return generate_cache_write(spec, isa);

@@ -1,0 +1,205 @@
+// cpu_attn_reshape_and_cache on x86 (spec §3.3) for the vec / vec16 / neon slab layouts: token
+// t of a slab goes to K[d·bs + t] (transposed: one element store per dim, bs elements apart)
+// and V[t·D + d] (one contiguous copy of the head's D elements). Raw element copies, so the
+// result is bit-exact for every value.
+#include <fmt/format.h>
+#include <omp.h>
+#include <xbyak/xbyak.h>
+
+#include <algorithm>
+#include <cstddef>
+
+#include "codegen/x86/attention_kernel.h"
+#include "codegen/x86/generator.h"
+#include "ir/estimate.h"
+#include "ir/params_cpu.h"
+
+namespace jit::codegen::x86 {
+namespace {
+
+using namespace Xbyak;
+using namespace Xbyak::util;
+
+/// The call arguments of the cache write (strides in bytes). Rows are tokens.
+struct CpuAttnCacheWriteArgs {
+  const uint8_t* key;
+  const uint8_t* value;
+  uint8_t* key_cache;
+  uint8_t* value_cache;
+  const int64_t* slots;
+  int64_t key_token_stride;
+  int64_t key_head_stride;
+  int64_t value_token_stride;
+  int64_t value_head_stride;
+  int64_t block_stride;  ///< cache stride(0) (key_cache and value_cache alike)
+  int64_t head_stride;   ///< cache stride(1)
+};
+
+#define ARG(field) (rdi + int(offsetof(CpuAttnCacheWriteArgs, field)))
+
+class CacheWriteGenerator : public Generator {
+ public:
+  CacheWriteGenerator(const ir::CpuAttnCacheWriteParams& p, X86Isa isa) : Generator(isa), p_(p) {}
+
+  // rsi = token, rdx = end; r8 key_cache slab, r9 value_cache slab, r10 key src, r11 value src,
+  // r12 head counter, r13 dim counter, r14 offset in block, r15/rbx copy pointers.
+  void generate() {
+    const int esize = int(dtype_size(p_.dtype));
+    const int64_t d = p_.head_size;
+    prologue();
+    Label l_token, l_next, l_done, l_head, l_dim;
+    L(l_token);
+    cmp(rsi, rdx);
+    jge(l_done, T_NEAR);
+    mov(rax, ptr[ARG(slots)]);
+    mov(rax, ptr[rax + rsi * 8]);
+    test(rax, rax);
+    js(l_next, T_NEAR);  // padding token
+    mov(rbp, rdx);       // keep row_end across the division
+    xor_(edx, edx);
+    mov(rcx, p_.block_size);
+    div(rcx);  // rax = block, rdx = offset
+    mov(r14, rdx);
+    mov(rdx, rbp);
+    imul(rax, ptr[ARG(block_stride)]);
+    mov(r8, ptr[ARG(key_cache)]);
+    add(r8, rax);
+    lea(r8, ptr[r8 + r14 * esize]);
+    mov(r9, ptr[ARG(value_cache)]);
+    add(r9, rax);
+    mov(rcx, r14);
+    imul(rcx, rcx, d * esize);
+    add(r9, rcx);
+    mov(r10, rsi);
+    imul(r10, ptr[ARG(key_token_stride)]);
+    add(r10, ptr[ARG(key)]);
+    mov(r11, rsi);
+    imul(r11, ptr[ARG(value_token_stride)]);
+    add(r11, ptr[ARG(value)]);
+    mov(r12, p_.head_count_kv);
+    L(l_head);
+    // K: d·bs·esize apart in the slab; unrolled by 4 (D % 16 == 0).
+    mov(r15, r8);
+    mov(rbx, r10);
+    mov(r13, d / 4);
+    L(l_dim);
+    for (int u = 0; u < 4; ++u) {
+      if (esize == 2) {
+        movzx(eax, word[rbx + u * 2]);
+        mov(word[r15 + u * p_.block_size * 2], ax);
+      } else {
+        mov(eax, dword[rbx + u * 4]);
+        mov(dword[r15 + u * p_.block_size * 4], eax);
+      }
+    }
+    add(rbx, 4 * esize);
+    add(r15, 4 * p_.block_size * esize);
+    dec(r13);
+    jnz(l_dim, T_NEAR);
+    // V: one contiguous row of D elements.
+    mov(r15, r9);
+    mov(rbx, r11);
+    copy_span(r15, rbx, d * esize, r13);
+    add(r8, ptr[ARG(head_stride)]);
+    add(r9, ptr[ARG(head_stride)]);
+    add(r10, ptr[ARG(key_head_stride)]);
+    add(r11, ptr[ARG(value_head_stride)]);
+    dec(r12);
+    jnz(l_head, T_NEAR);
+    L(l_next);
+    inc(rsi);
+    jmp(l_token, T_NEAR);
+    L(l_done);
+    epilogue();
+  }
+
+ private:
+  ir::CpuAttnCacheWriteParams p_;
+};
+
+#undef ARG
+
+class CacheWriteExecutable final : public Executable {
+ public:
+  CacheWriteExecutable(OpSpec spec, Config config, const void* code, size_t size)
+      : spec_(std::move(spec)), config_(std::move(config)), code_(code), size_(size) {}
+
+  const void* code_address() const override { return code_; }
+  size_t code_size() const override { return size_; }
+
+  // {key, value, key_cache, value_cache, slot_mapping}: every slot checked before any write.
+  Status run(const KernelArgs& args) const override {
+    const auto& p = spec_.get<ir::CpuAttnCacheWriteParams>();
+    const Tensor& key = args.tensor(0);
+    const Tensor& value = args.tensor(1);
+    const Tensor& key_cache = args.tensor(2);
+    const Tensor& slots = args.tensor(4);
+    const int64_t tokens = key.size(0);
+    const int64_t capacity = key_cache.size(0) * p.block_size;
+    const auto* s = slots.data_as<const int64_t>();
+    for (int64_t t = 0; t < tokens; ++t) {
+      if (s[t] >= capacity) {
+        return invalid_argument(fmt::format(
+            "{}: argument 'slot_mapping' has slot_mapping[{}] = {}, outside the cache's {} slots "
+            "({} blocks of {})",
+            op_name(spec_.op), t, s[t], capacity, key_cache.size(0), p.block_size));
+      }
+    }
+    const int64_t esize = int64_t(dtype_size(p.dtype));
+    CpuAttnCacheWriteArgs call{};
+    call.key = static_cast<const uint8_t*>(key.data());
+    call.value = static_cast<const uint8_t*>(value.data());
+    call.key_cache = static_cast<uint8_t*>(key_cache.data());
+    call.value_cache = static_cast<uint8_t*>(args.tensor(3).data());
+    call.slots = s;
+    call.key_token_stride = key.stride(0) * esize;
+    call.key_head_stride = key.stride(1) * esize;
+    call.value_token_stride = value.stride(0) * esize;
+    call.value_head_stride = value.stride(1) * esize;
+    call.block_stride = key_cache.stride(0) * esize;
+    call.head_stride = key_cache.stride(1) * esize;
+    const auto fn = reinterpret_cast<KernelFn>(const_cast<void*>(code_));
+    int threads = int(config_.get("threads", 0));
+    if (threads <= 0) threads = omp_get_max_threads();
+    // Parallel only when each thread gets at least 64 KiB of traffic (a region costs ~us).
+    const double bytes = estimates(spec_, {.tokens = tokens}).bytes;
+    threads = int(std::clamp<int64_t>(int64_t(bytes / 65536.0), 1, threads));
+    threads = int(std::min<int64_t>(threads, std::max<int64_t>(tokens, 1)));
+    if (threads <= 1) {
+      if (tokens > 0) fn(&call, 0, tokens);
+      return Status::ok();
+    }
+#pragma omp parallel num_threads(threads)
+    {
+      const int64_t t = omp_get_thread_num();
+      const int64_t n = omp_get_num_threads();
+      const int64_t begin = tokens * t / n;
+      const int64_t end = tokens * (t + 1) / n;
+      if (begin < end) fn(&call, begin, end);
+    }
+    return Status::ok();
+  }
+
+ private:
+  OpSpec spec_;
+  Config config_;
+  const void* code_;
+  size_t size_;
+};
+
+}  // namespace
+
+Result<std::vector<uint8_t>> generate_cpu_attn_cache_write(const OpSpec& spec, X86Isa isa) {
+  CacheWriteGenerator gen(spec.get<ir::CpuAttnCacheWriteParams>(), isa);
+  gen.generate();
+  return gen.finish();
+}
+
+std::shared_ptr<const Executable> make_cpu_attn_cache_write_executable(const OpSpec& spec,
+                                                                       const Config& config,
+                                                                       const void* code,
+                                                                       size_t size) {
+  return std::make_shared<CacheWriteExecutable>(spec, config, code, size);
+}
+
+}  // namespace jit::codegen::x86

@@ -1,0 +1,537 @@
+// The generator of cpu_attention_with_kv_cache's tile kernel (see attention_kernel.h) and of
+// cpu_attn_reshape_and_cache, for the vec / vec16 / neon cache layouts of spec §3.3:
+// K slab transposed [D, bs] (key t of dim d at d·bs + t), V slab natural [bs, D].
+//
+// One call walks the keys [kv_begin, kv_end) in groups of G tokens (G = 32 or 16, dividing
+// the block size, so a group never straddles a block). Per group, for the call's R rows:
+//
+//   QK   S[r][t] = <q_r, k_t> (unscaled)                        R x G fp32, kept in registers
+//   soft s = scale·S; s = c·tanh(s/c) (softcap); s += slope_r·(j − pos_r) (ALiBi);
+//        s = −inf outside [lo_r, hi_r]; m' = max(m, max_t s); α = e^(m − m');
+//        p_t = e^(s_t − m') (0 where masked); l = α·l + Σ_t p_t; m = m'
+//   PV   acc_r = α·acc_r + Σ_t p_t · v_t                          fp32 accumulators in memory
+//
+// The initial state m = −FLT_MAX (set by the runner) keeps every step finite: a row with no
+// allowed key so far has m' = −FLT_MAX, α = e^0 = 1, p = 0 and l = 0, and once a key is
+// allowed α = e^(−FLT_MAX − m') clamps to 0 against the zero state. With sinks the runner
+// starts a request's first split at m = σ, l = 1 (the sink's e^(σ − m) term).
+//
+// Two arithmetic paths:
+//   dpbf16 (bf16 at AVX512_BF16): vdpbf16ps multiplies bf16 pairs and accumulates in fp32.
+//     Q·Kᵀ needs (k[d][t], k[d+1][t]) pairs: rows d and d+1 of the transposed K slab are
+//     interleaved word-wise with one vpermi2w per 16 keys (vpermw for 16-key groups), and
+//     each row's query pair (q[d], q[d+1]) is an embedded {1to16} dword broadcast. P·V needs
+//     (v[t][d], v[t+1][d]) pairs: V rows t and t+1 interleaved the same way, the probability
+//     pair (p[t], p[t+1]) rounded to bf16 (vcvtneps2bf16) and broadcast. As in vLLM's AMX
+//     path, probabilities are bf16 in P·V while l sums the fp32 values. An odd last key is
+//     paired with a zero row, so no V row past kv_end is ever read.
+//   fp32 (f32/f16 always, bf16 without AVX512_BF16, every dtype at AVX2): K and V widened to
+//     fp32 on load, FMA with the broadcast fp32 query / probability.
+// Keys past kv_end inside the last group are read by Q·K (inside the allocated block) but
+// masked to p = 0 before they can reach P·V, and P·V stops at kv_end.
+#include "codegen/x86/attention_kernel.h"
+
+#include <xbyak/xbyak.h>
+
+#include <array>
+#include <cstddef>
+#include <limits>
+
+#include "codegen/x86/generator.h"
+#include "ir/params_cpu.h"
+
+namespace jit::codegen::x86 {
+namespace {
+
+using namespace Xbyak;
+using namespace Xbyak::util;
+
+constexpr int kGroupMax = 32;  // logits / probability row stride in scratch, in elements
+
+#define ARG(field) (rdi + int(offsetof(CpuAttnTileArgs, field)))
+
+class AttentionGenerator : public Generator {
+ public:
+  AttentionGenerator(const ir::CpuAttentionParams& p, X86Isa isa, bool dpbf16, int group,
+                     int max_rows)
+      : Generator(isa),
+        p_(p),
+        dpbf16_(dpbf16),
+        group_(group),
+        max_rows_(max_rows),
+        esize_(int(dtype_size(p.dtype))),
+        nv_(group / lanes()) {}
+
+  void generate() {
+    prologue();
+    mov(rax, ptr[ARG(rows)]);
+    std::vector<Label> variants(size_t(max_rows_ + 1));
+    Label l_done;
+    for (int r = 1; r <= max_rows_; ++r) {
+      cmp(rax, r);
+      je(variants[size_t(r)], T_NEAR);
+    }
+    jmp(l_done, T_NEAR);
+    for (int r = 1; r <= max_rows_; ++r) {
+      L(variants[size_t(r)]);
+      emit_variant(r);
+      jmp(l_done, T_NEAR);
+    }
+    L(l_done);
+    epilogue();
+  }
+
+ private:
+  // Register use inside a group (GPRs): r8 K group base, r9 V group base, r10 first key j0,
+  // r11 block-table column, r12 offset in the block, rbx keys in this group, r13..r15 and rbp
+  // loop pointers and counters.
+  void emit_variant(int rows) {
+    Label l_group, l_end, l_same_block;
+    mov(r10, ptr[ARG(kv_begin)]);
+    mov(r11, ptr[ARG(first_block)]);
+    mov(r12, ptr[ARG(first_offset)]);
+    L(l_group);
+    cmp(r10, ptr[ARG(kv_end)]);
+    jge(l_end, T_NEAR);
+    // rbx = min(G, kv_end − j0): keys of this group.
+    mov(rbx, ptr[ARG(kv_end)]);
+    sub(rbx, r10);
+    mov(rax, group_);
+    cmp(rbx, rax);
+    cmovg(rbx, rax);
+    // Block base: block_row[column] · block_stride.
+    mov(rax, ptr[ARG(block_row)]);
+    movsxd(rax, dword[rax + r11 * 4]);
+    imul(rax, ptr[ARG(block_stride)]);
+    mov(r8, ptr[ARG(k_base)]);
+    add(r8, rax);
+    lea(r8, ptr[r8 + r12 * esize_]);  // K: key offset t0 inside each dim row
+    mov(r9, ptr[ARG(v_base)]);
+    add(r9, rax);
+    mov(rcx, r12);
+    imul(rcx, rcx, p_.head_size * esize_);  // V: row t0
+    add(r9, rcx);
+    if (dpbf16_) {
+      emit_qk_dpbf16(rows);
+    } else {
+      emit_qk_fp32(rows);
+    }
+    emit_softmax(rows);
+    if (dpbf16_) {
+      emit_pv_dpbf16(rows);
+    } else {
+      emit_pv_fp32(rows);
+    }
+    add(r10, group_);
+    add(r12, group_);
+    cmp(r12, p_.block_size);
+    jne(l_same_block, T_NEAR);
+    xor_(r12, r12);
+    inc(r11);
+    L(l_same_block);
+    jmp(l_group, T_NEAR);
+    L(l_end);
+  }
+
+  // Accumulator register k (0 .. 15 on AVX-512, 0 .. 7 on AVX2), skipping the helpers'
+  // scratch 13..15.
+  Xmm acc_reg(int k) const { return vmm(free_registers()[size_t(k)]); }
+  // Work registers above the accumulators.
+  Xmm work(int k) const {
+    return avx512() ? vmm(19 + k) : vmm(8 + k);  // AVX2: 8..12
+  }
+  Zmm zwork(int k) const { return Zmm(19 + k); }
+
+  RegExp scratch_logits() { return RegExp(rsi); }
+
+  // Interleave table for vpermi2w: words (a[i], b[i]) for i in [first, first + 16).
+  Address pair_table(int first) {
+    std::array<uint32_t, 16> t{};
+    for (uint32_t k = 0; k < 16; ++k)
+      t[k] = (uint32_t(first) + k) | (uint32_t(32 + first) + k) << 16;
+    return cst_table(t);
+  }
+  // vpermw table for a zmm holding row a in words 0..15 and row b in words 16..31.
+  Address pair_table16() {
+    std::array<uint32_t, 16> t{};
+    for (uint32_t k = 0; k < 16; ++k) t[k] = k | (16 + k) << 16;
+    return cst_table(t);
+  }
+
+  // Interleaves the bf16 rows at `a_addr` and `b_addr` (b_zero: a zero row instead) into
+  // `count` (1 or 2) zmm of 16 (a, b) pairs each: dst[0] pairs 0..15, dst[1] pairs 16..31.
+  void interleave(const Zmm* dst, int count, const Address& a_addr, const Address* b_addr) {
+    const Zmm a = zwork(0);
+    if (count == 2) {
+      vmovdqu16(a, a_addr);
+      for (int h = 0; h < 2; ++h) {
+        vmovdqa32(dst[h], h == 0 ? zwork(5) : zwork(6));  // the index tables
+        if (b_addr != nullptr) {
+          vpermi2w(dst[h], a, *b_addr);
+        } else {
+          vpxord(zwork(4), zwork(4), zwork(4));
+          vpermi2w(dst[h], a, zwork(4));
+        }
+      }
+      return;
+    }
+    vmovdqu16(Ymm(a.getIdx()), a_addr);  // zeroes words 16..31
+    if (b_addr != nullptr) vinserti64x4(a, a, *b_addr, 1);
+    vpermw(dst[0], zwork(5), a);
+  }
+  void load_pair_tables(int count) {
+    if (count == 2) {
+      vmovdqu32(zwork(5), pair_table(0));
+      vmovdqu32(zwork(6), pair_table(16));
+    } else {
+      vmovdqu32(zwork(5), pair_table16());
+    }
+  }
+
+  // ---- Q·Kᵀ -------------------------------------------------------------------------------
+
+  // Stores S[r][v] to the logits scratch row r (stride kGroupMax floats).
+  void store_logits(int rows) {
+    mov(rsi, ptr[ARG(scratch)]);
+    for (int r = 0; r < rows; ++r) {
+      for (int v = 0; v < nv_; ++v) {
+        vmovups(ptr[rsi + (r * kGroupMax + v * lanes()) * 4], acc_reg(r * nv_ + v));
+      }
+    }
+  }
+
+  void emit_qk_dpbf16(int rows) {
+    const int64_t d = p_.head_size;
+    const int64_t row_bytes = int64_t(p_.block_size) * 2;  // one dim row of the K slab
+    constexpr int kUnroll = 4;                             // pairs per loop step; D/2 % 8 == 0
+    for (int k = 0; k < rows * nv_; ++k) uni_vpxor(acc_reg(k), acc_reg(k), acc_reg(k));
+    load_pair_tables(nv_);
+    mov(r13, r8);
+    mov(r14, ptr[ARG(q)]);
+    mov(r15, d / 2 / kUnroll);
+    Label l_loop;
+    L(l_loop);
+    for (int u = 0; u < kUnroll; ++u) {
+      const Zmm pairs[2] = {zwork(1), zwork(2)};
+      const Address a_addr = ptr[r13 + (2 * u) * row_bytes];
+      const Address b_addr = ptr[r13 + (2 * u + 1) * row_bytes];
+      interleave(pairs, nv_, a_addr, &b_addr);
+      for (int r = 0; r < rows; ++r) {
+        for (int v = 0; v < nv_; ++v) {
+          vdpbf16ps(acc_reg(r * nv_ + v), pairs[v], ptr_b[r14 + r * d * 2 + u * 4]);
+        }
+      }
+    }
+    add(r13, kUnroll * 2 * row_bytes);
+    add(r14, kUnroll * 4);
+    dec(r15);
+    jnz(l_loop, T_NEAR);
+    store_logits(rows);
+  }
+
+  void emit_qk_fp32(int rows) {
+    const int64_t d = p_.head_size;
+    const int64_t row_bytes = int64_t(p_.block_size) * esize_;
+    constexpr int kUnroll = 4;  // dims per loop step; D % 16 == 0
+    for (int k = 0; k < rows * nv_; ++k) uni_vpxor(acc_reg(k), acc_reg(k), acc_reg(k));
+    mov(r13, r8);
+    mov(r14, ptr[ARG(q)]);
+    mov(r15, d / kUnroll);
+    Label l_loop;
+    L(l_loop);
+    for (int u = 0; u < kUnroll; ++u) {
+      for (int v = 0; v < nv_; ++v) {
+        load_f32(work(v), p_.dtype, r13 + u * row_bytes + v * lanes() * esize_, lanes());
+      }
+      for (int r = 0; r < rows; ++r) {
+        const int64_t q_off = (r * d + u) * 4;
+        if (!avx512()) vbroadcastss(work(2), ptr[r14 + q_off]);
+        for (int v = 0; v < nv_; ++v) {
+          if (avx512()) {
+            vfmadd231ps(acc_reg(r * nv_ + v), work(v), ptr_b[r14 + q_off]);
+          } else {
+            vfmadd231ps(acc_reg(r * nv_ + v), work(v), work(2));
+          }
+        }
+      }
+    }
+    add(r13, kUnroll * row_bytes);
+    add(r14, kUnroll * 4);
+    dec(r15);
+    jnz(l_loop, T_NEAR);
+    store_logits(rows);
+  }
+
+  // ---- online softmax ------------------------------------------------------------------------
+
+  // x (all lanes) = max over the lanes of x; vmm14 is scratch.
+  void broadcast_max(const Xmm& x) {
+    const int i = x.getIdx();
+    if (avx512()) {
+      vextractf64x4(Ymm(14), Zmm(i), 1);
+      vmaxps(Ymm(i), Ymm(i), Ymm(14));
+    }
+    vextractf128(Xmm(14), Ymm(i), 1);
+    vmaxps(Xmm(i), Xmm(i), Xmm(14));
+    vmovhlps(Xmm(14), Xmm(14), Xmm(i));
+    vmaxps(Xmm(i), Xmm(i), Xmm(14));
+    vmovshdup(Xmm(14), Xmm(i));
+    vmaxss(Xmm(i), Xmm(i), Xmm(14));
+    vbroadcastss(x, Xmm(i));
+  }
+
+  // Row loop (rbp = r) over the logits in scratch: writes the probabilities (bf16 or fp32) to
+  // the probability scratch, α[r], and updates m[r], l[r].
+  void emit_softmax(int rows) {
+    // Registers: x0,x1 logits; t0..t3 temporaries; j0,j1 key indices; the rest below.
+    const Xmm x[2] = {vmm(0), vmm(1)};
+    const Xmm t[4] = {vmm(2), vmm(3), vmm(4), vmm(5)};
+    const Xmm jv[2] = {vmm(6), vmm(7)};
+    const Xmm invalid[2] = {vmm(8), vmm(9)};  // AVX2 masks (all ones = masked)
+    const Xmm bound = vmm(10);
+    const Xmm m_old = vmm(11);
+    const Xmm m_new = vmm(12);
+    const Opmask keep[2] = {k3, k4};
+    xor_(rbp, rbp);
+    mov(r14, ptr[ARG(scratch)]);
+    Label l_row;
+    L(l_row);
+    for (int v = 0; v < nv_; ++v) vmovups(x[v], ptr[r14 + v * lanes() * 4]);
+    vbroadcastss(t[0], ptr[ARG(scale)]);
+    for (int v = 0; v < nv_; ++v) vmulps(x[v], x[v], t[0]);
+    if (p_.softcap) {
+      // s = c·tanh(s / c), one vector at a time (AVX2 has registers for one).
+      for (int v = 0; v < nv_; ++v) {
+        vbroadcastss(t[0], ptr[ARG(softcap)]);
+        vdivps(x[v], x[v], t[0]);
+        tanh_ps({x[v]}, {t[0]}, {t[1]}, {t[2]}, {t[3]});
+        vbroadcastss(t[0], ptr[ARG(softcap)]);
+        vmulps(x[v], x[v], t[0]);
+      }
+    }
+    // Key indices j = j0 + lane.
+    vmovq(Xmm(jv[0].getIdx()), r10);
+    vpbroadcastd(jv[0], Xmm(jv[0].getIdx()));
+    if (nv_ == 2) vpaddd(jv[1], jv[0], iota(lanes()));
+    vpaddd(jv[0], jv[0], iota(0));
+    if (p_.alibi) {
+      // s += slope · (j − pos), the distance exact in int32 then converted.
+      vpbroadcastd(bound, ptr[ARG(pos) + rbp * 4]);
+      vbroadcastss(t[1], ptr[ARG(slope) + rbp * 4]);
+      for (int v = 0; v < nv_; ++v) {
+        vpsubd(t[0], jv[v], bound);
+        vcvtdq2ps(t[0], t[0]);
+        vfmadd231ps(x[v], t[0], t[1]);
+      }
+    }
+    // Mask: allowed iff lo ≤ j ≤ hi.
+    vmovups(t[2], cst(-std::numeric_limits<float>::infinity()));
+    if (avx512()) {
+      vpbroadcastd(bound, ptr[ARG(lo) + rbp * 4]);
+      for (int v = 0; v < nv_; ++v) vpcmpd(keep[v], jv[v], bound, 5);  // j >= lo
+      vpbroadcastd(bound, ptr[ARG(hi) + rbp * 4]);
+      for (int v = 0; v < nv_; ++v) {
+        vpcmpd(k5, jv[v], bound, 2);  // j <= hi
+        kandw(keep[v], keep[v], k5);
+      }
+      for (int v = 0; v < nv_; ++v) vblendmps(x[v] | keep[v], t[2], x[v]);
+    } else {
+      vpbroadcastd(bound, ptr[ARG(lo) + rbp * 4]);
+      for (int v = 0; v < nv_; ++v) vpcmpgtd(invalid[v], bound, jv[v]);  // lo > j
+      vpbroadcastd(bound, ptr[ARG(hi) + rbp * 4]);
+      for (int v = 0; v < nv_; ++v) {
+        vpcmpgtd(t[0], jv[v], bound);  // j > hi
+        vpor(invalid[v], invalid[v], t[0]);
+        vblendvps(x[v], x[v], t[2], invalid[v]);
+      }
+    }
+    // m' = max(m, max_t s); α = e^(m − m').
+    vmovaps(m_new, x[0]);
+    if (nv_ == 2) vmaxps(m_new, m_new, x[1]);
+    broadcast_max(m_new);
+    vbroadcastss(m_old, ptr[ARG(m) + rbp * 4]);
+    vmaxps(m_new, m_new, m_old);
+    vmovss(ptr[ARG(m) + rbp * 4], Xmm(m_new.getIdx()));
+    vsubps(m_old, m_old, m_new);
+    exp_ps({m_old}, {t[0]}, {t[1]}, /*nonpositive=*/true);
+    vmovss(ptr[ARG(alpha) + rbp * 4], Xmm(m_old.getIdx()));
+    // p = e^(s − m'), zero where masked.
+    for (int v = 0; v < nv_; ++v) vsubps(x[v], x[v], m_new);
+    if (nv_ == 2) {
+      exp_ps({x[0], x[1]}, {t[0], t[1]}, {t[2], t[3]}, true);
+    } else {
+      exp_ps({x[0]}, {t[0]}, {t[1]}, true);
+    }
+    for (int v = 0; v < nv_; ++v) {
+      if (avx512()) {
+        vmovaps(x[v] | keep[v] | T_z, x[v]);
+      } else {
+        vandnps(x[v], invalid[v], x[v]);
+      }
+    }
+    // l = α·l + Σ p (fp32 probabilities).
+    vmovaps(t[0], x[0]);
+    if (nv_ == 2) vaddps(t[0], t[0], x[1]);
+    reduce_sum(t[0]);
+    vmovss(Xmm(t[1].getIdx()), ptr[ARG(l) + rbp * 4]);
+    vfmadd231ss(Xmm(t[0].getIdx()), Xmm(t[1].getIdx()), Xmm(m_old.getIdx()));
+    vmovss(ptr[ARG(l) + rbp * 4], Xmm(t[0].getIdx()));
+    // Probabilities row: after the logits in scratch.
+    const int prob_offset = max_rows_ * kGroupMax * 4;
+    for (int v = 0; v < nv_; ++v) {
+      if (dpbf16_) {
+        vcvtneps2bf16(Ymm(t[0].getIdx()), Zmm(x[v].getIdx()));
+        // bf16 row r at prob + r·G·2, written at the logits row's byte offset / 2.
+        mov(rax, rbp);
+        imul(rax, rax, kGroupMax * 2);
+        add(rax, ptr[ARG(scratch)]);
+        vmovdqu(ptr[rax + prob_offset + v * 32], Ymm(t[0].getIdx()));
+      } else {
+        vmovups(ptr[r14 + prob_offset + v * lanes() * 4], x[v]);
+      }
+    }
+    add(r14, kGroupMax * 4);
+    inc(rbp);
+    cmp(rbp, rows);
+    jl(l_row, T_NEAR);
+  }
+
+  Address iota(int first) {
+    std::array<uint32_t, 16> t{};
+    for (uint32_t k = 0; k < 16; ++k) t[k] = uint32_t(first) + k;
+    return cst_table(t);
+  }
+
+  // ---- P·V ---------------------------------------------------------------------------------
+
+  // Loads row r's accumulators of chunk [c0, c0 + count·lanes) and scales them by α[r].
+  void load_scaled_acc(int rows, int64_t c0, int count) {
+    mov(rsi, ptr[ARG(acc)]);
+    for (int r = 0; r < rows; ++r) {
+      vbroadcastss(work(3), ptr[ARG(alpha) + r * 4]);
+      for (int c = 0; c < count; ++c) {
+        const Xmm a = acc_reg(r * count + c);
+        vmulps(a, work(3), ptr[rsi + (r * p_.head_size + c0 + c * lanes()) * 4]);
+      }
+    }
+  }
+  void store_acc(int rows, int64_t c0, int count) {
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < count; ++c) {
+        vmovups(ptr[rsi + (r * p_.head_size + c0 + c * lanes()) * 4], acc_reg(r * count + c));
+      }
+    }
+  }
+
+  void emit_pv_dpbf16(int rows) {
+    const int64_t d = p_.head_size;
+    const int64_t v_row = d * 2;
+    const int prob_offset = max_rows_ * kGroupMax * 4;
+    for (int64_t c0 = 0; c0 < d; c0 += 32) {
+      const int count = d - c0 >= 32 ? 2 : 1;  // zmm of 16 dims
+      load_pair_tables(count);
+      load_scaled_acc(rows, c0, count);
+      mov(r13, r9);
+      mov(r14, ptr[ARG(scratch)]);
+      mov(r15, rbx);
+      shr(r15, 1);
+      Label l_pair, l_tail, l_store;
+      jz(l_tail, T_NEAR);
+      const Zmm pairs[2] = {zwork(1), zwork(2)};
+      const auto accumulate = [&]() {
+        for (int r = 0; r < rows; ++r) {
+          for (int c = 0; c < count; ++c) {
+            vdpbf16ps(acc_reg(r * count + c), pairs[c],
+                      ptr_b[r14 + prob_offset + r * kGroupMax * 2]);
+          }
+        }
+      };
+      L(l_pair);
+      {
+        const Address b_addr = ptr[r13 + v_row + c0 * 2];
+        interleave(pairs, count, ptr[r13 + c0 * 2], &b_addr);
+      }
+      accumulate();
+      add(r13, 2 * v_row);
+      add(r14, 4);
+      dec(r15);
+      jnz(l_pair, T_NEAR);
+      L(l_tail);
+      test(rbx, 1);
+      jz(l_store, T_NEAR);
+      interleave(pairs, count, ptr[r13 + c0 * 2], nullptr);  // (v[t], 0) pairs
+      accumulate();
+      L(l_store);
+      store_acc(rows, c0, count);
+    }
+  }
+
+  void emit_pv_fp32(int rows) {
+    const int64_t d = p_.head_size;
+    const int prob_offset = max_rows_ * kGroupMax * 4;
+    const Xmm b = work(3);
+    for (int64_t c0 = 0; c0 < d;) {
+      const int count = d - c0 >= 2 * lanes() ? 2 : 1;
+      load_scaled_acc(rows, c0, count);
+      mov(r13, r9);
+      mov(r14, ptr[ARG(scratch)]);
+      mov(r15, rbx);
+      Label l_token;
+      L(l_token);
+      for (int c = 0; c < count; ++c) {
+        load_f32(work(c), p_.dtype, r13 + (c0 + c * lanes()) * esize_, lanes());
+      }
+      for (int r = 0; r < rows; ++r) {
+        const Address prob = ptr[r14 + prob_offset + r * kGroupMax * 4];
+        if (!avx512()) vbroadcastss(b, prob);
+        for (int c = 0; c < count; ++c) {
+          if (avx512()) {
+            vfmadd231ps(acc_reg(r * count + c), work(c),
+                        ptr_b[r14 + prob_offset + r * kGroupMax * 4]);
+          } else {
+            vfmadd231ps(acc_reg(r * count + c), work(c), b);
+          }
+        }
+      }
+      add(r13, d * esize_);
+      add(r14, 4);
+      dec(r15);
+      jnz(l_token, T_NEAR);
+      store_acc(rows, c0, count);
+      c0 += count * lanes();
+    }
+  }
+
+  ir::CpuAttentionParams p_;
+  bool dpbf16_;
+  int group_;
+  int max_rows_;
+  int esize_;
+  int nv_;
+};
+
+#undef ARG
+
+}  // namespace
+
+bool attention_uses_dpbf16(const OpSpec& spec, X86Isa isa) {
+  return isa >= X86Isa::kAvx512Bf16 && spec.get<ir::CpuAttentionParams>().dtype == DType::kBF16;
+}
+
+int attention_token_group(const OpSpec& spec, X86Isa isa) {
+  const int64_t bs = spec.get<ir::CpuAttentionParams>().block_size;
+  return isa >= X86Isa::kAvx512 && bs % 32 == 0 ? 32 : 16;
+}
+
+int attention_max_rows(X86Isa isa) {
+  return isa >= X86Isa::kAvx512 ? kMaxAttnRows : kMaxAttnRowsAvx2;
+}
+
+Result<std::vector<uint8_t>> generate_cpu_attention(const OpSpec& spec, X86Isa isa) {
+  AttentionGenerator gen(spec.get<ir::CpuAttentionParams>(), isa, attention_uses_dpbf16(spec, isa),
+                         attention_token_group(spec, isa), attention_max_rows(isa));
+  gen.generate();
+  return gen.finish();
+}
+
+}  // namespace jit::codegen::x86

@@ -1,0 +1,93 @@
+// cpu_attention_with_kv_cache on x86 (spec/norm_act_cpu_ops.md §3.5): the generated tile
+// kernel's call arguments, its generator, and the executable that schedules it.
+//
+// Division of labour. The generated kernel does the arithmetic of one "pass": up to
+// kMaxAttnRows query rows (row = one (query token, query head) pair of one KV head's group)
+// against a KV range [kv_begin, kv_end) of one request, with an online softmax whose state
+// (running max m, running sum l, fp32 accumulator acc) lives in memory between calls, so a
+// range can be cut into tiles (L2 reuse across passes) and splits (flash-decoding) freely.
+// The C++ runner (attention_runner.cc) validates the arguments, partitions the work, packs Q,
+// runs the passes on OpenMP threads, merges splits and writes the output.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "codegen/backend.h"
+#include "codegen/target.h"
+#include "ir/op_spec.h"
+#include "ir/status.h"
+
+namespace jit::codegen::x86 {
+
+/// Most query rows one kernel call serves (AVX-512; AVX2 serves kMaxAttnRowsAvx2).
+inline constexpr int kMaxAttnRows = 8;
+inline constexpr int kMaxAttnRowsAvx2 = 4;
+
+/// The arguments of one kernel call (read by the generated code at fixed offsets).
+/// Row r of the pass has: its query vector at q + r·D (bf16 unscaled on the vdpbf16ps path,
+/// fp32 unscaled otherwise), its accumulator at acc + r·D (fp32), its softmax state m[r], l[r],
+/// its allowed key interval [lo[r], hi[r]] (window, causality and the call's kv_end folded in),
+/// its position pos[r] and ALiBi slope slope[r].
+struct CpuAttnTileArgs {
+  const void* q;
+  float* acc;
+  const int32_t* block_row;  ///< this request's block_table row
+  const uint8_t* k_base;     ///< key_cache + kv_head · stride(1), bytes
+  const uint8_t* v_base;     ///< value_cache + kv_head · stride(1), bytes
+  int64_t block_stride;      ///< key_cache stride(0) in bytes (both caches)
+  int64_t kv_begin;          ///< first key, a multiple of the kernel's token group
+  int64_t kv_end;            ///< one past the last key (> kv_begin)
+  int64_t first_block;       ///< kv_begin / block_size (block_row column)
+  int64_t first_offset;      ///< kv_begin % block_size
+  int64_t rows;              ///< 1..max rows
+  float* scratch;            ///< kAttnScratchFloats floats, 64-byte aligned
+  float scale;
+  float softcap;  ///< read only when the spec has softcap
+  float m[kMaxAttnRows];
+  float l[kMaxAttnRows];
+  float slope[kMaxAttnRows];
+  int32_t lo[kMaxAttnRows];
+  int32_t hi[kMaxAttnRows];
+  int32_t pos[kMaxAttnRows];
+  float alpha[kMaxAttnRows];  ///< kernel-internal: this group's rescale factor per row
+};
+
+/// Floats of CpuAttnTileArgs::scratch: logits [rows][32] and probabilities [rows][32].
+inline constexpr int64_t kAttnScratchFloats = 2 * kMaxAttnRows * 32;
+
+/// Which arithmetic a spec gets at an ISA: vdpbf16ps on bf16 pairs (bf16 with AVX512_BF16), or
+/// fp32 FMA after widening.
+bool attention_uses_dpbf16(const OpSpec& spec, X86Isa isa);
+/// Keys per kernel step (the token group): 32 or 16; divides the block size.
+int attention_token_group(const OpSpec& spec, X86Isa isa);
+/// Rows one call serves at `isa`.
+int attention_max_rows(X86Isa isa);
+
+/// Emits the tile kernel of cpu_attention_with_kv_cache (CpuAttentionParams; isa vec, vec16 or
+/// neon layout) at `isa` (AVX2 or higher).
+Result<std::vector<uint8_t>> generate_cpu_attention(const OpSpec& spec, X86Isa isa);
+
+/// Emits cpu_attn_reshape_and_cache (CpuAttnCacheWriteParams; vec, vec16, neon layouts).
+Result<std::vector<uint8_t>> generate_cpu_attn_cache_write(const OpSpec& spec, X86Isa isa);
+
+/// Whether the x86 backend serves `spec` (one of the CPU-attention ops), and why not.
+Support cpu_attention_support(const OpSpec& spec, const Target& target);
+/// The tuning space of the CPU-attention ops (first entry: the heuristic default).
+std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& target);
+/// Generates the code of a CPU-attention op.
+Result<std::vector<uint8_t>> generate_cpu_attention_op(const OpSpec& spec, X86Isa isa);
+/// The executable of a CPU-attention op whose code is at `code` (`size` bytes).
+std::shared_ptr<const Executable> make_cpu_attention_executable(const OpSpec& spec,
+                                                                const Config& config, X86Isa isa,
+                                                                const void* code, size_t size);
+/// The executable of cpu_attn_reshape_and_cache (attention_cache.cc).
+std::shared_ptr<const Executable> make_cpu_attn_cache_write_executable(const OpSpec& spec,
+                                                                       const Config& config,
+                                                                       const void* code,
+                                                                       size_t size);
+/// True for the ops the two functions above serve.
+bool is_cpu_attention_op(OpKind op);
+
+}  // namespace jit::codegen::x86

@@ -1,0 +1,526 @@
+// The executables of cpu_attention_with_kv_cache and cpu_attn_reshape_and_cache on x86: argument
+// checks, the work partition, Q packing, OpenMP scheduling, the split merge and the output
+// rounding around the generated kernels of attention_kernel.cc.
+//
+// Partition (KILN; the spec leaves it to the implementation as long as results do not depend
+// on it). The rows of a request's KV head g are its (query token, head-in-group) pairs,
+// token-major (§3.4.2); consecutive rows go in passes of at most max_rows (one kernel call
+// each). A task is up to `q_passes` consecutive passes of one (request, g) and one KV split.
+// Inside a task the KV range is walked in tiles of `kv_tile` keys, and every pass of the task
+// runs over a tile before the next tile: a tile of K and V is read from memory once per task
+// and from L1/L2 by the other passes. When there are fewer tasks than 2 x threads (decode
+// batches), each task's KV range is cut into splits of at least `min_split` keys
+// (flash-decoding): every split writes its partial (acc, m, l), and a merge pass combines
+//   m = max_k m_k,  l = Σ_k l_k e^(m_k − m),  acc = Σ_k acc_k e^(m_k − m)
+// before out = acc / l is rounded to the query dtype. The sink σ joins only the first split
+// (m = σ, l = 1), so it is counted once.
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "codegen/ref/ref.h"
+#include "codegen/x86/attention_kernel.h"
+#include "codegen/x86/generator.h"
+#include "ir/numeric.h"
+#include "ir/params_cpu.h"
+
+namespace jit::codegen::x86 {
+namespace {
+
+using ir::CpuAttnIsa;
+using numeric::bf16_to_f32;
+using numeric::f16_to_f32;
+using numeric::f32_to_bf16;
+using numeric::f32_to_f16;
+
+// Config knobs (docs/attention.md):
+//   threads    OpenMP threads (0 = omp_get_max_threads()).
+//   kv_tile    keys per tile inside a task (rounded to the token group).
+//   q_passes   passes (of max_rows rows) per task that share each KV tile.
+//   min_split  fewest keys in a KV split; 0 disables splitting.
+constexpr std::string_view kThreads = "threads";
+constexpr std::string_view kKvTile = "kv_tile";
+constexpr std::string_view kQPasses = "q_passes";
+constexpr std::string_view kMinSplit = "min_split";
+constexpr int64_t kDefaultKvTile = 512;
+constexpr int64_t kDefaultQPasses = 4;
+constexpr int64_t kDefaultMinSplit = 256;
+
+int64_t align_down(int64_t v, int64_t a) {
+  return v / a * a;
+}
+int64_t align_up(int64_t v, int64_t a) {
+  return (v + a - 1) / a * a;
+}
+
+float load_f32_element(DType dtype, const void* base, int64_t i) {
+  switch (dtype) {
+    case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    default: return static_cast<const float*>(base)[i];
+  }
+}
+
+void store_rounded(DType dtype, void* base, int64_t i, float v) {
+  switch (dtype) {
+    case DType::kBF16: static_cast<uint16_t*>(base)[i] = f32_to_bf16(v); break;
+    case DType::kF16: static_cast<uint16_t*>(base)[i] = f32_to_f16(v); break;
+    default: static_cast<float*>(base)[i] = v; break;
+  }
+}
+
+// query_start_loc starts at 0 and never decreases, within the query's tokens; seq_lens are
+// >= 0 and, causally, hold at least the request's query tokens (the ref's checks and order).
+Status check_lengths(std::string_view op, const int32_t* seq_lens, const int32_t* qsl,
+                     int64_t num_req, bool causal, int64_t max_tokens) {
+  if (qsl[0] != 0) {
+    return invalid_argument(fmt::format(
+        "{}: argument 'query_start_loc' has query_start_loc[0] = {}; expected 0", op, qsl[0]));
+  }
+  for (int64_t r = 0; r < num_req; ++r) {
+    if (qsl[r + 1] < qsl[r]) {
+      return invalid_argument(
+          fmt::format("{}: argument 'query_start_loc' decreases at {} ({} after {})", op, r + 1,
+                      qsl[r + 1], qsl[r]));
+    }
+    const int64_t q_len = qsl[r + 1] - qsl[r];
+    if (seq_lens[r] < 0 || (causal && seq_lens[r] < q_len)) {
+      return invalid_argument(
+          fmt::format("{}: argument 'seq_lens' has seq_lens[{}] = {}; expected >= {}{}", op, r,
+                      seq_lens[r], causal ? q_len : 0,
+                      causal ? " (its query length: causal queries are its last tokens)" : ""));
+    }
+  }
+  if (qsl[num_req] > max_tokens) {
+    return invalid_argument(
+        fmt::format("{}: argument 'query_start_loc' ends at {}, beyond the {} query tokens", op,
+                    qsl[num_req], max_tokens));
+  }
+  return Status::ok();
+}
+
+// The metadata must be what cpu_attn_get_scheduler_metadata writes for this call. Its format
+// belongs to the scheduler (the ref backend's, codegen/ref/ref_cpu.cc), so instead of parsing
+// it, the blob is rebuilt with that scheduler for this call's window, with KV splitting on and
+// off, and compared byte for byte. The partition itself is this runner's own.
+Status check_metadata(std::string_view op, const ir::CpuAttentionParams& p, const Tensor& metadata,
+                      const Tensor& seq_lens, const Tensor& qsl, int64_t num_req, int64_t left,
+                      int64_t right) {
+  const int64_t size = ref::cpu_attn_metadata_bytes();
+  if (metadata.numel() != size) {
+    return invalid_argument(
+        fmt::format("{}: argument 'scheduler_metadata' ({}) must have {} bytes (built by "
+                    "cpu_attn_get_scheduler_metadata)",
+                    op, metadata.describe(), size));
+  }
+  const OpSpec sched =
+      OpSpec::make(OpKind::kCpuAttnGetSchedulerMetadata,
+                   ir::CpuAttnSchedulerParams{p.isa, p.dtype, p.head_size, p.head_count_q,
+                                              p.head_count_kv, p.causal});
+  const int64_t window = left == -1 ? -1 : left + 1;
+  // The scheduler's window conversion (§3.4.1) must give back this call's right edge.
+  const int64_t expected_right = p.causal ? 0 : (window == -1 ? -1 : window - 1);
+  if (right == expected_right) {
+    std::vector<int8_t> blob(static_cast<size_t>(size));
+    for (double split : {1.0, 0.0}) {
+      Tensor t(blob.data(), DType::kI8, {size});
+      const Status s =
+          ref::run(sched, KernelArgs({t, seq_lens, qsl}, {double(num_req), double(window), split}));
+      if (s.is_ok() && std::memcmp(blob.data(), metadata.data(), size_t(size)) == 0) {
+        return Status::ok();
+      }
+    }
+  }
+  return invalid_argument(fmt::format(
+      "{}: argument 'scheduler_metadata' was not built by cpu_attn_get_scheduler_metadata for "
+      "this call's isa, dtype, heads, causal flag, sliding window ({}, {}), seq_lens and "
+      "query_start_loc",
+      op, left, right));
+}
+
+// One (request, kv head) row range: rows [row_begin, row_end) of its q_len·group rows, and
+// one KV split [kv_begin, kv_end) of it.
+struct Task {
+  int64_t request = 0;
+  int64_t kv_head = 0;
+  int64_t row_begin = 0;
+  int64_t row_end = 0;
+  int64_t kv_begin = 0;
+  int64_t kv_end = 0;
+  int64_t split = 0;     // index of this split in its chain
+  int64_t partial = -1;  // first float of its partial state, or -1 (written directly)
+};
+
+class CpuAttentionExecutable final : public Executable {
+ public:
+  CpuAttentionExecutable(OpSpec spec, Config config, X86Isa isa, const void* code, size_t size)
+      : spec_(std::move(spec)),
+        config_(std::move(config)),
+        code_(code),
+        size_(size),
+        dpbf16_(attention_uses_dpbf16(spec_, isa)),
+        group_tokens_(attention_token_group(spec_, isa)),
+        max_rows_(attention_max_rows(isa)) {}
+
+  const void* code_address() const override { return code_; }
+  size_t code_size() const override { return size_; }
+
+  Status run(const KernelArgs& args) const override {
+    const auto& p = spec_.get<ir::CpuAttentionParams>();
+    const std::string_view op = op_name(spec_.op);
+    const Tensor& query = args.tensor(0);
+    const Tensor& key_cache = args.tensor(1);
+    const Tensor& table = args.tensor(7);
+    const auto* qsl = args.tensor(4).data_as<const int32_t>();
+    const auto* seq_lens = args.tensor(5).data_as<const int32_t>();
+    const int64_t num_req = args.tensor(4).size(0) - 1;
+    const int64_t left = int64_t(args.scalar(1));
+    const int64_t right = p.causal ? 0 : int64_t(args.scalar(2));
+
+    // Data-dependent checks, all before the first write.
+    KILN_RETURN_IF_ERROR(check_lengths(op, seq_lens, qsl, num_req, p.causal, query.size(0)));
+    const int64_t num_blocks = key_cache.size(0);
+    for (int64_t r = 0; r < num_req; ++r) {
+      const int64_t used = (int64_t(seq_lens[r]) + p.block_size - 1) / p.block_size;
+      if (used > table.size(1)) {
+        return invalid_argument(fmt::format(
+            "{}: argument 'block_table' has {} columns; seq_lens[{}] = {} needs {} blocks", op,
+            table.size(1), r, seq_lens[r], used));
+      }
+      const int32_t* row = table.data_as<const int32_t>() + r * table.stride(0);
+      for (int64_t b = 0; b < used; ++b) {
+        if (row[b] < 0 || row[b] >= num_blocks) {
+          return invalid_argument(fmt::format(
+              "{}: argument 'block_table' has block_table[{}, {}] = {}, outside the cache's {} "
+              "blocks",
+              op, r, b, row[b], num_blocks));
+        }
+      }
+    }
+    KILN_RETURN_IF_ERROR(check_metadata(op, p, args.tensor(8), args.tensor(5), args.tensor(4),
+                                        num_req, left, right));
+    run_checked(args, left, right);
+    return Status::ok();
+  }
+
+ private:
+  // Keys of request r that row `row` (token-major (token, head-in-group)) may see: [lo, hi].
+  struct RowRange {
+    int64_t lo, hi, pos;
+  };
+  RowRange row_range(int64_t seq_len, int64_t base, int64_t token, int64_t left,
+                     int64_t right) const {
+    const int64_t pos = base + token;
+    const int64_t lo = left == -1 ? 0 : std::max<int64_t>(0, pos - left);
+    const int64_t hi = right == -1 ? seq_len - 1 : std::min(seq_len - 1, pos + right);
+    return {lo, hi, pos};
+  }
+
+  void run_checked(const KernelArgs& args, int64_t left, int64_t right) const {
+    const auto& p = spec_.get<ir::CpuAttentionParams>();
+    const auto* qsl = args.tensor(4).data_as<const int32_t>();
+    const auto* seq_lens = args.tensor(5).data_as<const int32_t>();
+    const int64_t num_req = args.tensor(4).size(0) - 1;
+    const int64_t group = p.head_count_q / p.head_count_kv;
+    const int64_t d = p.head_size;
+    const int64_t g_tokens = group_tokens_;
+    int threads = int(config_.get(kThreads, 0));
+    if (threads <= 0) threads = omp_get_max_threads();
+    const int64_t rows_per_task =
+        max_rows_ * std::max<int64_t>(1, config_.get(kQPasses, kDefaultQPasses));
+    const int64_t kv_tile =
+        std::max(g_tokens, align_down(config_.get(kKvTile, kDefaultKvTile), g_tokens));
+    const int64_t min_split = config_.get(kMinSplit, kDefaultMinSplit);
+
+    // Tasks without splits: the KV range of a row range is the union of its rows' ranges.
+    std::vector<Task> tasks;
+    for (int64_t r = 0; r < num_req; ++r) {
+      const int64_t q_len = qsl[r + 1] - qsl[r];
+      const int64_t seq_len = seq_lens[r];
+      const int64_t base = p.causal ? seq_len - q_len : 0;
+      const int64_t rows = q_len * group;
+      for (int64_t g = 0; g < p.head_count_kv; ++g) {
+        for (int64_t rb = 0; rb < rows; rb += rows_per_task) {
+          Task t;
+          t.request = r;
+          t.kv_head = g;
+          t.row_begin = rb;
+          t.row_end = std::min(rows, rb + rows_per_task);
+          const RowRange first = row_range(seq_len, base, rb / group, left, right);
+          const RowRange last = row_range(seq_len, base, (t.row_end - 1) / group, left, right);
+          t.kv_begin = align_down(first.lo, g_tokens);
+          t.kv_end = std::max(t.kv_begin, last.hi + 1);
+          tasks.push_back(t);
+        }
+      }
+    }
+    // Flash-decoding splits when the tasks cannot keep 2 x threads busy.
+    int64_t partial_floats = 0;
+    const int64_t state_floats = d + 2;  // acc, m, l per row
+    if (min_split > 0 && int64_t(tasks.size()) < 2 * threads) {
+      const int64_t want = (2 * threads + int64_t(tasks.size()) - 1) / int64_t(tasks.size());
+      std::vector<Task> split_tasks;
+      for (const Task& t : tasks) {
+        const int64_t len = t.kv_end - t.kv_begin;
+        const int64_t n = std::min(want, len / std::max(min_split, g_tokens));
+        if (n <= 1) {
+          split_tasks.push_back(t);
+          continue;
+        }
+        const int64_t chunk = align_up((len + n - 1) / n, g_tokens);
+        int64_t s = 0;
+        for (int64_t b = t.kv_begin; b < t.kv_end; b += chunk, ++s) {
+          Task part = t;
+          part.kv_begin = b;
+          part.kv_end = std::min(t.kv_end, b + chunk);
+          part.split = s;
+          part.partial = partial_floats;
+          partial_floats += (t.row_end - t.row_begin) * state_floats;
+          split_tasks.push_back(part);
+        }
+      }
+      tasks = std::move(split_tasks);
+    }
+    std::vector<float> partials(static_cast<size_t>(partial_floats));
+
+    const auto fn = reinterpret_cast<KernelFn>(const_cast<void*>(code_));
+    const int64_t task_count = int64_t(tasks.size());
+    threads = int(std::max<int64_t>(1, std::min<int64_t>(threads, task_count)));
+#pragma omp parallel num_threads(threads)
+    {
+      std::vector<CpuAttnTileArgs> calls(
+          static_cast<size_t>((rows_per_task + max_rows_ - 1) / max_rows_));
+      // q: fp32 or bf16 rows; acc: fp32 rows; scratch 64-byte aligned.
+      std::vector<float> q_buf(static_cast<size_t>(rows_per_task * d));
+      std::vector<float> acc_buf(static_cast<size_t>(rows_per_task * d));
+      std::vector<float> scratch_buf(static_cast<size_t>(kAttnScratchFloats + 16));
+      float* scratch = reinterpret_cast<float*>(
+          (reinterpret_cast<uintptr_t>(scratch_buf.data()) + 63) & ~uintptr_t(63));
+      std::vector<RowRange> ranges(static_cast<size_t>(rows_per_task));
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t i = 0; i < task_count; ++i) {
+        run_task(args, tasks[size_t(i)], left, right, calls.data(), q_buf.data(), acc_buf.data(),
+                 scratch, ranges.data(), partials.data(), fn, kv_tile);
+      }
+    }
+    if (partial_floats == 0) return;
+      // Merge the split chains: tasks of one chain are consecutive, split 0 first.
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int64_t i = 0; i < task_count; ++i) {
+      if (tasks[size_t(i)].partial < 0 || tasks[size_t(i)].split != 0) continue;
+      int64_t n = 1;
+      while (i + n < task_count && tasks[size_t(i + n)].split == n) ++n;
+      merge_chain(args, &tasks[size_t(i)], n, partials.data());
+    }
+  }
+
+  // Runs one task: packs its rows' queries, walks its KV range tile by tile over its passes,
+  // then writes the output (or the partial state of a split).
+  void run_task(const KernelArgs& args, const Task& t, int64_t left, int64_t right,
+                CpuAttnTileArgs* calls, float* q_buf, float* acc_buf, float* scratch,
+                RowRange* ranges, float* partials, KernelFn fn, int64_t kv_tile) const {
+    const auto& p = spec_.get<ir::CpuAttentionParams>();
+    const Tensor& query = args.tensor(0);
+    const Tensor& key_cache = args.tensor(1);
+    const Tensor& sinks = args.tensor(9);
+    const auto* qsl = args.tensor(4).data_as<const int32_t>();
+    const auto* seq_lens = args.tensor(5).data_as<const int32_t>();
+    const Tensor& table = args.tensor(7);
+    const int64_t group = p.head_count_q / p.head_count_kv;
+    const int64_t d = p.head_size;
+    const int64_t esize = int64_t(dtype_size(p.dtype));
+    const int64_t seq_len = seq_lens[t.request];
+    const int64_t q_len = qsl[t.request + 1] - qsl[t.request];
+    const int64_t base = p.causal ? seq_len - q_len : 0;
+    const int64_t rows = t.row_end - t.row_begin;
+    const int64_t passes = (rows + max_rows_ - 1) / max_rows_;
+    const auto* slopes = p.alibi ? args.tensor(6).data_as<const float>() : nullptr;
+    const int64_t cache_elem = int64_t(key_cache.element_size());
+    const int64_t head_offset = t.kv_head * key_cache.stride(1) * cache_elem;
+    const auto* k_base = static_cast<const uint8_t*>(key_cache.data()) + head_offset;
+    const auto* v_base = static_cast<const uint8_t*>(args.tensor(2).data()) + head_offset;
+    std::fill(acc_buf, acc_buf + rows * d, 0.0f);
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t row = t.row_begin + i;
+      const int64_t token = qsl[t.request] + row / group;
+      const int64_t head = t.kv_head * group + row % group;
+      ranges[i] = row_range(seq_len, base, row / group, left, right);
+      const auto* src = static_cast<const uint8_t*>(query.data()) +
+                        (token * query.stride(0) + head * query.stride(1)) * esize;
+      if (dpbf16_) {
+        std::memcpy(reinterpret_cast<uint16_t*>(q_buf) + i * d, src, size_t(d * 2));
+      } else {
+        for (int64_t e = 0; e < d; ++e) q_buf[i * d + e] = load_f32_element(p.dtype, src, e);
+      }
+    }
+    for (int64_t ps = 0; ps < passes; ++ps) {
+      CpuAttnTileArgs& c = calls[ps];
+      const int64_t r0 = ps * max_rows_;
+      const int64_t n = std::min<int64_t>(max_rows_, rows - r0);
+      c.q = dpbf16_ ? static_cast<const void*>(reinterpret_cast<uint16_t*>(q_buf) + r0 * d)
+                    : static_cast<const void*>(q_buf + r0 * d);
+      c.acc = acc_buf + r0 * d;
+      c.block_row = table.data_as<const int32_t>() + t.request * table.stride(0);
+      c.k_base = k_base;
+      c.v_base = v_base;
+      c.block_stride = key_cache.stride(0) * cache_elem;
+      c.rows = n;
+      c.scratch = scratch;
+      c.scale = float(args.scalar(0));
+      c.softcap = float(args.scalar(3));
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t row = t.row_begin + r0 + i;
+        const int64_t head = t.kv_head * group + row % group;
+        c.m[i] = -std::numeric_limits<float>::max();
+        c.l[i] = 0.0f;
+        if (p.sinks && t.split == 0) {
+          c.m[i] = load_f32_element(sinks.dtype(), sinks.data(), head);
+          c.l[i] = 1.0f;
+        }
+        c.slope[i] = slopes != nullptr ? slopes[head] : 0.0f;
+        c.lo[i] = int32_t(ranges[r0 + i].lo);
+        c.pos[i] = int32_t(ranges[r0 + i].pos);
+      }
+    }
+    // Tiles outer, passes inner: each tile of K/V is reused by every pass from cache.
+    for (int64_t tile = t.kv_begin; tile < t.kv_end; tile += kv_tile) {
+      const int64_t tile_end = std::min(t.kv_end, tile + kv_tile);
+      for (int64_t ps = 0; ps < passes; ++ps) {
+        CpuAttnTileArgs& c = calls[ps];
+        const int64_t r0 = ps * max_rows_;
+        int64_t lo = std::numeric_limits<int64_t>::max();
+        int64_t hi = -1;
+        for (int64_t i = 0; i < c.rows; ++i) {
+          lo = std::min(lo, ranges[r0 + i].lo);
+          hi = std::max(hi, ranges[r0 + i].hi);
+        }
+        const int64_t begin = std::max(tile, align_down(lo, group_tokens_));
+        const int64_t end = std::min(tile_end, hi + 1);
+        if (begin >= end) continue;
+        c.kv_begin = begin;
+        c.kv_end = end;
+        c.first_block = begin / p.block_size;
+        c.first_offset = begin % p.block_size;
+        for (int64_t i = 0; i < c.rows; ++i)
+          c.hi[i] = int32_t(std::min(ranges[r0 + i].hi, end - 1));
+        fn(&c, 0, 0);
+      }
+    }
+    // Output: out = acc / l, or the partial state of a split.
+    for (int64_t i = 0; i < rows; ++i) {
+      const CpuAttnTileArgs& c = calls[i / max_rows_];
+      const int64_t k = i % max_rows_;
+      const float* acc = acc_buf + i * d;
+      if (t.partial >= 0) {
+        float* dst = partials + t.partial + i * (d + 2);
+        std::memcpy(dst, acc, size_t(d) * 4);
+        dst[d] = c.m[k];
+        dst[d + 1] = c.l[k];
+        continue;
+      }
+      write_row(args, t, i, acc, c.l[k]);
+    }
+  }
+
+  // output[token, head, :] = rnd_T(acc / l) (zeros when no key and no sink contributed).
+  void write_row(const KernelArgs& args, const Task& t, int64_t i, const float* acc,
+                 float l) const {
+    const auto& p = spec_.get<ir::CpuAttentionParams>();
+    const int64_t group = p.head_count_q / p.head_count_kv;
+    const int64_t row = t.row_begin + i;
+    const int64_t token = args.tensor(4).data_as<const int32_t>()[t.request] + row / group;
+    const int64_t head = t.kv_head * group + row % group;
+    const int64_t d = p.head_size;
+    void* out = static_cast<uint8_t*>(args.tensor(3).data()) +
+                (token * p.head_count_q + head) * d * int64_t(dtype_size(p.dtype));
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int64_t e = 0; e < d; ++e) store_rounded(p.dtype, out, e, acc[e] * inv);
+  }
+
+  void merge_chain(const KernelArgs& args, const Task* chain, int64_t n,
+                   const float* partials) const {
+    const int64_t d = spec_.get<ir::CpuAttentionParams>().head_size;
+    const int64_t rows = chain[0].row_end - chain[0].row_begin;
+    std::vector<float> acc(static_cast<size_t>(d));
+    for (int64_t i = 0; i < rows; ++i) {
+      float m = -std::numeric_limits<float>::max();
+      for (int64_t s = 0; s < n; ++s) m = std::max(m, partials[chain[s].partial + i * (d + 2) + d]);
+      float l = 0.0f;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t s = 0; s < n; ++s) {
+        const float* part = partials + chain[s].partial + i * (d + 2);
+        const float w = std::exp(part[d] - m);
+        l += w * part[d + 1];
+        for (int64_t e = 0; e < d; ++e) acc[size_t(e)] += w * part[e];
+      }
+      write_row(args, chain[0], i, acc.data(), l);
+    }
+  }
+
+  OpSpec spec_;
+  Config config_;
+  const void* code_;
+  size_t size_;
+  bool dpbf16_;
+  int group_tokens_;
+  int max_rows_;
+};
+
+}  // namespace
+
+bool is_cpu_attention_op(OpKind op) {
+  return op == OpKind::kCpuAttentionWithKvCache || op == OpKind::kCpuAttnReshapeAndCache;
+}
+
+Support cpu_attention_support(const OpSpec& spec, const Target& target) {
+  const CpuAttnIsa layout = spec.op == OpKind::kCpuAttentionWithKvCache
+                                ? spec.get<ir::CpuAttentionParams>().isa
+                                : spec.get<ir::CpuAttnCacheWriteParams>().isa;
+  if (layout == CpuAttnIsa::kAmx) {
+    return Support::no(fmt::format(
+        "x86 backend does not generate {} with isa=amx (the AMX VNNI cache layout) yet (served "
+        "isa: vec, vec16, neon)",
+        op_name(spec.op)));
+  }
+  (void)target;
+  return Support::yes();
+}
+
+std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& target) {
+  (void)target;
+  std::vector<Config> space;
+  space.push_back(Config{});  // heuristic default
+  if (spec.op != OpKind::kCpuAttentionWithKvCache) return space;
+  for (int64_t tile : {128, 512, 2048}) {
+    for (int64_t passes : {1, 4}) {
+      for (int64_t split : {0, 256}) {
+        space.push_back(Config()
+                            .set(std::string(kKvTile), tile)
+                            .set(std::string(kQPasses), passes)
+                            .set(std::string(kMinSplit), split));
+      }
+    }
+  }
+  return space;
+}
+
+Result<std::vector<uint8_t>> generate_cpu_attention_op(const OpSpec& spec, X86Isa isa) {
+  if (spec.op == OpKind::kCpuAttentionWithKvCache) return generate_cpu_attention(spec, isa);
+  return generate_cpu_attn_cache_write(spec, isa);
+}
+
+std::shared_ptr<const Executable> make_cpu_attention_executable(const OpSpec& spec,
+                                                                const Config& config, X86Isa isa,
+                                                                const void* code, size_t size) {
+  if (spec.op == OpKind::kCpuAttentionWithKvCache) {
+    return std::make_shared<CpuAttentionExecutable>(spec, config, isa, code, size);
+  }
+  return make_cpu_attn_cache_write_executable(spec, config, code, size);
+}
+
+}  // namespace jit::codegen::x86

@@ -1,0 +1,212 @@
+// cpu_attention_with_kv_cache and cpu_attn_reshape_and_cache on the x86 backend against the ref
+// backend: head sizes, block sizes, GQA ratios, dtypes, every feature flag, split and unsplit
+// partitions, fully masked rows, and every ISA path this host runs (AVX2, AVX-512 fp32,
+// AVX512_BF16 vdpbf16ps).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "codegen/ref/ref.h"
+#include "codegen/x86/x86_backend.h"
+#include "ir/params_cpu.h"
+#include "runtime/runtime.h"
+#include "tests/harness/op_cases.h"
+#include "tests/x86/x86_test_util.h"
+
+namespace jit {
+namespace {
+
+using ir::CpuAttnIsa;
+using test::check_against_ref;
+using test::InputKind;
+
+Runtime& test_runtime() {
+  static Runtime runtime([] {
+    RuntimeOptions options;  // no disk cache: these tests are about generated code
+    return options;
+  }());
+  return runtime;
+}
+
+Kernel compile_x86(const OpSpec& spec, X86Isa isa, Config config = {}) {
+  CompileOptions options;
+  options.backend = BackendKind::kX86;
+  options.isa = isa;
+  options.config = config;
+  auto kernel = test_runtime().compile(spec, options);
+  EXPECT_TRUE(kernel.is_ok()) << to_string(spec) << ": " << kernel.status().to_string();
+  return kernel.value();
+}
+
+struct Features {
+  bool causal = true;
+  bool window = false;
+  bool alibi = false;
+  bool softcap = false;
+  bool sinks = false;
+};
+
+OpSpec attention_spec(CpuAttnIsa isa, DType dtype, int64_t head, int64_t block, int64_t hq,
+                      int64_t hkv, Features f = {}) {
+  return OpSpec::make(OpKind::kCpuAttentionWithKvCache,
+                      ir::CpuAttentionParams{isa, dtype, head, block, hq, hkv, f.causal, f.window,
+                                             f.alibi, f.softcap, f.sinks});
+}
+
+// Every input kind of the harness on `requests` requests; stops at the first failure.
+void check(const OpSpec& spec, X86Isa isa, int64_t requests, Config config = {},
+           std::vector<InputKind> kinds = {InputKind::kNormal, InputKind::kSmallInt,
+                                           InputKind::kEqual}) {
+  const Kernel kernel = compile_x86(spec, isa, config);
+  for (InputKind kind : kinds) {
+    auto c = test::make_case(spec, requests, kind, uint64_t(requests) * 977 + 3);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    const auto report = check_against_ref(kernel, c.value());
+    EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa)
+                           << " config=" << config.to_string()
+                           << " inputs=" << test::input_kind_name(kind) << "\n"
+                           << report.message;
+    if (!report.ok) return;
+  }
+}
+
+// Splits forced (64-key splits, a 32-key tile) and splitting off: both partitions vs ref.
+const Config kForceSplit = Config().set("min_split", 32).set("kv_tile", 32).set("q_passes", 1);
+const Config kNoSplit = Config().set("min_split", 0);
+
+class X86AttentionTest : public ::testing::TestWithParam<X86Isa> {};
+
+TEST_P(X86AttentionTest, HeadSizesVec) {
+  for (int64_t head : {32, 64, 96, 128, 160, 192, 256}) {
+    check(attention_spec(CpuAttnIsa::kVec, DType::kBF16, head, 32, 8, 2), GetParam(), 5, {},
+          {InputKind::kNormal});
+  }
+}
+
+TEST_P(X86AttentionTest, HeadSizesVec16) {
+  // 16·odd head sizes: the half-width (16-dim) tail of the 32-dim P·V chunks.
+  for (int64_t head : {16, 48, 80, 112, 208}) {
+    check(attention_spec(CpuAttnIsa::kVec16, DType::kBF16, head, 16, 4, 4), GetParam(), 5, {},
+          {InputKind::kNormal});
+  }
+}
+
+TEST_P(X86AttentionTest, BlockSizes) {
+  for (int64_t block : {32, 64, 128}) {
+    check(attention_spec(CpuAttnIsa::kVec, DType::kBF16, 64, block, 8, 2), GetParam(), 4);
+  }
+  for (int64_t block : {16, 48}) {
+    check(attention_spec(CpuAttnIsa::kVec16, DType::kBF16, 64, block, 8, 2), GetParam(), 4);
+  }
+}
+
+TEST_P(X86AttentionTest, GqaRatios) {
+  // MHA, GQA 4, GQA 8, MQA and a group larger than one pass (16 heads per KV head).
+  for (auto [hq, hkv] : {std::pair{4, 4}, {8, 2}, {16, 2}, {8, 1}, {16, 1}, {9, 3}}) {
+    check(attention_spec(CpuAttnIsa::kVec, DType::kBF16, 64, 32, hq, hkv), GetParam(), 4);
+  }
+}
+
+TEST_P(X86AttentionTest, Dtypes) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    check(attention_spec(CpuAttnIsa::kVec, dtype, 64, 32, 8, 2), GetParam(), 5);
+    check(attention_spec(CpuAttnIsa::kVec16, dtype, 48, 16, 4, 1), GetParam(), 5);
+  }
+}
+
+TEST_P(X86AttentionTest, Features) {
+  const Features variants[] = {{.window = true},
+                               {.alibi = true},
+                               {.softcap = true},
+                               {.sinks = true},
+                               {.causal = false},
+                               {.causal = false, .window = true},
+                               {true, true, true, true, true},
+                               {false, true, true, true, true}};
+  for (const Features& f : variants) {
+    for (DType dtype : {DType::kBF16, DType::kF32}) {
+      check(attention_spec(CpuAttnIsa::kVec, dtype, 64, 32, 8, 2, f), GetParam(), 5);
+    }
+    check(attention_spec(CpuAttnIsa::kVec16, DType::kBF16, 80, 16, 4, 4, f), GetParam(), 4);
+  }
+}
+
+TEST_P(X86AttentionTest, SplitAndUnsplitPartitions) {
+  for (const Config& config : {kForceSplit, kNoSplit}) {
+    check(attention_spec(CpuAttnIsa::kVec, DType::kBF16, 128, 32, 8, 1, {.sinks = true}),
+          GetParam(), 6, config);
+    check(attention_spec(CpuAttnIsa::kVec, DType::kF16, 64, 64, 4, 4, {.window = true}), GetParam(),
+          6, config);
+    check(attention_spec(CpuAttnIsa::kVec16, DType::kBF16, 112, 16, 8, 2,
+                         {.alibi = true, .softcap = true}),
+          GetParam(), 6, config);
+  }
+}
+
+// Non-causal window (0, 0) with seq_len 1: query tokens 1.. of a prefill see no key (rows
+// fully masked by the sliding window), written as zeros (with sinks: also zeros).
+TEST_P(X86AttentionTest, FullyMaskedRows) {
+  for (bool sinks : {false, true}) {
+    for (const Config& config : {Config{}, kForceSplit}) {
+      const OpSpec spec = attention_spec(CpuAttnIsa::kVec, DType::kBF16, 64, 32, 8, 2,
+                                         {.causal = false, .window = true, .sinks = sinks});
+      const Kernel kernel = compile_x86(spec, GetParam(), config);
+      auto made = test::make_case(spec, 4, InputKind::kNormal, 11);
+      ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+      test::OpCase c = std::move(made).value();
+      // Request 1 (a prefill of >= 2 tokens): seq_len 1, window 1 on both sides.
+      c.tensors[5].set(1, 1.0);
+      c.scalars[1] = 0.0;
+      c.scalars[2] = 0.0;
+      const OpSpec sched =
+          OpSpec::make(OpKind::kCpuAttnGetSchedulerMetadata,
+                       ir::CpuAttnSchedulerParams{CpuAttnIsa::kVec, DType::kBF16, 64, 8, 2, false});
+      ASSERT_TRUE(codegen::ref::run(sched, KernelArgs({c.tensors[8].tensor(), c.tensors[5].tensor(),
+                                                       c.tensors[4].tensor()},
+                                                      {4.0, 1.0, 1.0}))
+                      .is_ok());
+      const auto report = check_against_ref(kernel, c);
+      EXPECT_TRUE(report.ok) << "sinks=" << sinks << " config=" << config.to_string() << "\n"
+                             << report.message;
+    }
+  }
+}
+
+TEST_P(X86AttentionTest, RejectsForeignMetadata) {
+  const OpSpec spec = attention_spec(CpuAttnIsa::kVec, DType::kBF16, 64, 32, 8, 2);
+  const Kernel kernel = compile_x86(spec, GetParam());
+  auto made = test::make_case(spec, 3, InputKind::kNormal, 5);
+  ASSERT_TRUE(made.is_ok());
+  test::OpCase c = std::move(made).value();
+  c.tensors[5].set(0, 2.0);  // seq_lens changed after the metadata was built
+  const Status s = kernel.run(c.args());
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("scheduler_metadata"), std::string::npos) << s.message();
+}
+
+TEST_P(X86AttentionTest, CacheWriteBitExact) {
+  for (CpuAttnIsa isa : {CpuAttnIsa::kVec, CpuAttnIsa::kVec16}) {
+    for (DType dtype : {DType::kBF16, DType::kF32}) {
+      for (int64_t head : {16, 64, 80}) {
+        if (isa == CpuAttnIsa::kVec && head % 32 != 0) continue;
+        const OpSpec spec = OpSpec::make(
+            OpKind::kCpuAttnReshapeAndCache,
+            ir::CpuAttnCacheWriteParams{isa, dtype, 2, head, isa == CpuAttnIsa::kVec ? 32 : 16});
+        const Kernel kernel = compile_x86(spec, GetParam());
+        for (InputKind kind : test::input_kinds_for(spec.op)) {
+          auto c = test::make_case(spec, 37, kind, 9);
+          ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+          const auto report = check_against_ref(kernel, c.value());
+          EXPECT_TRUE(report.ok) << to_string(spec) << "\n" << report.message;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, X86AttentionTest, ::testing::ValuesIn(test::isa_paths()),
+                         [](const auto& info) { return std::string(x86_isa_name(info.param)); });
+
+}  // namespace
+}  // namespace jit

@@ -77,6 +77,9 @@ SCHEMAS = {
     "Tensor! indices, int numRows, int stride0, int stride1, int topK) -> ()",
     "top_k_per_row_decode": "(Tensor logits, int next_n, Tensor seq_lens, Tensor! indices, "
     "int numRows, int stride0, int stride1, int topK) -> ()",
+    "cpu_attn_get_scheduler_metadata": "(int num_reqs, int num_heads, int num_kv_heads, "
+    "int head_dim, Tensor seq_lens, ScalarType dtype, Tensor query_start_loc, bool causal, "
+    "int window_size, str isa, bool enable_kv_split) -> Tensor",
     "cpu_attn_reshape_and_cache": "(Tensor key, Tensor value, Tensor! key_cache, "
     "Tensor! value_cache, Tensor slot_mapping, str isa) -> ()",
     "cpu_attention_with_kv_cache": "(Tensor query, Tensor key_cache, Tensor value_cache, "

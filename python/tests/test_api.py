@@ -263,7 +263,10 @@ def test_torch_tensors_and_registration():
 def test_torch_module_imports_without_torch():
     import kiln.torch as kt
 
-    assert "rms_norm" in kt.SCHEMAS and callable(kt.implementation("merge_attn_states"))
+    helpers = {"cpu_attn_metadata_bytes", "cpu_attn_get_scheduler_metadata_into"}
+    assert set(kiln.ops.__all__) - helpers == set(kt.SCHEMAS)
+    for name in kt.SCHEMAS:
+        assert callable(kt.implementation(name))
 
 
 def readme_example():

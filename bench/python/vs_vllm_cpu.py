@@ -8,7 +8,8 @@ gated activations, reshape_and_cache(_flash), the CPU attention ops), it runs vL
 (``torch.ops._C.<op>`` / ``torch.ops._C_cache_ops.<op>``) and ``kiln.ops.<op>`` on the same
 inputs, checks that the results agree, and prints the median time per call and the GB/s of
 the minimum bytes moved for both, next to this machine's copy bandwidth measured in the same
-run. When torch or vLLM's CPU wheel is not importable it prints why and exits 0.
+run. When torch or vLLM's CPU wheel is not importable it prints why and exits 0;
+``--kiln-only`` then still times kiln's side on torch tensors (torch needed).
 """
 
 from __future__ import annotations
@@ -19,19 +20,23 @@ import sys
 import time
 
 
-def why_not():
+def why_not(kiln_only):
+    """Why the comparison cannot run here (None when it can)."""
     try:
         import torch  # noqa: F401
     except ImportError as e:
         return f"torch is not importable ({e}); install torch (CPU) and vLLM's CPU wheel"
     try:
-        import vllm._custom_ops  # noqa: F401  (loads torch.ops._C)
-    except Exception as e:  # noqa: BLE001  (any failure to load the wheel is a reason)
-        return f"vLLM's CPU wheel is not importable ({type(e).__name__}: {e})"
-    try:
         import kiln  # noqa: F401
     except ImportError as e:
         return f"kiln is not importable ({e}); build it and set PYTHONPATH=build/release/python"
+    if kiln_only:
+        return None
+    try:
+        import vllm._custom_ops  # noqa: F401  (loads torch.ops._C)
+    except Exception as e:  # noqa: BLE001  (any failure to load the wheel is a reason)
+        return (f"vLLM's CPU wheel is not importable ({type(e).__name__}: {e}); "
+                f"--kiln-only times kiln alone")
     return None
 
 
@@ -91,30 +96,32 @@ def cases(torch, tokens):
            lambda: ops.rotary_embedding(pos, q_v, k_v, hd, cache, True),
            lambda: kiln.ops.rotary_embedding(pos, q_k, k_k, hd, cache, True), [])
 
-    cache_ops = getattr(torch.ops, "_C_cache_ops", None)
-    if cache_ops is not None and hasattr(cache_ops, "reshape_and_cache_flash"):
-        bs, nb = 16, (tokens + 15) // 16 + 1
-        key = torch.randn(tokens, hkv, hd, dtype=bf16)
-        val = torch.randn(tokens, hkv, hd, dtype=bf16)
-        kc_v = torch.zeros(nb, bs, hkv, hd, dtype=bf16)
-        vc_v = torch.zeros_like(kc_v)
-        kc_k, vc_k = kc_v.clone(), vc_v.clone()
-        slots = torch.randperm(nb * bs)[:tokens]
-        one = torch.ones(1)
-        yield ("reshape_and_cache_flash", 4 * key.numel() * 2 + tokens * 8,
-               lambda: cache_ops.reshape_and_cache_flash(key, val, kc_v, vc_v, slots, "auto",
-                                                         one, one),
-               lambda: kiln.ops.reshape_and_cache_flash(key, val, kc_k, vc_k, slots, "auto",
-                                                        one, one),
-               [(kc_v, kc_k), (vc_v, vc_k)])
+    # vLLM registers the cache ops in their own namespace.
+    cache_ops = torch.ops._C_cache_ops
+    bs, nb = 16, (tokens + 15) // 16 + 1
+    key = torch.randn(tokens, hkv, hd, dtype=bf16)
+    val = torch.randn(tokens, hkv, hd, dtype=bf16)
+    kc_v = torch.zeros(nb, bs, hkv, hd, dtype=bf16)
+    vc_v = torch.zeros_like(kc_v)
+    kc_k, vc_k = kc_v.clone(), vc_v.clone()
+    slots = torch.randperm(nb * bs)[:tokens]
+    one = torch.ones(1)
+    yield ("reshape_and_cache_flash", 4 * key.numel() * 2 + tokens * 8,
+           lambda: cache_ops.reshape_and_cache_flash(key, val, kc_v, vc_v, slots, "auto",
+                                                     one, one),
+           lambda: kiln.ops.reshape_and_cache_flash(key, val, kc_k, vc_k, slots, "auto",
+                                                    one, one),
+           [(kc_v, kc_k), (vc_v, vc_k)])
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", default="1,32,512")
     parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--kiln-only", action="store_true",
+                        help="time kiln alone (no vLLM needed)")
     args = parser.parse_args()
-    reason = why_not()
+    reason = why_not(args.kiln_only)
     if reason:
         print(f"vs_vllm_cpu: skipped: {reason}")
         return 0
@@ -127,15 +134,18 @@ def main():
           f"{'max|diff|':>9}")
     for t in (int(s) for s in args.tokens.split(",")):
         for name, nbytes, run_vllm, run_kiln, pairs in cases(torch, t):
-            if not hasattr(torch.ops._C, name) and name != "reshape_and_cache_flash":
-                print(f"{name:26} {t:>6} vLLM's CPU wheel has no {name}; skipped")
+            us_k = median_us(run_kiln, args.reps)
+            kiln_cols = f"{us_k:9.1f} {nbytes / us_k / 1e3:7.1f}"
+            namespace = torch.ops._C_cache_ops if "cache" in name else torch.ops._C
+            if args.kiln_only or not hasattr(namespace, name):
+                why = "--kiln-only" if args.kiln_only else f"vLLM's CPU wheel has no {name}"
+                print(f"{name:26} {t:>6} {'-':>9} {'-':>7} {kiln_cols}  ({why})")
                 continue
             us_v = median_us(run_vllm, args.reps)
-            us_k = median_us(run_kiln, args.reps)
             diff = max((float((a.float() - b.float()).abs().max()) for a, b in pairs),
                        default=float("nan"))
-            print(f"{name:26} {t:>6} {us_v:9.1f} {nbytes / us_v / 1e3:7.1f} {us_k:9.1f} "
-                  f"{nbytes / us_k / 1e3:7.1f}  {diff:9.3g}")
+            print(f"{name:26} {t:>6} {us_v:9.1f} {nbytes / us_v / 1e3:7.1f} {kiln_cols}  "
+                  f"{diff:9.3g}")
     return 0
 
 

@@ -260,6 +260,46 @@ def test_torch_tensors_and_registration():
     assert torch.equal(out, out2)
 
 
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                 reason="torch is not installed for this interpreter (optional)")
+
+
+@needs_torch
+def test_torch_zero_copy_both_directions():
+    import torch
+
+    t = torch.zeros(4, 8, dtype=torch.bfloat16)
+    assert kiln.Tensor(t).data_ptr == t.data_ptr() and kiln.Tensor(t).dtype == "bf16"
+    bits = kiln.bf16_bits(np.array([1.5, -2.0], np.float32))
+    back = torch.from_dlpack(kiln.Tensor(bits, "bf16"))
+    assert back.dtype == torch.bfloat16 and back.data_ptr() == ptr(bits)
+    assert back.tolist() == [1.5, -2.0]
+
+
+@needs_torch
+def test_torch_schema_order_adapters_match_kiln_ops():
+    import torch
+
+    import kiln.torch as kt
+
+    kt.register()
+    g = torch.Generator().manual_seed(3)
+    po, so = torch.randn(3, 2, 8, generator=g), torch.randn(3, 2, 8, generator=g)
+    pl, sl = torch.randn(2, 3, generator=g), torch.randn(2, 3, generator=g)
+    out_a, lse_a = torch.empty(3, 2, 8), torch.empty(2, 3)
+    out_b, lse_b = torch.empty(3, 2, 8), torch.empty(2, 3)
+    kiln.ops.merge_attn_states(out_a, po, pl, so, sl, output_lse=lse_a)
+    torch.ops.kiln.merge_attn_states(out_b, lse_b, po, pl, so, sl, None)  # schema order
+    assert torch.equal(out_a, out_b) and torch.equal(lse_a, lse_b)
+    seq_lens = torch.tensor([5, 7], dtype=torch.int32)
+    qsl = torch.tensor([0, 1, 3], dtype=torch.int32)
+    md = torch.ops.kiln.cpu_attn_get_scheduler_metadata(2, 4, 2, 32, seq_lens, torch.float32,
+                                                        qsl, True, -1, "vec", True)
+    want = kiln.ops.cpu_attn_get_scheduler_metadata(2, 4, 2, 32, seq_lens.numpy(), "f32",
+                                                    qsl.numpy(), True, -1, "vec", True)
+    assert md.dtype == torch.int8 and np.array_equal(md.numpy(), want)
+
+
 def test_torch_module_imports_without_torch():
     import kiln.torch as kt
 

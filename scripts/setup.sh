@@ -22,6 +22,8 @@ packages=(
   binutils clang-format
   # AArch64 cross build and emulation (used by the NEON backend)
   g++-aarch64-linux-gnu qemu-user
+  # the Python package (python/) and its pytest suite
+  python3-dev python3-pytest python3-numpy
 )
 
 as_root() {

@@ -11,6 +11,7 @@
 #include "codegen/ref/ref.h"
 #include "ir/op_spec.h"
 #include "runtime/ops.h"
+#include "runtime/runtime.h"
 #include "tests/harness/example_specs.h"
 #include "tests/harness/matchers.h"
 #include "tests/harness/op_cases.h"
@@ -44,6 +45,13 @@ inline void expect_every_example_matches_ref(std::string_view op_name,
         ADD_FAILURE() << "jit::ops threw: " << e.what();
         continue;
       }
+      // The op derived exactly `spec` from its arguments: compiling `spec` now is an
+      // in-memory hit of the kernel the call compiled (no generation, no disk lookup).
+      const RuntimeCounters before = Runtime::global().counters();
+      ASSERT_TRUE(compile(*spec).is_ok());
+      const RuntimeCounters after = Runtime::global().counters();
+      EXPECT_EQ(after.memory_hits, before.memory_hits + 1) << "jit::ops compiled another spec";
+      EXPECT_EQ(after.generated + after.disk_hits, before.generated + before.disk_hits);
       for (size_t k = 0; k < made->outputs.size(); ++k) {
         const auto i = size_t(made->outputs[k]);
         const Tolerance tol = k < made->tolerances.size()

@@ -1,0 +1,141 @@
+"""Optional torch integration: kiln's ops as torch custom ops (``torch.ops.kiln.<op>``).
+
+``kiln.torch.register()`` defines every kiln op in the ``kiln`` torch.library namespace with
+vLLM's schema (``Tensor!`` marks what the op writes) and a CPU implementation that hands the
+tensors to kiln through DLPack (no copy). ``register(override_vllm=True)`` additionally
+registers kiln's implementation for vLLM's own ``torch.ops._C.<op>`` CPU kernels that exist in
+this process, so a model calling vLLM's ops runs kiln's kernels with one call.
+
+Importing this module does not import torch; ``register`` does, and raises ImportError with
+the reason when torch is not installed.
+"""
+
+from __future__ import annotations
+
+from . import ops as _ops
+
+# vLLM's schemas (spec/*.md), argument names and order as kiln.ops takes them, except where
+# _ADAPTERS maps the schema order onto kiln.ops.
+SCHEMAS = {
+    "rms_norm": "(Tensor! out, Tensor input, Tensor? weight, float epsilon) -> ()",
+    "fused_add_rms_norm": "(Tensor! input, Tensor! residual, Tensor? weight, float epsilon) -> ()",
+    "rotary_embedding": "(Tensor positions, Tensor! query, Tensor!? key, int head_size, "
+    "Tensor cos_sin_cache, bool is_neox) -> ()",
+    "silu_and_mul": "(Tensor! out, Tensor input) -> ()",
+    "mul_and_silu": "(Tensor! out, Tensor input) -> ()",
+    "gelu_and_mul": "(Tensor! out, Tensor input) -> ()",
+    "gelu_tanh_and_mul": "(Tensor! out, Tensor input) -> ()",
+    "fatrelu_and_mul": "(Tensor! out, Tensor input, float threshold) -> ()",
+    "swigluoai_and_mul": "(Tensor! out, Tensor input, float alpha, float limit) -> ()",
+    "swap_blocks": "(Tensor src, Tensor! dst, int block_size_in_bytes, Tensor block_mapping) -> ()",
+    "reshape_and_cache": "(Tensor key, Tensor value, Tensor! key_cache, Tensor! value_cache, "
+    "Tensor slot_mapping, str kv_cache_dtype, Tensor k_scale, Tensor v_scale) -> ()",
+    "reshape_and_cache_flash": "(Tensor key, Tensor value, Tensor! key_cache, "
+    "Tensor! value_cache, Tensor slot_mapping, str kv_cache_dtype, Tensor k_scale, "
+    "Tensor v_scale) -> ()",
+    "concat_and_cache_mla": "(Tensor kv_c, Tensor k_pe, Tensor! kv_cache, Tensor slot_mapping, "
+    "str kv_cache_dtype, Tensor scale) -> ()",
+    "concat_and_cache_mla_rope_fused": "(Tensor positions, Tensor! q_pe, Tensor! k_pe, "
+    "Tensor kv_c, Tensor cos_sin_cache, bool is_neox, Tensor slot_mapping, Tensor! kv_cache, "
+    "str kv_cache_dtype, Tensor kv_cache_scale) -> ()",
+    "convert_fp8": "(Tensor! dst_cache, Tensor src_cache, float scale, str kv_cache_dtype) -> ()",
+    "gather_and_maybe_dequant_cache": "(Tensor src_cache, Tensor! dst, Tensor block_table, "
+    "Tensor cu_seq_lens, Tensor token_to_seq, int num_tokens, str kv_cache_dtype, "
+    "Tensor scale, Tensor? seq_starts) -> ()",
+    "cp_gather_cache": "(Tensor src_cache, Tensor! dst, Tensor block_table, Tensor cu_seq_lens, "
+    "int batch_size, Tensor? seq_starts) -> ()",
+    "cp_gather_and_upconvert_fp8_kv_cache": "(Tensor src_cache, Tensor! dst, "
+    "Tensor block_table, Tensor seq_lens, Tensor workspace_starts, int batch_size) -> ()",
+    "indexer_k_quant_and_cache": "(Tensor k, Tensor! kv_cache, Tensor slot_mapping, "
+    "int quant_block_size, str kv_cache_dtype) -> ()",
+    "cp_gather_indexer_k_quant_cache": "(Tensor kv_cache, Tensor! dst_k, Tensor! dst_scale, "
+    "Tensor block_table, Tensor cu_seq_lens) -> ()",
+    "paged_attention_v1": "(Tensor! out, Tensor query, Tensor key_cache, Tensor value_cache, "
+    "int num_kv_heads, float scale, Tensor block_tables, Tensor seq_lens, int block_size, "
+    "int max_seq_len, Tensor? alibi_slopes, str kv_cache_dtype, Tensor k_scale, "
+    "Tensor v_scale, int tp_rank, int blocksparse_local_blocks, int blocksparse_vert_stride, "
+    "int blocksparse_block_size, int blocksparse_head_sliding_step) -> ()",
+    "paged_attention_v2": "(Tensor! out, Tensor! exp_sums, Tensor! max_logits, "
+    "Tensor! tmp_out, Tensor query, Tensor key_cache, Tensor value_cache, int num_kv_heads, "
+    "float scale, Tensor block_tables, Tensor seq_lens, int block_size, int max_seq_len, "
+    "Tensor? alibi_slopes, str kv_cache_dtype, Tensor k_scale, Tensor v_scale, int tp_rank, "
+    "int blocksparse_local_blocks, int blocksparse_vert_stride, int blocksparse_block_size, "
+    "int blocksparse_head_sliding_step) -> ()",
+    "merge_attn_states": "(Tensor! output, Tensor!? output_lse, Tensor prefix_output, "
+    "Tensor prefix_lse, Tensor suffix_output, Tensor suffix_lse, "
+    "int? prefill_tokens_with_context, Tensor? output_scale=None) -> ()",
+    "convert_vertical_slash_indexes": "(Tensor! block_count, Tensor! block_offset, "
+    "Tensor! column_count, Tensor! column_index, Tensor q_seqlens, Tensor kv_seqlens, "
+    "Tensor vertical_indexes, Tensor slash_indexes, int context_size, int block_size_M, "
+    "int block_size_N, bool causal) -> ()",
+    "convert_vertical_slash_indexes_mergehead": "(Tensor! block_count, Tensor! block_offset, "
+    "Tensor! column_count, Tensor! column_index, Tensor q_seqlens, Tensor kv_seqlens, "
+    "Tensor vertical_indexes, Tensor slash_indexes, Tensor vertical_indices_count, "
+    "Tensor slash_indices_count, int context_size, int block_size_M, int block_size_N, "
+    "bool causal) -> ()",
+    "top_k_per_row_prefill": "(Tensor logits, Tensor rowStarts, Tensor rowEnds, "
+    "Tensor! indices, int numRows, int stride0, int stride1, int topK) -> ()",
+    "top_k_per_row_decode": "(Tensor logits, int next_n, Tensor seq_lens, Tensor! indices, "
+    "int numRows, int stride0, int stride1, int topK) -> ()",
+    "cpu_attn_get_scheduler_metadata": "(int num_reqs, int num_heads, int num_kv_heads, "
+    "int head_dim, Tensor seq_lens, ScalarType dtype, Tensor query_start_loc, bool causal, "
+    "int window_size, str isa, bool enable_kv_split) -> Tensor",
+    "cpu_attn_reshape_and_cache": "(Tensor key, Tensor value, Tensor! key_cache, "
+    "Tensor! value_cache, Tensor slot_mapping, str isa) -> ()",
+    "cpu_attention_with_kv_cache": "(Tensor query, Tensor key_cache, Tensor value_cache, "
+    "Tensor! output, Tensor query_start_loc, Tensor seq_lens, float scale, bool causal, "
+    "Tensor? alibi_slopes, SymInt sliding_window_left, SymInt sliding_window_right, "
+    "Tensor block_table, float softcap, Tensor sheduler_metadata, Tensor? s_aux) -> ()",
+}
+
+
+def _merge_attn_states(output, output_lse, prefix_output, prefix_lse, suffix_output,
+                       suffix_lse, prefill_tokens_with_context, output_scale=None):
+    # Schema order -> kiln.ops (vLLM's Python wrapper order).
+    _ops.merge_attn_states(output, prefix_output, prefix_lse, suffix_output, suffix_lse,
+                           output_lse, prefill_tokens_with_context, output_scale)
+
+
+def _cpu_attention(query, key_cache, value_cache, output, query_start_loc, seq_lens, scale,
+                   causal, alibi_slopes, left, right, block_table, softcap, metadata, s_aux):
+    _ops.cpu_attention_with_kv_cache(query, key_cache, value_cache, output, query_start_loc,
+                                     seq_lens, scale, causal, alibi_slopes, (left, right),
+                                     block_table, softcap, metadata, s_aux)
+
+
+_ADAPTERS = {"merge_attn_states": _merge_attn_states,
+             "cpu_attention_with_kv_cache": _cpu_attention}
+
+_libraries = []  # torch.library.Library objects must stay alive while registered
+
+
+def implementation(name):
+    """The Python callable registered for op ``name`` (schema argument order)."""
+    return _ADAPTERS.get(name, getattr(_ops, name))
+
+
+def register(override_vllm=False):
+    """Defines ``torch.ops.kiln.<op>`` for every op in SCHEMAS (CPU implementations).
+
+    With ``override_vllm=True``, also registers kiln's implementation as the CPU kernel of
+    each ``torch.ops._C.<op>`` that vLLM has defined in this process (vLLM must be imported
+    first). Returns the list of op names registered. Idempotent.
+    """
+    import torch  # noqa: F401  (ImportError explains itself)
+    from torch import library
+
+    if not _libraries:
+        lib = library.Library("kiln", "DEF")
+        for name, schema in SCHEMAS.items():
+            lib.define(name + schema)
+            lib.impl(name, implementation(name), "CPU")
+        _libraries.append(lib)
+    names = list(SCHEMAS)
+    if override_vllm:
+        vllm_ops = getattr(torch.ops, "_C", None)
+        impl = library.Library("_C", "IMPL")
+        for name in SCHEMAS:
+            if vllm_ops is not None and hasattr(vllm_ops, name):
+                impl.impl(name, implementation(name), "CPU")
+        _libraries.append(impl)
+    return names

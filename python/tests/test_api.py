@@ -1,0 +1,336 @@
+"""kiln's Python surface: zero-copy DLPack in both directions, errors that name the argument,
+strided and wrong-dtype arrays, bf16/fp8 through integer views, compile/prewarm/cache_info,
+the optional torch registration, and the README's example."""
+
+import importlib.util
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kiln
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def ptr(a):
+    return a.__array_interface__["data"][0]
+
+
+def rms_args(n=4, h=64, dtype=np.float32):
+    r = np.random.default_rng(5)
+    return (np.zeros((n, h), dtype), r.standard_normal((n, h)).astype(dtype),
+            r.standard_normal(h).astype(dtype))
+
+
+# ---- zero copy --------------------------------------------------------------------------------
+
+def test_kiln_sees_the_arrays_own_memory():
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    assert kiln.Tensor(a).data_ptr == ptr(a)
+    view = a[1:, 2:]  # a strided view: same buffer, offset pointer, no copy
+    t = kiln.Tensor(view)
+    assert t.data_ptr == ptr(view)
+    assert t.shape == [3, 4] and t.strides == [6, 1]
+
+
+def test_ops_write_in_place_into_the_callers_array():
+    out, x, w = rms_args()
+    before = ptr(out)
+    kiln.ops.rms_norm(out, x, w, 1e-6)
+    assert ptr(out) == before
+    assert np.abs(out).sum() > 0
+    want = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * w
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_strided_input_rows_are_read_in_place():
+    # rms_norm accepts input rows with a stride (docs/ops.md): a column slice is not copied.
+    out, x, w = rms_args()
+    wide = np.zeros((4, 128), np.float32)
+    wide[:, :64] = x
+    kiln.ops.rms_norm(out, wide[:, :64], w, 1e-6)
+    expected = np.zeros_like(out)
+    kiln.ops.rms_norm(expected, x, w, 1e-6)
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_dlpack_export_shares_memory():
+    codes = np.arange(8, dtype=np.uint8)
+    back = np.from_dlpack(kiln.Tensor(codes, "fp8_e4m3"))  # fp8 leaves as its bytes
+    assert back.dtype == np.uint8 and ptr(back) == ptr(codes)
+    codes[0] = 42  # NumPy marks DLPack imports read-only; the memory is the same
+    assert back[0] == 42
+    bits = kiln.bf16_bits(np.array([1.0, -2.5], np.float32))
+    t = kiln.Tensor(bits, "bf16")
+    assert t.dtype == "bf16" and t.data_ptr == ptr(bits)
+    # NumPy cannot hold bf16: importing kiln's bf16 export is NumPy's error, not a copy.
+    with pytest.raises((BufferError, TypeError, RuntimeError)):
+        np.from_dlpack(t)
+
+
+# ---- bf16 / fp8 through integer views ---------------------------------------------------------
+
+def test_bf16_bits_round_trip_and_rounding():
+    x = np.array([1.0, 1.00390625, 1.01171875, -3.0e38, np.inf, 0.0], np.float32)
+    b = kiln.bf16_bits(x)
+    assert b.dtype == np.uint16
+    # 1 + 2^-8 is a tie between 1 and 1 + 2^-7: round to even (1.0); 1 + 3*2^-8 rounds up.
+    np.testing.assert_array_equal(kiln.from_bf16_bits(b)[:3], [1.0, 1.0, 1.015625])
+    assert np.isinf(kiln.from_bf16_bits(b)[4])
+    assert np.isnan(kiln.from_bf16_bits(kiln.bf16_bits(np.array([np.nan], np.float32))))[0]
+
+
+def test_bf16_op_on_uint16_views_matches_ref():
+    out, x, w = rms_args()
+    xb, wb = kiln.bf16_bits(x), kiln.bf16_bits(w)
+    got = np.zeros_like(xb)
+    want = np.zeros_like(xb)
+    kiln.ops.rms_norm(kiln.Tensor(got, "bf16"), kiln.Tensor(xb, "bf16"), kiln.Tensor(wb, "bf16"),
+                      1e-6)
+    kiln.compile("rms_norm(dtype=bf16,hidden=64)", backend="ref").run(
+        [kiln.Tensor(want, "bf16"), kiln.Tensor(xb, "bf16"), kiln.Tensor(wb, "bf16")], [1e-6])
+    # bf16 keeps 8 significant bits: one ulp is 2^-7 relative.
+    np.testing.assert_allclose(kiln.from_bf16_bits(got), kiln.from_bf16_bits(want), rtol=2 ** -7,
+                               atol=1e-2)
+    assert np.abs(kiln.from_bf16_bits(got)).sum() > 0
+
+
+def test_raw_uint16_is_not_taken_for_bf16():
+    out, x, w = rms_args()
+    with pytest.raises(TypeError, match="argument 'input'"):
+        kiln.ops.rms_norm(out, kiln.bf16_bits(x), w, 1e-6)
+
+
+def test_a_dtype_view_must_keep_the_element_width():
+    with pytest.raises(TypeError, match="cannot view 4-byte elements as bf16"):
+        kiln.Tensor(np.zeros(4, np.float32), "bf16")
+    with pytest.raises(TypeError, match="not a kiln dtype"):
+        kiln.Tensor(np.zeros(4, np.uint16), "bfloat17")
+
+
+# ---- bad inputs -------------------------------------------------------------------------------
+
+def test_wrong_dtype_is_a_type_error_naming_the_argument():
+    out, x, w = rms_args()
+    with pytest.raises(TypeError, match=r"rms_norm: argument 'input' has dtype i32") as e:
+        kiln.ops.rms_norm(out, x.astype(np.int32), w, 1e-6)
+    assert isinstance(e.value, kiln.DTypeError) and isinstance(e.value, ValueError)
+    with pytest.raises(TypeError, match="argument 'weight'"):
+        kiln.ops.rms_norm(out, x, w.astype(np.float64), 1e-6)  # f64 has no kiln dtype
+
+
+def test_non_array_is_a_type_error_naming_the_argument():
+    out, x, w = rms_args()
+    with pytest.raises(TypeError, match="argument 'input' must support DLPack"):
+        kiln.ops.rms_norm(out, x.tolist(), w, 1e-6)
+
+
+def test_non_contiguous_output_is_rejected_and_left_untouched():
+    out, x, w = rms_args()
+    wide = np.full((4, 128), 3.0, np.float32)
+    with pytest.raises(ValueError, match="argument 'out'") as e:
+        kiln.ops.rms_norm(wide[:, ::2], x, w, 1e-6)
+    assert isinstance(e.value, kiln.InvalidArgumentError)
+    assert (wide == 3.0).all()
+
+
+def test_bad_string_argument_is_named_with_the_allowed_values():
+    r = np.random.default_rng(1)
+    key = r.standard_normal((2, 2, 8)).astype(np.float32)
+    cache = np.zeros((3, 4, 2, 8), np.float32)
+    one = np.ones(1, np.float32)
+    with pytest.raises(ValueError, match=r"'kv_cache_dtype' = \"fp9\".*fp8_e4m3"):
+        kiln.ops.reshape_and_cache_flash(key, key, cache, cache, np.array([0, 1]), "fp9", one, one)
+    assert not cache.any()
+
+
+def test_out_of_range_index_is_named_and_nothing_is_written():
+    r = np.random.default_rng(1)
+    key = r.standard_normal((2, 2, 8)).astype(np.float32)
+    cache = np.zeros((3, 4, 2, 8), np.float32)
+    one = np.ones(1, np.float32)
+    with pytest.raises(ValueError, match="slot_mapping"):
+        kiln.ops.reshape_and_cache_flash(key, key, cache, cache, np.array([0, 12]), "auto", one,
+                                         one)
+    assert not cache.any()
+
+
+def test_wrong_index_dtype_is_a_type_error():
+    r = np.random.default_rng(1)
+    key = r.standard_normal((2, 2, 8)).astype(np.float32)
+    cache = np.zeros((3, 4, 2, 8), np.float32)
+    one = np.ones(1, np.float32)
+    with pytest.raises(TypeError, match="slot_mapping"):
+        kiln.ops.reshape_and_cache_flash(key, key, cache, cache, np.array([0, 1], np.int32),
+                                         "auto", one, one)
+
+
+def test_read_only_array_is_refused_with_the_argument_named():
+    out, x, w = rms_args()
+    x.flags.writeable = False
+    with pytest.raises(ValueError, match="argument 'input' cannot be shared through DLPack"):
+        kiln.ops.rms_norm(out, x, w, 1e-6)
+
+
+def test_python_scalar_types_are_checked():
+    out, x, w = rms_args()
+    with pytest.raises(TypeError):
+        kiln.ops.rms_norm(out, x, w, "1e-6")
+
+
+# ---- compile / prewarm / cache_info -----------------------------------------------------------
+
+def test_compile_forces_the_ref_backend_and_memoises():
+    k = kiln.compile("silu_and_mul(dtype=f32,d=8)", backend="ref")
+    assert k.backend == "ref" and k.spec == "silu_and_mul(dtype=f32,d=8)"
+    before = kiln.cache_info()
+    again = kiln.compile("silu_and_mul(d=8, dtype=float32)", backend="ref")  # same canonical spec
+    after = kiln.cache_info()
+    assert again.spec == k.spec
+    assert after["memory_hits"] == before["memory_hits"] + 1
+    assert after["generated"] == before["generated"]
+
+
+def test_compile_errors_name_the_field():
+    with pytest.raises(ValueError, match="hidden"):
+        kiln.compile("rms_norm(dtype=f32,hidden=0)")
+    with pytest.raises(ValueError, match="backend"):
+        kiln.compile("rms_norm(dtype=f32,hidden=8)", backend="gpu")
+
+
+def test_kernel_run_checks_its_arguments():
+    k = kiln.compile("silu_and_mul(dtype=f32,d=8)", backend="ref")
+    out = np.zeros((2, 8), np.float32)
+    with pytest.raises(ValueError, match="input"):
+        k.run([out, np.zeros((2, 10), np.float32)])
+
+
+def test_prewarm_compiles_a_manifest(tmp_path):
+    manifest = tmp_path / "specs.txt"
+    manifest.write_text("# two specs\nsilu_and_mul(dtype=f32,d=24)\nrms_norm(dtype=f32,hidden=24)\n")
+    # prewarm seals the runtime; run it in a child so this process keeps compiling freely.
+    code = ("import kiln, sys; r = kiln.prewarm(sys.argv[1]); "
+            "assert r['specs'] == 2 and r['kernels'] >= 2, r; print(r)")
+    env = dict(os.environ, KILN_CACHE_DIR=str(tmp_path / "cache"))
+    done = subprocess.run([sys.executable, "-c", code, str(manifest)], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    bad = tmp_path / "bad.txt"
+    bad.write_text("rms_norm(dtype=f99,hidden=8)\n")
+    with pytest.raises(ValueError, match="f99"):
+        kiln.prewarm(str(bad))
+
+
+def test_cache_info_reports_counters():
+    info = kiln.cache_info()
+    for key in ("memory_hits", "disk_hits", "generated", "errors", "cache_dir"):
+        assert key in info
+    assert info["generated"] + info["disk_hits"] >= 1
+
+
+# ---- stubs, torch, README ---------------------------------------------------------------------
+
+def test_stubs_list_every_op():
+    stub = (pathlib.Path(kiln.__file__).parent / "ops.pyi").read_text()
+    for name in kiln.ops.__all__:
+        assert re.search(rf"^def {name}\(", stub, re.M), f"ops.pyi lacks {name}"
+    assert kiln.ops.rms_norm.__doc__
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="torch is not installed for this interpreter (optional)")
+def test_torch_tensors_and_registration():
+    import torch
+
+    x = torch.randn(3, 32, dtype=torch.bfloat16)
+    out = torch.empty(3, 16, dtype=torch.bfloat16)
+    kiln.ops.silu_and_mul(out, x)
+    want = torch.nn.functional.silu(x[:, :16].float()) * x[:, 16:].float()
+    torch.testing.assert_close(out.float(), want, rtol=2e-2, atol=2e-2)
+    import kiln.torch as kt
+
+    kt.register()
+    out2 = torch.empty_like(out)
+    torch.ops.kiln.silu_and_mul(out2, x)
+    assert torch.equal(out, out2)
+
+
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                 reason="torch is not installed for this interpreter (optional)")
+
+
+@needs_torch
+def test_torch_zero_copy_both_directions():
+    import torch
+
+    t = torch.zeros(4, 8, dtype=torch.bfloat16)
+    assert kiln.Tensor(t).data_ptr == t.data_ptr() and kiln.Tensor(t).dtype == "bf16"
+    bits = kiln.bf16_bits(np.array([1.5, -2.0], np.float32))
+    back = torch.from_dlpack(kiln.Tensor(bits, "bf16"))
+    assert back.dtype == torch.bfloat16 and back.data_ptr() == ptr(bits)
+    assert back.tolist() == [1.5, -2.0]
+
+
+@needs_torch
+def test_torch_schema_order_adapters_match_kiln_ops():
+    import torch
+
+    import kiln.torch as kt
+
+    kt.register()
+    g = torch.Generator().manual_seed(3)
+    po, so = torch.randn(3, 2, 8, generator=g), torch.randn(3, 2, 8, generator=g)
+    pl, sl = torch.randn(2, 3, generator=g), torch.randn(2, 3, generator=g)
+    out_a, lse_a = torch.empty(3, 2, 8), torch.empty(2, 3)
+    out_b, lse_b = torch.empty(3, 2, 8), torch.empty(2, 3)
+    kiln.ops.merge_attn_states(out_a, po, pl, so, sl, output_lse=lse_a)
+    torch.ops.kiln.merge_attn_states(out_b, lse_b, po, pl, so, sl, None)  # schema order
+    assert torch.equal(out_a, out_b) and torch.equal(lse_a, lse_b)
+    seq_lens = torch.tensor([5, 7], dtype=torch.int32)
+    qsl = torch.tensor([0, 1, 3], dtype=torch.int32)
+    md = torch.ops.kiln.cpu_attn_get_scheduler_metadata(2, 4, 2, 32, seq_lens, torch.float32,
+                                                        qsl, True, -1, "vec", True)
+    want = kiln.ops.cpu_attn_get_scheduler_metadata(2, 4, 2, 32, seq_lens.numpy(), "f32",
+                                                    qsl.numpy(), True, -1, "vec", True)
+    assert md.dtype == torch.int8 and np.array_equal(md.numpy(), want)
+
+
+def test_torch_module_imports_without_torch():
+    import kiln.torch as kt
+
+    helpers = {"cpu_attn_metadata_bytes", "cpu_attn_get_scheduler_metadata_into"}
+    assert set(kiln.ops.__all__) - helpers == set(kt.SCHEMAS)
+    for name in kt.SCHEMAS:
+        assert callable(kt.implementation(name))
+
+
+def readme_example():
+    text = (REPO / "README.md").read_text()
+    section = text.split("## From Python", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_readme_example_runs_as_written():
+    code = readme_example()
+    assert 5 <= len(code.strip().splitlines()) <= 14
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip(), "the example prints its result"
+
+
+def test_vs_vllm_cpu_script_runs_or_says_why():
+    script = REPO / "bench" / "python" / "vs_vllm_cpu.py"
+    done = subprocess.run([sys.executable, str(script), "--tokens", "1", "--reps", "3"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    has_peer = all(importlib.util.find_spec(m) is not None for m in ("torch", "vllm"))
+    if has_peer:
+        assert "copy bandwidth ceiling" in done.stdout
+    else:
+        assert done.stdout.startswith("vs_vllm_cpu: skipped: "), done.stdout

@@ -21,6 +21,7 @@
 #include "codegen/arm/generator.h"
 #include "codegen/arm/kernels.h"
 #include "codegen/arm/orc_loader.h"
+#include "ir/params_cache.h"
 
 // Declared by LLVM's TargetSelect.h for every configured target; only AArch64 is needed.
 extern "C" {
@@ -38,9 +39,22 @@ double micros_since(Clock::time_point start) {
   return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
 }
 
+bool is_cache_op(OpKind op) {
+  switch (op) {
+    case OpKind::kReshapeAndCache:
+    case OpKind::kReshapeAndCacheFlash:
+    case OpKind::kConcatAndCacheMla:
+    case OpKind::kSwapBlocks:
+    case OpKind::kConvertFp8:
+    case OpKind::kCpGatherCache:
+    case OpKind::kGatherAndMaybeDequantCache: return true;
+    default: return false;
+  }
+}
+
 bool is_served(OpKind op) {
   const std::string_view family = op_family(op);
-  return family == "norm" || family == "activation" || family == "rope";
+  return family == "norm" || family == "activation" || family == "rope" || is_cache_op(op);
 }
 
 const llvm::Target* aarch64_target(std::string* error) {
@@ -59,6 +73,7 @@ Status generate(KernelBuilder& k, const OpSpec& spec) {
   if (family == "norm") return generate_norm(k, spec);
   if (family == "activation") return generate_activation(k, spec);
   if (family == "rope") return generate_rope(k, spec);
+  if (is_cache_op(spec.op)) return generate_cache(k, spec);
   return Status(StatusCode::kUnsupported,
                 fmt::format("arm backend does not generate {}", op_name(spec.op)));
 }
@@ -227,8 +242,16 @@ class ArmBackend final : public Backend {
       return Support::no(fmt::format(
           "arm backend does not generate {} yet (served: rms_norm, fused_add_rms_norm, "
           "rotary_embedding, silu_and_mul, mul_and_silu, gelu_and_mul, gelu_tanh_and_mul, "
-          "fatrelu_and_mul, swigluoai_and_mul)",
+          "fatrelu_and_mul, swigluoai_and_mul, reshape_and_cache, reshape_and_cache_flash, "
+          "concat_and_cache_mla, swap_blocks, convert_fp8, cp_gather_cache, "
+          "gather_and_maybe_dequant_cache)",
           op_name(spec.op)));
+    }
+    if (spec.op == OpKind::kConcatAndCacheMla &&
+        spec.get<ir::MlaCacheWriteParams>().kv == ir::KvCacheDtype::kFp8DsMla) {
+      return Support::no(
+          "arm backend does not generate concat_and_cache_mla with kv=fp8_ds_mla yet (served "
+          "kv: auto, fp8_e4m3, fp8_e5m2)");
     }
     return Support::yes();
   }

@@ -15,7 +15,7 @@
 namespace jit::codegen::arm {
 
 /// Version of the generated code; part of every disk-cache key. Bump on any codegen change.
-inline constexpr std::string_view kCodegenVersion = "arm-1";
+inline constexpr std::string_view kCodegenVersion = "arm-2";
 /// What the objects are generated for.
 inline constexpr std::string_view kTriple = "aarch64-unknown-linux-gnu";
 inline constexpr std::string_view kCpu = "neoverse-v1";

@@ -15,4 +15,9 @@ Status generate_activation(KernelBuilder& k, const OpSpec& spec);
 /// rotary_embedding (RopeParams); call block: rope_words.
 Status generate_rope(KernelBuilder& k, const OpSpec& spec);
 
+/// reshape_and_cache(_flash), concat_and_cache_mla (cache_write_words), swap_blocks
+/// (swap_words), convert_fp8 (convert_words), cp_gather_cache and
+/// gather_and_maybe_dequant_cache (gather_words).
+Status generate_cache(KernelBuilder& k, const OpSpec& spec);
+
 }  // namespace jit::codegen::arm

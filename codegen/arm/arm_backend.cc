@@ -22,6 +22,7 @@
 #include "codegen/arm/kernels.h"
 #include "codegen/arm/orc_loader.h"
 #include "ir/params_cache.h"
+#include "ir/params_cpu.h"
 
 // Declared by LLVM's TargetSelect.h for every configured target; only AArch64 is needed.
 extern "C" {
@@ -54,7 +55,8 @@ bool is_cache_op(OpKind op) {
 
 bool is_served(OpKind op) {
   const std::string_view family = op_family(op);
-  return family == "norm" || family == "activation" || family == "rope" || is_cache_op(op);
+  return family == "norm" || family == "activation" || family == "rope" || is_cache_op(op) ||
+         op == OpKind::kCpuAttentionWithKvCache;
 }
 
 const llvm::Target* aarch64_target(std::string* error) {
@@ -68,12 +70,13 @@ const llvm::Target* aarch64_target(std::string* error) {
   return llvm::TargetRegistry::lookupTarget(std::string(kTriple), *error);
 }
 
-Status generate(KernelBuilder& k, const OpSpec& spec) {
+Status generate(KernelBuilder& k, const OpSpec& spec, bool bf16_dot) {
   const std::string_view family = op_family(spec.op);
   if (family == "norm") return generate_norm(k, spec);
   if (family == "activation") return generate_activation(k, spec);
   if (family == "rope") return generate_rope(k, spec);
   if (is_cache_op(spec.op)) return generate_cache(k, spec);
+  if (spec.op == OpKind::kCpuAttentionWithKvCache) return generate_attention(k, spec, bf16_dot);
   return Status(StatusCode::kUnsupported,
                 fmt::format("arm backend does not generate {}", op_name(spec.op)));
 }
@@ -84,7 +87,7 @@ std::string_view llvm_version() {
   return "llvm-" LLVM_VERSION_STRING;
 }
 
-Result<ObjectCode> compile_object(const OpSpec& spec, int opt_level) {
+Result<ObjectCode> compile_object(const OpSpec& spec, int opt_level, bool bf16_dot) {
   if (opt_level != 2 && opt_level != 3) {
     return invalid_argument(
         fmt::format("arm backend: config 'opt' is {}; allowed: 2, 3", opt_level));
@@ -107,7 +110,7 @@ Result<ObjectCode> compile_object(const OpSpec& spec, int opt_level) {
   KernelBuilder k(out.symbol);
   k.function()->addFnAttr("target-cpu", kCpu);
   k.function()->addFnAttr("target-features", kFeatures);
-  KILN_RETURN_IF_ERROR(generate(k, spec));
+  KILN_RETURN_IF_ERROR(generate(k, spec, bf16_dot));
   if (std::string broken = k.finish(); !broken.empty()) {
     return Status(StatusCode::kInternal,
                   fmt::format("arm backend built invalid IR for {}: {}", to_string(spec), broken));
@@ -244,7 +247,7 @@ class ArmBackend final : public Backend {
           "rotary_embedding, silu_and_mul, mul_and_silu, gelu_and_mul, gelu_tanh_and_mul, "
           "fatrelu_and_mul, swigluoai_and_mul, reshape_and_cache, reshape_and_cache_flash, "
           "concat_and_cache_mla, swap_blocks, convert_fp8, cp_gather_cache, "
-          "gather_and_maybe_dequant_cache)",
+          "gather_and_maybe_dequant_cache, cpu_attention_with_kv_cache)",
           op_name(spec.op)));
     }
     if (spec.op == OpKind::kConcatAndCacheMla &&
@@ -253,15 +256,28 @@ class ArmBackend final : public Backend {
           "arm backend does not generate concat_and_cache_mla with kv=fp8_ds_mla yet (served "
           "kv: auto, fp8_e4m3, fp8_e5m2)");
     }
+    if (spec.op == OpKind::kCpuAttentionWithKvCache &&
+        spec.get<ir::CpuAttentionParams>().isa != ir::CpuAttnIsa::kNeon) {
+      return Support::no(
+          "arm backend generates cpu_attention_with_kv_cache for the neon cache layout only "
+          "(isa=neon)");
+    }
     return Support::yes();
   }
 
-  std::vector<Config> configs(const OpSpec&, const Target&) const override {
-    return {Config().set(std::string(kOptKnob), 3), Config().set(std::string(kOptKnob), 2)};
+  std::vector<Config> configs(const OpSpec& spec, const Target&) const override {
+    std::vector<Config> space = {Config().set(std::string(kOptKnob), 3),
+                                 Config().set(std::string(kOptKnob), 2)};
+    if (spec.op == OpKind::kCpuAttentionWithKvCache &&
+        spec.get<ir::CpuAttentionParams>().dtype == DType::kBF16) {
+      space.push_back(Config().set(std::string(kOptKnob), 3).set(std::string(kBf16Knob), 0));
+    }
+    return space;
   }
 
   Result<Artifact> lower(const OpSpec& spec, const Config& config, const Target&) const override {
-    Result<ObjectCode> object = compile_object(spec, int(config.get(kOptKnob, 3)));
+    Result<ObjectCode> object =
+        compile_object(spec, int(config.get(kOptKnob, 3)), config.get(kBf16Knob, 1) != 0);
     if (!object.is_ok()) return object.status();
     Artifact artifact;
     artifact.code = std::move(object->object);

@@ -2,11 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
 #include "ir/check_args.h"
+#include "ir/numeric.h"
 #include "ir/params_cache.h"
+#include "ir/params_cpu.h"
 #include "ir/params_norm_act.h"
 
 namespace jit::codegen::arm {
@@ -314,6 +317,126 @@ Result<CallPlan> plan_gather_dequant(const OpSpec& spec, const KernelArgs& args)
   return plan;
 }
 
+template <class T>
+const void* keep_values(CallPlan& plan, const std::vector<T>& values) {
+  auto& bytes = plan.side.emplace_back(values.size() * sizeof(T));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes.data();
+}
+
+// cpu_attention_with_kv_cache(query, key_cache, value_cache, output, query_start_loc,
+// seq_lens, alibi_slopes, block_table, scheduler_metadata, s_aux; scale, window_left,
+// window_right, softcap). The length and block-table checks are the ref's (same order and
+// messages); the scheduler metadata is not read: the arm kernel splits work by query token.
+Result<CallPlan> plan_attention(const OpSpec& spec, const KernelArgs& args) {
+  using namespace attention_words;
+  const auto& p = spec.get<ir::CpuAttentionParams>();
+  const std::string_view op = op_name(spec.op);
+  const Tensor& query = args.tensor(0);
+  const Tensor& key_cache = args.tensor(1);
+  const Tensor& value_cache = args.tensor(2);
+  const Tensor& table = args.tensor(7);
+  const auto* qsl = args.tensor(4).data_as<const int32_t>();
+  const auto* seq_lens = args.tensor(5).data_as<const int32_t>();
+  const int64_t num_req = args.tensor(4).size(0) - 1;
+  const int64_t left = int64_t(args.scalar(1));
+  const int64_t right = p.causal ? 0 : int64_t(args.scalar(2));  // causal: right edge 0
+  if (qsl[0] != 0) {
+    return invalid_argument(fmt::format(
+        "{}: argument 'query_start_loc' has query_start_loc[0] = {}; expected 0", op, qsl[0]));
+  }
+  for (int64_t r = 0; r < num_req; ++r) {
+    if (qsl[r + 1] < qsl[r]) {
+      return invalid_argument(
+          fmt::format("{}: argument 'query_start_loc' decreases at {} ({} "
+                      "after {})",
+                      op, r + 1, qsl[r + 1], qsl[r]));
+    }
+    const int64_t q_len = qsl[r + 1] - qsl[r];
+    if (seq_lens[r] < 0 || (p.causal && seq_lens[r] < q_len)) {
+      return invalid_argument(
+          fmt::format("{}: argument 'seq_lens' has seq_lens[{}] = {}; expected >= {}{}", op, r,
+                      seq_lens[r], p.causal ? q_len : 0,
+                      p.causal ? " (its query length: causal queries are its last tokens)" : ""));
+    }
+  }
+  if (qsl[num_req] > query.size(0)) {
+    return invalid_argument(
+        fmt::format("{}: argument 'query_start_loc' ends at {}, beyond the {} query tokens", op,
+                    qsl[num_req], query.size(0)));
+  }
+  for (int64_t r = 0; r < num_req; ++r) {
+    const int64_t used = (int64_t(seq_lens[r]) + p.block_size - 1) / p.block_size;
+    if (used > table.size(1)) {
+      return invalid_argument(
+          fmt::format("{}: argument 'block_table' has {} columns; seq_lens[{}] = {} needs {} "
+                      "blocks",
+                      op, table.size(1), r, seq_lens[r], used));
+    }
+    const int32_t* row = table.data_as<const int32_t>() + r * table.stride(0);
+    for (int64_t b = 0; b < used; ++b) {
+      if (row[b] < 0 || row[b] >= key_cache.size(0)) {
+        return invalid_argument(fmt::format(
+            "{}: argument 'block_table' has block_table[{}, {}] = {}, outside the cache's {} "
+            "blocks",
+            op, r, b, row[b], key_cache.size(0)));
+      }
+    }
+  }
+  // Per token: position p = base + i, allowed keys [lo, hi) (seq_len and the window).
+  std::vector<int64_t> tokens;
+  for (int64_t r = 0; r < num_req; ++r) {
+    const int64_t seq_len = seq_lens[r];
+    const int64_t q_len = qsl[r + 1] - qsl[r];
+    const int64_t base = p.causal ? seq_len - q_len : 0;
+    for (int64_t i = 0; i < q_len; ++i) {
+      const int64_t pos = base + i;
+      const int64_t lo = left == -1 ? 0 : std::max<int64_t>(0, pos - left);
+      int64_t hi = right == -1 ? seq_len : std::min<int64_t>(seq_len, pos + right + 1);
+      hi = std::max(hi, lo);
+      tokens.insert(tokens.end(), {pos, lo, hi, r * table.stride(0) * 4});
+    }
+  }
+  std::vector<float> sinks;
+  if (p.sinks) {
+    const Tensor& s = args.tensor(9);
+    for (int64_t h = 0; h < p.head_count_q; ++h) {
+      const auto* at =
+          static_cast<const uint8_t*>(s.data()) + h * s.stride(0) * int64_t(s.element_size());
+      float v = 0;
+      if (s.dtype() == DType::kF32) {
+        std::memcpy(&v, at, 4);
+      } else {
+        uint16_t bits;
+        std::memcpy(&bits, at, 2);
+        v = s.dtype() == DType::kBF16 ? numeric::bf16_to_f32(bits) : numeric::f16_to_f32(bits);
+      }
+      sinks.push_back(v);
+    }
+  }
+  const int64_t esize = int64_t(dtype_size(p.dtype));
+  CallPlan plan;
+  BlockWriter w(plan.block, kPointers, kCount);
+  w.ptr(kQuery, query.data());
+  w.ptr(kKeyCache, key_cache.data());
+  w.ptr(kValueCache, value_cache.data());
+  w.ptr(kOutput, args.tensor(3).data());
+  w.ptr(kBlockTable, table.data());
+  w.ptr(kSlopes, p.alibi ? args.tensor(6).data() : nullptr);
+  w.ptr(kSinks, p.sinks ? keep_values(plan, sinks) : nullptr);
+  w.ptr(kTokens, tokens.empty() ? nullptr : keep_values(plan, tokens));
+  w.i64(kQueryTokenStride, query.stride(0) * esize);
+  w.i64(kQueryHeadStride, query.stride(1) * esize);
+  w.i64(kKeyBlockStride, key_cache.stride(0) * esize);
+  w.i64(kKeyHeadStride, key_cache.stride(1) * esize);
+  w.i64(kValueBlockStride, value_cache.stride(0) * esize);
+  w.i64(kValueHeadStride, value_cache.stride(1) * esize);
+  w.f32(kScale, args.scalar(0));  // vLLM's scale and softcap are fp32 parameters
+  w.f32(kSoftcap, args.scalar(3));
+  plan.rows = int64_t(tokens.size() / 4);
+  return plan;
+}
+
 }  // namespace
 
 std::string kernel_symbol(const OpSpec& spec) {
@@ -333,6 +456,7 @@ Result<CallPlan> plan_call(const OpSpec& spec, const KernelArgs& args) {
     case OpKind::kConvertFp8: return plan_convert_fp8(args);
     case OpKind::kCpGatherCache: return plan_cp_gather(spec, args);
     case OpKind::kGatherAndMaybeDequantCache: return plan_gather_dequant(spec, args);
+    case OpKind::kCpuAttentionWithKvCache: return plan_attention(spec, args);
     default: break;
   }
   return Status(StatusCode::kInternal,

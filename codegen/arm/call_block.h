@@ -94,6 +94,30 @@ namespace convert_words {  // convert_fp8: rows are chunks of kConvertRowElement
 enum : int { kDst, kSrc, kPointers, kElements = kPointers, kScale, kCount };
 }
 inline constexpr int64_t kConvertRowElements = 4096;
+namespace attention_words {  // cpu_attention_with_kv_cache (isa=neon); rows = query tokens
+// kTokens: per token {position, lo, hi, block-table row byte offset} (int64), from the runner;
+// kSinks: fp32 copy of s_aux.
+enum : int {
+  kQuery,
+  kKeyCache,
+  kValueCache,
+  kOutput,
+  kBlockTable,
+  kSlopes,
+  kSinks,
+  kTokens,
+  kPointers,
+  kQueryTokenStride = kPointers,
+  kQueryHeadStride,
+  kKeyBlockStride,
+  kKeyHeadStride,
+  kValueBlockStride,
+  kValueHeadStride,
+  kScale,
+  kSoftcap,
+  kCount
+};
+}  // namespace attention_words
 
 /// Builds the call of `spec` (an op the arm backend generates) on `args` (already checked
 /// against the spec). Data-dependent checks (positions inside the cos/sin cache, slots inside

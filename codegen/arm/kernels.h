@@ -20,4 +20,8 @@ Status generate_rope(KernelBuilder& k, const OpSpec& spec);
 /// gather_and_maybe_dequant_cache (gather_words).
 Status generate_cache(KernelBuilder& k, const OpSpec& spec);
 
+/// cpu_attention_with_kv_cache with isa=neon (attention_words); `bf16_dot`: bf16 through
+/// BFMLALB/BFMLALT and BFDOT (else fp32 FMLA).
+Status generate_attention(KernelBuilder& k, const OpSpec& spec, bool bf16_dot);
+
 }  // namespace jit::codegen::arm

@@ -83,7 +83,7 @@ TEST(ArmCodegen, Bf16AttentionUsesBfmlalAndBfdotAndFp32UsesFmla) {
                         ir::CpuAttentionParams{ir::CpuAttnIsa::kNeon, dtype, 128, 32, 8, 2, true,
                                                false, false, false, false});
   };
-  auto bf16 = compile_object(spec(DType::kBF16), 3, /*bf16_dot=*/true);
+  auto bf16 = compile_object(spec(DType::kBF16), 2, /*bf16_dot=*/true);
   ASSERT_TRUE(bf16.is_ok()) << bf16.status().to_string();
   const std::string text = disassemble(bf16->object).value();
   EXPECT_GT(count(text, R"(\bbfmlalb\s+v\d+\.4s, v\d+\.8h, v\d+\.8h)"), 0) << text;
@@ -91,7 +91,7 @@ TEST(ArmCodegen, Bf16AttentionUsesBfmlalAndBfdotAndFp32UsesFmla) {
   EXPECT_GT(count(text, R"(\bbfdot\s+v\d+\.4s, v\d+\.8h, v\d+\.8h)"), 0) << text;
   // The fp32 path (bf16 knob off, or f32 data): FMLA on four lanes, no bf16 arithmetic.
   for (auto object :
-       {compile_object(spec(DType::kBF16), 3, false), compile_object(spec(DType::kF32), 3, true)}) {
+       {compile_object(spec(DType::kBF16), 2, false), compile_object(spec(DType::kF32), 2, true)}) {
     ASSERT_TRUE(object.is_ok()) << object.status().to_string();
     const std::string fp32 = disassemble(object->object).value();
     EXPECT_GT(count(fp32, R"(\bfmla\s+v\d+\.4s)"), 0) << fp32;

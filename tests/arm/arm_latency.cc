@@ -13,6 +13,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "codegen/arm/arm_backend.h"
@@ -32,7 +34,30 @@ const char* kSpecs[] = {
     "reshape_and_cache(dtype=bf16,kv=auto,heads_kv=8,head_size=128,block_size=16)",
     "gather_and_maybe_dequant_cache(dtype=bf16,kv=fp8_e4m3,head_dim=576,block_size=64)",
     "convert_fp8(dst=fp8_e4m3,src=bf16)",
+    "cpu_attention_with_kv_cache(isa=neon,dtype=bf16,head_size=128,block_size=32,heads_q=32,"
+    "heads_kv=8)",
+    "cpu_attention_with_kv_cache(isa=neon,dtype=f32,head_size=128,block_size=32,heads_q=32,"
+    "heads_kv=8)",
 };
+
+// The spec's first dtype field (the data type shown next to the op).
+jit::DType first_dtype(const jit::OpSpec& spec) {
+  jit::DType found = jit::DType::kF32;
+  bool seen = false;
+  std::visit(
+      [&](const auto& params) {
+        using P = std::decay_t<decltype(params)>;
+        P copy = params;
+        P::fields(copy, [&](std::string_view, auto& field) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(field)>, jit::DType>) {
+            if (!seen) found = field;
+            seen = true;
+          }
+        });
+      },
+      spec.params);
+  return found;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -48,7 +73,7 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(dir);
   fmt::print("x86 host -> AArch64 ({}), median of {} compiles, microseconds\n",
              jit::codegen::arm::kCpu, reps);
-  fmt::print("{:<34} {:>4} {:>8} {:>9} {:>8} {:>9} {:>8}\n", "kernel", "opt", "build", "optimise",
+  fmt::print("{:<36} {:>4} {:>8} {:>9} {:>8} {:>9} {:>8}\n", "kernel", "opt", "build", "optimise",
              "emit", "total", "bytes");
   std::string files;
   int index = 0;
@@ -74,13 +99,16 @@ int main(int argc, char** argv) {
         total.push_back(object->build_us + object->optimize_us + object->emit_us);
         bytes = object->object.size();
         if (opt == 3 && r == 0) {
-          const auto path = dir / fmt::format("{:02}-{}.ll", index++, jit::op_name(spec->op));
+          const auto path = dir / fmt::format("{:02}-{}-{}.ll", index++, jit::op_name(spec->op),
+                                              jit::dtype_name(first_dtype(spec.value())));
           std::ofstream(path) << object->ir;
           files += " '" + path.string() + "'";
         }
       }
-      fmt::print("{:<34} {:>4} {:>8.0f} {:>9.0f} {:>8.0f} {:>9.0f} {:>8}\n", jit::op_name(spec->op),
-                 opt, median(build), median(optimize), median(emit), median(total), bytes);
+      const std::string name =
+          fmt::format("{}-{}", jit::op_name(spec->op), jit::dtype_name(first_dtype(spec.value())));
+      fmt::print("{:<36} {:>4} {:>8.0f} {:>9.0f} {:>8.0f} {:>9.0f} {:>8}\n", name, opt,
+                 median(build), median(optimize), median(emit), median(total), bytes);
     }
   }
 #ifdef KILN_NEON_DRIVER

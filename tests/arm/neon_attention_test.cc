@@ -54,7 +54,7 @@ TEST_F(NeonAttentionTest, EveryDtypeAndBothBf16PathsMatchRef) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     for (int64_t bf16 : {1, 0}) {
       if (bf16 == 0 && dtype != DType::kBF16) continue;
-      const Config config = Config().set("opt", 3).set("bf16", bf16);
+      const Config config = Config().set("opt", 2).set("bf16", bf16);
       for (auto [d, bs] : {std::pair<int64_t, int64_t>{32, 32}, {64, 64}, {128, 32}}) {
         if (!check(attention_spec(dtype, d, bs, 4, 2, true, false, false, false, false), config,
                    3)) {
@@ -75,7 +75,7 @@ TEST_F(NeonAttentionTest, FeatureFlagsMatchRef) {
       for (bool causal : {true, false}) {
         const OpSpec spec =
             attention_spec(dtype, 64, 32, 4, 1, causal, window, alibi, softcap, sinks);
-        if (!check(spec, Config().set("opt", 3), 4)) return;
+        if (!check(spec, Config().set("opt", 2), 4)) return;
       }
     }
   }

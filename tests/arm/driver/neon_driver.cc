@@ -128,7 +128,7 @@ int compile_latency(int count, char** files) {
   llvm::InitializeAllTargets();
   llvm::InitializeAllTargetMCs();
   llvm::InitializeAllAsmPrinters();
-  std::printf("%-34s %9s %8s %9s\n", "kernel", "optimise", "emit", "total");
+  std::printf("%-36s %9s %8s %9s\n", "kernel", "optimise", "emit", "total");
   for (int f = 0; f < count; ++f) {
     std::vector<double> optimise, emit;
     for (int rep = 0; rep < 3; ++rep) {
@@ -180,7 +180,7 @@ int compile_latency(int count, char** files) {
     std::string name = files[f];
     name = name.substr(name.rfind('/') + 4);  // drop the directory and the "NN-" prefix
     name = name.substr(0, name.size() - 3);
-    std::printf("%-34s %9.0f %8.0f %9.0f\n", name.c_str(), optimise[1], emit[1],
+    std::printf("%-36s %9.0f %8.0f %9.0f\n", name.c_str(), optimise[1], emit[1],
                 optimise[1] + emit[1]);
   }
   return 0;

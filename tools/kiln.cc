@@ -105,8 +105,10 @@ int cmd_list(bool json) {
 Result<std::string> disassembly_of(const Kernel& kernel) {
 #ifdef KILN_HAVE_ARM
   if (kernel.info().backend == BackendKind::kArm) {
-    auto object = codegen::arm::compile_object(
-        kernel.spec(), int(kernel.info().config.get(codegen::arm::kOptKnob, 3)));
+    const Config& config = kernel.info().config;
+    auto object =
+        codegen::arm::compile_object(kernel.spec(), int(config.get(codegen::arm::kOptKnob, 3)),
+                                     config.get(codegen::arm::kBf16Knob, 1) != 0);
     if (!object.is_ok()) return object.status();
     return codegen::arm::disassemble(object->object);
   }

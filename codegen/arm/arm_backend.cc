@@ -21,6 +21,8 @@
 #include "codegen/arm/generator.h"
 #include "codegen/arm/kernels.h"
 #include "codegen/arm/orc_loader.h"
+#include "ir/params_cache.h"
+#include "ir/params_cpu.h"
 
 // Declared by LLVM's TargetSelect.h for every configured target; only AArch64 is needed.
 extern "C" {
@@ -38,9 +40,23 @@ double micros_since(Clock::time_point start) {
   return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
 }
 
+bool is_cache_op(OpKind op) {
+  switch (op) {
+    case OpKind::kReshapeAndCache:
+    case OpKind::kReshapeAndCacheFlash:
+    case OpKind::kConcatAndCacheMla:
+    case OpKind::kSwapBlocks:
+    case OpKind::kConvertFp8:
+    case OpKind::kCpGatherCache:
+    case OpKind::kGatherAndMaybeDequantCache: return true;
+    default: return false;
+  }
+}
+
 bool is_served(OpKind op) {
   const std::string_view family = op_family(op);
-  return family == "norm" || family == "activation" || family == "rope";
+  return family == "norm" || family == "activation" || family == "rope" || is_cache_op(op) ||
+         op == OpKind::kCpuAttentionWithKvCache;
 }
 
 const llvm::Target* aarch64_target(std::string* error) {
@@ -54,11 +70,13 @@ const llvm::Target* aarch64_target(std::string* error) {
   return llvm::TargetRegistry::lookupTarget(std::string(kTriple), *error);
 }
 
-Status generate(KernelBuilder& k, const OpSpec& spec) {
+Status generate(KernelBuilder& k, const OpSpec& spec, bool bf16_dot) {
   const std::string_view family = op_family(spec.op);
   if (family == "norm") return generate_norm(k, spec);
   if (family == "activation") return generate_activation(k, spec);
   if (family == "rope") return generate_rope(k, spec);
+  if (is_cache_op(spec.op)) return generate_cache(k, spec);
+  if (spec.op == OpKind::kCpuAttentionWithKvCache) return generate_attention(k, spec, bf16_dot);
   return Status(StatusCode::kUnsupported,
                 fmt::format("arm backend does not generate {}", op_name(spec.op)));
 }
@@ -69,7 +87,7 @@ std::string_view llvm_version() {
   return "llvm-" LLVM_VERSION_STRING;
 }
 
-Result<ObjectCode> compile_object(const OpSpec& spec, int opt_level) {
+Result<ObjectCode> compile_object(const OpSpec& spec, int opt_level, bool bf16_dot) {
   if (opt_level != 2 && opt_level != 3) {
     return invalid_argument(
         fmt::format("arm backend: config 'opt' is {}; allowed: 2, 3", opt_level));
@@ -92,7 +110,7 @@ Result<ObjectCode> compile_object(const OpSpec& spec, int opt_level) {
   KernelBuilder k(out.symbol);
   k.function()->addFnAttr("target-cpu", kCpu);
   k.function()->addFnAttr("target-features", kFeatures);
-  KILN_RETURN_IF_ERROR(generate(k, spec));
+  KILN_RETURN_IF_ERROR(generate(k, spec, bf16_dot));
   if (std::string broken = k.finish(); !broken.empty()) {
     return Status(StatusCode::kInternal,
                   fmt::format("arm backend built invalid IR for {}: {}", to_string(spec), broken));
@@ -227,18 +245,43 @@ class ArmBackend final : public Backend {
       return Support::no(fmt::format(
           "arm backend does not generate {} yet (served: rms_norm, fused_add_rms_norm, "
           "rotary_embedding, silu_and_mul, mul_and_silu, gelu_and_mul, gelu_tanh_and_mul, "
-          "fatrelu_and_mul, swigluoai_and_mul)",
+          "fatrelu_and_mul, swigluoai_and_mul, reshape_and_cache, reshape_and_cache_flash, "
+          "concat_and_cache_mla, swap_blocks, convert_fp8, cp_gather_cache, "
+          "gather_and_maybe_dequant_cache, cpu_attention_with_kv_cache)",
           op_name(spec.op)));
+    }
+    if (spec.op == OpKind::kConcatAndCacheMla &&
+        spec.get<ir::MlaCacheWriteParams>().kv == ir::KvCacheDtype::kFp8DsMla) {
+      return Support::no(
+          "arm backend does not generate concat_and_cache_mla with kv=fp8_ds_mla yet (served "
+          "kv: auto, fp8_e4m3, fp8_e5m2)");
+    }
+    if (spec.op == OpKind::kCpuAttentionWithKvCache &&
+        spec.get<ir::CpuAttentionParams>().isa != ir::CpuAttnIsa::kNeon) {
+      return Support::no(
+          "arm backend generates cpu_attention_with_kv_cache for the neon cache layout only "
+          "(isa=neon)");
     }
     return Support::yes();
   }
 
-  std::vector<Config> configs(const OpSpec&, const Target&) const override {
-    return {Config().set(std::string(kOptKnob), 3), Config().set(std::string(kOptKnob), 2)};
+  std::vector<Config> configs(const OpSpec& spec, const Target&) const override {
+    // Attention defaults to O2: at O3 LLVM unrolls the fp32 q.k loop into ~11 KB of code and
+    // takes ~7x longer to compile (kiln_arm_latency, docs/arm.md); the loops are already
+    // vectorised by hand, so O2 loses nothing the generator did not do itself.
+    const bool attention = spec.op == OpKind::kCpuAttentionWithKvCache;
+    std::vector<Config> space = {Config().set(std::string(kOptKnob), attention ? 2 : 3),
+                                 Config().set(std::string(kOptKnob), attention ? 3 : 2)};
+    if (spec.op == OpKind::kCpuAttentionWithKvCache &&
+        spec.get<ir::CpuAttentionParams>().dtype == DType::kBF16) {
+      space.push_back(Config().set(std::string(kOptKnob), 2).set(std::string(kBf16Knob), 0));
+    }
+    return space;
   }
 
   Result<Artifact> lower(const OpSpec& spec, const Config& config, const Target&) const override {
-    Result<ObjectCode> object = compile_object(spec, int(config.get(kOptKnob, 3)));
+    Result<ObjectCode> object =
+        compile_object(spec, int(config.get(kOptKnob, 3)), config.get(kBf16Knob, 1) != 0);
     if (!object.is_ok()) return object.status();
     Artifact artifact;
     artifact.code = std::move(object->object);

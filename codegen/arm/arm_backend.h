@@ -15,7 +15,7 @@
 namespace jit::codegen::arm {
 
 /// Version of the generated code; part of every disk-cache key. Bump on any codegen change.
-inline constexpr std::string_view kCodegenVersion = "arm-1";
+inline constexpr std::string_view kCodegenVersion = "arm-3";
 /// What the objects are generated for.
 inline constexpr std::string_view kTriple = "aarch64-unknown-linux-gnu";
 inline constexpr std::string_view kCpu = "neoverse-v1";
@@ -25,11 +25,14 @@ inline constexpr std::string_view kFeatures = "+neon,+bf16,+i8mm,+fullfp16";
 std::string_view llvm_version();
 
 /// Creates the arm backend. Ops: rms_norm, fused_add_rms_norm, rotary_embedding and the six
-/// gated activations, for f32/f16/bf16 and any hidden/head size.
+/// gated activations, for f32/f16/bf16 and any hidden/head size; the cache writes, copies,
+/// gathers and convert_fp8 (kv auto/fp8_e4m3/fp8_e5m2); cpu_attention_with_kv_cache (isa=neon).
 std::unique_ptr<Backend> make_backend();
 
 /// The config knob "opt": LLVM optimisation level 2 or 3 (default 3).
 inline constexpr std::string_view kOptKnob = "opt";
+/// The config knob "bf16" (bf16 attention): 1 = BFMLALB/T and BFDOT (default), 0 = fp32 FMLA.
+inline constexpr std::string_view kBf16Knob = "bf16";
 
 /// An AArch64 object for one spec, with what it took to make.
 struct ObjectCode {
@@ -41,8 +44,9 @@ struct ObjectCode {
   double emit_us = 0;           ///< instruction selection to object bytes
 };
 
-/// Generates the AArch64 object of `spec` at LLVM level `opt_level` (2 or 3).
-Result<ObjectCode> compile_object(const OpSpec& spec, int opt_level = 3);
+/// Generates the AArch64 object of `spec` at LLVM level `opt_level` (2 or 3); `bf16_dot`
+/// selects the bf16 dot-product instructions where an op has them (attention).
+Result<ObjectCode> compile_object(const OpSpec& spec, int opt_level = 3, bool bf16_dot = true);
 
 /// The disassembly of an AArch64 object (llvm-objdump-16, with the bf16/i8mm mnemonics).
 Result<std::string> disassemble(const std::vector<uint8_t>& object);

@@ -67,6 +67,58 @@ enum : int {
 };
 }
 
+namespace cache_write_words {  // reshape_and_cache(_flash), concat_and_cache_mla
+enum : int {
+  kKey,
+  kValue,
+  kKeyCache,
+  kValueCache,
+  kSlots,
+  kKScale,
+  kVScale,
+  kPointers,
+  kKeyRowStride = kPointers,
+  kValueRowStride,
+  kBlockStride,
+  kEntryStride,
+  kCount
+};
+}
+namespace gather_words {  // cp_gather_cache, gather_and_maybe_dequant_cache
+enum : int { kSrc, kDst, kOffsets, kScale, kPointers, kDstRowStride = kPointers, kCount };
+}
+namespace swap_words {  // swap_blocks: pairs[2r], pairs[2r+1] = src, dst byte offsets
+enum : int { kSrc, kDst, kPairs, kPointers, kCount = kPointers };
+}
+namespace convert_words {  // convert_fp8: rows are chunks of kConvertRowElements
+enum : int { kDst, kSrc, kPointers, kElements = kPointers, kScale, kCount };
+}
+inline constexpr int64_t kConvertRowElements = 4096;
+namespace attention_words {  // cpu_attention_with_kv_cache (isa=neon); rows = query tokens
+// kTokens: per token {position, lo, hi, block-table row byte offset} (int64), from the runner;
+// kSinks: fp32 copy of s_aux.
+enum : int {
+  kQuery,
+  kKeyCache,
+  kValueCache,
+  kOutput,
+  kBlockTable,
+  kSlopes,
+  kSinks,
+  kTokens,
+  kPointers,
+  kQueryTokenStride = kPointers,
+  kQueryHeadStride,
+  kKeyBlockStride,
+  kKeyHeadStride,
+  kValueBlockStride,
+  kValueHeadStride,
+  kScale,
+  kSoftcap,
+  kCount
+};
+}  // namespace attention_words
+
 /// Builds the call of `spec` (an op the arm backend generates) on `args` (already checked
 /// against the spec). Data-dependent checks (positions inside the cos/sin cache, slots inside
 /// the cache) happen here, before anything is written.

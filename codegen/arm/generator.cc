@@ -4,6 +4,8 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <cmath>
+#include <limits>
 #include <numbers>
 #include <vector>
 
@@ -178,6 +180,23 @@ void KernelBuilder::for_chunks(int64_t count, int lanes,
   if (main < count) for_range(i64(main), i64(count), 1, [&](Value* i) { body(i, 1); });
 }
 
+void KernelBuilder::for_chunks(Value* count, int lanes,
+                               const std::function<void(Value*, int)>& body) {
+  Value* main = b().CreateMul(b().CreateSDiv(count, i64(lanes)), i64(lanes));
+  for_range(i64(0), main, lanes, [&](Value* i) { body(i, lanes); });
+  for_range(main, count, 1, [&](Value* i) { body(i, 1); });
+}
+
+void KernelBuilder::if_then(Value* cond, const std::function<void()>& then) {
+  auto* then_block = llvm::BasicBlock::Create(context(), "then", function_);
+  auto* done = llvm::BasicBlock::Create(context(), "endif", function_);
+  b().CreateCondBr(cond, then_block, done);
+  b().SetInsertPoint(then_block);
+  then();
+  b().CreateBr(done);
+  b().SetInsertPoint(done);
+}
+
 std::string KernelBuilder::finish() {
   b().CreateRetVoid();
   std::string message;
@@ -262,6 +281,68 @@ Value* KernelBuilder::erfc(Value* z) {
   Value* arg = B.CreateFSub(poly, B.CreateFMul(a, a));
   Value* tail = B.CreateFMul(t, exp(arg));
   return B.CreateSelect(B.CreateFCmpOLT(z, f32(0, lanes)), B.CreateFSub(f32(2, lanes), tail), tail);
+}
+
+Value* KernelBuilder::fp8_encode(Value* v, DType format) {
+  // m mantissa bits and exponent bias of the format; a = |v| as fp32 bits.
+  //   normal (|v| >= 2^(1-bias)): round the mantissa to m bits by adding just under half of
+  //     the dropped part plus its lowest kept bit (round to nearest even; a carry moves into
+  //     the exponent), rebias the exponent: code = (r - (127 - bias)·2^23) >> (23 - m);
+  //   subnormal: let the FPU round: bits(|v| + C) - bits(C), C = 2^23·q with q the format's
+  //     subnormal quantum 2^(1-bias-m), is the RNE number of quanta (8 = the smallest normal
+  //     code, which is right: the carry lands in the exponent field);
+  //   then min(code, largest finite) saturates overflow and inf, and NaN gets its own code.
+  const bool e4m3 = format == DType::kFp8E4m3;
+  const int m = e4m3 ? 3 : 2;
+  const int bias = e4m3 ? 7 : 15;
+  const int32_t max_code = e4m3 ? 0x7E : 0x7B;
+  const int32_t nan_code = e4m3 ? 0x7F : 0x7E;
+  const int lanes = lanes_of(v);
+  auto& B = b();
+  const int s = 23 - m;
+  Value* bits = B.CreateBitCast(v, i32_type(lanes));
+  Value* a = B.CreateAnd(bits, i32(0x7FFFFFFF, lanes));
+  Value* r = B.CreateAdd(B.CreateAdd(a, i32((1 << (s - 1)) - 1, lanes)),
+                         B.CreateAnd(B.CreateLShr(a, i32(s, lanes)), i32(1, lanes)));
+  Value* normal = B.CreateLShr(B.CreateSub(r, i32((127 - bias) << 23, lanes)), i32(s, lanes));
+  const float c = std::ldexp(1.0f, 23 + 1 - bias - m);
+  Value* magnitude = B.CreateBitCast(a, f32_type(lanes));
+  Value* sub = B.CreateSub(B.CreateBitCast(B.CreateFAdd(magnitude, f32(c, lanes)), i32_type(lanes)),
+                           B.CreateBitCast(f32(c, lanes), i32_type(lanes)));
+  const int32_t min_normal_bits = (127 + 1 - bias) << 23;
+  Value* code = B.CreateSelect(B.CreateICmpULT(a, i32(min_normal_bits, lanes)), sub, normal);
+  code = B.CreateSelect(B.CreateICmpUGT(code, i32(max_code, lanes)), i32(max_code, lanes), code);
+  code = B.CreateSelect(B.CreateICmpUGT(a, i32(0x7F800000, lanes)), i32(nan_code, lanes), code);
+  Value* sign = B.CreateLShr(B.CreateAnd(bits, i32(int32_t(0x80000000u), lanes)), i32(24, lanes));
+  return B.CreateTrunc(B.CreateOr(code, sign), llvm::FixedVectorType::get(B.getInt8Ty(), lanes));
+}
+
+Value* KernelBuilder::fp8_decode(Value* codes, DType format) {
+  // The magnitude bits shifted into an fp32's exponent/mantissa position are the value scaled
+  // by 2^(bias - 127) (exactly, subnormal codes included: they become fp32 subnormals), so one
+  // multiply by 2^(127 - bias) decodes every finite code; e4m3 0x7F and e5m2 0x7D..0x7F are
+  // NaN, e5m2 0x7C infinity.
+  const bool e4m3 = format == DType::kFp8E4m3;
+  const int m = e4m3 ? 3 : 2;
+  const int bias = e4m3 ? 7 : 15;
+  const int lanes = lanes_of(codes);
+  auto& B = b();
+  Value* c = B.CreateZExt(codes, i32_type(lanes));
+  Value* mag = B.CreateAnd(c, i32(0x7F, lanes));
+  Value* value =
+      B.CreateFMul(B.CreateBitCast(B.CreateShl(mag, i32(23 - m, lanes)), f32_type(lanes)),
+                   f32(std::ldexp(1.0f, 127 - bias), lanes));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  if (e4m3) {
+    value = B.CreateSelect(B.CreateICmpEQ(mag, i32(0x7F, lanes)), f32(nan, lanes), value);
+  } else {
+    value = B.CreateSelect(B.CreateICmpEQ(mag, i32(0x7C, lanes)),
+                           f32(std::numeric_limits<float>::infinity(), lanes), value);
+    value = B.CreateSelect(B.CreateICmpUGT(mag, i32(0x7C, lanes)), f32(nan, lanes), value);
+  }
+  Value* sign = B.CreateShl(B.CreateAnd(c, i32(0x80, lanes)), i32(24, lanes));
+  return B.CreateBitCast(B.CreateOr(B.CreateBitCast(value, i32_type(lanes)), sign),
+                         f32_type(lanes));
 }
 
 Value* KernelBuilder::reduce_add(Value* v) {

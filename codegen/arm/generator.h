@@ -73,6 +73,11 @@ class KernelBuilder {
   /// Covers elements [0, count) (count known at generation time): a loop of `lanes`-wide
   /// chunks, then a one-lane loop for the count % lanes tail. body(index, lanes).
   void for_chunks(int64_t count, int lanes, const std::function<void(llvm::Value*, int)>& body);
+  /// The same with a run-time count (i64).
+  void for_chunks(llvm::Value* count, int lanes,
+                  const std::function<void(llvm::Value*, int)>& body);
+  /// if (cond) then()
+  void if_then(llvm::Value* cond, const std::function<void()>& then);
   /// Emits `ret void` and verifies the function; the message names the broken instruction.
   std::string finish();
 
@@ -86,6 +91,12 @@ class KernelBuilder {
   /// min(x, hi) / max(x, lo) that keep a NaN x (a NaN bound never occurs).
   llvm::Value* min_keep_nan(llvm::Value* x, llvm::Value* hi);
   llvm::Value* max_keep_nan(llvm::Value* x, llvm::Value* lo);
+  /// fp8 codes (<n x i8>, e4m3fn or e5m2) of an fp32 vector: round to nearest even, finite
+  /// overflow and infinities saturate to the largest finite code, NaN gives 0x7F / 0x7E with
+  /// the sign (ir/numeric.h's f32_to_fp8_*, bit for bit).
+  llvm::Value* fp8_encode(llvm::Value* v, DType format);
+  /// fp32 values of fp8 codes (<n x i8>), exact.
+  llvm::Value* fp8_decode(llvm::Value* codes, DType format);
   /// Horizontal sum of an fp32 vector (reassociated: a tree of faddp).
   llvm::Value* reduce_add(llvm::Value* v);
   /// Even / odd lanes of a 2n-lane vector, and the inverse interleave.

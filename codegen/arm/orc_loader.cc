@@ -1,5 +1,6 @@
 #include "codegen/arm/orc_loader.h"
 
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/Support/Error.h>
 #include <llvm/Support/MemoryBuffer.h>
@@ -52,6 +53,15 @@ void* OrcLoader::load(const uint8_t* object, size_t size, const std::string& sym
     *error = "ORC cannot create a JITDylib: " + llvm::toString(dylib.takeError());
     return nullptr;
   }
+  // LLVM may turn a zeroing or copy loop into a memset/memcpy call: resolve such calls
+  // against this process (libc).
+  auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+      state_->jit->getDataLayout().getGlobalPrefix());
+  if (!process) {
+    *error = "ORC cannot search this process's symbols: " + llvm::toString(process.takeError());
+    return nullptr;
+  }
+  dylib->addGenerator(std::move(*process));
   if (auto err = state_->jit->addObjectFile(*dylib, std::move(buffer))) {
     *error = "ORC cannot add the object of " + symbol + ": " + llvm::toString(std::move(err));
     return nullptr;

@@ -77,6 +77,38 @@ TEST(ArmCodegen, RopeStylesUseNeonShufflesForGptjPairs) {
   }
 }
 
+TEST(ArmCodegen, Bf16AttentionUsesBfmlalAndBfdotAndFp32UsesFmla) {
+  const auto spec = [](DType dtype) {
+    return OpSpec::make(OpKind::kCpuAttentionWithKvCache,
+                        ir::CpuAttentionParams{ir::CpuAttnIsa::kNeon, dtype, 128, 32, 8, 2, true,
+                                               false, false, false, false});
+  };
+  auto bf16 = compile_object(spec(DType::kBF16), 2, /*bf16_dot=*/true);
+  ASSERT_TRUE(bf16.is_ok()) << bf16.status().to_string();
+  const std::string text = disassemble(bf16->object).value();
+  EXPECT_GT(count(text, R"(\bbfmlalb\s+v\d+\.4s, v\d+\.8h, v\d+\.8h)"), 0) << text;
+  EXPECT_GT(count(text, R"(\bbfmlalt\s+v\d+\.4s, v\d+\.8h, v\d+\.8h)"), 0) << text;
+  EXPECT_GT(count(text, R"(\bbfdot\s+v\d+\.4s, v\d+\.8h, v\d+\.8h)"), 0) << text;
+  // The fp32 path (bf16 knob off, or f32 data): FMLA on four lanes, no bf16 arithmetic.
+  for (auto object :
+       {compile_object(spec(DType::kBF16), 2, false), compile_object(spec(DType::kF32), 2, true)}) {
+    ASSERT_TRUE(object.is_ok()) << object.status().to_string();
+    const std::string fp32 = disassemble(object->object).value();
+    EXPECT_GT(count(fp32, R"(\bfmla\s+v\d+\.4s)"), 0) << fp32;
+    EXPECT_EQ(count(fp32, R"(\bbf(mlal[bt]|dot|mmla)\s)"), 0) << fp32;
+  }
+}
+
+TEST(ArmCodegen, Fp8QuantiseUsesVectorDivideAndNarrowing) {
+  const OpSpec spec =
+      OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16});
+  const std::string text = disassembly_of(spec);
+  EXPECT_GT(count(text, R"(\bfdiv\s+v\d+\.4s)"), 0) << text;  // x / scale, IEEE
+  EXPECT_GT(count(text, R"(\bumin\s+v\d+\.4s)"), 0) << text;  // saturation to the largest code
+  // The codes narrowed to bytes (a table lookup or narrowing moves).
+  EXPECT_GT(count(text, R"(\b(xtn2?|uzp1|tbl)\s+v\d+\.(8b|16b|8h))"), 0) << text;
+}
+
 TEST(ArmCodegen, NoLibraryCallsInKernels) {
   // exp/erfc are inlined polynomials: the objects must link without libm.
   for (OpKind op : test::kArmRowOps) {

@@ -12,6 +12,19 @@
 //   'Q'                                                       -> exits
 //   error: u32 1, u32 len, message
 // `--selftest` links and runs a tiny hand-made object instead (no x86 side needed).
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IRReader/IRReader.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/SourceMgr.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -108,6 +121,71 @@ int serve() {
   }
 }
 
+// Parses the LLVM IR files, then times the O3 pipeline and object emission of each on this
+// (emulated) AArch64 CPU for neoverse-v1, as the backend does on an AArch64 host.
+int compile_latency(int count, char** files) {
+  llvm::InitializeAllTargetInfos();
+  llvm::InitializeAllTargets();
+  llvm::InitializeAllTargetMCs();
+  llvm::InitializeAllAsmPrinters();
+  std::printf("%-36s %9s %8s %9s\n", "kernel", "optimise", "emit", "total");
+  for (int f = 0; f < count; ++f) {
+    std::vector<double> optimise, emit;
+    for (int rep = 0; rep < 3; ++rep) {
+      llvm::LLVMContext context;
+      llvm::SMDiagnostic diagnostic;
+      std::unique_ptr<llvm::Module> module = llvm::parseIRFile(files[f], diagnostic, context);
+      if (!module) {
+        std::fprintf(stderr, "%s: cannot parse\n", files[f]);
+        return 1;
+      }
+      std::string error;
+      const auto triple = module->getTargetTriple();
+      const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, error);
+      if (target == nullptr) {
+        std::fprintf(stderr, "%s\n", error.c_str());
+        return 1;
+      }
+      llvm::TargetOptions options;
+      options.AllowFPOpFusion = llvm::FPOpFusion::Strict;
+      std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
+          triple, "neoverse-v1", "+neon,+bf16,+i8mm,+fullfp16", options, llvm::Reloc::PIC_,
+          std::nullopt, llvm::CodeGenOpt::Aggressive));
+      auto start = std::chrono::steady_clock::now();
+      {
+        llvm::LoopAnalysisManager lam;
+        llvm::FunctionAnalysisManager fam;
+        llvm::CGSCCAnalysisManager cgam;
+        llvm::ModuleAnalysisManager mam;
+        llvm::PassBuilder pb(tm.get());
+        pb.registerModuleAnalyses(mam);
+        pb.registerCGSCCAnalyses(cgam);
+        pb.registerFunctionAnalyses(fam);
+        pb.registerLoopAnalyses(lam);
+        pb.crossRegisterProxies(lam, fam, cgam, mam);
+        pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(*module, mam);
+      }
+      auto mid = std::chrono::steady_clock::now();
+      llvm::SmallVector<char, 0> buffer;
+      llvm::raw_svector_ostream os(buffer);
+      llvm::legacy::PassManager pm;
+      tm->addPassesToEmitFile(pm, os, nullptr, llvm::CGFT_ObjectFile);
+      pm.run(*module);
+      auto end = std::chrono::steady_clock::now();
+      optimise.push_back(std::chrono::duration<double, std::micro>(mid - start).count());
+      emit.push_back(std::chrono::duration<double, std::micro>(end - mid).count());
+    }
+    std::sort(optimise.begin(), optimise.end());
+    std::sort(emit.begin(), emit.end());
+    std::string name = files[f];
+    name = name.substr(name.rfind('/') + 4);  // drop the directory and the "NN-" prefix
+    name = name.substr(0, name.size() - 3);
+    std::printf("%-36s %9.0f %8.0f %9.0f\n", name.c_str(), optimise[1], emit[1],
+                optimise[1] + emit[1]);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -129,6 +207,9 @@ int main(int argc, char** argv) {
         "(%s)\n",
         error.substr(0, 60).c_str());
     return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--compile-latency") == 0) {
+    return compile_latency(argc - 2, argv + 2);
   }
   return serve();
 }

@@ -27,14 +27,29 @@
 //     paired with a zero row, so no V row past kv_end is ever read.
 //   fp32 (f32/f16 always, bf16 without AVX512_BF16, every dtype at AVX2): K and V widened to
 //     fp32 on load, FMA with the broadcast fp32 query / probability.
+//   amx (isa=amx cache layout, AMX-BF16): the same steps on tiles. The amx K slab is the B-tile
+//     layout of Q·Kᵀ (16 dim pairs x 16 keys x 2 per 1024-byte tile) and the amx V slab the
+//     B-tile layout of P·V (16 key pairs x 16 dims x 2), so no interleaving is needed:
+//       Q·Kᵀ  tmm4/tmm5 (keys 0-15 / 16-31) += tmm0 (Q, 32 dims) · tmm1/tmm2, over D/32 chunks;
+//       P·V   per 16 dims: tmm4 = acc (pre-scaled by α with AVX-512), += tmm0 (P, 32 keys bf16)
+//             · tmm1 (V), stored back.
+//     Tile config (palette 1): tmm0 and tmm4/5 have the call's rows x 64 bytes, tmm1/2 16 x 64.
+//     One config per row count, loaded at entry; tilerelease at exit.
 // Keys past kv_end inside the last group are read by Q·K (inside the allocated block) but
-// masked to p = 0 before they can reach P·V, and P·V stops at kv_end.
+// masked to p = 0 before they can reach P·V, and the vector P·V stops at kv_end. The AMX P·V
+// multiplies the whole 32-key group, so keys past kv_end in the last block contribute 0·v: the
+// cache must hold finite values there (as in vLLM's AMX kernel; caches are written or zeroed).
 #include "codegen/x86/attention_kernel.h"
 
+#include <fmt/format.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <xbyak/xbyak.h>
 
 #include <array>
+#include <cerrno>
 #include <cstddef>
+#include <cstring>
 #include <limits>
 
 #include "codegen/x86/generator.h"
@@ -56,6 +71,7 @@ class AttentionGenerator : public Generator {
                      int max_rows)
       : Generator(isa),
         p_(p),
+        amx_(p.isa == ir::CpuAttnIsa::kAmx),
         dpbf16_(dpbf16),
         group_(group),
         max_rows_(max_rows),
@@ -87,6 +103,7 @@ class AttentionGenerator : public Generator {
   // loop pointers and counters.
   void emit_variant(int rows) {
     Label l_group, l_end, l_same_block;
+    if (amx_) ldtilecfg(tile_config(rows));
     mov(r10, ptr[ARG(kv_begin)]);
     mov(r11, ptr[ARG(first_block)]);
     mov(r12, ptr[ARG(first_offset)]);
@@ -105,22 +122,35 @@ class AttentionGenerator : public Generator {
     imul(rax, ptr[ARG(block_stride)]);
     mov(r8, ptr[ARG(k_base)]);
     add(r8, rax);
-    lea(r8, ptr[r8 + r12 * esize_]);  // K: key offset t0 inside each dim row
     mov(r9, ptr[ARG(v_base)]);
     add(r9, rax);
-    mov(rcx, r12);
-    imul(rcx, rcx, p_.head_size * esize_);  // V: row t0
-    add(r9, rcx);
-    if (dpbf16_) {
-      emit_qk_dpbf16(rows);
+    if (amx_) {
+      // K: 16-key group t0/16 at (t0/16)·16·D elements; V: key pair t0/2 at (t0/2)·32.
+      mov(rcx, r12);
+      imul(rcx, rcx, p_.head_size * 2);
+      add(r8, rcx);
+      mov(rcx, r12);
+      shl(rcx, 5);
+      add(r9, rcx);
+      emit_qk_amx();
+      emit_softmax(rows);
+      emit_pv_amx(rows);
     } else {
-      emit_qk_fp32(rows);
-    }
-    emit_softmax(rows);
-    if (dpbf16_) {
-      emit_pv_dpbf16(rows);
-    } else {
-      emit_pv_fp32(rows);
+      lea(r8, ptr[r8 + r12 * esize_]);  // K: key offset t0 inside each dim row
+      mov(rcx, r12);
+      imul(rcx, rcx, p_.head_size * esize_);  // V: row t0
+      add(r9, rcx);
+      if (dpbf16_) {
+        emit_qk_dpbf16(rows);
+      } else {
+        emit_qk_fp32(rows);
+      }
+      emit_softmax(rows);
+      if (dpbf16_) {
+        emit_pv_dpbf16(rows);
+      } else {
+        emit_pv_fp32(rows);
+      }
     }
     add(r10, group_);
     add(r12, group_);
@@ -131,6 +161,81 @@ class AttentionGenerator : public Generator {
     L(l_same_block);
     jmp(l_group, T_NEAR);
     L(l_end);
+    if (amx_) tilerelease();
+  }
+
+  // ---- AMX ---------------------------------------------------------------------------------
+
+  // The 64-byte tile configuration for `rows` query rows (palette 1): tmm0 (A: Q or P) and
+  // tmm4/tmm5 (C) are rows x 64 bytes, tmm1/tmm2 (B) 16 x 64 bytes.
+  Address tile_config(int rows) {
+    std::array<uint8_t, 64> cfg{};
+    cfg[0] = 1;  // palette
+    const auto set = [&](int tile, int tile_rows) {
+      cfg[size_t(16 + 2 * tile)] = 64;  // colsb (little-endian uint16)
+      cfg[size_t(48 + tile)] = uint8_t(tile_rows);
+    };
+    set(0, rows);
+    set(1, 16);
+    set(2, 16);
+    set(4, rows);
+    set(5, rows);
+    std::array<uint32_t, 16> words{};
+    std::memcpy(words.data(), cfg.data(), 64);
+    return cst_table(words);
+  }
+
+  // Logits of the group into the logits scratch (row stride 128 bytes: keys 0-15, 16-31).
+  void emit_qk_amx() {
+    const int64_t d = p_.head_size;
+    tilezero(tmm4);
+    tilezero(tmm5);
+    mov(r14, ptr[ARG(q)]);
+    mov(rax, d * 2);  // Q row stride
+    mov(rcx, 64);     // B-tile row stride: one dim pair of 16 keys
+    for (int64_t c = 0; c < d / 32; ++c) {
+      tileloadd(tmm0, ptr[r14 + rax + c * 64]);
+      tileloadd(tmm1, ptr[r8 + rcx + c * 1024]);
+      tileloadd(tmm2, ptr[r8 + rcx + 32 * d + c * 1024]);  // keys 16-31: 16·D elements on
+      tdpbf16ps(tmm4, tmm0, tmm1);
+      tdpbf16ps(tmm5, tmm0, tmm2);
+    }
+    mov(rsi, ptr[ARG(scratch)]);
+    mov(rcx, kGroupMax * 4);
+    tilestored(ptr[rsi + rcx], tmm4);
+    tilestored(ptr[rsi + rcx + 64], tmm5);
+  }
+
+  void emit_pv_amx(int rows) {
+    const int64_t d = p_.head_size;
+    const int prob_offset = max_rows_ * kGroupMax * 4;
+    // acc_r *= α_r with AVX-512 (rbp = row), then the tiles accumulate onto it.
+    mov(rsi, ptr[ARG(acc)]);
+    xor_(rbp, rbp);
+    Label l_row;
+    L(l_row);
+    vbroadcastss(zwork(3), ptr[ARG(alpha) + rbp * 4]);
+    for (int64_t v = 0; v < d / 16; ++v) {
+      vmulps(zwork(0), zwork(3), ptr[rsi + v * 64]);
+      vmovups(ptr[rsi + v * 64], zwork(0));
+    }
+    add(rsi, d * 4);
+    inc(rbp);
+    cmp(rbp, rows);
+    jl(l_row, T_NEAR);
+    mov(r14, ptr[ARG(scratch)]);
+    add(r14, prob_offset);
+    mov(rcx, kGroupMax * 2);  // probability rows: 32 bf16 keys
+    tileloadd(tmm0, ptr[r14 + rcx]);
+    mov(rsi, ptr[ARG(acc)]);
+    mov(rax, d * 4);
+    mov(rcx, 64);
+    for (int64_t g = 0; g < d / 16; ++g) {
+      tileloadd(tmm4, ptr[rsi + rax + g * 64]);
+      tileloadd(tmm1, ptr[r9 + rcx + g * 32 * p_.block_size]);  // dims 16g..: 16·bs elements
+      tdpbf16ps(tmm4, tmm0, tmm1);
+      tilestored(ptr[rsi + rax + g * 64], tmm4);
+    }
   }
 
   // Accumulator register k (0 .. 15 on AVX-512, 0 .. 7 on AVX2), skipping the helpers'
@@ -217,8 +322,16 @@ class AttentionGenerator : public Generator {
       const Address b_addr = ptr[r13 + (2 * u + 1) * row_bytes];
       interleave(pairs, nv_, a_addr, &b_addr);
       for (int r = 0; r < rows; ++r) {
+        // One broadcast load per row, shared by its nv products (halves the load-port uops
+        // of an embedded broadcast per product).
+        const Zmm q_pair = r % 2 == 0 ? zwork(3) : zwork(7);
+        if (nv_ == 2) vpbroadcastd(q_pair, ptr[r14 + r * d * 2 + u * 4]);
         for (int v = 0; v < nv_; ++v) {
-          vdpbf16ps(acc_reg(r * nv_ + v), pairs[v], ptr_b[r14 + r * d * 2 + u * 4]);
+          if (nv_ == 2) {
+            vdpbf16ps(acc_reg(r * nv_ + v), pairs[v], q_pair);
+          } else {
+            vdpbf16ps(acc_reg(r * nv_ + v), pairs[v], ptr_b[r14 + r * d * 2 + u * 4]);
+          }
         }
       }
     }
@@ -245,9 +358,10 @@ class AttentionGenerator : public Generator {
       }
       for (int r = 0; r < rows; ++r) {
         const int64_t q_off = (r * d + u) * 4;
-        if (!avx512()) vbroadcastss(work(2), ptr[r14 + q_off]);
+        const bool in_register = !avx512() || nv_ == 2;  // one broadcast load per row
+        if (in_register) vbroadcastss(work(2), ptr[r14 + q_off]);
         for (int v = 0; v < nv_; ++v) {
-          if (avx512()) {
+          if (!in_register) {
             vfmadd231ps(acc_reg(r * nv_ + v), work(v), ptr_b[r14 + q_off]);
           } else {
             vfmadd231ps(acc_reg(r * nv_ + v), work(v), work(2));
@@ -440,9 +554,15 @@ class AttentionGenerator : public Generator {
       const Zmm pairs[2] = {zwork(1), zwork(2)};
       const auto accumulate = [&]() {
         for (int r = 0; r < rows; ++r) {
+          const Zmm p_pair = r % 2 == 0 ? zwork(3) : zwork(7);
+          if (count == 2) vpbroadcastd(p_pair, ptr[r14 + prob_offset + r * kGroupMax * 2]);
           for (int c = 0; c < count; ++c) {
-            vdpbf16ps(acc_reg(r * count + c), pairs[c],
-                      ptr_b[r14 + prob_offset + r * kGroupMax * 2]);
+            if (count == 2) {
+              vdpbf16ps(acc_reg(r * count + c), pairs[c], p_pair);
+            } else {
+              vdpbf16ps(acc_reg(r * count + c), pairs[c],
+                        ptr_b[r14 + prob_offset + r * kGroupMax * 2]);
+            }
           }
         }
       };
@@ -483,9 +603,10 @@ class AttentionGenerator : public Generator {
       }
       for (int r = 0; r < rows; ++r) {
         const Address prob = ptr[r14 + prob_offset + r * kGroupMax * 4];
-        if (!avx512()) vbroadcastss(b, prob);
+        const bool in_register = !avx512() || count == 2;  // one broadcast load per row
+        if (in_register) vbroadcastss(b, prob);
         for (int c = 0; c < count; ++c) {
-          if (avx512()) {
+          if (!in_register) {
             vfmadd231ps(acc_reg(r * count + c), work(c),
                         ptr_b[r14 + prob_offset + r * kGroupMax * 4]);
           } else {
@@ -503,6 +624,7 @@ class AttentionGenerator : public Generator {
   }
 
   ir::CpuAttentionParams p_;
+  bool amx_;
   bool dpbf16_;
   int group_;
   int max_rows_;
@@ -515,7 +637,8 @@ class AttentionGenerator : public Generator {
 }  // namespace
 
 bool attention_uses_dpbf16(const OpSpec& spec, X86Isa isa) {
-  return isa >= X86Isa::kAvx512Bf16 && spec.get<ir::CpuAttentionParams>().dtype == DType::kBF16;
+  const auto& p = spec.get<ir::CpuAttentionParams>();
+  return p.isa == ir::CpuAttnIsa::kAmx || (isa >= X86Isa::kAvx512Bf16 && p.dtype == DType::kBF16);
 }
 
 int attention_token_group(const OpSpec& spec, X86Isa isa) {
@@ -523,13 +646,29 @@ int attention_token_group(const OpSpec& spec, X86Isa isa) {
   return isa >= X86Isa::kAvx512 && bs % 32 == 0 ? 32 : 16;
 }
 
-int attention_max_rows(X86Isa isa) {
-  return isa >= X86Isa::kAvx512 ? kMaxAttnRows : kMaxAttnRowsAvx2;
+int attention_max_rows(const OpSpec& spec, X86Isa isa) {
+  if (spec.get<ir::CpuAttentionParams>().isa == ir::CpuAttnIsa::kAmx) return kMaxAttnRows;
+  return isa >= X86Isa::kAvx512 ? kMaxAttnRowsVec : kMaxAttnRowsAvx2;
+}
+
+Status request_amx_permission() {
+  // Linux keeps AMX tile data (XFEATURE_XTILEDATA = 18) off for a process until it asks with
+  // arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023); a tile instruction before that faults (SIGILL).
+  static const Status status = [] {
+    constexpr long kArchReqXcompPerm = 0x1023;
+    constexpr long kXfeatureXtiledata = 18;
+    if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0) return Status::ok();
+    return Status(StatusCode::kUnavailable,
+                  fmt::format("AMX tile data permission refused by the kernel "
+                              "(arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): {})",
+                              std::strerror(errno)));
+  }();
+  return status;
 }
 
 Result<std::vector<uint8_t>> generate_cpu_attention(const OpSpec& spec, X86Isa isa) {
   AttentionGenerator gen(spec.get<ir::CpuAttentionParams>(), isa, attention_uses_dpbf16(spec, isa),
-                         attention_token_group(spec, isa), attention_max_rows(isa));
+                         attention_token_group(spec, isa), attention_max_rows(spec, isa));
   gen.generate();
   return gen.finish();
 }

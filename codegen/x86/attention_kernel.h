@@ -21,8 +21,10 @@
 
 namespace jit::codegen::x86 {
 
-/// Most query rows one kernel call serves (AVX-512; AVX2 serves kMaxAttnRowsAvx2).
-inline constexpr int kMaxAttnRows = 8;
+/// Most query rows one kernel call serves: the AMX path (one 16-row A tile); the AVX-512 vec
+/// path serves kMaxAttnRowsVec, AVX2 kMaxAttnRowsAvx2 (their register tiles).
+inline constexpr int kMaxAttnRows = 16;
+inline constexpr int kMaxAttnRowsVec = 8;
 inline constexpr int kMaxAttnRowsAvx2 = 4;
 
 /// The arguments of one kernel call (read by the generated code at fixed offsets).
@@ -54,16 +56,20 @@ struct CpuAttnTileArgs {
   float alpha[kMaxAttnRows];  ///< kernel-internal: this group's rescale factor per row
 };
 
-/// Floats of CpuAttnTileArgs::scratch: logits [rows][32] and probabilities [rows][32].
+/// Floats of CpuAttnTileArgs::scratch: logits [rows][32] fp32 and probabilities [rows][32]
+/// (fp32, or bf16 in the first half of each row's 128 bytes).
 inline constexpr int64_t kAttnScratchFloats = 2 * kMaxAttnRows * 32;
 
-/// Which arithmetic a spec gets at an ISA: vdpbf16ps on bf16 pairs (bf16 with AVX512_BF16), or
-/// fp32 FMA after widening.
+/// Which arithmetic a spec gets at an ISA: bf16 queries and probabilities (vdpbf16ps for bf16
+/// with AVX512_BF16, or the AMX tiles for the amx layout), or fp32 FMA after widening.
 bool attention_uses_dpbf16(const OpSpec& spec, X86Isa isa);
 /// Keys per kernel step (the token group): 32 or 16; divides the block size.
 int attention_token_group(const OpSpec& spec, X86Isa isa);
-/// Rows one call serves at `isa`.
-int attention_max_rows(X86Isa isa);
+/// Rows one call serves for `spec` at `isa`.
+int attention_max_rows(const OpSpec& spec, X86Isa isa);
+/// Asks Linux for the AMX tile-data state (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA));
+/// once per process, later calls return the first answer. Needed before any tile instruction.
+Status request_amx_permission();
 
 /// Emits the tile kernel of cpu_attention_with_kv_cache (CpuAttentionParams; isa vec, vec16 or
 /// neon layout) at `isa` (AVX2 or higher).

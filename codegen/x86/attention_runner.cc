@@ -165,7 +165,7 @@ class CpuAttentionExecutable final : public Executable {
         size_(size),
         dpbf16_(attention_uses_dpbf16(spec_, isa)),
         group_tokens_(attention_token_group(spec_, isa)),
-        max_rows_(attention_max_rows(isa)) {}
+        max_rows_(attention_max_rows(spec_, isa)) {}
 
   const void* code_address() const override { return code_; }
   size_t code_size() const override { return size_; }
@@ -202,6 +202,7 @@ class CpuAttentionExecutable final : public Executable {
         }
       }
     }
+    if (p.isa == CpuAttnIsa::kAmx) KILN_RETURN_IF_ERROR(request_amx_permission());
     KILN_RETURN_IF_ERROR(check_metadata(op, p, args.tensor(8), args.tensor(5), args.tensor(4),
                                         num_req, left, right));
     run_checked(args, left, right);
@@ -481,13 +482,17 @@ Support cpu_attention_support(const OpSpec& spec, const Target& target) {
   const CpuAttnIsa layout = spec.op == OpKind::kCpuAttentionWithKvCache
                                 ? spec.get<ir::CpuAttentionParams>().isa
                                 : spec.get<ir::CpuAttnCacheWriteParams>().isa;
-  if (layout == CpuAttnIsa::kAmx) {
-    return Support::no(fmt::format(
-        "x86 backend does not generate {} with isa=amx (the AMX VNNI cache layout) yet (served "
-        "isa: vec, vec16, neon)",
-        op_name(spec.op)));
+  if (layout != CpuAttnIsa::kAmx) return Support::yes();
+  if (spec.op == OpKind::kCpuAttnReshapeAndCache) {
+    return Support::no(
+        "x86 backend does not generate cpu_attn_reshape_and_cache with isa=amx (the AMX VNNI "
+        "slab layout) yet (served isa: vec, vec16, neon)");
   }
-  (void)target;
+  if (target.isa < X86Isa::kAmx) {
+    return Support::no(
+        fmt::format("cpu_attention_with_kv_cache with isa=amx needs AMX-BF16 tiles; target is {}",
+                    x86_isa_name(target.isa)));
+  }
   return Support::yes();
 }
 

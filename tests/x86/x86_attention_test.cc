@@ -6,8 +6,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
 
 #include "codegen/ref/ref.h"
+#include "codegen/x86/attention_kernel.h"
 #include "codegen/x86/x86_backend.h"
 #include "ir/params_cpu.h"
 #include "runtime/runtime.h"
@@ -203,6 +208,104 @@ TEST_P(X86AttentionTest, CacheWriteBitExact) {
       }
     }
   }
+}
+
+// ---- AMX (isa=amx cache layout, tdpbf16ps) -----------------------------------------------
+
+// The generated AMX kernel disassembles (objdump) to the tile sequence it is meant to be:
+// ldtilecfg before any tile op, Q·Kᵀ and P·V as tileloadd + tdpbf16ps, results through
+// tilestored, tilerelease before returning. Runs on any host (nothing is executed).
+TEST(X86AttentionAmx, EmittedBytesDisassembleToTileSequence) {
+  if (std::system("objdump --version > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "objdump (binutils) not found: cannot disassemble the emitted bytes";
+  }
+  const OpSpec spec = attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 128, 32, 8, 1);
+  auto code = codegen::x86::generate_cpu_attention(spec, X86Isa::kAmx);
+  ASSERT_TRUE(code.is_ok()) << code.status().to_string();
+  const std::string bin = ::testing::TempDir() + "kiln_amx_attention.bin";
+  const std::string txt = bin + ".txt";
+  {
+    std::ofstream out(bin, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(code.value().data()),
+              std::streamsize(code.value().size()));
+  }
+  ASSERT_EQ(std::system(("objdump -D -b binary -m i386:x86-64 " + bin + " > " + txt).c_str()), 0);
+  std::ifstream in(txt);
+  std::vector<std::string> ops;  // tile mnemonics in code order
+  for (std::string line; std::getline(in, line);) {
+    for (const char* m :
+         {"ldtilecfg", "tilezero", "tileloadd", "tdpbf16ps", "tilestored", "tilerelease"}) {
+      if (line.find(std::string("\t") + m) != std::string::npos ||
+          line.find(std::string("	") + m) != std::string::npos) {
+        ops.push_back(m);
+      }
+    }
+  }
+  ASSERT_FALSE(ops.empty()) << "no AMX instruction in the disassembly of " << bin;
+  // One variant per row count 1..16: each is ldtilecfg, then per group: 2 tilezero, D/32 x
+  // (3 tileloadd, 2 tdpbf16ps), 2 tilestored (Q·Kᵀ), 1 tileloadd (P), D/16 x (2 tileloadd,
+  // tdpbf16ps, tilestored) (P·V), and tilerelease at the end.
+  const std::vector<std::string> qk_pv = [] {
+    std::vector<std::string> v = {"ldtilecfg", "tilezero", "tilezero"};
+    for (int c = 0; c < 128 / 32; ++c) {
+      for (const char* m : {"tileloadd", "tileloadd", "tileloadd", "tdpbf16ps", "tdpbf16ps"}) {
+        v.push_back(m);
+      }
+    }
+    v.insert(v.end(), {"tilestored", "tilestored", "tileloadd"});
+    for (int g = 0; g < 128 / 16; ++g) {
+      v.insert(v.end(), {"tileloadd", "tileloadd", "tdpbf16ps", "tilestored"});
+    }
+    v.push_back("tilerelease");
+    return v;
+  }();
+  ASSERT_EQ(ops.size(), 16 * qk_pv.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ASSERT_EQ(ops[i], qk_pv[i % qk_pv.size()]) << "tile instruction " << i;
+  }
+}
+
+// Numerics of the AMX path against ref, natively (this needs AMX-BF16 and the kernel's
+// permission for tile data).
+TEST(X86AttentionAmx, NativeMatchesRef) {
+  if (detect_host_x86_isa() < X86Isa::kAmx) {
+    GTEST_SKIP() << "host CPU reports no AMX-BF16 tiles: the native AMX test is not run here";
+  }
+  for (int64_t head : {32, 64, 96, 128, 192, 256}) {
+    check(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, head, 32, 8, 2), X86Isa::kAmx, 5, {},
+          {InputKind::kNormal});
+  }
+  for (int64_t block : {64, 128}) {
+    check(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 64, block, 8, 2), X86Isa::kAmx, 4);
+  }
+  for (auto [hq, hkv] : {std::pair{4, 4}, {8, 1}, {16, 1}, {32, 1}, {9, 3}}) {
+    check(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 128, 32, hq, hkv), X86Isa::kAmx, 4);
+  }
+  const Features variants[] = {{.window = true},
+                               {.alibi = true},
+                               {.softcap = true},
+                               {.sinks = true},
+                               {.causal = false},
+                               {true, true, true, true, true},
+                               {false, true, true, true, true}};
+  for (const Features& f : variants) {
+    check(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 64, 32, 8, 2, f), X86Isa::kAmx, 5);
+  }
+  for (const Config& config : {kForceSplit, kNoSplit}) {
+    check(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 128, 32, 8, 1, {.sinks = true}),
+          X86Isa::kAmx, 6, config);
+  }
+}
+
+TEST(X86AttentionAmx, RejectedWithoutAmx) {
+  const OpSpec spec = attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 64, 32, 8, 2);
+  CompileOptions options;
+  options.backend = BackendKind::kX86;
+  options.isa = X86Isa::kAvx512Bf16;
+  auto kernel = test_runtime().compile(spec, options);
+  ASSERT_FALSE(kernel.is_ok());
+  EXPECT_NE(kernel.status().to_string().find("AMX"), std::string::npos)
+      << kernel.status().to_string();
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, X86AttentionTest, ::testing::ValuesIn(test::isa_paths()),

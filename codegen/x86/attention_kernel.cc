@@ -209,16 +209,21 @@ class AttentionGenerator : public Generator {
   void emit_pv_amx(int rows) {
     const int64_t d = p_.head_size;
     const int prob_offset = max_rows_ * kGroupMax * 4;
-    // acc_r *= α_r with AVX-512 (rbp = row), then the tiles accumulate onto it.
+    // acc_r *= α_r with AVX-512 (rbp = row), then the tiles accumulate onto it. α = 1 (the
+    // running max did not move: most groups of a long decode) skips the row's pass over acc.
     mov(rsi, ptr[ARG(acc)]);
     xor_(rbp, rbp);
-    Label l_row;
+    constexpr uint32_t kOneBits = 0x3f800000;  // 1.0f
+    Label l_row, l_scaled;
     L(l_row);
+    cmp(dword[ARG(alpha) + rbp * 4], kOneBits);
+    je(l_scaled, T_NEAR);
     vbroadcastss(zwork(3), ptr[ARG(alpha) + rbp * 4]);
     for (int64_t v = 0; v < d / 16; ++v) {
       vmulps(zwork(0), zwork(3), ptr[rsi + v * 64]);
       vmovups(ptr[rsi + v * 64], zwork(0));
     }
+    L(l_scaled);
     add(rsi, d * 4);
     inc(rbp);
     cmp(rbp, rows);

@@ -37,8 +37,8 @@
 //     One config per row count, loaded at entry; tilerelease at exit.
 // Keys past kv_end inside the last group are read by Q·K (inside the allocated block) but
 // masked to p = 0 before they can reach P·V, and the vector P·V stops at kv_end. The AMX P·V
-// multiplies the whole 32-key group, so keys past kv_end in the last block contribute 0·v: the
-// cache must hold finite values there (as in vLLM's AMX kernel; caches are written or zeroed).
+// multiplies whole 32-key tiles, so a partial last group gets V tiles copied with the slots
+// past kv_end zeroed (masked loads: nothing past kv_end is read).
 #include "codegen/x86/attention_kernel.h"
 
 #include <fmt/format.h>
@@ -228,6 +228,44 @@ class AttentionGenerator : public Generator {
     inc(rbp);
     cmp(rbp, rows);
     jl(l_row, T_NEAR);
+    // V tiles: straight from the slab for a full group (r13 = base, r15 = stride of 16 dims:
+    // 16·bs elements); for a partial last group, copies with the key slots >= kv_end zeroed,
+    // so the tile product never reads a value past the sequence (0·NaN would poison the row).
+    Label l_full, l_tiles;
+    cmp(rbx, group_);
+    je(l_full, T_NEAR);
+    mov(r13, ptr[ARG(scratch)]);
+    add(r13, amx_tail_offset());
+    for (int64_t g = 0; g < d / 16; ++g) {
+      // Row k holds keys 2k, 2k+1 (odd words): all valid, the even word only, or none.
+      Label l_k;
+      xor_(ebp, ebp);
+      xor_(esi, esi);
+      L(l_k);
+      mov(rax, rbx);
+      sub(rax, rbp);
+      sub(rax, rbp);  // keys left from 2k
+      xor_(ecx, ecx);
+      mov(edx, 0x55555555);
+      cmp(rax, 1);
+      cmove(ecx, edx);
+      mov(edx, 0xFFFFFFFF);
+      cmp(rax, 2);
+      cmovge(ecx, edx);
+      kmovd(k6, ecx);
+      vmovdqu16(zwork(0) | k6 | T_z, ptr[r9 + rsi + g * 32 * p_.block_size]);
+      vmovdqu16(ptr[r13 + rsi + g * 1024], zwork(0));
+      add(esi, 64);
+      inc(ebp);
+      cmp(ebp, 16);
+      jl(l_k, T_NEAR);
+    }
+    mov(r15, 1024);
+    jmp(l_tiles, T_NEAR);
+    L(l_full);
+    mov(r13, r9);
+    mov(r15, 32 * p_.block_size);
+    L(l_tiles);
     mov(r14, ptr[ARG(scratch)]);
     add(r14, prob_offset);
     mov(rcx, kGroupMax * 2);  // probability rows: 32 bf16 keys
@@ -237,11 +275,15 @@ class AttentionGenerator : public Generator {
     mov(rcx, 64);
     for (int64_t g = 0; g < d / 16; ++g) {
       tileloadd(tmm4, ptr[rsi + rax + g * 64]);
-      tileloadd(tmm1, ptr[r9 + rcx + g * 32 * p_.block_size]);  // dims 16g..: 16·bs elements
+      tileloadd(tmm1, ptr[r13 + rcx]);
       tdpbf16ps(tmm4, tmm0, tmm1);
       tilestored(ptr[rsi + rax + g * 64], tmm4);
+      add(r13, r15);
     }
   }
+
+  // Byte offset in scratch of the AMX partial-group V tiles (after logits and probabilities).
+  int amx_tail_offset() const { return 2 * max_rows_ * kGroupMax * 4; }
 
   // Accumulator register k (0 .. 15 on AVX-512, 0 .. 7 on AVX2), skipping the helpers'
   // scratch 13..15.

@@ -44,7 +44,7 @@ struct CpuAttnTileArgs {
   int64_t first_block;       ///< kv_begin / block_size (block_row column)
   int64_t first_offset;      ///< kv_begin % block_size
   int64_t rows;              ///< 1..max rows
-  float* scratch;            ///< kAttnScratchFloats floats, 64-byte aligned
+  float* scratch;            ///< attention_scratch_floats(D) floats, 64-byte aligned
   float scale;
   float softcap;  ///< read only when the spec has softcap
   float m[kMaxAttnRows];
@@ -56,9 +56,12 @@ struct CpuAttnTileArgs {
   float alpha[kMaxAttnRows];  ///< kernel-internal: this group's rescale factor per row
 };
 
-/// Floats of CpuAttnTileArgs::scratch: logits [rows][32] fp32 and probabilities [rows][32]
-/// (fp32, or bf16 in the first half of each row's 128 bytes).
-inline constexpr int64_t kAttnScratchFloats = 2 * kMaxAttnRows * 32;
+/// Floats of CpuAttnTileArgs::scratch for head size `head_size`: logits [rows][32] fp32,
+/// probabilities [rows][32] (fp32, or bf16 in the first half of each row's 128 bytes), and
+/// the AMX path's zero-padded V tiles of a partial key group (16 · head_size floats).
+inline constexpr int64_t attention_scratch_floats(int64_t head_size) {
+  return 2 * kMaxAttnRows * 32 + 16 * head_size;
+}
 
 /// Which arithmetic a spec gets at an ISA: bf16 queries and probabilities (vdpbf16ps for bf16
 /// with AVX512_BF16, or the AMX tiles for the amx layout), or fp32 FMA after widening.

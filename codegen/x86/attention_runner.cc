@@ -299,7 +299,7 @@ class CpuAttentionExecutable final : public Executable {
       // q: fp32 or bf16 rows; acc: fp32 rows; scratch 64-byte aligned.
       std::vector<float> q_buf(static_cast<size_t>(rows_per_task * d));
       std::vector<float> acc_buf(static_cast<size_t>(rows_per_task * d));
-      std::vector<float> scratch_buf(static_cast<size_t>(kAttnScratchFloats + 16));
+      std::vector<float> scratch_buf(static_cast<size_t>(attention_scratch_floats(d) + 16));
       float* scratch = reinterpret_cast<float*>(
           (reinterpret_cast<uintptr_t>(scratch_buf.data()) + 63) & ~uintptr_t(63));
       std::vector<RowRange> ranges(static_cast<size_t>(rows_per_task));

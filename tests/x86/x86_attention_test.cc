@@ -178,6 +178,50 @@ TEST_P(X86AttentionTest, FullyMaskedRows) {
   }
 }
 
+// Slab element index of (key t, dim d) for the layouts of spec §3.3.
+int64_t slab_index(CpuAttnIsa isa, bool key, int64_t t, int64_t d, int64_t bs, int64_t head) {
+  if (isa != CpuAttnIsa::kAmx) return key ? d * bs + t : t * head + d;
+  return key ? (t / 16) * 16 * head + (d / 2) * 32 + (t % 16) * 2 + (d % 2)
+             : (d / 16) * 16 * bs + (t / 2) * 32 + (d % 16) * 2 + (t % 2);
+}
+
+// NaN in every cache slot past a request's seq_len (in its last, partial block): the kernel
+// must not let them reach the output (ref never reads them).
+void check_nan_past_sequence(CpuAttnIsa isa, X86Isa target) {
+  const int64_t bs = 32, head = 64, hkv = 2;
+  const OpSpec spec = attention_spec(isa, DType::kBF16, head, bs, 8, hkv);
+  const Kernel kernel = compile_x86(spec, target);
+  auto made = test::make_case(spec, 6, InputKind::kNormal, 21);
+  ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+  test::OpCase c = std::move(made).value();
+  const int64_t requests = c.tensors[5].tensor().size(0);
+  const int64_t max_blocks = c.tensors[7].tensor().size(1);
+  int poisoned = 0;
+  for (int64_t r = 0; r < requests; ++r) {
+    const auto seq_len = int64_t(c.tensors[5].get(r));
+    if (seq_len % bs == 0) continue;
+    const auto block = int64_t(c.tensors[7].get(r * max_blocks + (seq_len - 1) / bs));
+    for (int64_t g = 0; g < hkv; ++g) {
+      for (int64_t t = seq_len % bs; t < bs; ++t) {
+        for (int64_t d = 0; d < head; ++d) {
+          const int64_t slab = (block * hkv + g) * bs * head;
+          c.tensors[1].set(slab + slab_index(isa, true, t, d, bs, head), std::nan(""));
+          c.tensors[2].set(slab + slab_index(isa, false, t, d, bs, head), std::nan(""));
+          ++poisoned;
+        }
+      }
+    }
+  }
+  ASSERT_GT(poisoned, 0);
+  const auto report = check_against_ref(kernel, c);
+  EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(target) << "\n"
+                         << report.message;
+}
+
+TEST_P(X86AttentionTest, NanPastSequenceNeverRead) {
+  check_nan_past_sequence(CpuAttnIsa::kVec, GetParam());
+}
+
 TEST_P(X86AttentionTest, RejectsForeignMetadata) {
   const OpSpec spec = attention_spec(CpuAttnIsa::kVec, DType::kBF16, 64, 32, 8, 2);
   const Kernel kernel = compile_x86(spec, GetParam());
@@ -295,6 +339,13 @@ TEST(X86AttentionAmx, NativeMatchesRef) {
     check(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 128, 32, 8, 1, {.sinks = true}),
           X86Isa::kAmx, 6, config);
   }
+}
+
+TEST(X86AttentionAmx, NanPastSequenceNeverRead) {
+  if (detect_host_x86_isa() < X86Isa::kAmx) {
+    GTEST_SKIP() << "host CPU reports no AMX-BF16 tiles: the native AMX test is not run here";
+  }
+  check_nan_past_sequence(CpuAttnIsa::kAmx, X86Isa::kAmx);
 }
 
 TEST(X86AttentionAmx, RejectedWithoutAmx) {

@@ -96,7 +96,15 @@ std::shared_ptr<const Executable> make_cpu_attn_cache_write_executable(const OpS
                                                                        const Config& config,
                                                                        const void* code,
                                                                        size_t size);
-/// True for the ops the two functions above serve.
+/// paged_attention_v1/v2 (attention_paged.cc): the tile kernel over chunks gathered from the
+/// legacy cache into the vec layout.
+bool is_paged_attention_op(OpKind op);
+Support paged_attention_support(const OpSpec& spec);
+Result<std::vector<uint8_t>> generate_paged_attention(const OpSpec& spec, X86Isa isa);
+std::shared_ptr<const Executable> make_paged_attention_executable(const OpSpec& spec,
+                                                                  const Config& config, X86Isa isa,
+                                                                  const void* code, size_t size);
+/// True for the ops the functions above serve (the CPU-attention ops and paged attention).
 bool is_cpu_attention_op(OpKind op);
 
 }  // namespace jit::codegen::x86

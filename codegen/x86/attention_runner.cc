@@ -475,10 +475,12 @@ class CpuAttentionExecutable final : public Executable {
 }  // namespace
 
 bool is_cpu_attention_op(OpKind op) {
-  return op == OpKind::kCpuAttentionWithKvCache || op == OpKind::kCpuAttnReshapeAndCache;
+  return op == OpKind::kCpuAttentionWithKvCache || op == OpKind::kCpuAttnReshapeAndCache ||
+         is_paged_attention_op(op);
 }
 
 Support cpu_attention_support(const OpSpec& spec, const Target& target) {
+  if (is_paged_attention_op(spec.op)) return paged_attention_support(spec);
   const CpuAttnIsa layout = spec.op == OpKind::kCpuAttentionWithKvCache
                                 ? spec.get<ir::CpuAttentionParams>().isa
                                 : spec.get<ir::CpuAttnCacheWriteParams>().isa;
@@ -500,6 +502,10 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
   (void)target;
   std::vector<Config> space;
   space.push_back(Config{});  // heuristic default
+  if (is_paged_attention_op(spec.op)) {
+    for (int64_t threads : {1, 2}) space.push_back(Config().set(std::string(kThreads), threads));
+    return space;
+  }
   if (spec.op != OpKind::kCpuAttentionWithKvCache) return space;
   for (int64_t tile : {128, 512, 2048}) {
     for (int64_t passes : {1, 4}) {
@@ -515,6 +521,7 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
 }
 
 Result<std::vector<uint8_t>> generate_cpu_attention_op(const OpSpec& spec, X86Isa isa) {
+  if (is_paged_attention_op(spec.op)) return generate_paged_attention(spec, isa);
   if (spec.op == OpKind::kCpuAttentionWithKvCache) return generate_cpu_attention(spec, isa);
   return generate_cpu_attn_cache_write(spec, isa);
 }
@@ -522,6 +529,9 @@ Result<std::vector<uint8_t>> generate_cpu_attention_op(const OpSpec& spec, X86Is
 std::shared_ptr<const Executable> make_cpu_attention_executable(const OpSpec& spec,
                                                                 const Config& config, X86Isa isa,
                                                                 const void* code, size_t size) {
+  if (is_paged_attention_op(spec.op)) {
+    return make_paged_attention_executable(spec, config, isa, code, size);
+  }
   if (spec.op == OpKind::kCpuAttentionWithKvCache) {
     return std::make_shared<CpuAttentionExecutable>(spec, config, isa, code, size);
   }

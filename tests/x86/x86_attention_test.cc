@@ -14,6 +14,8 @@
 #include "codegen/ref/ref.h"
 #include "codegen/x86/attention_kernel.h"
 #include "codegen/x86/x86_backend.h"
+#include "ir/params_attention.h"
+#include "ir/params_cache.h"
 #include "ir/params_cpu.h"
 #include "runtime/runtime.h"
 #include "tests/harness/op_cases.h"
@@ -252,6 +254,58 @@ TEST_P(X86AttentionTest, CacheWriteBitExact) {
       }
     }
   }
+}
+
+// ---- paged_attention_v1 / v2 ----------------------------------------------------------------
+
+OpSpec paged_spec(bool v2, DType dtype, ir::KvCacheDtype kv, int64_t head, int64_t block,
+                  int64_t hq, int64_t hkv, bool alibi, int64_t partition = 512) {
+  return OpSpec::make(
+      v2 ? OpKind::kPagedAttentionV2 : OpKind::kPagedAttentionV1,
+      ir::PagedAttentionParams{dtype, kv, head, block, hq, hkv, alibi, false, v2 ? partition : 0});
+}
+
+TEST_P(X86AttentionTest, PagedHeadSizesAndBlocks) {
+  // Head sizes off the 16 grid (40, 72, 200) run through the zero-padded head.
+  for (bool v2 : {false, true}) {
+    // v1 every size; v2 (whose sequences are ~10x longer) the off-grid ones and the extremes.
+    const std::vector<int64_t> heads =
+        v2 ? std::vector<int64_t>{40, 72, 128, 256}
+           : std::vector<int64_t>{32, 40, 64, 72, 80, 96, 112, 128, 192, 200, 256};
+    for (int64_t head : heads) {
+      check(paged_spec(v2, DType::kBF16, ir::KvCacheDtype::kAuto, head, 16, 8, 2, false),
+            GetParam(), 6, {}, {InputKind::kNormal});
+    }
+    for (int64_t block :
+         v2 ? std::vector<int64_t>{1, 32} : std::vector<int64_t>{1, 8, 16, 32, 128}) {
+      check(paged_spec(v2, DType::kBF16, ir::KvCacheDtype::kAuto, 64, block, 8, 2, false),
+            GetParam(), 6, {}, {InputKind::kNormal});
+    }
+  }
+}
+
+TEST_P(X86AttentionTest, PagedDtypesFp8GqaAlibi) {
+  for (bool v2 : {false, true}) {
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      // f32 with ALiBi only on v1's shorter sequences: over v2's ~1000-token ones the bias
+      // slope·(j − L + 1) reaches |logit| ~ 500, where one fp32 rounding (ulp 3e-5) already
+      // exceeds the f32 tolerance (1e-5) against the double-precision ref (vLLM's kernels
+      // compute logits in fp32 too).
+      const bool alibi = dtype != DType::kF32 || !v2;
+      check(paged_spec(v2, dtype, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, alibi), GetParam(), 6);
+    }
+    for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
+      check(paged_spec(v2, DType::kBF16, kv, 128, 16, 8, 1, false), GetParam(), 6);
+      check(paged_spec(v2, DType::kF16, kv, 80, 32, 4, 4, true), GetParam(), 6);
+    }
+    for (auto [hq, hkv] : {std::pair{8, 8}, {8, 1}, {16, 2}, {32, 4}}) {
+      check(paged_spec(v2, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, hq, hkv, true),
+            GetParam(), 6);
+    }
+  }
+  // A small partition: many partitions per sequence in the v2 reduce.
+  check(paged_spec(true, DType::kF32, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, true, 64), GetParam(),
+        6);
 }
 
 // ---- AMX (isa=amx cache layout, tdpbf16ps) -----------------------------------------------

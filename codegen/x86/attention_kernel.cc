@@ -72,6 +72,7 @@ class AttentionGenerator : public Generator {
       : Generator(isa),
         p_(p),
         amx_(p.isa == ir::CpuAttnIsa::kAmx),
+        emulate_(amx_ && isa < X86Isa::kAmx),
         dpbf16_(dpbf16),
         group_(group),
         max_rows_(max_rows),
@@ -80,6 +81,12 @@ class AttentionGenerator : public Generator {
 
   void generate() {
     prologue();
+    if (emulate_) {
+      // One variant for every row count: the emulated tiles loop over the call's rows.
+      emit_variant(0);
+      epilogue();
+      return;
+    }
     mov(rax, ptr[ARG(rows)]);
     std::vector<Label> variants(size_t(max_rows_ + 1));
     Label l_done;
@@ -101,9 +108,19 @@ class AttentionGenerator : public Generator {
   // Register use inside a group (GPRs): r8 K group base, r9 V group base, r10 first key j0,
   // r11 block-table column, r12 offset in the block, rbx keys in this group, r13..r15 and rbp
   // loop pointers and counters.
+  // rows = 0: the row count is read from the call (the AMX emulation's single variant).
   void emit_variant(int rows) {
     Label l_group, l_end, l_same_block;
-    if (amx_) ldtilecfg(tile_config(rows));
+    if (emulate_) {
+      // Emulated tiles live on the stack: [rsp] = rows · 64 (the loop bound), tile t at
+      // rsp + 64 + t · 1024 (16 rows of 64 bytes, as the palette-1 tiles).
+      sub(rsp, kEmuFrame);
+      mov(rax, ptr[ARG(rows)]);
+      shl(rax, 6);
+      mov(ptr[rsp], rax);
+    } else if (amx_) {
+      ldtilecfg(tile_config(rows));
+    }
     mov(r10, ptr[ARG(kv_begin)]);
     mov(r11, ptr[ARG(first_block)]);
     mov(r12, ptr[ARG(first_offset)]);
@@ -161,7 +178,108 @@ class AttentionGenerator : public Generator {
     L(l_same_block);
     jmp(l_group, T_NEAR);
     L(l_end);
-    if (amx_) tilerelease();
+    if (emulate_) {
+      add(rsp, kEmuFrame);
+    } else if (amx_) {
+      tilerelease();
+    }
+  }
+
+  // cmp reg, rows (the compile-time count, or the call's when rows = 0).
+  void cmp_rows(const Reg64& reg, int rows) {
+    if (rows > 0) {
+      cmp(reg, rows);
+    } else {
+      cmp(reg, ptr[ARG(rows)]);
+    }
+  }
+
+  // ---- AMX emulation: the tile instructions as AVX512_BF16 code over stack tiles ---------
+  // Used when the target has no AMX (e.g. AVX512_BF16 hosts), so the amx-layout numerics are
+  // testable there. Same memory traffic shape, same pair products (vdpbf16ps), fp32
+  // accumulation per tile row; rbp, rdx, zmm0 and zmm16..31 are its scratch.
+  static constexpr int kEmuFrame = 64 + 8 * 1024;
+  Address emu_tile(int tile, const Reg64& row_offset) {
+    return ptr[rsp + row_offset + 64 + tile * 1024];
+  }
+  struct TileSource {
+    Reg64 base, stride;
+    int64_t disp = 0;
+  };
+  TileSource b_source_[8] = {};
+
+  void t_zero(int tile) {
+    if (!emulate_) {
+      tilezero(Tmm(tile));
+      return;
+    }
+    vpxord(zmm0, zmm0, zmm0);
+    for (int r = 0; r < 16; ++r) vmovups(ptr[rsp + 64 + tile * 1024 + r * 64], zmm0);
+  }
+  // A tile of the call's rows (A or C): rows from [base + disp], `stride` bytes apart.
+  void t_load(int tile, const Reg64& base, const Reg64& stride, int64_t disp) {
+    if (!emulate_) {
+      tileloadd(Tmm(tile), ptr[base + stride + disp]);
+      return;
+    }
+    lea(rbp, ptr[base + disp]);
+    xor_(edx, edx);
+    Label l;
+    L(l);
+    vmovdqu32(zmm0, ptr[rbp]);
+    vmovdqu32(emu_tile(tile, rdx), zmm0);
+    add(rbp, stride);
+    add(rdx, 64);
+    cmp(rdx, ptr[rsp]);
+    jl(l, T_NEAR);
+  }
+  void t_store(const Reg64& base, const Reg64& stride, int64_t disp, int tile) {
+    if (!emulate_) {
+      tilestored(ptr[base + stride + disp], Tmm(tile));
+      return;
+    }
+    lea(rbp, ptr[base + disp]);
+    xor_(edx, edx);
+    Label l;
+    L(l);
+    vmovdqu32(zmm0, emu_tile(tile, rdx));
+    vmovdqu32(ptr[rbp], zmm0);
+    add(rbp, stride);
+    add(rdx, 64);
+    cmp(rdx, ptr[rsp]);
+    jl(l, T_NEAR);
+  }
+  // A B tile (16 rows): emulated by reading its rows at the product (registers unchanged).
+  void t_load_b(int tile, const Reg64& base, const Reg64& stride, int64_t disp) {
+    if (!emulate_) {
+      tileloadd(Tmm(tile), ptr[base + stride + disp]);
+      return;
+    }
+    b_source_[tile] = {base, stride, disp};
+  }
+  // C += A · B: C[m][n] += Σ_k A[m][2k]·B[k][2n] + A[m][2k+1]·B[k][2n+1].
+  void t_dp(int c, int a, int b) {
+    if (!emulate_) {
+      tdpbf16ps(Tmm(c), Tmm(a), Tmm(b));
+      return;
+    }
+    const TileSource& src = b_source_[b];
+    lea(rbp, ptr[src.base + src.disp]);
+    for (int k = 0; k < 16; ++k) {
+      vmovdqu32(Zmm(16 + k), ptr[rbp]);
+      if (k < 15) add(rbp, src.stride);
+    }
+    xor_(edx, edx);
+    Label l;
+    L(l);
+    vmovups(zmm0, emu_tile(c, rdx));
+    for (int k = 0; k < 16; ++k) {
+      vdpbf16ps(zmm0, Zmm(16 + k), ptr_b[rsp + rdx + 64 + a * 1024 + k * 4]);
+    }
+    vmovups(emu_tile(c, rdx), zmm0);
+    add(rdx, 64);
+    cmp(rdx, ptr[rsp]);
+    jl(l, T_NEAR);
   }
 
   // ---- AMX ---------------------------------------------------------------------------------
@@ -188,22 +306,22 @@ class AttentionGenerator : public Generator {
   // Logits of the group into the logits scratch (row stride 128 bytes: keys 0-15, 16-31).
   void emit_qk_amx() {
     const int64_t d = p_.head_size;
-    tilezero(tmm4);
-    tilezero(tmm5);
+    t_zero(4);
+    t_zero(5);
     mov(r14, ptr[ARG(q)]);
     mov(rax, d * 2);  // Q row stride
     mov(rcx, 64);     // B-tile row stride: one dim pair of 16 keys
     for (int64_t c = 0; c < d / 32; ++c) {
-      tileloadd(tmm0, ptr[r14 + rax + c * 64]);
-      tileloadd(tmm1, ptr[r8 + rcx + c * 1024]);
-      tileloadd(tmm2, ptr[r8 + rcx + 32 * d + c * 1024]);  // keys 16-31: 16·D elements on
-      tdpbf16ps(tmm4, tmm0, tmm1);
-      tdpbf16ps(tmm5, tmm0, tmm2);
+      t_load(0, r14, rax, c * 64);
+      t_load_b(1, r8, rcx, c * 1024);
+      t_load_b(2, r8, rcx, 32 * d + c * 1024);  // keys 16-31: 16·D elements on
+      t_dp(4, 0, 1);
+      t_dp(5, 0, 2);
     }
     mov(rsi, ptr[ARG(scratch)]);
     mov(rcx, kGroupMax * 4);
-    tilestored(ptr[rsi + rcx], tmm4);
-    tilestored(ptr[rsi + rcx + 64], tmm5);
+    t_store(rsi, rcx, 0, 4);
+    t_store(rsi, rcx, 64, 5);
   }
 
   void emit_pv_amx(int rows) {
@@ -226,7 +344,7 @@ class AttentionGenerator : public Generator {
     L(l_scaled);
     add(rsi, d * 4);
     inc(rbp);
-    cmp(rbp, rows);
+    cmp_rows(rbp, rows);
     jl(l_row, T_NEAR);
     // V tiles: straight from the slab for a full group (r13 = base, r15 = stride of 16 dims:
     // 16·bs elements); for a partial last group, copies with the key slots >= kv_end zeroed,
@@ -269,15 +387,15 @@ class AttentionGenerator : public Generator {
     mov(r14, ptr[ARG(scratch)]);
     add(r14, prob_offset);
     mov(rcx, kGroupMax * 2);  // probability rows: 32 bf16 keys
-    tileloadd(tmm0, ptr[r14 + rcx]);
+    t_load(0, r14, rcx, 0);
     mov(rsi, ptr[ARG(acc)]);
     mov(rax, d * 4);
     mov(rcx, 64);
     for (int64_t g = 0; g < d / 16; ++g) {
-      tileloadd(tmm4, ptr[rsi + rax + g * 64]);
-      tileloadd(tmm1, ptr[r13 + rcx]);
-      tdpbf16ps(tmm4, tmm0, tmm1);
-      tilestored(ptr[rsi + rax + g * 64], tmm4);
+      t_load(4, rsi, rax, g * 64);
+      t_load_b(1, r13, rcx, 0);
+      t_dp(4, 0, 1);
+      t_store(rsi, rax, g * 64, 4);
       add(r13, r15);
     }
   }
@@ -553,7 +671,7 @@ class AttentionGenerator : public Generator {
     }
     add(r14, kGroupMax * 4);
     inc(rbp);
-    cmp(rbp, rows);
+    cmp_rows(rbp, rows);
     jl(l_row, T_NEAR);
   }
 
@@ -672,6 +790,7 @@ class AttentionGenerator : public Generator {
 
   ir::CpuAttentionParams p_;
   bool amx_;
+  bool emulate_;  // amx layout without AMX: tiles emulated with AVX512_BF16
   bool dpbf16_;
   int group_;
   int max_rows_;

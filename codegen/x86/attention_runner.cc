@@ -163,6 +163,7 @@ class CpuAttentionExecutable final : public Executable {
         config_(std::move(config)),
         code_(code),
         size_(size),
+        isa_(isa),
         dpbf16_(attention_uses_dpbf16(spec_, isa)),
         group_tokens_(attention_token_group(spec_, isa)),
         max_rows_(attention_max_rows(spec_, isa)) {}
@@ -202,7 +203,9 @@ class CpuAttentionExecutable final : public Executable {
         }
       }
     }
-    if (p.isa == CpuAttnIsa::kAmx) KILN_RETURN_IF_ERROR(request_amx_permission());
+    if (p.isa == CpuAttnIsa::kAmx && isa_ >= X86Isa::kAmx) {
+      KILN_RETURN_IF_ERROR(request_amx_permission());
+    }
     KILN_RETURN_IF_ERROR(check_metadata(op, p, args.tensor(8), args.tensor(5), args.tensor(4),
                                         num_req, left, right));
     run_checked(args, left, right);
@@ -467,6 +470,7 @@ class CpuAttentionExecutable final : public Executable {
   Config config_;
   const void* code_;
   size_t size_;
+  X86Isa isa_;
   bool dpbf16_;
   int group_tokens_;
   int max_rows_;
@@ -484,16 +488,17 @@ Support cpu_attention_support(const OpSpec& spec, const Target& target) {
   const CpuAttnIsa layout = spec.op == OpKind::kCpuAttentionWithKvCache
                                 ? spec.get<ir::CpuAttentionParams>().isa
                                 : spec.get<ir::CpuAttnCacheWriteParams>().isa;
-  if (layout != CpuAttnIsa::kAmx) return Support::yes();
-  if (spec.op == OpKind::kCpuAttnReshapeAndCache) {
-    return Support::no(
-        "x86 backend does not generate cpu_attn_reshape_and_cache with isa=amx (the AMX VNNI "
-        "slab layout) yet (served isa: vec, vec16, neon)");
+  // The amx slab write is plain moves (any x86 target); the attention needs the tiles.
+  if (layout != CpuAttnIsa::kAmx || spec.op == OpKind::kCpuAttnReshapeAndCache) {
+    return Support::yes();
   }
-  if (target.isa < X86Isa::kAmx) {
-    return Support::no(
-        fmt::format("cpu_attention_with_kv_cache with isa=amx needs AMX-BF16 tiles; target is {}",
-                    x86_isa_name(target.isa)));
+  // Without AMX the generator emulates the tiles with vdpbf16ps (same layout and numerics,
+  // much slower): served from AVX512_BF16 up.
+  if (target.isa < X86Isa::kAvx512Bf16) {
+    return Support::no(fmt::format(
+        "cpu_attention_with_kv_cache with isa=amx needs AMX-BF16 tiles (or AVX512_BF16 for the "
+        "tile emulation); target is {}",
+        x86_isa_name(target.isa)));
   }
   return Support::yes();
 }

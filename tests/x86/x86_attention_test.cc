@@ -237,13 +237,17 @@ TEST_P(X86AttentionTest, RejectsForeignMetadata) {
 }
 
 TEST_P(X86AttentionTest, CacheWriteBitExact) {
-  for (CpuAttnIsa isa : {CpuAttnIsa::kVec, CpuAttnIsa::kVec16}) {
+  for (CpuAttnIsa isa : {CpuAttnIsa::kVec, CpuAttnIsa::kVec16, CpuAttnIsa::kAmx}) {
     for (DType dtype : {DType::kBF16, DType::kF32}) {
       for (int64_t head : {16, 64, 80}) {
-        if (isa == CpuAttnIsa::kVec && head % 32 != 0) continue;
-        const OpSpec spec = OpSpec::make(
-            OpKind::kCpuAttnReshapeAndCache,
-            ir::CpuAttnCacheWriteParams{isa, dtype, 2, head, isa == CpuAttnIsa::kVec ? 32 : 16});
+        if (isa != CpuAttnIsa::kVec16 && head % 32 != 0) continue;
+        if (isa == CpuAttnIsa::kAmx && dtype != DType::kBF16) continue;  // amx: bf16 only
+        const OpSpec spec =
+            OpSpec::make(OpKind::kCpuAttnReshapeAndCache,
+                         ir::CpuAttnCacheWriteParams{isa, dtype, 2, head,
+                                                     isa == CpuAttnIsa::kVec16 ? 16
+                                                     : isa == CpuAttnIsa::kAmx ? 64
+                                                                               : 32});
         const Kernel kernel = compile_x86(spec, GetParam());
         for (InputKind kind : test::input_kinds_for(spec.op)) {
           auto c = test::make_case(spec, 37, kind, 9);
@@ -402,11 +406,31 @@ TEST(X86AttentionAmx, NanPastSequenceNeverRead) {
   check_nan_past_sequence(CpuAttnIsa::kAmx, X86Isa::kAmx);
 }
 
+// The generator's AMX emulation (tile instructions as vdpbf16ps code over stack tiles), which
+// serves isa=amx on AVX512_BF16 targets: the same numerics tests as the native path.
+TEST(X86AttentionAmx, EmulationMatchesRef) {
+  if (detect_host_x86_isa() < X86Isa::kAvx512Bf16) {
+    GTEST_SKIP() << "host CPU has no AVX512_BF16: the AMX emulation cannot run here";
+  }
+  const X86Isa isa = X86Isa::kAvx512Bf16;
+  for (int64_t head : {32, 96, 256}) {
+    check(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, head, 32, 8, 2), isa, 5, {},
+          {InputKind::kNormal});
+  }
+  check(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 64, 128, 16, 1), isa, 4);
+  check(
+      attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 64, 64, 9, 3, {true, true, true, true, true}),
+      isa, 5);
+  check(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 128, 32, 8, 1, {.sinks = true}), isa, 6,
+        kForceSplit);
+  check_nan_past_sequence(CpuAttnIsa::kAmx, isa);
+}
+
 TEST(X86AttentionAmx, RejectedWithoutAmx) {
   const OpSpec spec = attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 64, 32, 8, 2);
   CompileOptions options;
   options.backend = BackendKind::kX86;
-  options.isa = X86Isa::kAvx512Bf16;
+  options.isa = X86Isa::kAvx512;
   auto kernel = test_runtime().compile(spec, options);
   ASSERT_FALSE(kernel.is_ok());
   EXPECT_NE(kernel.status().to_string().find("AMX"), std::string::npos)

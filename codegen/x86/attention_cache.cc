@@ -1,7 +1,8 @@
-// cpu_attn_reshape_and_cache on x86 (spec §3.3) for the vec / vec16 / neon slab layouts: token
-// t of a slab goes to K[d·bs + t] (transposed: one element store per dim, bs elements apart)
-// and V[t·D + d] (one contiguous copy of the head's D elements). Raw element copies, so the
-// result is bit-exact for every value.
+// cpu_attn_reshape_and_cache on x86 (spec §3.3). vec / vec16 / neon slabs: token t goes to
+// K[d·bs + t] (transposed: one element store per dim, bs elements apart) and V[t·D + d] (one
+// contiguous copy of the head's D elements). amx slabs (bf16): K[(t/16)·16D + (d/2)·32 +
+// (t%16)·2 + d%2] (one dword store per dim pair) and V[(d/16)·16bs + (t/2)·32 + (d%16)·2 + t%2]
+// (one word store per dim). Raw element copies, so the result is bit-exact for every value.
 #include <fmt/format.h>
 #include <omp.h>
 #include <xbyak/xbyak.h>
@@ -46,6 +47,7 @@ class CacheWriteGenerator : public Generator {
   void generate() {
     const int esize = int(dtype_size(p_.dtype));
     const int64_t d = p_.head_size;
+    const bool amx = p_.isa == ir::CpuAttnIsa::kAmx;
     prologue();
     Label l_token, l_next, l_done, l_head, l_dim;
     L(l_token);
@@ -64,12 +66,30 @@ class CacheWriteGenerator : public Generator {
     imul(rax, ptr[ARG(block_stride)]);
     mov(r8, ptr[ARG(key_cache)]);
     add(r8, rax);
-    lea(r8, ptr[r8 + r14 * esize]);
     mov(r9, ptr[ARG(value_cache)]);
     add(r9, rax);
-    mov(rcx, r14);
-    imul(rcx, rcx, d * esize);
-    add(r9, rcx);
+    if (amx) {
+      // K: (t/16)·16·D + (t%16)·2 elements; V: (t/2)·32 + t%2 elements (bf16, 2 bytes each).
+      mov(rcx, r14);
+      shr(rcx, 4);
+      imul(rcx, rcx, 16 * d * 2);
+      add(r8, rcx);
+      mov(rcx, r14);
+      and_(rcx, 15);
+      lea(r8, ptr[r8 + rcx * 4]);
+      mov(rcx, r14);
+      shr(rcx, 1);
+      shl(rcx, 6);
+      add(r9, rcx);
+      mov(rcx, r14);
+      and_(rcx, 1);
+      lea(r9, ptr[r9 + rcx * 2]);
+    } else {
+      lea(r8, ptr[r8 + r14 * esize]);
+      mov(rcx, r14);
+      imul(rcx, rcx, d * esize);
+      add(r9, rcx);
+    }
     mov(r10, rsi);
     imul(r10, ptr[ARG(key_token_stride)]);
     add(r10, ptr[ARG(key)]);
@@ -78,28 +98,32 @@ class CacheWriteGenerator : public Generator {
     add(r11, ptr[ARG(value)]);
     mov(r12, p_.head_count_kv);
     L(l_head);
-    // K: d·bs·esize apart in the slab; unrolled by 4 (D % 16 == 0).
-    mov(r15, r8);
-    mov(rbx, r10);
-    mov(r13, d / 4);
-    L(l_dim);
-    for (int u = 0; u < 4; ++u) {
-      if (esize == 2) {
-        movzx(eax, word[rbx + u * 2]);
-        mov(word[r15 + u * p_.block_size * 2], ax);
-      } else {
-        mov(eax, dword[rbx + u * 4]);
-        mov(dword[r15 + u * p_.block_size * 4], eax);
+    if (amx) {
+      emit_amx_token();
+    } else {
+      // K: d·bs·esize apart in the slab; unrolled by 4 (D % 16 == 0).
+      mov(r15, r8);
+      mov(rbx, r10);
+      mov(r13, d / 4);
+      L(l_dim);
+      for (int u = 0; u < 4; ++u) {
+        if (esize == 2) {
+          movzx(eax, word[rbx + u * 2]);
+          mov(word[r15 + u * p_.block_size * 2], ax);
+        } else {
+          mov(eax, dword[rbx + u * 4]);
+          mov(dword[r15 + u * p_.block_size * 4], eax);
+        }
       }
+      add(rbx, 4 * esize);
+      add(r15, 4 * p_.block_size * esize);
+      dec(r13);
+      jnz(l_dim, T_NEAR);
+      // V: one contiguous row of D elements.
+      mov(r15, r9);
+      mov(rbx, r11);
+      copy_span(r15, rbx, d * esize, r13);
     }
-    add(rbx, 4 * esize);
-    add(r15, 4 * p_.block_size * esize);
-    dec(r13);
-    jnz(l_dim, T_NEAR);
-    // V: one contiguous row of D elements.
-    mov(r15, r9);
-    mov(rbx, r11);
-    copy_span(r15, rbx, d * esize, r13);
     add(r8, ptr[ARG(head_stride)]);
     add(r9, ptr[ARG(head_stride)]);
     add(r10, ptr[ARG(key_head_stride)]);
@@ -114,6 +138,40 @@ class CacheWriteGenerator : public Generator {
   }
 
  private:
+  // One token of one head in the amx slabs (bf16): K dim pairs (d, d+1) are one dword, 64 bytes
+  // apart (a VNNI row of 16 keys); V dims are words 4 bytes apart (interleaved with the other
+  // key of the pair), groups of 16 dims 16·bs elements apart. r8/r9 point at the token's first
+  // slot, r10/r11 at its key/value row.
+  void emit_amx_token() {
+    const int64_t d = p_.head_size;
+    mov(r15, r8);
+    mov(rbx, r10);
+    mov(r13, d / 32);
+    Label l_k;
+    L(l_k);
+    for (int u = 0; u < 16; ++u) {
+      mov(eax, dword[rbx + u * 4]);
+      mov(dword[r15 + u * 64], eax);
+    }
+    add(rbx, 64);
+    add(r15, 16 * 64);
+    dec(r13);
+    jnz(l_k, T_NEAR);
+    mov(r15, r9);
+    mov(rbx, r11);
+    mov(r13, d / 16);
+    Label l_v;
+    L(l_v);
+    for (int u = 0; u < 16; ++u) {
+      movzx(eax, word[rbx + u * 2]);
+      mov(word[r15 + u * 4], ax);
+    }
+    add(rbx, 32);
+    add(r15, 16 * p_.block_size * 2);
+    dec(r13);
+    jnz(l_v, T_NEAR);
+  }
+
   ir::CpuAttnCacheWriteParams p_;
 };
 

@@ -27,14 +27,29 @@
 //     paired with a zero row, so no V row past kv_end is ever read.
 //   fp32 (f32/f16 always, bf16 without AVX512_BF16, every dtype at AVX2): K and V widened to
 //     fp32 on load, FMA with the broadcast fp32 query / probability.
+//   amx (isa=amx cache layout, AMX-BF16): the same steps on tiles. The amx K slab is the B-tile
+//     layout of Q·Kᵀ (16 dim pairs x 16 keys x 2 per 1024-byte tile) and the amx V slab the
+//     B-tile layout of P·V (16 key pairs x 16 dims x 2), so no interleaving is needed:
+//       Q·Kᵀ  tmm4/tmm5 (keys 0-15 / 16-31) += tmm0 (Q, 32 dims) · tmm1/tmm2, over D/32 chunks;
+//       P·V   per 16 dims: tmm4 = acc (pre-scaled by α with AVX-512), += tmm0 (P, 32 keys bf16)
+//             · tmm1 (V), stored back.
+//     Tile config (palette 1): tmm0 and tmm4/5 have the call's rows x 64 bytes, tmm1/2 16 x 64.
+//     One config per row count, loaded at entry; tilerelease at exit.
 // Keys past kv_end inside the last group are read by Q·K (inside the allocated block) but
-// masked to p = 0 before they can reach P·V, and P·V stops at kv_end.
+// masked to p = 0 before they can reach P·V, and the vector P·V stops at kv_end. The AMX P·V
+// multiplies whole 32-key tiles, so a partial last group gets V tiles copied with the slots
+// past kv_end zeroed (masked loads: nothing past kv_end is read).
 #include "codegen/x86/attention_kernel.h"
 
+#include <fmt/format.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <xbyak/xbyak.h>
 
 #include <array>
+#include <cerrno>
 #include <cstddef>
+#include <cstring>
 #include <limits>
 
 #include "codegen/x86/generator.h"
@@ -56,6 +71,8 @@ class AttentionGenerator : public Generator {
                      int max_rows)
       : Generator(isa),
         p_(p),
+        amx_(p.isa == ir::CpuAttnIsa::kAmx),
+        emulate_(amx_ && isa < X86Isa::kAmx),
         dpbf16_(dpbf16),
         group_(group),
         max_rows_(max_rows),
@@ -64,6 +81,12 @@ class AttentionGenerator : public Generator {
 
   void generate() {
     prologue();
+    if (emulate_) {
+      // One variant for every row count: the emulated tiles loop over the call's rows.
+      emit_variant(0);
+      epilogue();
+      return;
+    }
     mov(rax, ptr[ARG(rows)]);
     std::vector<Label> variants(size_t(max_rows_ + 1));
     Label l_done;
@@ -85,8 +108,19 @@ class AttentionGenerator : public Generator {
   // Register use inside a group (GPRs): r8 K group base, r9 V group base, r10 first key j0,
   // r11 block-table column, r12 offset in the block, rbx keys in this group, r13..r15 and rbp
   // loop pointers and counters.
+  // rows = 0: the row count is read from the call (the AMX emulation's single variant).
   void emit_variant(int rows) {
     Label l_group, l_end, l_same_block;
+    if (emulate_) {
+      // Emulated tiles live on the stack: [rsp] = rows · 64 (the loop bound), tile t at
+      // rsp + 64 + t · 1024 (16 rows of 64 bytes, as the palette-1 tiles).
+      sub(rsp, kEmuFrame);
+      mov(rax, ptr[ARG(rows)]);
+      shl(rax, 6);
+      mov(ptr[rsp], rax);
+    } else if (amx_) {
+      ldtilecfg(tile_config(rows));
+    }
     mov(r10, ptr[ARG(kv_begin)]);
     mov(r11, ptr[ARG(first_block)]);
     mov(r12, ptr[ARG(first_offset)]);
@@ -105,22 +139,35 @@ class AttentionGenerator : public Generator {
     imul(rax, ptr[ARG(block_stride)]);
     mov(r8, ptr[ARG(k_base)]);
     add(r8, rax);
-    lea(r8, ptr[r8 + r12 * esize_]);  // K: key offset t0 inside each dim row
     mov(r9, ptr[ARG(v_base)]);
     add(r9, rax);
-    mov(rcx, r12);
-    imul(rcx, rcx, p_.head_size * esize_);  // V: row t0
-    add(r9, rcx);
-    if (dpbf16_) {
-      emit_qk_dpbf16(rows);
+    if (amx_) {
+      // K: 16-key group t0/16 at (t0/16)·16·D elements; V: key pair t0/2 at (t0/2)·32.
+      mov(rcx, r12);
+      imul(rcx, rcx, p_.head_size * 2);
+      add(r8, rcx);
+      mov(rcx, r12);
+      shl(rcx, 5);
+      add(r9, rcx);
+      emit_qk_amx();
+      emit_softmax(rows);
+      emit_pv_amx(rows);
     } else {
-      emit_qk_fp32(rows);
-    }
-    emit_softmax(rows);
-    if (dpbf16_) {
-      emit_pv_dpbf16(rows);
-    } else {
-      emit_pv_fp32(rows);
+      lea(r8, ptr[r8 + r12 * esize_]);  // K: key offset t0 inside each dim row
+      mov(rcx, r12);
+      imul(rcx, rcx, p_.head_size * esize_);  // V: row t0
+      add(r9, rcx);
+      if (dpbf16_) {
+        emit_qk_dpbf16(rows);
+      } else {
+        emit_qk_fp32(rows);
+      }
+      emit_softmax(rows);
+      if (dpbf16_) {
+        emit_pv_dpbf16(rows);
+      } else {
+        emit_pv_fp32(rows);
+      }
     }
     add(r10, group_);
     add(r12, group_);
@@ -131,7 +178,230 @@ class AttentionGenerator : public Generator {
     L(l_same_block);
     jmp(l_group, T_NEAR);
     L(l_end);
+    if (emulate_) {
+      add(rsp, kEmuFrame);
+    } else if (amx_) {
+      tilerelease();
+    }
   }
+
+  // cmp reg, rows (the compile-time count, or the call's when rows = 0).
+  void cmp_rows(const Reg64& reg, int rows) {
+    if (rows > 0) {
+      cmp(reg, rows);
+    } else {
+      cmp(reg, ptr[ARG(rows)]);
+    }
+  }
+
+  // ---- AMX emulation: the tile instructions as AVX512_BF16 code over stack tiles ---------
+  // Used when the target has no AMX (e.g. AVX512_BF16 hosts), so the amx-layout numerics are
+  // testable there. Same memory traffic shape, same pair products (vdpbf16ps), fp32
+  // accumulation per tile row; rbp, rdx, zmm0 and zmm16..31 are its scratch.
+  static constexpr int kEmuFrame = 64 + 8 * 1024;
+  Address emu_tile(int tile, const Reg64& row_offset) {
+    return ptr[rsp + row_offset + 64 + tile * 1024];
+  }
+  struct TileSource {
+    Reg64 base, stride;
+    int64_t disp = 0;
+  };
+  TileSource b_source_[8] = {};
+
+  void t_zero(int tile) {
+    if (!emulate_) {
+      tilezero(Tmm(tile));
+      return;
+    }
+    vpxord(zmm0, zmm0, zmm0);
+    for (int r = 0; r < 16; ++r) vmovups(ptr[rsp + 64 + tile * 1024 + r * 64], zmm0);
+  }
+  // A tile of the call's rows (A or C): rows from [base + disp], `stride` bytes apart.
+  void t_load(int tile, const Reg64& base, const Reg64& stride, int64_t disp) {
+    if (!emulate_) {
+      tileloadd(Tmm(tile), ptr[base + stride + disp]);
+      return;
+    }
+    lea(rbp, ptr[base + disp]);
+    xor_(edx, edx);
+    Label l;
+    L(l);
+    vmovdqu32(zmm0, ptr[rbp]);
+    vmovdqu32(emu_tile(tile, rdx), zmm0);
+    add(rbp, stride);
+    add(rdx, 64);
+    cmp(rdx, ptr[rsp]);
+    jl(l, T_NEAR);
+  }
+  void t_store(const Reg64& base, const Reg64& stride, int64_t disp, int tile) {
+    if (!emulate_) {
+      tilestored(ptr[base + stride + disp], Tmm(tile));
+      return;
+    }
+    lea(rbp, ptr[base + disp]);
+    xor_(edx, edx);
+    Label l;
+    L(l);
+    vmovdqu32(zmm0, emu_tile(tile, rdx));
+    vmovdqu32(ptr[rbp], zmm0);
+    add(rbp, stride);
+    add(rdx, 64);
+    cmp(rdx, ptr[rsp]);
+    jl(l, T_NEAR);
+  }
+  // A B tile (16 rows): emulated by reading its rows at the product (registers unchanged).
+  void t_load_b(int tile, const Reg64& base, const Reg64& stride, int64_t disp) {
+    if (!emulate_) {
+      tileloadd(Tmm(tile), ptr[base + stride + disp]);
+      return;
+    }
+    b_source_[tile] = {base, stride, disp};
+  }
+  // C += A · B: C[m][n] += Σ_k A[m][2k]·B[k][2n] + A[m][2k+1]·B[k][2n+1].
+  void t_dp(int c, int a, int b) {
+    if (!emulate_) {
+      tdpbf16ps(Tmm(c), Tmm(a), Tmm(b));
+      return;
+    }
+    const TileSource& src = b_source_[b];
+    lea(rbp, ptr[src.base + src.disp]);
+    for (int k = 0; k < 16; ++k) {
+      vmovdqu32(Zmm(16 + k), ptr[rbp]);
+      if (k < 15) add(rbp, src.stride);
+    }
+    xor_(edx, edx);
+    Label l;
+    L(l);
+    vmovups(zmm0, emu_tile(c, rdx));
+    for (int k = 0; k < 16; ++k) {
+      vdpbf16ps(zmm0, Zmm(16 + k), ptr_b[rsp + rdx + 64 + a * 1024 + k * 4]);
+    }
+    vmovups(emu_tile(c, rdx), zmm0);
+    add(rdx, 64);
+    cmp(rdx, ptr[rsp]);
+    jl(l, T_NEAR);
+  }
+
+  // ---- AMX ---------------------------------------------------------------------------------
+
+  // The 64-byte tile configuration for `rows` query rows (palette 1): tmm0 (A: Q or P) and
+  // tmm4/tmm5 (C) are rows x 64 bytes, tmm1/tmm2 (B) 16 x 64 bytes.
+  Address tile_config(int rows) {
+    std::array<uint8_t, 64> cfg{};
+    cfg[0] = 1;  // palette
+    const auto set = [&](int tile, int tile_rows) {
+      cfg[size_t(16 + 2 * tile)] = 64;  // colsb (little-endian uint16)
+      cfg[size_t(48 + tile)] = uint8_t(tile_rows);
+    };
+    set(0, rows);
+    set(1, 16);
+    set(2, 16);
+    set(4, rows);
+    set(5, rows);
+    std::array<uint32_t, 16> words{};
+    std::memcpy(words.data(), cfg.data(), 64);
+    return cst_table(words);
+  }
+
+  // Logits of the group into the logits scratch (row stride 128 bytes: keys 0-15, 16-31).
+  void emit_qk_amx() {
+    const int64_t d = p_.head_size;
+    t_zero(4);
+    t_zero(5);
+    mov(r14, ptr[ARG(q)]);
+    mov(rax, d * 2);  // Q row stride
+    mov(rcx, 64);     // B-tile row stride: one dim pair of 16 keys
+    for (int64_t c = 0; c < d / 32; ++c) {
+      t_load(0, r14, rax, c * 64);
+      t_load_b(1, r8, rcx, c * 1024);
+      t_load_b(2, r8, rcx, 32 * d + c * 1024);  // keys 16-31: 16·D elements on
+      t_dp(4, 0, 1);
+      t_dp(5, 0, 2);
+    }
+    mov(rsi, ptr[ARG(scratch)]);
+    mov(rcx, kGroupMax * 4);
+    t_store(rsi, rcx, 0, 4);
+    t_store(rsi, rcx, 64, 5);
+  }
+
+  void emit_pv_amx(int rows) {
+    const int64_t d = p_.head_size;
+    const int prob_offset = max_rows_ * kGroupMax * 4;
+    // acc_r *= α_r with AVX-512 (rbp = row), then the tiles accumulate onto it. α = 1 (the
+    // running max did not move: most groups of a long decode) skips the row's pass over acc.
+    mov(rsi, ptr[ARG(acc)]);
+    xor_(rbp, rbp);
+    constexpr uint32_t kOneBits = 0x3f800000;  // 1.0f
+    Label l_row, l_scaled;
+    L(l_row);
+    cmp(dword[ARG(alpha) + rbp * 4], kOneBits);
+    je(l_scaled, T_NEAR);
+    vbroadcastss(zwork(3), ptr[ARG(alpha) + rbp * 4]);
+    for (int64_t v = 0; v < d / 16; ++v) {
+      vmulps(zwork(0), zwork(3), ptr[rsi + v * 64]);
+      vmovups(ptr[rsi + v * 64], zwork(0));
+    }
+    L(l_scaled);
+    add(rsi, d * 4);
+    inc(rbp);
+    cmp_rows(rbp, rows);
+    jl(l_row, T_NEAR);
+    // V tiles: straight from the slab for a full group (r13 = base, r15 = stride of 16 dims:
+    // 16·bs elements); for a partial last group, copies with the key slots >= kv_end zeroed,
+    // so the tile product never reads a value past the sequence (0·NaN would poison the row).
+    Label l_full, l_tiles;
+    cmp(rbx, group_);
+    je(l_full, T_NEAR);
+    mov(r13, ptr[ARG(scratch)]);
+    add(r13, amx_tail_offset());
+    for (int64_t g = 0; g < d / 16; ++g) {
+      // Row k holds keys 2k, 2k+1 (odd words): all valid, the even word only, or none.
+      Label l_k;
+      xor_(ebp, ebp);
+      xor_(esi, esi);
+      L(l_k);
+      mov(rax, rbx);
+      sub(rax, rbp);
+      sub(rax, rbp);  // keys left from 2k
+      xor_(ecx, ecx);
+      mov(edx, 0x55555555);
+      cmp(rax, 1);
+      cmove(ecx, edx);
+      mov(edx, 0xFFFFFFFF);
+      cmp(rax, 2);
+      cmovge(ecx, edx);
+      kmovd(k6, ecx);
+      vmovdqu16(zwork(0) | k6 | T_z, ptr[r9 + rsi + g * 32 * p_.block_size]);
+      vmovdqu16(ptr[r13 + rsi + g * 1024], zwork(0));
+      add(esi, 64);
+      inc(ebp);
+      cmp(ebp, 16);
+      jl(l_k, T_NEAR);
+    }
+    mov(r15, 1024);
+    jmp(l_tiles, T_NEAR);
+    L(l_full);
+    mov(r13, r9);
+    mov(r15, 32 * p_.block_size);
+    L(l_tiles);
+    mov(r14, ptr[ARG(scratch)]);
+    add(r14, prob_offset);
+    mov(rcx, kGroupMax * 2);  // probability rows: 32 bf16 keys
+    t_load(0, r14, rcx, 0);
+    mov(rsi, ptr[ARG(acc)]);
+    mov(rax, d * 4);
+    mov(rcx, 64);
+    for (int64_t g = 0; g < d / 16; ++g) {
+      t_load(4, rsi, rax, g * 64);
+      t_load_b(1, r13, rcx, 0);
+      t_dp(4, 0, 1);
+      t_store(rsi, rax, g * 64, 4);
+      add(r13, r15);
+    }
+  }
+
+  // Byte offset in scratch of the AMX partial-group V tiles (after logits and probabilities).
+  int amx_tail_offset() const { return 2 * max_rows_ * kGroupMax * 4; }
 
   // Accumulator register k (0 .. 15 on AVX-512, 0 .. 7 on AVX2), skipping the helpers'
   // scratch 13..15.
@@ -217,8 +487,16 @@ class AttentionGenerator : public Generator {
       const Address b_addr = ptr[r13 + (2 * u + 1) * row_bytes];
       interleave(pairs, nv_, a_addr, &b_addr);
       for (int r = 0; r < rows; ++r) {
+        // One broadcast load per row, shared by its nv products (halves the load-port uops
+        // of an embedded broadcast per product).
+        const Zmm q_pair = r % 2 == 0 ? zwork(3) : zwork(7);
+        if (nv_ == 2) vpbroadcastd(q_pair, ptr[r14 + r * d * 2 + u * 4]);
         for (int v = 0; v < nv_; ++v) {
-          vdpbf16ps(acc_reg(r * nv_ + v), pairs[v], ptr_b[r14 + r * d * 2 + u * 4]);
+          if (nv_ == 2) {
+            vdpbf16ps(acc_reg(r * nv_ + v), pairs[v], q_pair);
+          } else {
+            vdpbf16ps(acc_reg(r * nv_ + v), pairs[v], ptr_b[r14 + r * d * 2 + u * 4]);
+          }
         }
       }
     }
@@ -245,9 +523,10 @@ class AttentionGenerator : public Generator {
       }
       for (int r = 0; r < rows; ++r) {
         const int64_t q_off = (r * d + u) * 4;
-        if (!avx512()) vbroadcastss(work(2), ptr[r14 + q_off]);
+        const bool in_register = !avx512() || nv_ == 2;  // one broadcast load per row
+        if (in_register) vbroadcastss(work(2), ptr[r14 + q_off]);
         for (int v = 0; v < nv_; ++v) {
-          if (avx512()) {
+          if (!in_register) {
             vfmadd231ps(acc_reg(r * nv_ + v), work(v), ptr_b[r14 + q_off]);
           } else {
             vfmadd231ps(acc_reg(r * nv_ + v), work(v), work(2));
@@ -392,7 +671,7 @@ class AttentionGenerator : public Generator {
     }
     add(r14, kGroupMax * 4);
     inc(rbp);
-    cmp(rbp, rows);
+    cmp_rows(rbp, rows);
     jl(l_row, T_NEAR);
   }
 
@@ -440,9 +719,15 @@ class AttentionGenerator : public Generator {
       const Zmm pairs[2] = {zwork(1), zwork(2)};
       const auto accumulate = [&]() {
         for (int r = 0; r < rows; ++r) {
+          const Zmm p_pair = r % 2 == 0 ? zwork(3) : zwork(7);
+          if (count == 2) vpbroadcastd(p_pair, ptr[r14 + prob_offset + r * kGroupMax * 2]);
           for (int c = 0; c < count; ++c) {
-            vdpbf16ps(acc_reg(r * count + c), pairs[c],
-                      ptr_b[r14 + prob_offset + r * kGroupMax * 2]);
+            if (count == 2) {
+              vdpbf16ps(acc_reg(r * count + c), pairs[c], p_pair);
+            } else {
+              vdpbf16ps(acc_reg(r * count + c), pairs[c],
+                        ptr_b[r14 + prob_offset + r * kGroupMax * 2]);
+            }
           }
         }
       };
@@ -483,9 +768,10 @@ class AttentionGenerator : public Generator {
       }
       for (int r = 0; r < rows; ++r) {
         const Address prob = ptr[r14 + prob_offset + r * kGroupMax * 4];
-        if (!avx512()) vbroadcastss(b, prob);
+        const bool in_register = !avx512() || count == 2;  // one broadcast load per row
+        if (in_register) vbroadcastss(b, prob);
         for (int c = 0; c < count; ++c) {
-          if (avx512()) {
+          if (!in_register) {
             vfmadd231ps(acc_reg(r * count + c), work(c),
                         ptr_b[r14 + prob_offset + r * kGroupMax * 4]);
           } else {
@@ -503,6 +789,8 @@ class AttentionGenerator : public Generator {
   }
 
   ir::CpuAttentionParams p_;
+  bool amx_;
+  bool emulate_;  // amx layout without AMX: tiles emulated with AVX512_BF16
   bool dpbf16_;
   int group_;
   int max_rows_;
@@ -515,7 +803,8 @@ class AttentionGenerator : public Generator {
 }  // namespace
 
 bool attention_uses_dpbf16(const OpSpec& spec, X86Isa isa) {
-  return isa >= X86Isa::kAvx512Bf16 && spec.get<ir::CpuAttentionParams>().dtype == DType::kBF16;
+  const auto& p = spec.get<ir::CpuAttentionParams>();
+  return p.isa == ir::CpuAttnIsa::kAmx || (isa >= X86Isa::kAvx512Bf16 && p.dtype == DType::kBF16);
 }
 
 int attention_token_group(const OpSpec& spec, X86Isa isa) {
@@ -523,13 +812,29 @@ int attention_token_group(const OpSpec& spec, X86Isa isa) {
   return isa >= X86Isa::kAvx512 && bs % 32 == 0 ? 32 : 16;
 }
 
-int attention_max_rows(X86Isa isa) {
-  return isa >= X86Isa::kAvx512 ? kMaxAttnRows : kMaxAttnRowsAvx2;
+int attention_max_rows(const OpSpec& spec, X86Isa isa) {
+  if (spec.get<ir::CpuAttentionParams>().isa == ir::CpuAttnIsa::kAmx) return kMaxAttnRows;
+  return isa >= X86Isa::kAvx512 ? kMaxAttnRowsVec : kMaxAttnRowsAvx2;
+}
+
+Status request_amx_permission() {
+  // Linux keeps AMX tile data (XFEATURE_XTILEDATA = 18) off for a process until it asks with
+  // arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023); a tile instruction before that faults (SIGILL).
+  static const Status status = [] {
+    constexpr long kArchReqXcompPerm = 0x1023;
+    constexpr long kXfeatureXtiledata = 18;
+    if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0) return Status::ok();
+    return Status(StatusCode::kUnavailable,
+                  fmt::format("AMX tile data permission refused by the kernel "
+                              "(arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): {})",
+                              std::strerror(errno)));
+  }();
+  return status;
 }
 
 Result<std::vector<uint8_t>> generate_cpu_attention(const OpSpec& spec, X86Isa isa) {
   AttentionGenerator gen(spec.get<ir::CpuAttentionParams>(), isa, attention_uses_dpbf16(spec, isa),
-                         attention_token_group(spec, isa), attention_max_rows(isa));
+                         attention_token_group(spec, isa), attention_max_rows(spec, isa));
   gen.generate();
   return gen.finish();
 }

@@ -21,8 +21,10 @@
 
 namespace jit::codegen::x86 {
 
-/// Most query rows one kernel call serves (AVX-512; AVX2 serves kMaxAttnRowsAvx2).
-inline constexpr int kMaxAttnRows = 8;
+/// Most query rows one kernel call serves: the AMX path (one 16-row A tile); the AVX-512 vec
+/// path serves kMaxAttnRowsVec, AVX2 kMaxAttnRowsAvx2 (their register tiles).
+inline constexpr int kMaxAttnRows = 16;
+inline constexpr int kMaxAttnRowsVec = 8;
 inline constexpr int kMaxAttnRowsAvx2 = 4;
 
 /// The arguments of one kernel call (read by the generated code at fixed offsets).
@@ -42,7 +44,7 @@ struct CpuAttnTileArgs {
   int64_t first_block;       ///< kv_begin / block_size (block_row column)
   int64_t first_offset;      ///< kv_begin % block_size
   int64_t rows;              ///< 1..max rows
-  float* scratch;            ///< kAttnScratchFloats floats, 64-byte aligned
+  float* scratch;            ///< attention_scratch_floats(D) floats, 64-byte aligned
   float scale;
   float softcap;  ///< read only when the spec has softcap
   float m[kMaxAttnRows];
@@ -54,16 +56,23 @@ struct CpuAttnTileArgs {
   float alpha[kMaxAttnRows];  ///< kernel-internal: this group's rescale factor per row
 };
 
-/// Floats of CpuAttnTileArgs::scratch: logits [rows][32] and probabilities [rows][32].
-inline constexpr int64_t kAttnScratchFloats = 2 * kMaxAttnRows * 32;
+/// Floats of CpuAttnTileArgs::scratch for head size `head_size`: logits [rows][32] fp32,
+/// probabilities [rows][32] (fp32, or bf16 in the first half of each row's 128 bytes), and
+/// the AMX path's zero-padded V tiles of a partial key group (16 · head_size floats).
+inline constexpr int64_t attention_scratch_floats(int64_t head_size) {
+  return 2 * kMaxAttnRows * 32 + 16 * head_size;
+}
 
-/// Which arithmetic a spec gets at an ISA: vdpbf16ps on bf16 pairs (bf16 with AVX512_BF16), or
-/// fp32 FMA after widening.
+/// Which arithmetic a spec gets at an ISA: bf16 queries and probabilities (vdpbf16ps for bf16
+/// with AVX512_BF16, or the AMX tiles for the amx layout), or fp32 FMA after widening.
 bool attention_uses_dpbf16(const OpSpec& spec, X86Isa isa);
 /// Keys per kernel step (the token group): 32 or 16; divides the block size.
 int attention_token_group(const OpSpec& spec, X86Isa isa);
-/// Rows one call serves at `isa`.
-int attention_max_rows(X86Isa isa);
+/// Rows one call serves for `spec` at `isa`.
+int attention_max_rows(const OpSpec& spec, X86Isa isa);
+/// Asks Linux for the AMX tile-data state (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA));
+/// once per process, later calls return the first answer. Needed before any tile instruction.
+Status request_amx_permission();
 
 /// Emits the tile kernel of cpu_attention_with_kv_cache (CpuAttentionParams; isa vec, vec16 or
 /// neon layout) at `isa` (AVX2 or higher).
@@ -87,7 +96,15 @@ std::shared_ptr<const Executable> make_cpu_attn_cache_write_executable(const OpS
                                                                        const Config& config,
                                                                        const void* code,
                                                                        size_t size);
-/// True for the ops the two functions above serve.
+/// paged_attention_v1/v2 (attention_paged.cc): the tile kernel over chunks gathered from the
+/// legacy cache into the vec layout.
+bool is_paged_attention_op(OpKind op);
+Support paged_attention_support(const OpSpec& spec);
+Result<std::vector<uint8_t>> generate_paged_attention(const OpSpec& spec, X86Isa isa);
+std::shared_ptr<const Executable> make_paged_attention_executable(const OpSpec& spec,
+                                                                  const Config& config, X86Isa isa,
+                                                                  const void* code, size_t size);
+/// True for the ops the functions above serve (the CPU-attention ops and paged attention).
 bool is_cpu_attention_op(OpKind op);
 
 }  // namespace jit::codegen::x86

@@ -163,9 +163,10 @@ class CpuAttentionExecutable final : public Executable {
         config_(std::move(config)),
         code_(code),
         size_(size),
+        isa_(isa),
         dpbf16_(attention_uses_dpbf16(spec_, isa)),
         group_tokens_(attention_token_group(spec_, isa)),
-        max_rows_(attention_max_rows(isa)) {}
+        max_rows_(attention_max_rows(spec_, isa)) {}
 
   const void* code_address() const override { return code_; }
   size_t code_size() const override { return size_; }
@@ -201,6 +202,9 @@ class CpuAttentionExecutable final : public Executable {
               op, r, b, row[b], num_blocks));
         }
       }
+    }
+    if (p.isa == CpuAttnIsa::kAmx && isa_ >= X86Isa::kAmx) {
+      KILN_RETURN_IF_ERROR(request_amx_permission());
     }
     KILN_RETURN_IF_ERROR(check_metadata(op, p, args.tensor(8), args.tensor(5), args.tensor(4),
                                         num_req, left, right));
@@ -298,7 +302,7 @@ class CpuAttentionExecutable final : public Executable {
       // q: fp32 or bf16 rows; acc: fp32 rows; scratch 64-byte aligned.
       std::vector<float> q_buf(static_cast<size_t>(rows_per_task * d));
       std::vector<float> acc_buf(static_cast<size_t>(rows_per_task * d));
-      std::vector<float> scratch_buf(static_cast<size_t>(kAttnScratchFloats + 16));
+      std::vector<float> scratch_buf(static_cast<size_t>(attention_scratch_floats(d) + 16));
       float* scratch = reinterpret_cast<float*>(
           (reinterpret_cast<uintptr_t>(scratch_buf.data()) + 63) & ~uintptr_t(63));
       std::vector<RowRange> ranges(static_cast<size_t>(rows_per_task));
@@ -466,6 +470,7 @@ class CpuAttentionExecutable final : public Executable {
   Config config_;
   const void* code_;
   size_t size_;
+  X86Isa isa_;
   bool dpbf16_;
   int group_tokens_;
   int max_rows_;
@@ -474,20 +479,27 @@ class CpuAttentionExecutable final : public Executable {
 }  // namespace
 
 bool is_cpu_attention_op(OpKind op) {
-  return op == OpKind::kCpuAttentionWithKvCache || op == OpKind::kCpuAttnReshapeAndCache;
+  return op == OpKind::kCpuAttentionWithKvCache || op == OpKind::kCpuAttnReshapeAndCache ||
+         is_paged_attention_op(op);
 }
 
 Support cpu_attention_support(const OpSpec& spec, const Target& target) {
+  if (is_paged_attention_op(spec.op)) return paged_attention_support(spec);
   const CpuAttnIsa layout = spec.op == OpKind::kCpuAttentionWithKvCache
                                 ? spec.get<ir::CpuAttentionParams>().isa
                                 : spec.get<ir::CpuAttnCacheWriteParams>().isa;
-  if (layout == CpuAttnIsa::kAmx) {
-    return Support::no(fmt::format(
-        "x86 backend does not generate {} with isa=amx (the AMX VNNI cache layout) yet (served "
-        "isa: vec, vec16, neon)",
-        op_name(spec.op)));
+  // The amx slab write is plain moves (any x86 target); the attention needs the tiles.
+  if (layout != CpuAttnIsa::kAmx || spec.op == OpKind::kCpuAttnReshapeAndCache) {
+    return Support::yes();
   }
-  (void)target;
+  // Without AMX the generator emulates the tiles with vdpbf16ps (same layout and numerics,
+  // much slower): served from AVX512_BF16 up.
+  if (target.isa < X86Isa::kAvx512Bf16) {
+    return Support::no(fmt::format(
+        "cpu_attention_with_kv_cache with isa=amx needs AMX-BF16 tiles (or AVX512_BF16 for the "
+        "tile emulation); target is {}",
+        x86_isa_name(target.isa)));
+  }
   return Support::yes();
 }
 
@@ -495,6 +507,10 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
   (void)target;
   std::vector<Config> space;
   space.push_back(Config{});  // heuristic default
+  if (is_paged_attention_op(spec.op)) {
+    for (int64_t threads : {1, 2}) space.push_back(Config().set(std::string(kThreads), threads));
+    return space;
+  }
   if (spec.op != OpKind::kCpuAttentionWithKvCache) return space;
   for (int64_t tile : {128, 512, 2048}) {
     for (int64_t passes : {1, 4}) {
@@ -510,6 +526,7 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
 }
 
 Result<std::vector<uint8_t>> generate_cpu_attention_op(const OpSpec& spec, X86Isa isa) {
+  if (is_paged_attention_op(spec.op)) return generate_paged_attention(spec, isa);
   if (spec.op == OpKind::kCpuAttentionWithKvCache) return generate_cpu_attention(spec, isa);
   return generate_cpu_attn_cache_write(spec, isa);
 }
@@ -517,6 +534,9 @@ Result<std::vector<uint8_t>> generate_cpu_attention_op(const OpSpec& spec, X86Is
 std::shared_ptr<const Executable> make_cpu_attention_executable(const OpSpec& spec,
                                                                 const Config& config, X86Isa isa,
                                                                 const void* code, size_t size) {
+  if (is_paged_attention_op(spec.op)) {
+    return make_paged_attention_executable(spec, config, isa, code, size);
+  }
   if (spec.op == OpKind::kCpuAttentionWithKvCache) {
     return std::make_shared<CpuAttentionExecutable>(spec, config, isa, code, size);
   }

@@ -6,9 +6,16 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
 
 #include "codegen/ref/ref.h"
+#include "codegen/x86/attention_kernel.h"
 #include "codegen/x86/x86_backend.h"
+#include "ir/params_attention.h"
+#include "ir/params_cache.h"
 #include "ir/params_cpu.h"
 #include "runtime/runtime.h"
 #include "tests/harness/op_cases.h"
@@ -173,6 +180,50 @@ TEST_P(X86AttentionTest, FullyMaskedRows) {
   }
 }
 
+// Slab element index of (key t, dim d) for the layouts of spec §3.3.
+int64_t slab_index(CpuAttnIsa isa, bool key, int64_t t, int64_t d, int64_t bs, int64_t head) {
+  if (isa != CpuAttnIsa::kAmx) return key ? d * bs + t : t * head + d;
+  return key ? (t / 16) * 16 * head + (d / 2) * 32 + (t % 16) * 2 + (d % 2)
+             : (d / 16) * 16 * bs + (t / 2) * 32 + (d % 16) * 2 + (t % 2);
+}
+
+// NaN in every cache slot past a request's seq_len (in its last, partial block): the kernel
+// must not let them reach the output (ref never reads them).
+void check_nan_past_sequence(CpuAttnIsa isa, X86Isa target) {
+  const int64_t bs = 32, head = 64, hkv = 2;
+  const OpSpec spec = attention_spec(isa, DType::kBF16, head, bs, 8, hkv);
+  const Kernel kernel = compile_x86(spec, target);
+  auto made = test::make_case(spec, 6, InputKind::kNormal, 21);
+  ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+  test::OpCase c = std::move(made).value();
+  const int64_t requests = c.tensors[5].tensor().size(0);
+  const int64_t max_blocks = c.tensors[7].tensor().size(1);
+  int poisoned = 0;
+  for (int64_t r = 0; r < requests; ++r) {
+    const auto seq_len = int64_t(c.tensors[5].get(r));
+    if (seq_len % bs == 0) continue;
+    const auto block = int64_t(c.tensors[7].get(r * max_blocks + (seq_len - 1) / bs));
+    for (int64_t g = 0; g < hkv; ++g) {
+      for (int64_t t = seq_len % bs; t < bs; ++t) {
+        for (int64_t d = 0; d < head; ++d) {
+          const int64_t slab = (block * hkv + g) * bs * head;
+          c.tensors[1].set(slab + slab_index(isa, true, t, d, bs, head), std::nan(""));
+          c.tensors[2].set(slab + slab_index(isa, false, t, d, bs, head), std::nan(""));
+          ++poisoned;
+        }
+      }
+    }
+  }
+  ASSERT_GT(poisoned, 0);
+  const auto report = check_against_ref(kernel, c);
+  EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(target) << "\n"
+                         << report.message;
+}
+
+TEST_P(X86AttentionTest, NanPastSequenceNeverRead) {
+  check_nan_past_sequence(CpuAttnIsa::kVec, GetParam());
+}
+
 TEST_P(X86AttentionTest, RejectsForeignMetadata) {
   const OpSpec spec = attention_spec(CpuAttnIsa::kVec, DType::kBF16, 64, 32, 8, 2);
   const Kernel kernel = compile_x86(spec, GetParam());
@@ -186,13 +237,17 @@ TEST_P(X86AttentionTest, RejectsForeignMetadata) {
 }
 
 TEST_P(X86AttentionTest, CacheWriteBitExact) {
-  for (CpuAttnIsa isa : {CpuAttnIsa::kVec, CpuAttnIsa::kVec16}) {
+  for (CpuAttnIsa isa : {CpuAttnIsa::kVec, CpuAttnIsa::kVec16, CpuAttnIsa::kAmx}) {
     for (DType dtype : {DType::kBF16, DType::kF32}) {
       for (int64_t head : {16, 64, 80}) {
-        if (isa == CpuAttnIsa::kVec && head % 32 != 0) continue;
-        const OpSpec spec = OpSpec::make(
-            OpKind::kCpuAttnReshapeAndCache,
-            ir::CpuAttnCacheWriteParams{isa, dtype, 2, head, isa == CpuAttnIsa::kVec ? 32 : 16});
+        if (isa != CpuAttnIsa::kVec16 && head % 32 != 0) continue;
+        if (isa == CpuAttnIsa::kAmx && dtype != DType::kBF16) continue;  // amx: bf16 only
+        const OpSpec spec =
+            OpSpec::make(OpKind::kCpuAttnReshapeAndCache,
+                         ir::CpuAttnCacheWriteParams{isa, dtype, 2, head,
+                                                     isa == CpuAttnIsa::kVec16 ? 16
+                                                     : isa == CpuAttnIsa::kAmx ? 64
+                                                                               : 32});
         const Kernel kernel = compile_x86(spec, GetParam());
         for (InputKind kind : test::input_kinds_for(spec.op)) {
           auto c = test::make_case(spec, 37, kind, 9);
@@ -203,6 +258,183 @@ TEST_P(X86AttentionTest, CacheWriteBitExact) {
       }
     }
   }
+}
+
+// ---- paged_attention_v1 / v2 ----------------------------------------------------------------
+
+OpSpec paged_spec(bool v2, DType dtype, ir::KvCacheDtype kv, int64_t head, int64_t block,
+                  int64_t hq, int64_t hkv, bool alibi, int64_t partition = 512) {
+  return OpSpec::make(
+      v2 ? OpKind::kPagedAttentionV2 : OpKind::kPagedAttentionV1,
+      ir::PagedAttentionParams{dtype, kv, head, block, hq, hkv, alibi, false, v2 ? partition : 0});
+}
+
+TEST_P(X86AttentionTest, PagedHeadSizesAndBlocks) {
+  // Head sizes off the 16 grid (40, 72, 200) run through the zero-padded head.
+  for (bool v2 : {false, true}) {
+    // v1 every size; v2 (whose sequences are ~10x longer) the off-grid ones and the extremes.
+    const std::vector<int64_t> heads =
+        v2 ? std::vector<int64_t>{40, 72, 128, 256}
+           : std::vector<int64_t>{32, 40, 64, 72, 80, 96, 112, 128, 192, 200, 256};
+    for (int64_t head : heads) {
+      check(paged_spec(v2, DType::kBF16, ir::KvCacheDtype::kAuto, head, 16, 8, 2, false),
+            GetParam(), 6, {}, {InputKind::kNormal});
+    }
+    for (int64_t block :
+         v2 ? std::vector<int64_t>{1, 32} : std::vector<int64_t>{1, 8, 16, 32, 128}) {
+      check(paged_spec(v2, DType::kBF16, ir::KvCacheDtype::kAuto, 64, block, 8, 2, false),
+            GetParam(), 6, {}, {InputKind::kNormal});
+    }
+  }
+}
+
+TEST_P(X86AttentionTest, PagedDtypesFp8GqaAlibi) {
+  for (bool v2 : {false, true}) {
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      // f32 with ALiBi only on v1's shorter sequences: over v2's ~1000-token ones the bias
+      // slope·(j − L + 1) reaches |logit| ~ 500, where one fp32 rounding (ulp 3e-5) already
+      // exceeds the f32 tolerance (1e-5) against the double-precision ref (vLLM's kernels
+      // compute logits in fp32 too).
+      const bool alibi = dtype != DType::kF32 || !v2;
+      check(paged_spec(v2, dtype, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, alibi), GetParam(), 6);
+    }
+    for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
+      check(paged_spec(v2, DType::kBF16, kv, 128, 16, 8, 1, false), GetParam(), 6);
+      check(paged_spec(v2, DType::kF16, kv, 80, 32, 4, 4, true), GetParam(), 6);
+    }
+    for (auto [hq, hkv] : {std::pair{8, 8}, {8, 1}, {16, 2}, {32, 4}}) {
+      check(paged_spec(v2, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, hq, hkv, true),
+            GetParam(), 6);
+    }
+  }
+  // A small partition: many partitions per sequence in the v2 reduce.
+  check(paged_spec(true, DType::kF32, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, true, 64), GetParam(),
+        6);
+}
+
+// ---- AMX (isa=amx cache layout, tdpbf16ps) -----------------------------------------------
+
+// The generated AMX kernel disassembles (objdump) to the tile sequence it is meant to be:
+// ldtilecfg before any tile op, Q·Kᵀ and P·V as tileloadd + tdpbf16ps, results through
+// tilestored, tilerelease before returning. Runs on any host (nothing is executed).
+TEST(X86AttentionAmx, EmittedBytesDisassembleToTileSequence) {
+  if (std::system("objdump --version > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "objdump (binutils) not found: cannot disassemble the emitted bytes";
+  }
+  const OpSpec spec = attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 128, 32, 8, 1);
+  auto code = codegen::x86::generate_cpu_attention(spec, X86Isa::kAmx);
+  ASSERT_TRUE(code.is_ok()) << code.status().to_string();
+  const std::string bin = ::testing::TempDir() + "kiln_amx_attention.bin";
+  const std::string txt = bin + ".txt";
+  {
+    std::ofstream out(bin, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(code.value().data()),
+              std::streamsize(code.value().size()));
+  }
+  ASSERT_EQ(std::system(("objdump -D -b binary -m i386:x86-64 " + bin + " > " + txt).c_str()), 0);
+  std::ifstream in(txt);
+  std::vector<std::string> ops;  // tile mnemonics in code order
+  for (std::string line; std::getline(in, line);) {
+    for (const char* m :
+         {"ldtilecfg", "tilezero", "tileloadd", "tdpbf16ps", "tilestored", "tilerelease"}) {
+      if (line.find(std::string("\t") + m) != std::string::npos ||
+          line.find(std::string("	") + m) != std::string::npos) {
+        ops.push_back(m);
+      }
+    }
+  }
+  ASSERT_FALSE(ops.empty()) << "no AMX instruction in the disassembly of " << bin;
+  // One variant per row count 1..16: each is ldtilecfg, then per group: 2 tilezero, D/32 x
+  // (3 tileloadd, 2 tdpbf16ps), 2 tilestored (Q·Kᵀ), 1 tileloadd (P), D/16 x (2 tileloadd,
+  // tdpbf16ps, tilestored) (P·V), and tilerelease at the end.
+  const std::vector<std::string> qk_pv = [] {
+    std::vector<std::string> v = {"ldtilecfg", "tilezero", "tilezero"};
+    for (int c = 0; c < 128 / 32; ++c) {
+      for (const char* m : {"tileloadd", "tileloadd", "tileloadd", "tdpbf16ps", "tdpbf16ps"}) {
+        v.push_back(m);
+      }
+    }
+    v.insert(v.end(), {"tilestored", "tilestored", "tileloadd"});
+    for (int g = 0; g < 128 / 16; ++g) {
+      v.insert(v.end(), {"tileloadd", "tileloadd", "tdpbf16ps", "tilestored"});
+    }
+    v.push_back("tilerelease");
+    return v;
+  }();
+  ASSERT_EQ(ops.size(), 16 * qk_pv.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ASSERT_EQ(ops[i], qk_pv[i % qk_pv.size()]) << "tile instruction " << i;
+  }
+}
+
+// Numerics of the AMX path against ref, natively (this needs AMX-BF16 and the kernel's
+// permission for tile data).
+TEST(X86AttentionAmx, NativeMatchesRef) {
+  if (detect_host_x86_isa() < X86Isa::kAmx) {
+    GTEST_SKIP() << "host CPU reports no AMX-BF16 tiles: the native AMX test is not run here";
+  }
+  for (int64_t head : {32, 64, 96, 128, 192, 256}) {
+    check(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, head, 32, 8, 2), X86Isa::kAmx, 5, {},
+          {InputKind::kNormal});
+  }
+  for (int64_t block : {64, 128}) {
+    check(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 64, block, 8, 2), X86Isa::kAmx, 4);
+  }
+  for (auto [hq, hkv] : {std::pair{4, 4}, {8, 1}, {16, 1}, {32, 1}, {9, 3}}) {
+    check(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 128, 32, hq, hkv), X86Isa::kAmx, 4);
+  }
+  const Features variants[] = {{.window = true},
+                               {.alibi = true},
+                               {.softcap = true},
+                               {.sinks = true},
+                               {.causal = false},
+                               {true, true, true, true, true},
+                               {false, true, true, true, true}};
+  for (const Features& f : variants) {
+    check(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 64, 32, 8, 2, f), X86Isa::kAmx, 5);
+  }
+  for (const Config& config : {kForceSplit, kNoSplit}) {
+    check(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 128, 32, 8, 1, {.sinks = true}),
+          X86Isa::kAmx, 6, config);
+  }
+}
+
+TEST(X86AttentionAmx, NanPastSequenceNeverRead) {
+  if (detect_host_x86_isa() < X86Isa::kAmx) {
+    GTEST_SKIP() << "host CPU reports no AMX-BF16 tiles: the native AMX test is not run here";
+  }
+  check_nan_past_sequence(CpuAttnIsa::kAmx, X86Isa::kAmx);
+}
+
+// The generator's AMX emulation (tile instructions as vdpbf16ps code over stack tiles), which
+// serves isa=amx on AVX512_BF16 targets: the same numerics tests as the native path.
+TEST(X86AttentionAmx, EmulationMatchesRef) {
+  if (detect_host_x86_isa() < X86Isa::kAvx512Bf16) {
+    GTEST_SKIP() << "host CPU has no AVX512_BF16: the AMX emulation cannot run here";
+  }
+  const X86Isa isa = X86Isa::kAvx512Bf16;
+  for (int64_t head : {32, 96, 256}) {
+    check(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, head, 32, 8, 2), isa, 5, {},
+          {InputKind::kNormal});
+  }
+  check(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 64, 128, 16, 1), isa, 4);
+  check(
+      attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 64, 64, 9, 3, {true, true, true, true, true}),
+      isa, 5);
+  check(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 128, 32, 8, 1, {.sinks = true}), isa, 6,
+        kForceSplit);
+  check_nan_past_sequence(CpuAttnIsa::kAmx, isa);
+}
+
+TEST(X86AttentionAmx, RejectedWithoutAmx) {
+  const OpSpec spec = attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 64, 32, 8, 2);
+  CompileOptions options;
+  options.backend = BackendKind::kX86;
+  options.isa = X86Isa::kAvx512;
+  auto kernel = test_runtime().compile(spec, options);
+  ASSERT_FALSE(kernel.is_ok());
+  EXPECT_NE(kernel.status().to_string().find("AMX"), std::string::npos)
+      << kernel.status().to_string();
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, X86AttentionTest, ::testing::ValuesIn(test::isa_paths()),

@@ -1,0 +1,332 @@
+// kiln's x86 cpu_attention_with_kv_cache (isa=vec cache layout: vdpbf16ps; isa=amx: AMX tiles,
+// when the host has them; bf16, head size 128, 32 query
+// heads over 4 KV heads = GQA 8, block size 32) against the machine's ceilings measured in the
+// same run and against a plain C++ peer (-O3 -march=native, fp32 math, OpenMP over (request, KV
+// head) like kiln, same cache layout):
+//   decode  batch 1..32 x context 512..8192, one query token per request: GB/s of KV read (the
+//           spec's byte estimate) against the copy bandwidth;
+//   prefill one request of 512..2048 tokens, causal: GFLOP/s (4·pairs·heads·D) against the
+//           measured vdpbf16ps peak (16 lanes x 2 products x 2 flops per instruction).
+// With 2 threads (the machine's cores) and 1 thread. Every figure comes twice: per wall-clock
+// second against the wall-clock ceilings (bench_util's copy bandwidth), and per second of CPU
+// time (process CPU time / threads) against ceilings measured the same way in this run (the
+// vdpbf16ps peak is only measured that way): on a machine shared with other jobs the CPU-time
+// ratios are the meaningful ones.
+//
+//   build/release/bench/bench_attention [--benchmark_filter=...]
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <numeric>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "codegen/ref/ref.h"
+#include "ir/numeric.h"
+#include "ir/params_cpu.h"
+#include "runtime/runtime.h"
+
+namespace {
+
+using namespace jit;
+
+constexpr int64_t kHeadsQ = 32, kHeadsKv = 4, kHeadSize = 128, kBlockSize = 32;
+
+double process_cpu_seconds();
+
+double& dpbf16_peak_gflops(int threads) {
+  static double peak[3] = {0, 0, 0};
+  return peak[threads];
+}
+
+// vdpbf16ps throughput per second of CPU time: 12 independent accumulator chains per thread,
+// 64 flops each.
+__attribute__((target("avx512f,avx512bf16"))) double measure_dpbf16_gflops(int threads) {
+  constexpr int64_t kIters = 20'000'000;
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const double start = process_cpu_seconds();
+    float sink = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    {
+      __m512 acc[12];
+      for (auto& a : acc) a = _mm512_setzero_ps();
+      const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80);
+      const __m512bh b = (__m512bh)_mm512_set1_epi16(0x0001);
+      for (int64_t i = 0; i < kIters / 12; ++i) {
+        for (auto& x : acc) x = _mm512_dpbf16_ps(x, a, b);
+        __asm__ volatile(""
+                         : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]), "+v"(acc[4]),
+                           "+v"(acc[5]), "+v"(acc[6]), "+v"(acc[7]), "+v"(acc[8]), "+v"(acc[9]),
+                           "+v"(acc[10]), "+v"(acc[11]));
+      }
+      __m512 s = acc[0];
+      for (int k = 1; k < 12; ++k) s = _mm512_add_ps(s, acc[k]);
+      sink += _mm512_reduce_add_ps(s);
+    }
+    const double seconds = (process_cpu_seconds() - start) / double(threads);
+    benchmark::DoNotOptimize(sink);
+    best = std::max(best, double(threads) * double(kIters / 12 * 12) * 64.0 / seconds / 1e9);
+  }
+  return best;
+}
+
+// The call's buffers: query [T, Hq, D], vec-layout caches [NB, Hkv, BS, D], the block table
+// (shuffled pages), lengths and the scheduler metadata.
+struct Problem {
+  int64_t requests = 0, q_len = 0, context = 0, tokens = 0, blocks = 0, max_blocks = 0;
+  std::vector<uint16_t> query, key_cache, value_cache, out;
+  std::vector<int32_t> qsl, seq_lens, table;
+  std::vector<int8_t> metadata;
+  KernelArgs args;
+};
+
+OpSpec attention_spec(ir::CpuAttnIsa isa) {
+  return OpSpec::make(OpKind::kCpuAttentionWithKvCache,
+                      ir::CpuAttentionParams{isa, DType::kBF16, kHeadSize, kBlockSize, kHeadsQ,
+                                             kHeadsKv, true, false, false, false, false});
+}
+
+std::unique_ptr<Problem> make_problem(int64_t requests, int64_t q_len, int64_t context,
+                                      ir::CpuAttnIsa isa) {
+  auto p = std::make_unique<Problem>();
+  p->requests = requests;
+  p->q_len = q_len;
+  p->context = context;
+  p->tokens = requests * q_len;
+  p->max_blocks = (context + kBlockSize - 1) / kBlockSize;
+  p->blocks = requests * p->max_blocks;
+  const int64_t cache_elems = p->blocks * kHeadsKv * kBlockSize * kHeadSize;
+  p->query = bench::random_bf16(size_t(p->tokens * kHeadsQ * kHeadSize));
+  p->key_cache = bench::random_bf16(size_t(cache_elems));
+  p->value_cache = bench::random_bf16(size_t(cache_elems));
+  p->out.resize(p->query.size());
+  std::vector<int32_t> ids(size_t(p->blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(3));
+  p->table = ids;
+  for (int64_t r = 0; r <= requests; ++r) p->qsl.push_back(int32_t(r * q_len));
+  p->seq_lens.assign(size_t(requests), int32_t(context));
+  p->metadata.resize(size_t(codegen::ref::cpu_attn_metadata_bytes()));
+  const Tensor qsl(p->qsl.data(), DType::kI32, {requests + 1});
+  const Tensor seq_lens(p->seq_lens.data(), DType::kI32, {requests});
+  const Tensor metadata(p->metadata.data(), DType::kI8, {int64_t(p->metadata.size())});
+  const OpSpec sched = OpSpec::make(
+      OpKind::kCpuAttnGetSchedulerMetadata,
+      ir::CpuAttnSchedulerParams{isa, DType::kBF16, kHeadSize, kHeadsQ, kHeadsKv, true});
+  if (!codegen::ref::run(sched, KernelArgs({metadata, seq_lens, qsl}, {double(requests), -1, 1}))
+           .is_ok()) {
+    std::abort();
+  }
+  const std::initializer_list<int64_t> cache_sizes = {p->blocks, kHeadsKv, kBlockSize, kHeadSize};
+  p->args = KernelArgs(
+      {Tensor(p->query.data(), DType::kBF16, {p->tokens, kHeadsQ, kHeadSize}),
+       Tensor(p->key_cache.data(), DType::kBF16, cache_sizes),
+       Tensor(p->value_cache.data(), DType::kBF16, cache_sizes),
+       Tensor(p->out.data(), DType::kBF16, {p->tokens, kHeadsQ, kHeadSize}), qsl, seq_lens,
+       Tensor{}, Tensor(p->table.data(), DType::kI32, {requests, p->max_blocks}), metadata,
+       Tensor{}},
+      {1.0 / std::sqrt(double(kHeadSize)), -1.0, -1.0, 0.0});
+  return p;
+}
+
+// The peer: a plain loop per (request, KV head, query token, head in group) over the vec
+// layout, fp32 accumulation, a two-pass softmax over the row's logits.
+void plain_attention(Problem& p, int threads) {
+  const int64_t group = kHeadsQ / kHeadsKv;
+  const float scale = 1.0f / std::sqrt(float(kHeadSize));
+  const int64_t slab = kBlockSize * kHeadSize;
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(threads)
+  for (int64_t r = 0; r < p.requests; ++r) {
+    for (int64_t g = 0; g < kHeadsKv; ++g) {
+      std::vector<float> s(static_cast<size_t>(p.context));
+      std::vector<float> acc(static_cast<size_t>(kHeadSize));
+      std::vector<float> q(static_cast<size_t>(kHeadSize));
+      for (int64_t i = 0; i < p.q_len; ++i) {
+        const int64_t pos = p.context - p.q_len + i;
+        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+          const uint16_t* qs = p.query.data() + ((p.qsl[size_t(r)] + i) * kHeadsQ + h) * kHeadSize;
+          for (int64_t d = 0; d < kHeadSize; ++d)
+            q[size_t(d)] = numeric::bf16_to_f32(qs[d]) * scale;
+          float m = -INFINITY;
+          for (int64_t j = 0; j <= pos; ++j) {
+            const uint16_t* k =
+                p.key_cache.data() +
+                (int64_t(p.table[size_t(r * p.max_blocks + j / kBlockSize)]) * kHeadsKv + g) *
+                    slab +
+                j % kBlockSize;
+            float dot = 0;
+            for (int64_t d = 0; d < kHeadSize; ++d) {
+              dot += q[size_t(d)] * numeric::bf16_to_f32(k[d * kBlockSize]);
+            }
+            s[size_t(j)] = dot;
+            m = std::max(m, dot);
+          }
+          float sum = 0;
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          for (int64_t j = 0; j <= pos; ++j) {
+            const float e = std::exp(s[size_t(j)] - m);
+            sum += e;
+            const uint16_t* v =
+                p.value_cache.data() +
+                (int64_t(p.table[size_t(r * p.max_blocks + j / kBlockSize)]) * kHeadsKv + g) *
+                    slab +
+                (j % kBlockSize) * kHeadSize;
+            for (int64_t d = 0; d < kHeadSize; ++d)
+              acc[size_t(d)] += e * numeric::bf16_to_f32(v[d]);
+          }
+          uint16_t* o = p.out.data() + ((p.qsl[size_t(r)] + i) * kHeadsQ + h) * kHeadSize;
+          for (int64_t d = 0; d < kHeadSize; ++d) o[d] = numeric::f32_to_bf16(acc[size_t(d)] / sum);
+        }
+      }
+    }
+  }
+}
+
+// Seconds of CPU time this process has used (all threads).
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// Copy bandwidth (bytes read + written) of a `bytes` buffer (32 MB: 64 MB moved) with `threads`
+// threads, per second of CPU time per thread: the ceiling for the *_cpu figures.
+double measure_copy_gbps_cpu(int threads, size_t bytes = size_t(32) << 20) {
+  std::vector<uint8_t> src(bytes, 1), dst(bytes, 0);
+  double best = 0;
+  for (int rep = 0; rep < 7; ++rep) {
+    const double c0 = process_cpu_seconds();
+#pragma omp parallel num_threads(threads)
+    {
+      const int t = omp_get_thread_num(), n = omp_get_num_threads();
+      const size_t begin = bytes * size_t(t) / size_t(n), end = bytes * size_t(t + 1) / size_t(n);
+      std::memcpy(dst.data() + begin, src.data() + begin, end - begin);
+    }
+    const double per_thread = (process_cpu_seconds() - c0) / double(threads);
+    best = std::max(best, 2.0 * double(bytes) / per_thread / 1e9);
+  }
+  benchmark::DoNotOptimize(dst.data());
+  return best;
+}
+
+double& copy_gbps_cpu(int threads) {
+  static double gbps[3] = {0, 0, 0};
+  return gbps[threads];
+}
+
+// Reports the wall-clock figures against the ceilings measured by wall clock, and the same
+// figures per second of CPU time (process CPU time / threads) against the ceilings measured
+// the same way: on a shared machine the wall clock also counts time the scheduler gave to
+// other processes, the CPU-time ratio does not.
+void report(benchmark::State& state, const Problem& p, int threads, double wall_per_call,
+            double cpu_per_call, bool decode) {
+  const Estimate e = estimates(attention_spec(ir::CpuAttnIsa::kVec),
+                               {.tokens = p.tokens, .batch = p.requests, .context = p.context});
+  state.counters["us_per_call"] = 1e6 * wall_per_call;
+  if (decode) {
+    state.counters["GB/s"] = e.bytes / wall_per_call / 1e9;
+    state.counters["copy_GB/s"] = bench::copy_gbps()[threads];
+    state.counters["pct_of_copy"] =
+        100.0 * e.bytes / wall_per_call / 1e9 / bench::copy_gbps()[threads];
+    state.counters["GB/s_cpu"] = e.bytes / cpu_per_call / 1e9;
+    state.counters["pct_of_copy_cpu"] =
+        100.0 * e.bytes / cpu_per_call / 1e9 / copy_gbps_cpu(threads);
+    // The same against a copy moving as many bytes as the call reads (the KV of the larger
+    // shapes is past the caches, where the 64 MB ceiling is not).
+    static std::map<std::pair<int, int64_t>, double> same_size;
+    double& ceiling = same_size[{threads, int64_t(e.bytes)}];
+    if (ceiling == 0) ceiling = measure_copy_gbps_cpu(threads, size_t(e.bytes / 2));
+    state.counters["copy_same_bytes_GB/s_cpu"] = ceiling;
+    state.counters["pct_of_same_bytes_copy_cpu"] = 100.0 * e.bytes / cpu_per_call / 1e9 / ceiling;
+  } else {
+    state.counters["GFLOP/s"] = e.flops / wall_per_call / 1e9;
+    state.counters["GFLOP/s_cpu"] = e.flops / cpu_per_call / 1e9;
+    state.counters["peak_GFLOP/s_cpu"] = dpbf16_peak_gflops(threads);
+    state.counters["pct_of_peak_cpu"] =
+        100.0 * e.flops / cpu_per_call / 1e9 / dpbf16_peak_gflops(threads);
+  }
+}
+
+void bm_attention(benchmark::State& state, int64_t requests, int64_t q_len, int64_t context,
+                  int threads, bool peer, ir::CpuAttnIsa isa) {
+  auto p = make_problem(requests, q_len, context, isa);
+  const Kernel kernel =
+      bench::compile_x86_or_die(attention_spec(isa), Config().set("threads", threads));
+  const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = process_cpu_seconds();
+  for (auto _ : state) {
+    if (peer) {
+      plain_attention(*p, threads);
+    } else if (!kernel.run_unchecked(p->args).is_ok()) {
+      state.SkipWithError("kernel failed");
+      break;
+    }
+    benchmark::ClobberMemory();
+  }
+  const double calls = double(std::max<int64_t>(1, state.iterations()));
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
+  const double cpu = (process_cpu_seconds() - cpu_start) / double(threads) / calls;
+  report(state, *p, threads, wall, cpu, q_len == 1);
+}
+
+void register_all() {
+  for (int threads : {2, 1}) {
+    for (int who_index : {0, 1, 2}) {
+      const bool peer = who_index == 2;
+      const ir::CpuAttnIsa isa = who_index == 1 ? ir::CpuAttnIsa::kAmx : ir::CpuAttnIsa::kVec;
+      const char* who = who_index == 0 ? "kiln_vec" : who_index == 1 ? "kiln_amx" : "plain_cpp";
+      if (isa == ir::CpuAttnIsa::kAmx && detect_host_x86_isa() < X86Isa::kAmx) continue;
+      for (int64_t batch : {1, 8, 32}) {
+        for (int64_t context : {512, 2048, 8192}) {
+          if (peer && batch * context > 8 * 2048) continue;  // the peer is slow
+          benchmark::RegisterBenchmark(
+              fmt::format("decode/{}/batch:{}/context:{}/threads:{}", who, batch, context, threads)
+                  .c_str(),
+              [=](benchmark::State& s) { bm_attention(s, batch, 1, context, threads, peer, isa); })
+              ->Unit(benchmark::kMicrosecond)
+              ->MinTime(0.2);
+        }
+      }
+      for (int64_t tokens : {512, 1024, 2048}) {
+        if (peer && tokens > 512) continue;
+        benchmark::RegisterBenchmark(
+            fmt::format("prefill/{}/tokens:{}/threads:{}", who, tokens, threads).c_str(),
+            [=](benchmark::State& s) { bm_attention(s, 1, tokens, tokens, threads, peer, isa); })
+            ->Unit(benchmark::kMillisecond)
+            ->MinTime(0.2);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  jit::bench::measure_copy_ceilings();
+  for (int threads : {1, 2}) {
+    dpbf16_peak_gflops(threads) = measure_dpbf16_gflops(threads);
+    copy_gbps_cpu(threads) = measure_copy_gbps_cpu(threads);
+    fmt::print(
+        "per second of CPU time, {} thread(s): vdpbf16ps peak {:.1f} GFLOP/s (best of 5), copy "
+        "{:.1f} GB/s at 64 MB moved (best of 7)\n",
+        threads, dpbf16_peak_gflops(threads), copy_gbps_cpu(threads));
+  }
+  register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,403 @@
+// paged_attention_v1 / v2 on x86 (spec/attention_ops.md §2, §3) from the CPU-attention tile
+// kernel of attention_kernel.cc.
+//
+// The legacy cache stores keys as [NB, H, D/x, BS, x] and values as [NB, H, D, BS]; the tile
+// kernel reads the vec layout (keys [D, n] transposed, values [n, D] natural). Each task
+// (sequence, KV head[, v2 partition]) walks its keys in chunks of `chunk` tokens, gathers a
+// chunk through the block table into a thread-local slab of the vec layout (dequantising fp8 to
+// rnd_T(fp8 · scale) per §1.2, copying the exact bits otherwise, and padding the head to a
+// multiple of 16 with zeros: any head size the IR allows runs, 40 and 72 included), then runs
+// the kernel's online softmax over it with the GQA group's query heads as the rows (each KV
+// chunk is gathered once per group). The decode query is the newest token, so there is no mask
+// beyond the sequence; ALiBi is slope·(j − L + 1), the kernel's slope·(j − pos) with
+// pos = L − 1. Normalisation follows §2.3: out = acc / (S + 1e-6); v2 writes each partition's
+// max logit, exp sum and rnd_T(acc / (S + 1e-6)) and reduces them per §3.2.
+//
+// Not served: block-sparse mode (supports() says so), a v2 partition size that is not a
+// multiple of 16.
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "codegen/x86/attention_kernel.h"
+#include "codegen/x86/generator.h"
+#include "ir/numeric.h"
+#include "ir/params_attention.h"
+#include "ir/params_cache.h"
+#include "ir/params_cpu.h"
+
+namespace jit::codegen::x86 {
+namespace {
+
+constexpr int64_t kHeadPad = 16;        // the tile kernel's head unit (vec16)
+constexpr int64_t kDefaultChunk = 256;  // keys per gathered chunk (v1)
+
+int64_t align_up(int64_t v, int64_t a) {
+  return (v + a - 1) / a * a;
+}
+
+// Keys per gathered chunk: 256 for v1; for v2 the largest of 256 .. 16 dividing the partition,
+// so chunks never straddle partitions. 0 when no such chunk exists.
+int64_t chunk_for(const ir::PagedAttentionParams& p) {
+  if (p.partition_size == 0) return kDefaultChunk;
+  for (int64_t c = 256; c >= 16; c /= 2) {
+    if (p.partition_size % c == 0) return c;
+  }
+  return 0;
+}
+
+// The CPU-attention spec of the tile kernel that serves `spec` (paged_attention_v1/v2).
+OpSpec inner_spec(const OpSpec& spec) {
+  const auto& p = spec.get<ir::PagedAttentionParams>();
+  return OpSpec::make(
+      OpKind::kCpuAttentionWithKvCache,
+      ir::CpuAttentionParams{ir::CpuAttnIsa::kVec16, p.dtype, align_up(p.head_size, kHeadPad),
+                             chunk_for(p), p.head_count_q, p.head_count_kv, true, false, p.alibi,
+                             false, false});
+}
+
+float load_element(DType dtype, const void* base, int64_t i) {
+  switch (dtype) {
+    case DType::kBF16: return numeric::bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DType::kF16: return numeric::f16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    default: return static_cast<const float*>(base)[i];
+  }
+}
+
+void store_rounded(DType dtype, void* base, int64_t i, float v) {
+  switch (dtype) {
+    case DType::kBF16: static_cast<uint16_t*>(base)[i] = numeric::f32_to_bf16(v); break;
+    case DType::kF16: static_cast<uint16_t*>(base)[i] = numeric::f32_to_f16(v); break;
+    default: static_cast<float*>(base)[i] = v; break;
+  }
+}
+
+int64_t load_i32(const Tensor& t, int64_t i) {
+  return t.data_as<const int32_t>()[i];
+}
+
+class PagedAttentionExecutable final : public Executable {
+ public:
+  PagedAttentionExecutable(OpSpec spec, Config config, X86Isa isa, const void* code, size_t size)
+      : spec_(std::move(spec)),
+        inner_(inner_spec(spec_)),
+        config_(std::move(config)),
+        code_(code),
+        size_(size),
+        dpbf16_(attention_uses_dpbf16(inner_, isa)),
+        max_rows_(attention_max_rows(inner_, isa)) {}
+
+  const void* code_address() const override { return code_; }
+  size_t code_size() const override { return size_; }
+
+  Status run(const KernelArgs& args) const override {
+    const auto& p = spec_.get<ir::PagedAttentionParams>();
+    const bool v2 = spec_.op == OpKind::kPagedAttentionV2;
+    const int first = v2 ? 4 : 1;
+    const Tensor& seq_lens = args.tensor(first + 4);
+    const Tensor& tables = args.tensor(first + 3);
+    const auto max_seq_len = int64_t(args.scalar(1));
+    KILN_RETURN_IF_ERROR(
+        check_sequences(seq_lens, tables, args.tensor(first + 1).size(0), max_seq_len));
+    const int64_t seqs = seq_lens.size(0);
+    const int64_t parts =
+        v2 ? std::max<int64_t>(1, (max_seq_len + p.partition_size - 1) / p.partition_size) : 1;
+    // Tasks: (sequence, kv head, partition) for every partition a sequence has.
+    struct Task {
+      int64_t seq, kv_head, part;
+    };
+    std::vector<Task> tasks;
+    for (int64_t s = 0; s < seqs; ++s) {
+      const int64_t len = load_i32(seq_lens, s);
+      const int64_t n = len <= 0 ? 0 : v2 ? (len + p.partition_size - 1) / p.partition_size : 1;
+      for (int64_t g = 0; g < p.head_count_kv; ++g) {
+        for (int64_t pi = 0; pi < n; ++pi) tasks.push_back({s, g, pi});
+      }
+    }
+    int threads = int(config_.get("threads", 0));
+    if (threads <= 0) threads = omp_get_max_threads();
+    threads = int(std::clamp<int64_t>(int64_t(tasks.size()), 1, threads));
+    const auto task_count = int64_t(tasks.size());
+#pragma omp parallel num_threads(threads)
+    {
+      Buffers buf(inner_.get<ir::CpuAttentionParams>(), p.head_count_q / p.head_count_kv);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t i = 0; i < task_count; ++i) {
+        const Task& t = tasks[size_t(i)];
+        run_task(args, t.seq, t.kv_head, t.part, parts, buf);
+      }
+    }
+    finish(args, parts);
+    return Status::ok();
+  }
+
+ private:
+  // Per-thread working memory.
+  struct Buffers {
+    Buffers(const ir::CpuAttentionParams& inner, int64_t group)
+        : k(static_cast<size_t>(inner.head_size * inner.block_size)),
+          v(static_cast<size_t>(inner.head_size * inner.block_size)),
+          q(static_cast<size_t>(group * inner.head_size)),
+          acc(static_cast<size_t>(group * inner.head_size)),
+          scratch(static_cast<size_t>(attention_scratch_floats(inner.head_size) + 16)),
+          calls(static_cast<size_t>(group)) {}
+    std::vector<float> k, v, q, acc, scratch;  // k, v, q hold 16-bit elements for f16/bf16
+    std::vector<CpuAttnTileArgs> calls;        // one per pass (group / max_rows, rounded up)
+  };
+
+  // The ref's checks and messages (spec §1.3 KILN): L <= max_seq_len, the table has the
+  // blocks L needs, and those entries are inside the cache.
+  Status check_sequences(const Tensor& seq_lens, const Tensor& tables, int64_t blocks,
+                         int64_t max_seq_len) const {
+    const auto& p = spec_.get<ir::PagedAttentionParams>();
+    const std::string_view op = op_name(spec_.op);
+    const int64_t width = tables.size(1);
+    for (int64_t s = 0; s < seq_lens.size(0); ++s) {
+      const int64_t len = load_i32(seq_lens, s);
+      if (len > max_seq_len) {
+        return invalid_argument(
+            fmt::format("{}: argument 'seq_lens' has seq_lens[{}] = {} > max_seq_len = {}", op, s,
+                        len, max_seq_len));
+      }
+      const int64_t used = len > 0 ? (len + p.block_size - 1) / p.block_size : 0;
+      if (used > width) {
+        return invalid_argument(fmt::format(
+            "{}: argument 'seq_lens' has seq_lens[{}] = {}, which needs {} blocks of {} tokens, "
+            "but block_tables has {} per sequence",
+            op, s, len, used, p.block_size, width));
+      }
+      for (int64_t i = 0; i < used; ++i) {
+        const int64_t block = load_i32(tables, s * width + i);
+        if (block < 0 || block >= blocks) {
+          return invalid_argument(
+              fmt::format("{}: argument 'block_tables' has block_tables[{}, {}] = {}, outside "
+                          "the cache's blocks [0, {})",
+                          op, s, i, block, blocks));
+        }
+      }
+    }
+    return Status::ok();
+  }
+
+  // Gathers keys [c0, c0 + n) of sequence s, KV head g into the vec-layout slabs of `buf`.
+  void gather(const KernelArgs& args, int64_t s, int64_t g, int64_t c0, int64_t n,
+              Buffers& buf) const {
+    const auto& p = spec_.get<ir::PagedAttentionParams>();
+    const int first = spec_.op == OpKind::kPagedAttentionV2 ? 4 : 1;
+    const Tensor& key_cache = args.tensor(first + 1);
+    const Tensor& value_cache = args.tensor(first + 2);
+    const Tensor& tables = args.tensor(first + 3);
+    const int64_t x = ir::paged_key_x(p.dtype, p.kv);
+    const int64_t bs = p.block_size;
+    const int64_t d = p.head_size;
+    const int64_t dp = align_up(d, kHeadPad);
+    const int64_t chunk = chunk_for(p);
+    const bool fp8 = p.kv != ir::KvCacheDtype::kAuto;
+    const float k_scale = fp8 ? args.tensor(first + 6).data_as<const float>()[0] : 1.0f;
+    const float v_scale = fp8 ? args.tensor(first + 7).data_as<const float>()[0] : 1.0f;
+    const auto decode = [&](uint8_t code, float scale) {
+      const float f = p.kv == ir::KvCacheDtype::kFp8E5m2 ? numeric::fp8_e5m2_to_f32(code)
+                                                         : numeric::fp8_e4m3_to_f32(code);
+      return f * scale;
+    };
+    const int64_t esize = int64_t(dtype_size(p.dtype));
+    auto* k_dst = reinterpret_cast<uint8_t*>(buf.k.data());
+    auto* v_dst = reinterpret_cast<uint8_t*>(buf.v.data());
+    const auto* k_src = static_cast<const uint8_t*>(key_cache.data());
+    const auto* v_src = static_cast<const uint8_t*>(value_cache.data());
+    const int64_t width = tables.size(1);
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t token = c0 + j;
+      const int64_t block = load_i32(tables, s * width + token / bs);
+      const int64_t t = token % bs;
+      const int64_t base = block * key_cache.stride(0) + g * key_cache.stride(1);
+      for (int64_t e = 0; e < d; ++e) {
+        const int64_t k_at = base + (e / x) * bs * x + t * x + e % x;
+        const int64_t v_at = base + e * bs + t;
+        uint8_t* k_to = k_dst + (e * chunk + j) * esize;
+        uint8_t* v_to = v_dst + (j * dp + e) * esize;
+        if (fp8) {
+          store_rounded(p.dtype, k_to, 0, decode(k_src[k_at], k_scale));
+          store_rounded(p.dtype, v_to, 0, decode(v_src[v_at], v_scale));
+        } else {
+          std::memcpy(k_to, k_src + k_at * esize, size_t(esize));
+          std::memcpy(v_to, v_src + v_at * esize, size_t(esize));
+        }
+      }
+    }
+  }
+
+  void run_task(const KernelArgs& args, int64_t s, int64_t g, int64_t part, int64_t parts,
+                Buffers& buf) const {
+    const auto& p = spec_.get<ir::PagedAttentionParams>();
+    const bool v2 = spec_.op == OpKind::kPagedAttentionV2;
+    const int first = v2 ? 4 : 1;
+    const Tensor& query = args.tensor(first);
+    const Tensor& slopes = args.tensor(first + 5);
+    const int64_t len = load_i32(args.tensor(first + 4), s);
+    const int64_t group = p.head_count_q / p.head_count_kv;
+    const int64_t d = p.head_size;
+    const int64_t dp = align_up(d, kHeadPad);
+    const int64_t chunk = chunk_for(p);
+    const int64_t esize = int64_t(dtype_size(p.dtype));
+    const int64_t t0 = v2 ? part * p.partition_size : 0;
+    const int64_t t1 = v2 ? std::min(len, (part + 1) * p.partition_size) : len;
+    // The slabs' padded head dims were zeroed when the buffers were made and are never
+    // written; key slots past a chunk's end hold finite values of an earlier chunk (masked).
+    std::fill(buf.q.begin(), buf.q.end(), 0.0f);
+    std::fill(buf.acc.begin(), buf.acc.end(), 0.0f);
+    for (int64_t i = 0; i < group; ++i) {
+      const int64_t h = g * group + i;
+      const auto* src = static_cast<const uint8_t*>(query.data()) +
+                        (s * query.stride(0) + h * query.stride(1)) * esize;
+      if (dpbf16_) {
+        std::memcpy(reinterpret_cast<uint16_t*>(buf.q.data()) + i * dp, src, size_t(d * 2));
+      } else {
+        for (int64_t e = 0; e < d; ++e) buf.q[size_t(i * dp + e)] = load_element(p.dtype, src, e);
+      }
+    }
+    const int64_t passes = (group + max_rows_ - 1) / max_rows_;
+    const int32_t zero_block = 0;
+    float* scratch = reinterpret_cast<float*>(
+        (reinterpret_cast<uintptr_t>(buf.scratch.data()) + 63) & ~uintptr_t(63));
+    for (int64_t ps = 0; ps < passes; ++ps) {
+      CpuAttnTileArgs& c = buf.calls[size_t(ps)];
+      const int64_t r0 = ps * max_rows_;
+      c = CpuAttnTileArgs{};
+      c.rows = std::min<int64_t>(max_rows_, group - r0);
+      c.q = dpbf16_ ? static_cast<const void*>(reinterpret_cast<uint16_t*>(buf.q.data()) + r0 * dp)
+                    : static_cast<const void*>(buf.q.data() + r0 * dp);
+      c.acc = buf.acc.data() + r0 * dp;
+      c.block_row = &zero_block;
+      c.k_base = reinterpret_cast<const uint8_t*>(buf.k.data());
+      c.v_base = reinterpret_cast<const uint8_t*>(buf.v.data());
+      c.scratch = scratch;
+      c.scale = float(args.scalar(0));
+      for (int64_t i = 0; i < c.rows; ++i) {
+        c.m[i] = -FLT_MAX;
+        c.slope[i] = p.alibi ? slopes.data_as<const float>()[g * group + r0 + i] : 0.0f;
+      }
+    }
+    const auto fn = reinterpret_cast<KernelFn>(const_cast<void*>(code_));
+    for (int64_t c0 = t0; c0 < t1; c0 += chunk) {
+      const int64_t n = std::min(chunk, t1 - c0);
+      gather(args, s, g, c0, n, buf);
+      for (int64_t ps = 0; ps < passes; ++ps) {
+        CpuAttnTileArgs& c = buf.calls[size_t(ps)];
+        c.kv_begin = 0;
+        c.kv_end = n;
+        for (int64_t i = 0; i < c.rows; ++i) {
+          c.lo[i] = 0;
+          c.hi[i] = int32_t(n - 1);
+          c.pos[i] = int32_t(len - 1 - c0);  // ALiBi: j_local − pos = (c0 + j_local) − (L − 1)
+        }
+        fn(&c, 0, 0);
+      }
+    }
+    // out (v1) or the partition's max logit, exp sum and rnd_T(acc / (S + 1e-6)) (v2).
+    for (int64_t i = 0; i < group; ++i) {
+      const CpuAttnTileArgs& c = buf.calls[size_t(i / max_rows_)];
+      const int64_t k = i % max_rows_;
+      const int64_t row = s * p.head_count_q + g * group + i;
+      const float inv = 1.0f / (c.l[k] + 1e-6f);
+      const float* acc = buf.acc.data() + i * dp;
+      if (!v2) {
+        for (int64_t e = 0; e < d; ++e) {
+          store_rounded(p.dtype, args.tensor(0).data(), row * d + e, acc[e] * inv);
+        }
+        continue;
+      }
+      args.tensor(1).data_as<float>()[row * parts + part] = c.l[k];
+      args.tensor(2).data_as<float>()[row * parts + part] = c.m[k];
+      for (int64_t e = 0; e < d; ++e) {
+        store_rounded(p.dtype, args.tensor(3).data(), (row * parts + part) * d + e, acc[e] * inv);
+      }
+    }
+  }
+
+  // Zero rows for empty sequences (both versions) and the v2 reduce (§3.2).
+  void finish(const KernelArgs& args, int64_t parts) const {
+    const auto& p = spec_.get<ir::PagedAttentionParams>();
+    const bool v2 = spec_.op == OpKind::kPagedAttentionV2;
+    const Tensor& seq_lens = args.tensor(v2 ? 8 : 5);
+    const int64_t d = p.head_size;
+    void* out = args.tensor(0).data();
+    std::vector<float> result(static_cast<size_t>(d));
+    for (int64_t s = 0; s < seq_lens.size(0); ++s) {
+      const int64_t len = load_i32(seq_lens, s);
+      if (len > 0 && !v2) continue;
+      const int64_t n = len <= 0 ? 0 : (len + p.partition_size - 1) / p.partition_size;
+      for (int64_t h = 0; h < p.head_count_q; ++h) {
+        const int64_t row = s * p.head_count_q + h;
+        std::fill(result.begin(), result.end(), 0.0f);
+        const float* sums = v2 ? args.tensor(1).data_as<const float>() + row * parts : nullptr;
+        const float* maxes = v2 ? args.tensor(2).data_as<const float>() + row * parts : nullptr;
+        const void* tmp = v2 ? args.tensor(3).data() : nullptr;
+        if (n == 1) {
+          for (int64_t e = 0; e < d; ++e)
+            result[size_t(e)] = load_element(p.dtype, tmp, row * parts * d + e);
+        } else if (n > 1) {
+          float max_all = -std::numeric_limits<float>::infinity();
+          for (int64_t pi = 0; pi < n; ++pi) max_all = std::max(max_all, maxes[pi]);
+          float weight_sum = 0.0f;
+          for (int64_t pi = 0; pi < n; ++pi) {
+            const float w = sums[pi] * std::exp(maxes[pi] - max_all);
+            weight_sum += w;
+            for (int64_t e = 0; e < d; ++e) {
+              result[size_t(e)] += w * load_element(p.dtype, tmp, (row * parts + pi) * d + e);
+            }
+          }
+          for (float& v : result) v /= weight_sum + 1e-6f;
+        }
+        for (int64_t e = 0; e < d; ++e) store_rounded(p.dtype, out, row * d + e, result[size_t(e)]);
+      }
+    }
+  }
+
+  OpSpec spec_;
+  OpSpec inner_;
+  Config config_;
+  const void* code_;
+  size_t size_;
+  bool dpbf16_;
+  int max_rows_;
+};
+
+}  // namespace
+
+bool is_paged_attention_op(OpKind op) {
+  return op == OpKind::kPagedAttentionV1 || op == OpKind::kPagedAttentionV2;
+}
+
+Support paged_attention_support(const OpSpec& spec) {
+  const auto& p = spec.get<ir::PagedAttentionParams>();
+  if (p.blocksparse) {
+    return Support::no(fmt::format(
+        "x86 backend does not generate {} with blocksparse=true yet (served: blocksparse=false)",
+        op_name(spec.op)));
+  }
+  if (chunk_for(p) == 0) {
+    return Support::no(
+        fmt::format("x86 backend serves {} with partition_size a multiple of 16; got {}",
+                    op_name(spec.op), p.partition_size));
+  }
+  return Support::yes();
+}
+
+Result<std::vector<uint8_t>> generate_paged_attention(const OpSpec& spec, X86Isa isa) {
+  return generate_cpu_attention(inner_spec(spec), isa);
+}
+
+std::shared_ptr<const Executable> make_paged_attention_executable(const OpSpec& spec,
+                                                                  const Config& config, X86Isa isa,
+                                                                  const void* code, size_t size) {
+  return std::make_shared<PagedAttentionExecutable>(spec, config, isa, code, size);
+}
+
+}  // namespace jit::codegen::x86

@@ -19,6 +19,9 @@
 #ifdef KILN_HAVE_X86
 #include "codegen/x86/x86_backend.h"
 #endif
+#ifdef KILN_HAVE_ONEDNN
+#include "codegen/onednn/onednn_backend.h"
+#endif
 
 namespace jit {
 namespace {
@@ -128,6 +131,9 @@ Runtime::Runtime(RuntimeOptions options)
 #ifdef KILN_HAVE_X86
   state_->backends.push_back(codegen::x86::make_backend());
 #endif
+#ifdef KILN_HAVE_ONEDNN
+  state_->backends.push_back(codegen::onednn::make_backend());
+#endif
   state_->backends.push_back(codegen::ref::make_backend());
   if (!options_.cache_dir.empty()) {
     runtime::DiskCacheOptions cache_options;
@@ -213,6 +219,8 @@ namespace {
 
 // The ordered backends that may serve an op on the CPU.
 std::vector<BackendKind> candidates(OpKind op) {
+  // The GEMM ops: oneDNN's matmul primitives (the x86 backend has no GEMM).
+  if (op_family(op) == "gemm") return {BackendKind::kOnednn, BackendKind::kRef};
   return {BackendKind::kX86, BackendKind::kRef};
 }
 

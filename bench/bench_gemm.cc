@@ -1,0 +1,277 @@
+// GEMM throughput of the onednn backend through jit::ops (handler lookup, fingerprint, M
+// bucket, epilogue included) for a 4096 x 4096 weight at M = 1, 16, 128, 1024, against ceilings
+// measured at the start of the same run:
+//   * compute: the issue-rate peak of the instruction the dtype maps to (fp32 FMA, vdpbf16ps,
+//     vpdpbusd) and of the AMX tile ops oneDNN actually uses here (tdpbf16ps, tdpbusd);
+//   * bandwidth (M <= 16): the weight bytes streamed per second against the copy bandwidth at
+//     1 GiB moved. Decode streams each layer's weight once, so the benchmark rotates through
+//     enough handlers (>= 256 MB of weights) that no weight is in a cache when it is read.
+// Then the two oneDNN pitfalls of docs/gemm.md, measured directly on oneDNN at M = 1: a plain
+// (not reordered) fp32 weight, and run-time per-channel output scales for int8.
+//
+//   build/release/bench/bench_gemm
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bench/ceilings.h"
+#include "bench/gemm_peaks.h"
+#include "codegen/onednn/onednn_backend.h"
+#include "ir/params_cpu.h"
+#include "runtime/ops.h"
+#include "runtime/runtime.h"
+#include "tests/harness/harness.h"
+
+namespace jit::bench {
+namespace {
+
+constexpr int64_t kK = 4096;
+constexpr int64_t kN = 4096;
+constexpr int kThreads = 2;  // oneDNN's OpenMP pool: every core of this machine
+constexpr double kColdWeightBytes = 256e6;
+
+enum class Kind { kF32, kBf16, kInt8 };
+
+std::string_view kind_name(Kind kind) {
+  return kind == Kind::kF32 ? "f32" : kind == Kind::kBf16 ? "bf16" : "int8";
+}
+DType weight_dtype(Kind kind) {
+  return kind == Kind::kF32 ? DType::kF32 : kind == Kind::kBf16 ? DType::kBF16 : DType::kI8;
+}
+PeakKind vector_peak(Kind kind) {
+  return kind == Kind::kF32    ? PeakKind::kFmaF32
+         : kind == Kind::kBf16 ? PeakKind::kDpBf16
+                               : PeakKind::kVnniI8;
+}
+
+struct Ceilings {
+  double copy_gbps = 0;                  // 1 GiB moved, kThreads
+  std::unordered_map<int, double> peak;  // PeakKind -> GFLOP/s at kThreads
+};
+Ceilings& ceilings() {
+  static Ceilings c;
+  return c;
+}
+
+// One row of the summary table.
+struct Row {
+  Kind kind;
+  int64_t m;
+  double us, gflops, weight_gbps;
+};
+std::vector<Row>& rows() {
+  static std::vector<Row> r;
+  return r;
+}
+
+// Enough handlers of one weight type to defeat the caches at small M (one at large M, where
+// the weight is reused across rows anyway).
+struct Handlers {
+  std::vector<test::HostTensor> weights;
+  std::vector<int64_t> ids;
+  test::HostTensor scales;
+};
+
+Handlers make_handlers(Kind kind, int count) {
+  Handlers h;
+  const DType dt = weight_dtype(kind);
+  h.scales = test::HostTensor::zeros(DType::kF32, {1, kN});
+  test::fill_uniform(h.scales, 7, 0.01, 0.02);
+  for (int i = 0; i < count; ++i) {
+    test::HostTensor b = test::HostTensor::strided(dt, {kK, kN}, {1, kK});
+    // Small integers keep every dtype finite and exact; the speed does not depend on values.
+    test::fill_small_int(b, uint64_t(i) + 1);
+    h.ids.push_back(kind == Kind::kInt8
+                        ? ops::create_onednn_scaled_mm(b.tensor(), h.scales.tensor(), DType::kBF16,
+                                                       true, false, 32)
+                        : ops::create_onednn_mm(b.tensor(), 32));
+  }
+  return h;
+}
+
+// Times one case: a warm-up pass over every handler, then the best of 3 windows of >= 0.3 s.
+void run_case(Kind kind, int64_t m) {
+  const double weight_bytes = double(kK * kN * dtype_size(weight_dtype(kind)));
+  const int handler_count = m <= 16 ? int(std::ceil(kColdWeightBytes / weight_bytes)) : 1;
+  Handlers h = make_handlers(kind, handler_count);
+  const DType act = kind == Kind::kInt8 ? DType::kI8 : weight_dtype(kind);
+  const DType out = kind == Kind::kInt8 ? DType::kBF16 : weight_dtype(kind);
+  test::HostTensor a = test::HostTensor::zeros(act, {m, kK});
+  test::fill_small_int(a, 3);
+  test::HostTensor c = test::HostTensor::zeros(out, {m, kN});
+  test::HostTensor a_scales = test::HostTensor::zeros(DType::kF32, {m, 1});
+  test::fill_uniform(a_scales, 5, 0.01, 0.02);
+  size_t next = 0;
+  auto call = [&] {
+    const int64_t id = h.ids[next++ % h.ids.size()];
+    if (kind == Kind::kInt8) {
+      ops::onednn_scaled_mm(c.tensor(), a.tensor(), a_scales.tensor(), Tensor(), Tensor(), Tensor(),
+                            id);
+    } else {
+      ops::onednn_mm(c.tensor(), a.tensor(), Tensor(), id);
+    }
+  };
+  for (size_t i = 0; i < h.ids.size(); ++i) call();  // primitives created, pages touched
+  double seconds = 1e30;
+  for (int window = 0; window < 3; ++window) {
+    const auto start = std::chrono::steady_clock::now();
+    int64_t calls = 0;
+    double elapsed = 0;
+    do {
+      for (size_t i = 0; i < h.ids.size(); ++i, ++calls) call();
+      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    } while (elapsed < 0.3);
+    seconds = std::min(seconds, elapsed / double(calls));
+  }
+  const double gflops = 2.0 * double(m) * kK * kN / seconds / 1e9;
+  fmt::print("gemm {} M={}: {:.0f} us/call, {:.0f} GFLOP/s, {:.1f} GB/s of weights\n",
+             kind_name(kind), m, seconds * 1e6, gflops, weight_bytes / seconds / 1e9);
+  rows().push_back({kind, m, seconds * 1e6, gflops, weight_bytes / seconds / 1e9});
+  for (int64_t id : h.ids) ops::release_onednn_handler(id);
+}
+
+// ---- the pitfalls, on oneDNN directly ----------------------------------------------------------
+
+// Best-of microseconds of one matmul at M = 1 with the given weight layout and attributes.
+double time_dnnl_m1(dnnl::memory::data_type wdt, dnnl::memory::format_tag wtag, bool runtime_scales,
+                    std::string* impl) {
+  using namespace dnnl;
+  engine eng(engine::kind::cpu, 0);
+  stream s(eng);
+  const auto dst_dt = wdt == memory::data_type::s8 ? memory::data_type::f32 : wdt;
+  const memory::desc a_md({1, kK}, wdt, memory::format_tag::ab);
+  const memory::desc w_md({kK, kN}, wdt, wtag);
+  const memory::desc c_md({1, kN}, dst_dt, memory::format_tag::ab);
+  primitive_attr attr;
+  if (runtime_scales) attr.set_output_scales(2, {DNNL_RUNTIME_F32_VAL});
+  const matmul::primitive_desc pd(matmul::desc(a_md, w_md, c_md), attr, eng);
+  *impl = pd.impl_info_str();
+  // Rotate through enough weights to stream them from memory, as in bm_gemm.
+  const int count = int(std::ceil(kColdWeightBytes / double(pd.weights_desc().get_size())));
+  std::vector<memory> weights;
+  for (int i = 0; i < count; ++i) {
+    weights.emplace_back(pd.weights_desc(), eng);
+    std::memset(weights.back().get_data_handle(), 0, pd.weights_desc().get_size());
+  }
+  memory a(a_md, eng), c(c_md, eng);
+  std::memset(a.get_data_handle(), 0, a_md.get_size());
+  std::vector<float> scale_values(kN, 1.0f);
+  memory scales(memory::desc({kN}, memory::data_type::f32, memory::format_tag::a), eng,
+                scale_values.data());
+  const matmul mm(pd);
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < count; ++i) {
+      std::unordered_map<int, memory> args = {
+          {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, weights[size_t(i)]}, {DNNL_ARG_DST, c}};
+      if (runtime_scales) args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES, scales);
+      mm.execute(s, args);
+    }
+    s.wait();
+    best = std::min(
+        best, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                      .count() /
+                  count);
+  }
+  return best;
+}
+
+void report_pitfalls() {
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  std::string impl_any, impl_ba, impl_ab, impl_s8, impl_s8_rt;
+  const double any = time_dnnl_m1(dt::f32, tag::any, false, &impl_any);
+  const double ba = time_dnnl_m1(dt::f32, tag::ba, false, &impl_ba);
+  const double ab = time_dnnl_m1(dt::f32, tag::ab, false, &impl_ab);
+  fmt::print(
+      "\npitfall 1, f32 weight layout at M = 1 (4096 x 4096, cold): reordered (any) {:.0f} us "
+      "[{}]; plain ba (vLLM's weight.t()) {:.0f} us [{}] = {:.1f}x; plain ab {:.0f} us [{}] = "
+      "{:.1f}x\n",
+      any, impl_any, ba, impl_ba, ba / any, ab, impl_ab, ab / any);
+  const double s8 = time_dnnl_m1(dt::s8, tag::any, false, &impl_s8);
+  const double s8_rt = time_dnnl_m1(dt::s8, tag::any, true, &impl_s8_rt);
+  fmt::print(
+      "pitfall 2, int8 at M = 1: no scales (kiln's epilogue applies them) {:.0f} us [{}]; "
+      "run-time per-channel output scales {:.0f} us [{}] = {:.1f}x\n",
+      s8, impl_s8, s8_rt, impl_s8_rt, s8_rt / s8);
+}
+
+void print_summary() {
+  fmt::print("\nsummary (4096 x 4096 weight, {} threads; peaks and copy measured above)\n",
+             kThreads);
+  fmt::print(
+      "| dtype | M | us/call | GFLOP/s | % of ISA peak | % of AMX peak | weight GB/s | "
+      "% of copy |\n|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows()) {
+    const double isa = ceilings().peak[int(vector_peak(r.kind))];
+    const double amx =
+        r.kind == Kind::kF32
+            ? 0
+            : ceilings().peak[int(r.kind == Kind::kBf16 ? PeakKind::kAmxBf16 : PeakKind::kAmxI8)];
+    fmt::print(
+        "| {} | {} | {:.0f} | {:.0f} | {:.0f}% | {} | {:.1f} | {} |\n", kind_name(r.kind), r.m,
+        r.us, r.gflops, 100 * r.gflops / isa,
+        amx > 0 ? fmt::format("{:.0f}%", 100 * r.gflops / amx) : "-", r.weight_gbps,
+        r.m <= 16 ? fmt::format("{:.0f}%", 100 * r.weight_gbps / ceilings().copy_gbps) : "-");
+  }
+}
+
+}  // namespace
+}  // namespace jit::bench
+
+int main() {
+  using namespace jit::bench;
+  fmt::print(
+      "copy bandwidth, {} threads: {:.1f} GB/s at 1 GiB moved, {:.1f} GB/s at 64 MB "
+      "moved (best of 7)\n",
+      kThreads, ceilings().copy_gbps = measure_copy_gbps(size_t(512) << 20, kThreads),
+      measure_copy_gbps(size_t(32) << 20, kThreads));
+  for (PeakKind kind : {PeakKind::kFmaF32, PeakKind::kDpBf16, PeakKind::kVnniI8, PeakKind::kAmxBf16,
+                        PeakKind::kAmxI8}) {
+    const double one = measure_peak_gflops(kind, 1);
+    const double two = measure_peak_gflops(kind, kThreads);
+    ceilings().peak[int(kind)] = two;
+    if (one == 0) {
+      fmt::print("peak {}: not available on this CPU\n", peak_name(kind));
+    } else {
+      fmt::print("peak {}: {:.0f} G(FL)OP/s on 1 thread, {:.0f} on {}\n", peak_name(kind), one, two,
+                 kThreads);
+    }
+  }
+  // What oneDNN runs for each case (what ONEDNN_VERBOSE=1 prints as the implementation).
+  const jit::Backend* onednn = nullptr;
+  for (const jit::Backend* b : jit::Runtime::global().backends()) {
+    if (b->kind() == jit::BackendKind::kOnednn) onednn = b;
+  }
+  if (onednn == nullptr) {
+    fmt::print(stderr, "this kiln has no onednn backend (KILN_ENABLE_ONEDNN=OFF)\n");
+    return 1;
+  }
+  for (Kind kind : {Kind::kF32, Kind::kBf16, Kind::kInt8}) {
+    const jit::OpSpec spec =
+        kind == Kind::kInt8 ? jit::OpSpec::make(jit::OpKind::kOnednnScaledMm,
+                                                jit::ir::ScaledGemmParams{jit::DType::kBF16, kK, kN,
+                                                                          true, false, true})
+                            : jit::OpSpec::make(jit::OpKind::kOnednnMm,
+                                                jit::ir::GemmParams{weight_dtype(kind), kK, kN});
+    for (int64_t m : {1, 16, 128, 1024}) {
+      auto impl = jit::codegen::onednn::implementation_name(*onednn, spec, m);
+      fmt::print("oneDNN implementation {} M={}: {}\n", kind_name(kind), m,
+                 impl.is_ok() ? impl.value() : impl.status().to_string());
+    }
+  }
+  for (Kind kind : {Kind::kF32, Kind::kBf16, Kind::kInt8}) {
+    for (int64_t m : {1, 16, 128, 1024}) run_case(kind, m);
+  }
+  print_summary();
+  report_pitfalls();
+  return 0;
+}

@@ -26,6 +26,7 @@
 #include "bench/ceilings.h"
 #include "bench/gemm_peaks.h"
 #include "codegen/onednn/onednn_backend.h"
+#include "codegen/ref/ref.h"
 #include "ir/params_cpu.h"
 #include "runtime/ops.h"
 #include "runtime/runtime.h"
@@ -241,6 +242,76 @@ void report_pitfalls() {
       s8[0].best_us, s8[0].impl, s8[1].best_us, s8[1].impl, s8[1].best_us / s8[0].best_us);
 }
 
+// The tuning knob chunk_rows at M = 1024: the same call in chunks of 128 … 4096 rows, through
+// Kernel::run with an explicit config (what `kiln tune` compares), interleaved call by call.
+void report_chunk_sweep(Kind kind) {
+  constexpr int64_t m = 1024;
+  const DType dt = weight_dtype(kind);
+  const bool scaled = kind == Kind::kInt8;
+  const OpSpec create =
+      scaled ? OpSpec::make(OpKind::kCreateOnednnScaledMm,
+                            ir::ScaledGemmParams{DType::kBF16, kK, kN, true, false, true})
+             : OpSpec::make(OpKind::kCreateOnednnMm, ir::GemmParams{dt, kK, kN});
+  OpSpec mm = create;
+  mm.op = scaled ? OpKind::kOnednnScaledMm : OpKind::kOnednnMm;
+  CompileOptions options;
+  options.backend = BackendKind::kOnednn;
+  auto create_kernel = compile(create, options);
+  if (!create_kernel.is_ok()) {
+    fmt::print("chunk sweep {}: {}\n", kind_name(kind), create_kernel.status().to_string());
+    return;
+  }
+  test::HostTensor b = test::HostTensor::strided(dt, {kK, kN}, {1, kK});
+  test::fill_small_int(b, 1);
+  test::HostTensor scales = test::HostTensor::zeros(DType::kF32, {1, kN});
+  test::fill_uniform(scales, 2, 0.01, 0.02);
+  test::HostTensor handler =
+      test::HostTensor::zeros(DType::kU8, {codegen::ref::onednn_handler_bytes(create)});
+  KernelArgs create_args({handler.tensor(), b.tensor()}, {32.0});
+  if (scaled) create_args = KernelArgs({handler.tensor(), b.tensor(), scales.tensor()}, {32.0});
+  if (Status st = create_kernel->run(create_args); !st.is_ok()) {
+    fmt::print("chunk sweep {}: {}\n", kind_name(kind), st.to_string());
+    return;
+  }
+  test::HostTensor a = test::HostTensor::zeros(scaled ? DType::kI8 : dt, {m, kK});
+  test::fill_small_int(a, 3);
+  test::HostTensor c = test::HostTensor::zeros(scaled ? DType::kBF16 : dt, {m, kN});
+  test::HostTensor a_scales = test::HostTensor::zeros(DType::kF32, {m, 1});
+  test::fill_uniform(a_scales, 4, 0.01, 0.02);
+  const KernelArgs args = scaled ? KernelArgs({c.tensor(), a.tensor(), a_scales.tensor(), Tensor(),
+                                               Tensor(), Tensor(), handler.tensor()})
+                                 : KernelArgs({c.tensor(), a.tensor(), Tensor(), handler.tensor()});
+  std::vector<Kernel> kernels;
+  std::vector<double> best;
+  for (int64_t rows : codegen::onednn::kChunkRowChoices) {
+    if (rows > m) break;
+    options.config = Config().set("chunk_rows", rows);
+    auto kernel = compile(mm, options);
+    if (!kernel.is_ok()) {
+      fmt::print("chunk sweep {}: {}\n", kind_name(kind), kernel.status().to_string());
+      return;
+    }
+    kernels.push_back(kernel.value());
+    best.push_back(1e30);
+    (void)kernels.back().run(args);  // primitives created
+  }
+  for (int rep = 0; rep < 4; ++rep) {
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      if (Status st = kernels[i].run(args); !st.is_ok()) fmt::print("{}\n", st.to_string());
+      best[i] = std::min(best[i], std::chrono::duration<double, std::micro>(
+                                      std::chrono::steady_clock::now() - start)
+                                      .count());
+    }
+  }
+  fmt::print("chunk_rows sweep, {} M = {} (best call):", kind_name(kind), m);
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    fmt::print(" {}: {:.0f} us ({:.0f} GFLOP/s);", kernels[i].info().config.to_string(), best[i],
+               2.0 * m * kK * kN / best[i] / 1e3);
+  }
+  fmt::print("\n");
+}
+
 void print_summary() {
   fmt::print("\nsummary (4096 x 4096 weight, {} threads; peaks and copy measured above)\n",
              kThreads);
@@ -311,5 +382,6 @@ int main() {
   }
   print_summary();
   report_pitfalls();
+  for (Kind kind : {Kind::kF32, Kind::kBf16, Kind::kInt8}) report_chunk_sweep(kind);
   return 0;
 }

@@ -4,7 +4,8 @@
 //   1. the handler is validated (size, every header field) exactly as the ref does, so a
 //      garbage or foreign handler is kInvalidArgument naming 'handler' before anything runs;
 //   2. the packed weight is found by the handler's address and fingerprint (or packed now);
-//   3. the rows are cut into chunks of at most kMaxBucketRows; each chunk runs the primitive
+//   3. the rows are cut into chunks of at most chunk_rows (the config; see kChunkRowChoices);
+//      each chunk runs the primitive
 //      created for m_bucket(rows) rows. A chunk whose rows are not a bucket (or whose a rows
 //      are not dense) is copied into a zero-padded scratch of bucket rows and its result
 //      copied back: a primitive's M is fixed at creation, because oneDNN 2.6 turns a run-time
@@ -589,7 +590,7 @@ void run_epilogue(const Epilogue& e) {
 }
 
 // onednn_mm(c, a, bias?, handler).
-Status run_mm(State& state, const OpSpec& spec, const KernelArgs& args) {
+Status run_mm(State& state, const OpSpec& spec, int64_t chunk_rows, const KernelArgs& args) {
   const auto& p = spec.get<ir::GemmParams>();
   const Tensor& c = args.tensor(0);
   const Tensor& a = args.tensor(1);
@@ -602,8 +603,8 @@ Status run_mm(State& state, const OpSpec& spec, const KernelArgs& args) {
   const ClassKey cls = packed->cls;
   const int64_t esize = int64_t(dtype_size(p.dtype));
   Scratch& scratch = thread_scratch();
-  for (int64_t row0 = 0; row0 < m_total; row0 += kMaxBucketRows) {
-    const int64_t rows = std::min(kMaxBucketRows, m_total - row0);
+  for (int64_t row0 = 0; row0 < m_total; row0 += chunk_rows) {
+    const int64_t rows = std::min(chunk_rows, m_total - row0);
     const int64_t bucket = m_bucket(rows);
     ASSIGN_OR_RETURN(const std::shared_ptr<const Primitive> prim,
                      state.primitive(cls, bucket, bias.defined()));
@@ -626,7 +627,7 @@ Status run_mm(State& state, const OpSpec& spec, const KernelArgs& args) {
 }
 
 // onednn_scaled_mm(c, a, a_scales, azp?, azp_adj?, bias?, handler).
-Status run_scaled_mm(State& state, const OpSpec& spec, const KernelArgs& args) {
+Status run_scaled_mm(State& state, const OpSpec& spec, int64_t chunk_rows, const KernelArgs& args) {
   const auto& p = spec.get<ir::ScaledGemmParams>();
   const Tensor& c = args.tensor(0);
   const Tensor& a = args.tensor(1);
@@ -648,8 +649,8 @@ Status run_scaled_mm(State& state, const OpSpec& spec, const KernelArgs& args) {
     bias_f.resize(size_t(p.n));
     for (int64_t n = 0; n < p.n; ++n) bias_f[size_t(n)] = load_float(p.out_dtype, bias.data(), n);
   }
-  for (int64_t row0 = 0; row0 < m_total; row0 += kMaxBucketRows) {
-    const int64_t rows = std::min(kMaxBucketRows, m_total - row0);
+  for (int64_t row0 = 0; row0 < m_total; row0 += chunk_rows) {
+    const int64_t rows = std::min(chunk_rows, m_total - row0);
     const int64_t bucket = m_bucket(rows);
     ASSIGN_OR_RETURN(const std::shared_ptr<const Primitive> prim,
                      state.primitive(cls, bucket, false));
@@ -688,8 +689,8 @@ Status run_create(State& state, const OpSpec& spec, const KernelArgs& args) {
 
 class OnednnExecutable final : public Executable {
  public:
-  OnednnExecutable(OpSpec spec, std::shared_ptr<State> state)
-      : spec_(std::move(spec)), state_(std::move(state)) {}
+  OnednnExecutable(OpSpec spec, int64_t chunk_rows, std::shared_ptr<State> state)
+      : spec_(std::move(spec)), chunk_rows_(chunk_rows), state_(std::move(state)) {}
 
   Status run(const KernelArgs& args) const override {
     for (int i = 0; i < args.tensor_count; ++i) {
@@ -702,8 +703,8 @@ class OnednnExecutable final : public Executable {
     switch (spec_.op) {
       case OpKind::kCreateOnednnMm:
       case OpKind::kCreateOnednnScaledMm: return run_create(*state_, spec_, args);
-      case OpKind::kOnednnMm: return run_mm(*state_, spec_, args);
-      case OpKind::kOnednnScaledMm: return run_scaled_mm(*state_, spec_, args);
+      case OpKind::kOnednnMm: return run_mm(*state_, spec_, chunk_rows_, args);
+      case OpKind::kOnednnScaledMm: return run_scaled_mm(*state_, spec_, chunk_rows_, args);
       default:
         return {StatusCode::kInternal,
                 fmt::format("onednn: {} is not a GEMM op", op_name(spec_.op))};
@@ -712,6 +713,7 @@ class OnednnExecutable final : public Executable {
 
  private:
   OpSpec spec_;
+  int64_t chunk_rows_;
   std::shared_ptr<State> state_;
 };
 
@@ -737,8 +739,17 @@ class OnednnBackend final : public Backend {
 
   bool generates(OpKind op, const Target&) const override { return is_gemm(op); }
 
-  // oneDNN chooses its own blocking: one default config.
-  std::vector<Config> configs(const OpSpec&, const Target&) const override { return {Config{}}; }
+  // oneDNN chooses its own blocking; kiln chooses how many rows one primitive call takes
+  // (chunk_rows, see kChunkRowChoices). The first entry is the default.
+  std::vector<Config> configs(const OpSpec& spec, const Target&) const override {
+    if (spec.op != OpKind::kOnednnMm && spec.op != OpKind::kOnednnScaledMm) return {Config{}};
+    std::vector<Config> space;
+    space.push_back(Config().set("chunk_rows", kDefaultChunkRows));
+    for (int64_t rows : kChunkRowChoices) {
+      if (rows != kDefaultChunkRows) space.push_back(Config().set("chunk_rows", rows));
+    }
+    return space;
+  }
 
   Result<Artifact> lower(const OpSpec& spec, const Config& config,
                          const Target& target) const override {
@@ -749,11 +760,20 @@ class OnednnBackend final : public Backend {
     return artifact;
   }
 
-  Result<std::shared_ptr<const Executable>> load(const OpSpec& spec, const Artifact&,
+  Result<std::shared_ptr<const Executable>> load(const OpSpec& spec, const Artifact& artifact,
                                                  const Target& target) const override {
     const Support support = supports(spec, target);
     if (!support.ok) return Status(StatusCode::kUnsupported, support.reason);
-    return std::shared_ptr<const Executable>(std::make_shared<OnednnExecutable>(spec, state_));
+    const int64_t chunk_rows = artifact.config.get("chunk_rows", kDefaultChunkRows);
+    if (std::find(std::begin(kChunkRowChoices), std::end(kChunkRowChoices), chunk_rows) ==
+        std::end(kChunkRowChoices)) {
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("onednn: config chunk_rows={} is not one of 128, 256, 512, 1024, "
+                                "2048, 4096",
+                                chunk_rows));
+    }
+    return std::shared_ptr<const Executable>(
+        std::make_shared<OnednnExecutable>(spec, chunk_rows, state_));
   }
 
   std::string_view codegen_version() const override { return "onednn-1"; }

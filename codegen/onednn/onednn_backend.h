@@ -27,8 +27,13 @@ std::unique_ptr<Backend> make_backend();
 /// m itself up to 8, then m rounded up to a quarter of its power of two (2^e · {1, 1.25, 1.5,
 /// 1.75, 2}), so a bucket wastes less than 20% of its rows and M = 1 … 4096 needs 44 buckets.
 int64_t m_bucket(int64_t m);
-/// Calls with more rows run in chunks of this many (each chunk streams the weight once).
+/// The largest bucket; calls with more rows always run in chunks.
 inline constexpr int64_t kMaxBucketRows = 4096;
+/// The tuning knob `chunk_rows`: a call runs in chunks of at most this many rows, each one
+/// primitive execution. Smaller chunks keep a chunk's rows of a and c in cache while the
+/// weight streams past; each chunk streams the weight once more. See docs/gemm.md.
+inline constexpr int64_t kChunkRowChoices[] = {128, 256, 512, 1024, 2048, 4096};
+inline constexpr int64_t kDefaultChunkRows = 4096;
 
 /// Counters of one onednn backend instance (for tests and benchmarks).
 struct Stats {

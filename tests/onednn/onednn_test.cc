@@ -135,6 +135,37 @@ TEST(OnednnScaledMm, RowsBeyondTheLargestBucketRunInChunks) {
              codegen::onednn::kMaxBucketRows + 5);
 }
 
+// Every chunk_rows config of the tuning space gives ref's results for a call of several
+// chunks; a config outside the space is refused at load.
+TEST(OnednnConfig, EveryChunkSizeMatchesRef) {
+  const OpSpec specs[] = {
+      mm_spec(OpKind::kOnednnMm, DType::kBF16, 24, 40),
+      scaled_spec(OpKind::kOnednnScaledMm, DType::kBF16, 24, 40, true, true, true)};
+  for (const OpSpec& spec : specs) {
+    const std::vector<Config> space =
+        onednn_backend().configs(spec, host_target(BackendKind::kOnednn));
+    ASSERT_EQ(space.size(), std::size(codegen::onednn::kChunkRowChoices));
+    for (const Config& config : space) {
+      CompileOptions options;
+      options.backend = BackendKind::kOnednn;
+      options.config = config;
+      auto kernel = test_runtime().compile(spec, options);
+      ASSERT_TRUE(kernel.is_ok()) << kernel.status().to_string();
+      auto c = test::make_case(spec, 300, InputKind::kSmallInt, 17);
+      ASSERT_TRUE(c.is_ok());
+      const test::CaseReport report = test::check_against_ref(kernel.value(), c.value());
+      EXPECT_TRUE(report.ok) << config.to_string() << ": " << report.message;
+    }
+  }
+  CompileOptions options;
+  options.backend = BackendKind::kOnednn;
+  options.config = Config().set("chunk_rows", 100);
+  auto bad = test_runtime().compile(specs[0], options);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("chunk_rows=100"), std::string::npos)
+      << bad.status().message();
+}
+
 // ---- handlers ----------------------------------------------------------------------------------
 
 // b [K, N] column-major of small integers, its ref handler, and `rows` rows of a.

@@ -55,6 +55,10 @@ PeakKind vector_peak(Kind kind) {
                                : PeakKind::kVnniI8;
 }
 
+PeakKind amx_peak(Kind kind) {
+  return kind == Kind::kInt8 ? PeakKind::kAmxI8 : PeakKind::kAmxBf16;
+}
+
 struct Ceilings {
   double copy_gbps = 0;                  // 1 GiB moved, kThreads
   std::unordered_map<int, double> peak;  // PeakKind -> GFLOP/s at kThreads
@@ -143,6 +147,12 @@ void run_case(Kind kind, int64_t m) {
   // so the case is compared with the better of the run's start and this.
   double copy = ceilings().copy_gbps;
   if (m <= 16) copy = std::max(copy, measure_copy_gbps(size_t(512) << 20, kThreads));
+  // Likewise the peaks this case is compared with (the ceilings keep the best seen).
+  for (PeakKind peak : {vector_peak(kind), amx_peak(kind)}) {
+    if (kind == Kind::kF32 && peak == amx_peak(kind)) continue;
+    ceilings().peak[int(peak)] =
+        std::max(ceilings().peak[int(peak)], measure_peak_gflops(peak, kThreads));
+  }
   fmt::print(
       "gemm {} M={}: best {:.0f} us/call ({:.0f} GFLOP/s, {:.1f} GB/s of weights), median {:.0f} "
       "us over {} calls\n",
@@ -313,8 +323,14 @@ void report_chunk_sweep(Kind kind) {
 }
 
 void print_summary() {
-  fmt::print("\nsummary (4096 x 4096 weight, {} threads; peaks and copy measured above)\n",
-             kThreads);
+  fmt::print(
+      "\nsummary (4096 x 4096 weight, {} threads; every ratio against the best ceiling measured "
+      "in this run, at its start and after each case)\n",
+      kThreads);
+  for (PeakKind kind : {PeakKind::kFmaF32, PeakKind::kDpBf16, PeakKind::kVnniI8, PeakKind::kAmxBf16,
+                        PeakKind::kAmxI8}) {
+    fmt::print("  peak {}: {:.0f} G(FL)OP/s\n", peak_name(kind), ceilings().peak[int(kind)]);
+  }
   fmt::print(
       "| dtype | M | us/call | GFLOP/s | % of ISA peak | % of AMX peak | weight GB/s | "
       "% of copy |\n|---|---|---|---|---|---|---|---|\n");

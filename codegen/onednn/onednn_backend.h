@@ -33,7 +33,7 @@ inline constexpr int64_t kMaxBucketRows = 4096;
 /// primitive execution. Smaller chunks keep a chunk's rows of a and c in cache while the
 /// weight streams past; each chunk streams the weight once more. See docs/gemm.md.
 inline constexpr int64_t kChunkRowChoices[] = {128, 256, 512, 1024, 2048, 4096};
-inline constexpr int64_t kDefaultChunkRows = 4096;
+inline constexpr int64_t kDefaultChunkRows = 512;
 
 /// Counters of one onednn backend instance (for tests and benchmarks).
 struct Stats {

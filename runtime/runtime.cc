@@ -22,6 +22,9 @@
 #ifdef KILN_HAVE_ARM
 #include "codegen/arm/arm_backend.h"
 #endif
+#ifdef KILN_HAVE_ONEDNN
+#include "codegen/onednn/onednn_backend.h"
+#endif
 
 namespace jit {
 namespace {
@@ -135,6 +138,9 @@ Runtime::Runtime(RuntimeOptions options)
   // Only for explicit arm targets (CompileOptions::backend): not in candidates() on x86.
   state_->backends.push_back(codegen::arm::make_backend());
 #endif
+#ifdef KILN_HAVE_ONEDNN
+  state_->backends.push_back(codegen::onednn::make_backend());
+#endif
   state_->backends.push_back(codegen::ref::make_backend());
   if (!options_.cache_dir.empty()) {
     runtime::DiskCacheOptions cache_options;
@@ -220,6 +226,8 @@ namespace {
 
 // The ordered backends that may serve an op on the CPU.
 std::vector<BackendKind> candidates(OpKind op) {
+  // The GEMM ops: oneDNN's matmul primitives (the x86 backend has no GEMM).
+  if (op_family(op) == "gemm") return {BackendKind::kOnednn, BackendKind::kRef};
   return {BackendKind::kX86, BackendKind::kRef};
 }
 

@@ -1,0 +1,403 @@
+// GEMM throughput of the onednn backend through jit::ops (handler lookup, fingerprint, M
+// bucket, epilogue included) for a 4096 x 4096 weight at M = 1, 16, 128, 1024, against ceilings
+// measured at the start of the same run:
+//   * compute: the issue-rate peak of the instruction the dtype maps to (fp32 FMA, vdpbf16ps,
+//     vpdpbusd) and of the AMX tile ops oneDNN actually uses here (tdpbf16ps, tdpbusd);
+//   * bandwidth (M <= 16): the weight bytes streamed per second against the copy bandwidth at
+//     1 GiB moved. Decode streams each layer's weight once, so the benchmark rotates through
+//     enough handlers (>= 256 MB of weights) that no weight is in a cache when it is read.
+// Then the two oneDNN pitfalls of docs/gemm.md, measured directly on oneDNN at M = 1: a plain
+// (not reordered) fp32 weight, and run-time per-channel output scales for int8.
+//
+//   build/release/bench/bench_gemm
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bench/ceilings.h"
+#include "bench/gemm_peaks.h"
+#include "codegen/onednn/onednn_backend.h"
+#include "codegen/ref/ref.h"
+#include "ir/params_cpu.h"
+#include "runtime/ops.h"
+#include "runtime/runtime.h"
+#include "tests/harness/harness.h"
+
+namespace jit::bench {
+namespace {
+
+constexpr int64_t kK = 4096;
+constexpr int64_t kN = 4096;
+// oneDNN's OpenMP pool (OMP_NUM_THREADS, else every core); ceilings use the same count.
+const int kThreads = omp_get_max_threads();
+constexpr double kColdWeightBytes = 256e6;
+
+enum class Kind { kF32, kBf16, kInt8 };
+
+std::string_view kind_name(Kind kind) {
+  return kind == Kind::kF32 ? "f32" : kind == Kind::kBf16 ? "bf16" : "int8";
+}
+DType weight_dtype(Kind kind) {
+  return kind == Kind::kF32 ? DType::kF32 : kind == Kind::kBf16 ? DType::kBF16 : DType::kI8;
+}
+PeakKind vector_peak(Kind kind) {
+  return kind == Kind::kF32    ? PeakKind::kFmaF32
+         : kind == Kind::kBf16 ? PeakKind::kDpBf16
+                               : PeakKind::kVnniI8;
+}
+
+PeakKind amx_peak(Kind kind) {
+  return kind == Kind::kInt8 ? PeakKind::kAmxI8 : PeakKind::kAmxBf16;
+}
+
+struct Ceilings {
+  double copy_gbps = 0;                  // 1 GiB moved, kThreads
+  std::unordered_map<int, double> peak;  // PeakKind -> GFLOP/s at kThreads
+};
+Ceilings& ceilings() {
+  static Ceilings c;
+  return c;
+}
+
+// One row of the summary table.
+struct Row {
+  Kind kind;
+  int64_t m;
+  double us, median_us, gflops, weight_gbps;  // best call (GFLOP/s, GB/s of the best call)
+  double copy_gbps;                           // the copy ceiling this row is compared with
+};
+std::vector<Row>& rows() {
+  static std::vector<Row> r;
+  return r;
+}
+
+// Enough handlers of one weight type to defeat the caches at small M (one at large M, where
+// the weight is reused across rows anyway).
+struct Handlers {
+  std::vector<test::HostTensor> weights;
+  std::vector<int64_t> ids;
+  test::HostTensor scales;
+};
+
+Handlers make_handlers(Kind kind, int count) {
+  Handlers h;
+  const DType dt = weight_dtype(kind);
+  h.scales = test::HostTensor::zeros(DType::kF32, {1, kN});
+  test::fill_uniform(h.scales, 7, 0.01, 0.02);
+  for (int i = 0; i < count; ++i) {
+    test::HostTensor b = test::HostTensor::strided(dt, {kK, kN}, {1, kK});
+    // Small integers keep every dtype finite and exact; the speed does not depend on values.
+    test::fill_small_int(b, uint64_t(i) + 1);
+    h.ids.push_back(kind == Kind::kInt8
+                        ? ops::create_onednn_scaled_mm(b.tensor(), h.scales.tensor(), DType::kBF16,
+                                                       true, false, 32)
+                        : ops::create_onednn_mm(b.tensor(), 32));
+  }
+  return h;
+}
+
+// Times one case: a warm-up pass over every handler, then the best of 3 windows of >= 0.3 s.
+void run_case(Kind kind, int64_t m) {
+  const double weight_bytes = double(kK * kN * dtype_size(weight_dtype(kind)));
+  const int handler_count = m <= 16 ? int(std::ceil(kColdWeightBytes / weight_bytes)) : 1;
+  Handlers h = make_handlers(kind, handler_count);
+  const DType act = kind == Kind::kInt8 ? DType::kI8 : weight_dtype(kind);
+  const DType out = kind == Kind::kInt8 ? DType::kBF16 : weight_dtype(kind);
+  test::HostTensor a = test::HostTensor::zeros(act, {m, kK});
+  test::fill_small_int(a, 3);
+  test::HostTensor c = test::HostTensor::zeros(out, {m, kN});
+  test::HostTensor a_scales = test::HostTensor::zeros(DType::kF32, {m, 1});
+  test::fill_uniform(a_scales, 5, 0.01, 0.02);
+  size_t next = 0;
+  auto call = [&] {
+    const int64_t id = h.ids[next++ % h.ids.size()];
+    if (kind == Kind::kInt8) {
+      ops::onednn_scaled_mm(c.tensor(), a.tensor(), a_scales.tensor(), Tensor(), Tensor(), Tensor(),
+                            id);
+    } else {
+      ops::onednn_mm(c.tensor(), a.tensor(), Tensor(), id);
+    }
+  };
+  for (size_t i = 0; i < h.ids.size(); ++i) call();  // primitives created, pages touched
+  // Each call timed on its own: the machine is shared, so the best call shows what the code
+  // does and the median what a busy machine gives.
+  std::vector<double> times;
+  double total = 0;
+  while (total < 1.0 || times.size() < 2 * h.ids.size()) {
+    const auto start = std::chrono::steady_clock::now();
+    call();
+    times.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    total += times.back();
+  }
+  std::sort(times.begin(), times.end());
+  const double seconds = times.front();
+  const double median = times[times.size() / 2];
+  const double gflops = 2.0 * double(m) * kK * kN / seconds / 1e9;
+  // The copy ceiling again right after a streaming case: the load of a shared machine drifts,
+  // so the case is compared with the better of the run's start and this.
+  double copy = ceilings().copy_gbps;
+  if (m <= 16) copy = std::max(copy, measure_copy_gbps(size_t(512) << 20, kThreads));
+  // Likewise the peaks this case is compared with (the ceilings keep the best seen).
+  for (PeakKind peak : {vector_peak(kind), amx_peak(kind)}) {
+    if (kind == Kind::kF32 && peak == amx_peak(kind)) continue;
+    ceilings().peak[int(peak)] =
+        std::max(ceilings().peak[int(peak)], measure_peak_gflops(peak, kThreads));
+  }
+  fmt::print(
+      "gemm {} M={}: best {:.0f} us/call ({:.0f} GFLOP/s, {:.1f} GB/s of weights), median {:.0f} "
+      "us over {} calls\n",
+      kind_name(kind), m, seconds * 1e6, gflops, weight_bytes / seconds / 1e9, median * 1e6,
+      times.size());
+  std::fflush(stdout);
+  rows().push_back(
+      {kind, m, seconds * 1e6, median * 1e6, gflops, weight_bytes / seconds / 1e9, copy});
+  for (int64_t id : h.ids) ops::release_onednn_handler(id);
+}
+
+// ---- the pitfalls, on oneDNN directly ----------------------------------------------------------
+
+// One oneDNN matmul at M = 1 with a given weight layout and attributes, over enough weights
+// to stream them from memory (as run_case does).
+struct M1Variant {
+  dnnl::matmul matmul;
+  std::vector<dnnl::memory> weights;
+  dnnl::memory a, c, scales;
+  bool runtime_scales = false;
+  std::string impl;
+  double best_us = 1e30;
+};
+
+M1Variant make_m1_variant(const dnnl::engine& eng, dnnl::memory::data_type wdt,
+                          dnnl::memory::format_tag wtag, bool runtime_scales) {
+  using namespace dnnl;
+  M1Variant v;
+  const auto dst_dt = wdt == memory::data_type::s8 ? memory::data_type::s32 : wdt;
+  const memory::desc a_md({1, kK}, wdt, memory::format_tag::ab);
+  const memory::desc w_md({kK, kN}, wdt, wtag);
+  const memory::desc c_md({1, kN}, runtime_scales ? memory::data_type::f32 : dst_dt,
+                          memory::format_tag::ab);
+  primitive_attr attr;
+  if (runtime_scales) attr.set_output_scales(2, {DNNL_RUNTIME_F32_VAL});
+  const matmul::primitive_desc pd(matmul::desc(a_md, w_md, c_md), attr, eng);
+  v.impl = pd.impl_info_str();
+  v.matmul = matmul(pd);
+  const int count = int(std::ceil(kColdWeightBytes / double(pd.weights_desc().get_size())));
+  for (int i = 0; i < count; ++i) {
+    v.weights.emplace_back(pd.weights_desc(), eng);
+    std::memset(v.weights.back().get_data_handle(), 0, pd.weights_desc().get_size());
+  }
+  v.a = memory(a_md, eng);
+  std::memset(v.a.get_data_handle(), 0, a_md.get_size());
+  v.c = memory(c_md, eng);
+  v.scales = memory(memory::desc({kN}, memory::data_type::f32, memory::format_tag::a), eng);
+  std::fill_n(static_cast<float*>(v.scales.get_data_handle()), kN, 1.0f);
+  v.runtime_scales = runtime_scales;
+  return v;
+}
+
+// Times the variants in turn, one pass over each one's weights at a time, so that they see
+// the same load on a shared machine; keeps each one's best call.
+void time_interleaved(const dnnl::engine& eng, std::vector<M1Variant>& variants) {
+  dnnl::stream s(eng);
+  for (int rep = 0; rep < 6; ++rep) {
+    for (M1Variant& v : variants) {
+      for (const dnnl::memory& w : v.weights) {
+        std::unordered_map<int, dnnl::memory> args = {
+            {DNNL_ARG_SRC, v.a}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, v.c}};
+        if (v.runtime_scales) args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES, v.scales);
+        const auto start = std::chrono::steady_clock::now();
+        v.matmul.execute(s, args);
+        s.wait();
+        v.best_us = std::min(v.best_us, std::chrono::duration<double, std::micro>(
+                                            std::chrono::steady_clock::now() - start)
+                                            .count());
+      }
+    }
+  }
+}
+
+void report_pitfalls() {
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  std::vector<M1Variant> f32;
+  f32.push_back(make_m1_variant(eng, dt::f32, tag::any, false));
+  f32.push_back(make_m1_variant(eng, dt::f32, tag::ba, false));
+  f32.push_back(make_m1_variant(eng, dt::f32, tag::ab, false));
+  time_interleaved(eng, f32);
+  fmt::print(
+      "\npitfall 1, f32 weight layout at M = 1 (4096 x 4096, cold, best call): reordered (any) "
+      "{:.0f} us [{}]; plain ba (vLLM's weight.t()) {:.0f} us [{}] = {:.1f}x; plain ab {:.0f} us "
+      "[{}] = {:.1f}x\n",
+      f32[0].best_us, f32[0].impl, f32[1].best_us, f32[1].impl, f32[1].best_us / f32[0].best_us,
+      f32[2].best_us, f32[2].impl, f32[2].best_us / f32[0].best_us);
+  std::vector<M1Variant> s8;
+  s8.push_back(make_m1_variant(eng, dt::s8, tag::any, false));
+  s8.push_back(make_m1_variant(eng, dt::s8, tag::any, true));
+  time_interleaved(eng, s8);
+  fmt::print(
+      "pitfall 2, int8 at M = 1 (cold, best call): s8 x s8 -> s32, no scales (kiln's epilogue "
+      "applies them) {:.0f} us [{}]; run-time per-channel output scales {:.0f} us [{}] = "
+      "{:.1f}x\n",
+      s8[0].best_us, s8[0].impl, s8[1].best_us, s8[1].impl, s8[1].best_us / s8[0].best_us);
+}
+
+// The tuning knob chunk_rows at M = 1024: the same call in chunks of 128 … 4096 rows, through
+// Kernel::run with an explicit config (what `kiln tune` compares), interleaved call by call.
+void report_chunk_sweep(Kind kind) {
+  constexpr int64_t m = 1024;
+  const DType dt = weight_dtype(kind);
+  const bool scaled = kind == Kind::kInt8;
+  const OpSpec create =
+      scaled ? OpSpec::make(OpKind::kCreateOnednnScaledMm,
+                            ir::ScaledGemmParams{DType::kBF16, kK, kN, true, false, true})
+             : OpSpec::make(OpKind::kCreateOnednnMm, ir::GemmParams{dt, kK, kN});
+  OpSpec mm = create;
+  mm.op = scaled ? OpKind::kOnednnScaledMm : OpKind::kOnednnMm;
+  CompileOptions options;
+  options.backend = BackendKind::kOnednn;
+  auto create_kernel = compile(create, options);
+  if (!create_kernel.is_ok()) {
+    fmt::print("chunk sweep {}: {}\n", kind_name(kind), create_kernel.status().to_string());
+    return;
+  }
+  test::HostTensor b = test::HostTensor::strided(dt, {kK, kN}, {1, kK});
+  test::fill_small_int(b, 1);
+  test::HostTensor scales = test::HostTensor::zeros(DType::kF32, {1, kN});
+  test::fill_uniform(scales, 2, 0.01, 0.02);
+  test::HostTensor handler =
+      test::HostTensor::zeros(DType::kU8, {codegen::ref::onednn_handler_bytes(create)});
+  KernelArgs create_args({handler.tensor(), b.tensor()}, {32.0});
+  if (scaled) create_args = KernelArgs({handler.tensor(), b.tensor(), scales.tensor()}, {32.0});
+  if (Status st = create_kernel->run(create_args); !st.is_ok()) {
+    fmt::print("chunk sweep {}: {}\n", kind_name(kind), st.to_string());
+    return;
+  }
+  test::HostTensor a = test::HostTensor::zeros(scaled ? DType::kI8 : dt, {m, kK});
+  test::fill_small_int(a, 3);
+  test::HostTensor c = test::HostTensor::zeros(scaled ? DType::kBF16 : dt, {m, kN});
+  test::HostTensor a_scales = test::HostTensor::zeros(DType::kF32, {m, 1});
+  test::fill_uniform(a_scales, 4, 0.01, 0.02);
+  const KernelArgs args = scaled ? KernelArgs({c.tensor(), a.tensor(), a_scales.tensor(), Tensor(),
+                                               Tensor(), Tensor(), handler.tensor()})
+                                 : KernelArgs({c.tensor(), a.tensor(), Tensor(), handler.tensor()});
+  std::vector<Kernel> kernels;
+  std::vector<double> best;
+  for (int64_t rows : codegen::onednn::kChunkRowChoices) {
+    if (rows > m) break;
+    options.config = Config().set("chunk_rows", rows);
+    auto kernel = compile(mm, options);
+    if (!kernel.is_ok()) {
+      fmt::print("chunk sweep {}: {}\n", kind_name(kind), kernel.status().to_string());
+      return;
+    }
+    kernels.push_back(kernel.value());
+    best.push_back(1e30);
+    (void)kernels.back().run(args);  // primitives created
+  }
+  for (int rep = 0; rep < 4; ++rep) {
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      if (Status st = kernels[i].run(args); !st.is_ok()) fmt::print("{}\n", st.to_string());
+      best[i] = std::min(best[i], std::chrono::duration<double, std::micro>(
+                                      std::chrono::steady_clock::now() - start)
+                                      .count());
+    }
+  }
+  fmt::print("chunk_rows sweep, {} M = {} (best call):", kind_name(kind), m);
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    fmt::print(" {}: {:.0f} us ({:.0f} GFLOP/s);", kernels[i].info().config.to_string(), best[i],
+               2.0 * m * kK * kN / best[i] / 1e3);
+  }
+  fmt::print("\n");
+}
+
+void print_summary() {
+  fmt::print(
+      "\nsummary (4096 x 4096 weight, {} threads; every ratio against the best ceiling measured "
+      "in this run, at its start and after each case)\n",
+      kThreads);
+  for (PeakKind kind : {PeakKind::kFmaF32, PeakKind::kDpBf16, PeakKind::kVnniI8, PeakKind::kAmxBf16,
+                        PeakKind::kAmxI8}) {
+    fmt::print("  peak {}: {:.0f} G(FL)OP/s\n", peak_name(kind), ceilings().peak[int(kind)]);
+  }
+  fmt::print(
+      "| dtype | M | us/call | GFLOP/s | % of ISA peak | % of AMX peak | weight GB/s | "
+      "% of copy |\n|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows()) {
+    const double isa = ceilings().peak[int(vector_peak(r.kind))];
+    const double amx =
+        r.kind == Kind::kF32
+            ? 0
+            : ceilings().peak[int(r.kind == Kind::kBf16 ? PeakKind::kAmxBf16 : PeakKind::kAmxI8)];
+    fmt::print(
+        "| {} | {} | {:.0f} | {:.0f} | {:.0f}% | {} | {:.1f} | {} |\n", kind_name(r.kind), r.m,
+        r.us, r.gflops, 100 * r.gflops / isa,
+        amx > 0 ? fmt::format("{:.0f}%", 100 * r.gflops / amx) : "-", r.weight_gbps,
+        r.m <= 16 ? fmt::format("{:.0f}% of {:.1f}", 100 * r.weight_gbps / r.copy_gbps, r.copy_gbps)
+                  : "-");
+  }
+}
+
+}  // namespace
+}  // namespace jit::bench
+
+int main() {
+  using namespace jit::bench;
+  fmt::print(
+      "copy bandwidth, {} threads: {:.1f} GB/s at 1 GiB moved, {:.1f} GB/s at 64 MB "
+      "moved (best of 7)\n",
+      kThreads, ceilings().copy_gbps = measure_copy_gbps(size_t(512) << 20, kThreads),
+      measure_copy_gbps(size_t(32) << 20, kThreads));
+  for (PeakKind kind : {PeakKind::kFmaF32, PeakKind::kDpBf16, PeakKind::kVnniI8, PeakKind::kAmxBf16,
+                        PeakKind::kAmxI8}) {
+    const double one = measure_peak_gflops(kind, 1);
+    const double two = measure_peak_gflops(kind, kThreads);
+    ceilings().peak[int(kind)] = two;
+    if (one == 0) {
+      fmt::print("peak {}: not available on this CPU\n", peak_name(kind));
+    } else {
+      fmt::print("peak {}: {:.0f} G(FL)OP/s on 1 thread, {:.0f} on {}\n", peak_name(kind), one, two,
+                 kThreads);
+    }
+  }
+  // What oneDNN runs for each case (what ONEDNN_VERBOSE=1 prints as the implementation).
+  const jit::Backend* onednn = nullptr;
+  for (const jit::Backend* b : jit::Runtime::global().backends()) {
+    if (b->kind() == jit::BackendKind::kOnednn) onednn = b;
+  }
+  if (onednn == nullptr) {
+    fmt::print(stderr, "this kiln has no onednn backend (KILN_ENABLE_ONEDNN=OFF)\n");
+    return 1;
+  }
+  for (Kind kind : {Kind::kF32, Kind::kBf16, Kind::kInt8}) {
+    const jit::OpSpec spec =
+        kind == Kind::kInt8 ? jit::OpSpec::make(jit::OpKind::kOnednnScaledMm,
+                                                jit::ir::ScaledGemmParams{jit::DType::kBF16, kK, kN,
+                                                                          true, false, true})
+                            : jit::OpSpec::make(jit::OpKind::kOnednnMm,
+                                                jit::ir::GemmParams{weight_dtype(kind), kK, kN});
+    for (int64_t m : {1, 16, 128, 1024}) {
+      auto impl = jit::codegen::onednn::implementation_name(*onednn, spec, m);
+      fmt::print("oneDNN implementation {} M={}: {}\n", kind_name(kind), m,
+                 impl.is_ok() ? impl.value() : impl.status().to_string());
+    }
+  }
+  for (Kind kind : {Kind::kF32, Kind::kBf16, Kind::kInt8}) {
+    for (int64_t m : {1, 16, 128, 1024}) run_case(kind, m);
+  }
+  print_summary();
+  report_pitfalls();
+  for (Kind kind : {Kind::kF32, Kind::kBf16, Kind::kInt8}) report_chunk_sweep(kind);
+  return 0;
+}

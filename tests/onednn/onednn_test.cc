@@ -1,0 +1,524 @@
+// The onednn backend against the ref backend (spec/norm_act_cpu_ops.md §4, spec/testing.md):
+// onednn_mm f32/bf16 exact on small integers and within the tolerance table otherwise,
+// onednn_scaled_mm in every quantisation scheme, M from 1 past the largest bucket, handlers
+// made by either backend, the per-M primitive cache under vLLM's M sequences, oneDNN's chosen
+// implementations (no slow fallback), and bad input through jit::ops and KernelArgs.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "codegen/onednn/onednn_backend.h"
+#include "codegen/ref/ref.h"
+#include "ir/params_cpu.h"
+#include "runtime/ops.h"
+#include "runtime/runtime.h"
+#include "tests/harness/harness.h"
+#include "tests/harness/op_cases.h"
+
+namespace jit {
+namespace {
+
+using test::HostTensor;
+using test::InputKind;
+using test::Tolerance;
+
+Runtime& test_runtime() {
+  static Runtime runtime{RuntimeOptions{}};
+  return runtime;
+}
+
+const Backend& onednn_backend() {
+  for (const Backend* b : test_runtime().backends()) {
+    if (b->kind() == BackendKind::kOnednn) return *b;
+  }
+  ADD_FAILURE() << "the runtime has no onednn backend";
+  std::abort();
+}
+
+Kernel compile_onednn(const OpSpec& spec) {
+  CompileOptions options;
+  options.backend = BackendKind::kOnednn;
+  auto kernel = test_runtime().compile(spec, options);
+  EXPECT_TRUE(kernel.is_ok()) << to_string(spec) << ": " << kernel.status().to_string();
+  return kernel.value();
+}
+
+OpSpec mm_spec(OpKind op, DType dtype, int64_t k, int64_t n) {
+  return OpSpec::make(op, ir::GemmParams{dtype, k, n});
+}
+OpSpec scaled_spec(OpKind op, DType out, int64_t k, int64_t n, bool dynamic, bool azp,
+                   bool per_channel) {
+  return OpSpec::make(op, ir::ScaledGemmParams{out, k, n, dynamic, azp, per_channel});
+}
+
+// Every input kind of the op over `rows`, compared with ref by the shared harness.
+void check_spec(const OpSpec& spec, int64_t rows) {
+  const Kernel kernel = compile_onednn(spec);
+  for (InputKind kind : test::input_kinds_for(spec.op)) {
+    auto c = test::make_case(spec, rows, kind, uint64_t(rows) * 7 + 3);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    const test::CaseReport report = test::check_against_ref(kernel, c.value());
+    EXPECT_TRUE(report.ok) << to_string(spec) << " M=" << rows
+                           << " inputs=" << test::input_kind_name(kind) << "\n"
+                           << report.message;
+  }
+}
+
+// ---- against ref -------------------------------------------------------------------------------
+
+TEST(OnednnBuckets, CoverEveryMWithLittleWaste) {
+  int64_t buckets = 0, last = 0;
+  for (int64_t m = 1; m <= codegen::onednn::kMaxBucketRows; ++m) {
+    const int64_t b = codegen::onednn::m_bucket(m);
+    ASSERT_GE(b, m);
+    ASSERT_LT(double(b), 1.25 * double(m) + 1) << m;  // under 20% of the rows are padding
+    ASSERT_LE(b, codegen::onednn::kMaxBucketRows);
+    if (b != last) ++buckets;
+    last = b;
+  }
+  EXPECT_EQ(codegen::onednn::m_bucket(4096), 4096);
+  EXPECT_EQ(buckets, 44);  // 1..8, then four per octave up to 4096
+}
+
+TEST(OnednnCreate, HandlerBytesEqualRef) {
+  for (DType dt : {DType::kF32, DType::kBF16})
+    check_spec(mm_spec(OpKind::kCreateOnednnMm, dt, 15, 33), 1);
+  for (bool per_channel : {false, true}) {
+    check_spec(
+        scaled_spec(OpKind::kCreateOnednnScaledMm, DType::kBF16, 40, 9, true, true, per_channel),
+        1);
+  }
+}
+
+TEST(OnednnMm, MatchesRefOverShapesAndRows) {
+  const std::pair<int64_t, int64_t> shapes[] = {{128, 256}, {15, 33}, {491, 1023}, {64, 17}};
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (auto [k, n] : shapes) {
+      for (int64_t m : {1, 2, 3, 7, 9, 16, 17, 31, 64, 129}) {
+        check_spec(mm_spec(OpKind::kOnednnMm, dt, k, n), m);
+      }
+    }
+  }
+}
+
+TEST(OnednnMm, LargeWeightDecodeRows) {
+  for (int64_t m : {1, 4}) check_spec(mm_spec(OpKind::kOnednnMm, DType::kBF16, 4096, 4096), m);
+}
+
+TEST(OnednnMm, RowsBeyondTheLargestBucketRunInChunks) {
+  // 4096 + 37 rows: one full chunk and a padded one.
+  check_spec(mm_spec(OpKind::kOnednnMm, DType::kBF16, 32, 48),
+             codegen::onednn::kMaxBucketRows + 37);
+}
+
+TEST(OnednnScaledMm, EveryQuantisationSchemeMatchesRef) {
+  for (DType out : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (bool dynamic : {false, true}) {
+      for (bool azp : {false, true}) {
+        for (bool per_channel : {false, true}) {
+          for (int64_t m : {1, 5, 16, 33}) {
+            check_spec(scaled_spec(OpKind::kOnednnScaledMm, out, 40, 72, dynamic, azp, per_channel),
+                       m);
+          }
+        }
+      }
+    }
+  }
+  // vLLM's odd shapes.
+  check_spec(scaled_spec(OpKind::kOnednnScaledMm, DType::kBF16, 491, 1023, true, true, true), 17);
+  check_spec(scaled_spec(OpKind::kOnednnScaledMm, DType::kBF16, 15, 1001, false, true, false), 3);
+}
+
+TEST(OnednnScaledMm, RowsBeyondTheLargestBucketRunInChunks) {
+  check_spec(scaled_spec(OpKind::kOnednnScaledMm, DType::kBF16, 32, 48, true, true, true),
+             codegen::onednn::kMaxBucketRows + 5);
+}
+
+// Every chunk_rows config of the tuning space gives ref's results for a call of several
+// chunks; a config outside the space is refused at load.
+TEST(OnednnConfig, EveryChunkSizeMatchesRef) {
+  const OpSpec specs[] = {
+      mm_spec(OpKind::kOnednnMm, DType::kBF16, 24, 40),
+      scaled_spec(OpKind::kOnednnScaledMm, DType::kBF16, 24, 40, true, true, true)};
+  for (const OpSpec& spec : specs) {
+    const std::vector<Config> space =
+        onednn_backend().configs(spec, host_target(BackendKind::kOnednn));
+    ASSERT_EQ(space.size(), std::size(codegen::onednn::kChunkRowChoices));
+    for (const Config& config : space) {
+      CompileOptions options;
+      options.backend = BackendKind::kOnednn;
+      options.config = config;
+      auto kernel = test_runtime().compile(spec, options);
+      ASSERT_TRUE(kernel.is_ok()) << kernel.status().to_string();
+      auto c = test::make_case(spec, 300, InputKind::kSmallInt, 17);
+      ASSERT_TRUE(c.is_ok());
+      const test::CaseReport report = test::check_against_ref(kernel.value(), c.value());
+      EXPECT_TRUE(report.ok) << config.to_string() << ": " << report.message;
+    }
+  }
+  CompileOptions options;
+  options.backend = BackendKind::kOnednn;
+  options.config = Config().set("chunk_rows", 100);
+  auto bad = test_runtime().compile(specs[0], options);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("chunk_rows=100"), std::string::npos)
+      << bad.status().message();
+}
+
+// ---- handlers ----------------------------------------------------------------------------------
+
+// b [K, N] column-major of small integers, its ref handler, and `rows` rows of a.
+struct MmCase {
+  OpSpec create, mm;
+  HostTensor b, handler, a, c, bias;
+};
+MmCase small_int_mm(DType dt, int64_t k, int64_t n, int64_t rows, uint64_t seed) {
+  MmCase x;
+  x.create = mm_spec(OpKind::kCreateOnednnMm, dt, k, n);
+  x.mm = mm_spec(OpKind::kOnednnMm, dt, k, n);
+  x.b = HostTensor::strided(dt, {k, n}, {1, k});
+  test::fill_small_int(x.b, seed);
+  x.handler = HostTensor::zeros(DType::kU8, {codegen::ref::onednn_handler_bytes(x.create)});
+  x.a = HostTensor::zeros(dt, {rows, k});
+  test::fill_small_int(x.a, seed + 1);
+  x.c = HostTensor::zeros(dt, {rows, n});
+  x.bias = HostTensor::zeros(dt, {n});
+  test::fill_small_int(x.bias, seed + 2);
+  return x;
+}
+
+HostTensor ref_result(MmCase& x) {
+  HostTensor handler = HostTensor::zeros(DType::kU8, x.handler.sizes());
+  EXPECT_TRUE(
+      codegen::ref::run(x.create, KernelArgs({handler.tensor(), x.b.tensor()}, {8.0})).is_ok());
+  HostTensor c = x.c;
+  EXPECT_TRUE(codegen::ref::run(
+                  x.mm, KernelArgs({c.tensor(), x.a.tensor(), x.bias.tensor(), handler.tensor()}))
+                  .is_ok());
+  return c;
+}
+
+TEST(OnednnHandler, InterchangeableWithRefHandlers) {
+  MmCase x = small_int_mm(DType::kBF16, 64, 80, 5, 11);
+  const HostTensor expected = ref_result(x);
+  // onednn create -> ref mm.
+  ASSERT_TRUE(
+      compile_onednn(x.create).run(KernelArgs({x.handler.tensor(), x.b.tensor()}, {8.0})).is_ok());
+  HostTensor c_ref = x.c;
+  ASSERT_TRUE(codegen::ref::run(x.mm, KernelArgs({c_ref.tensor(), x.a.tensor(), x.bias.tensor(),
+                                                  x.handler.tensor()}))
+                  .is_ok());
+  EXPECT_TRUE(test::compare(c_ref, expected, Tolerance::exact()).ok());
+  // ref create -> onednn mm (packed on first use).
+  HostTensor handler = HostTensor::zeros(DType::kU8, x.handler.sizes());
+  ASSERT_TRUE(
+      codegen::ref::run(x.create, KernelArgs({handler.tensor(), x.b.tensor()}, {8.0})).is_ok());
+  const int64_t lazy_before = codegen::onednn::stats(onednn_backend()).lazy_packs;
+  HostTensor c = x.c;
+  ASSERT_TRUE(compile_onednn(x.mm)
+                  .run(KernelArgs({c.tensor(), x.a.tensor(), x.bias.tensor(), handler.tensor()}))
+                  .is_ok());
+  EXPECT_EQ(codegen::onednn::stats(onednn_backend()).lazy_packs, lazy_before + 1);
+  const auto r = test::compare(c, expected, Tolerance::exact());
+  EXPECT_TRUE(r.ok()) << r.message;
+}
+
+TEST(OnednnHandler, ANewHandlerAtTheSameAddressIsRepacked) {
+  // Two weights written in turn into one handler buffer: the second must not reuse the packed
+  // copy of the first (the fingerprint differs).
+  MmCase x = small_int_mm(DType::kF32, 48, 40, 3, 21);
+  MmCase y = small_int_mm(DType::kF32, 48, 40, 3, 99);
+  const Kernel create = compile_onednn(x.create), mm = compile_onednn(x.mm);
+  for (MmCase* w : {&x, &y}) {
+    // create via ref into x's buffer (the onednn backend does not see the rewrite).
+    ASSERT_TRUE(codegen::ref::run(x.create, KernelArgs({x.handler.tensor(), w->b.tensor()}, {8.0}))
+                    .is_ok());
+    HostTensor c = x.c;
+    ASSERT_TRUE(mm.run(KernelArgs({c.tensor(), x.a.tensor(), x.bias.tensor(), x.handler.tensor()}))
+                    .is_ok());
+    MmCase probe = *w;
+    probe.a = x.a;
+    probe.bias = x.bias;
+    const auto r = test::compare(c, ref_result(probe), Tolerance::exact());
+    EXPECT_TRUE(r.ok()) << r.message;
+  }
+  (void)create;
+}
+
+// vLLM's test_onednn.py M sequences on one handler with a primitive cache of 2 (eviction and
+// re-creation), through jit::ops.
+TEST(OnednnOps, VllmMSequencesOnOneHandler) {
+  for (const std::vector<int64_t>& seq :
+       {std::vector<int64_t>{16, 1, 32, 128, 64}, std::vector<int64_t>{1, 17, 1, 31, 17}}) {
+    MmCase x = small_int_mm(DType::kBF16, 128, 256, 1, 5);
+    const int64_t handler = ops::create_onednn_mm(x.b.tensor(), 2);
+    for (int64_t m : seq) {
+      MmCase y = small_int_mm(DType::kBF16, 128, 256, m, 5);
+      for (bool with_bias : {true, false}) {
+        if (!with_bias) y.bias = HostTensor();
+        HostTensor c = y.c;
+        ops::onednn_mm(c.tensor(), y.a.tensor(), with_bias ? y.bias.tensor() : Tensor(), handler);
+        HostTensor expected = y.c;
+        HostTensor ref_handler = HostTensor::zeros(DType::kU8, x.handler.sizes());
+        ASSERT_TRUE(
+            codegen::ref::run(y.create, KernelArgs({ref_handler.tensor(), y.b.tensor()}, {2.0}))
+                .is_ok());
+        ASSERT_TRUE(codegen::ref::run(y.mm, KernelArgs({expected.tensor(), y.a.tensor(),
+                                                        with_bias ? y.bias.tensor() : Tensor(),
+                                                        ref_handler.tensor()}))
+                        .is_ok());
+        const auto r = test::compare(c, expected, Tolerance::exact());
+        EXPECT_TRUE(r.ok()) << "M=" << m << " bias=" << with_bias << ": " << r.message;
+      }
+    }
+    ops::release_onednn_handler(handler);
+  }
+}
+
+TEST(OnednnOps, ScaledMmThroughOps) {
+  const int64_t k = 64, n = 48, m = 6;
+  HostTensor b = HostTensor::strided(DType::kI8, {k, n}, {1, k});
+  test::fill_small_int(b, 3, -100, 100);
+  HostTensor b_scales = HostTensor::zeros(DType::kF32, {1, n});
+  test::fill_uniform(b_scales, 4, 0.01, 0.05);
+  const int64_t handler =
+      ops::create_onednn_scaled_mm(b.tensor(), b_scales.tensor(), DType::kBF16, true, true, 32);
+  HostTensor a = HostTensor::zeros(DType::kI8, {m, k});
+  test::fill_small_int(a, 5, -128, 127);
+  HostTensor a_scales = HostTensor::zeros(DType::kF32, {m, 1});
+  test::fill_uniform(a_scales, 6, 0.01, 0.1);
+  HostTensor azp = HostTensor::zeros(DType::kI32, {m, 1});
+  test::fill_small_int(azp, 7, -20, 20);
+  HostTensor azp_adj = HostTensor::zeros(DType::kF32, {1, n});
+  for (int64_t j = 0; j < n; ++j) {
+    double sum = 0;
+    for (int64_t i = 0; i < k; ++i) sum += b.get(i * n + j);
+    azp_adj.set(j, b_scales.get(j) * sum);
+  }
+  HostTensor c = HostTensor::zeros(DType::kBF16, {m, n});
+  ops::onednn_scaled_mm(c.tensor(), a.tensor(), a_scales.tensor(), azp.tensor(), azp_adj.tensor(),
+                        Tensor(), handler);
+  // ref on the same arguments.
+  const OpSpec create =
+      scaled_spec(OpKind::kCreateOnednnScaledMm, DType::kBF16, k, n, true, true, true);
+  HostTensor ref_handler =
+      HostTensor::zeros(DType::kU8, {codegen::ref::onednn_handler_bytes(create)});
+  ASSERT_TRUE(codegen::ref::run(
+                  create, KernelArgs({ref_handler.tensor(), b.tensor(), b_scales.tensor()}, {32.0}))
+                  .is_ok());
+  HostTensor expected = HostTensor::zeros(DType::kBF16, {m, n});
+  ASSERT_TRUE(
+      codegen::ref::run(scaled_spec(OpKind::kOnednnScaledMm, DType::kBF16, k, n, true, true, true),
+                        KernelArgs({expected.tensor(), a.tensor(), a_scales.tensor(), azp.tensor(),
+                                    azp_adj.tensor(), Tensor(), ref_handler.tensor()}))
+          .is_ok());
+  const auto r = test::compare(c, expected, Tolerance::abs_rel(1e-3, 1.0 / 128));
+  EXPECT_TRUE(r.ok()) << r.message;
+  ops::release_onednn_handler(handler);
+}
+
+TEST(OnednnOps, ConcurrentCallsOnOneHandler) {
+  MmCase x = small_int_mm(DType::kBF16, 256, 512, 1, 8);
+  const int64_t handler = ops::create_onednn_mm(x.b.tensor(), 32);
+  std::vector<std::thread> threads;
+  std::vector<int> ok(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      MmCase y = small_int_mm(DType::kBF16, 256, 512, 1 + 9 * t, 8);
+      const HostTensor expected = ref_result(y);
+      for (int rep = 0; rep < 5; ++rep) {
+        HostTensor c = y.c;
+        ops::onednn_mm(c.tensor(), y.a.tensor(), y.bias.tensor(), handler);
+        if (!test::compare(c, expected, Tolerance::exact()).ok()) return;
+      }
+      ok[size_t(t)] = 1;
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(ok[size_t(t)], 1) << "thread " << t;
+  ops::release_onednn_handler(handler);
+}
+
+// ---- dispatch and the implementations oneDNN picks -------------------------------------------
+
+TEST(OnednnDispatch, GemmOpsGoToOnednnAndF16FallsBackToRef) {
+  auto kernel = test_runtime().compile(mm_spec(OpKind::kOnednnMm, DType::kBF16, 64, 64));
+  ASSERT_TRUE(kernel.is_ok()) << kernel.status().to_string();
+  EXPECT_EQ(kernel->info().backend, BackendKind::kOnednn);
+  auto f16 = test_runtime().compile(mm_spec(OpKind::kOnednnMm, DType::kF16, 64, 64));
+  ASSERT_TRUE(f16.is_ok()) << f16.status().to_string();
+  EXPECT_EQ(f16->info().backend, BackendKind::kRef);
+  ASSERT_FALSE(f16->info().skipped.empty());
+  EXPECT_NE(f16->info().skipped.front().find("f16"), std::string::npos)
+      << f16->info().skipped.front();
+  // The int8 ops serve every output type: the epilogue is kiln's.
+  auto scaled = test_runtime().compile(
+      scaled_spec(OpKind::kOnednnScaledMm, DType::kF16, 64, 64, true, false, false));
+  ASSERT_TRUE(scaled.is_ok());
+  EXPECT_EQ(scaled->info().backend, BackendKind::kOnednn);
+}
+
+// The pitfalls of docs/gemm.md: every primitive must be oneDNN's brgemm (AVX-512 or AMX), never
+// gemm:jit (what run-time M or run-time scales give) or its reference kernels.
+TEST(OnednnDispatch, PrimitivesStayOnBrgemm) {
+  for (int64_t m : {1, 16, 128, 1024}) {
+    for (const OpSpec& spec :
+         {mm_spec(OpKind::kOnednnMm, DType::kF32, 4096, 4096),
+          mm_spec(OpKind::kOnednnMm, DType::kBF16, 4096, 4096),
+          scaled_spec(OpKind::kOnednnScaledMm, DType::kBF16, 4096, 4096, true, true, true)}) {
+      auto impl = codegen::onednn::implementation_name(onednn_backend(), spec, m);
+      ASSERT_TRUE(impl.is_ok()) << impl.status().to_string();
+      EXPECT_EQ(impl->rfind("brg:", 0), 0u) << to_string(spec) << " M=" << m << ": " << *impl;
+      std::printf("%s M=%lld: %s\n", to_string(spec).c_str(), (long long)m, impl->c_str());
+    }
+  }
+}
+
+// ---- bad input -------------------------------------------------------------------------------
+
+// Runs `call`, expects a jit::Error whose message contains every one of `needles`.
+template <class Call>
+void expect_error(Call call, std::initializer_list<std::string_view> needles) {
+  try {
+    call();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    for (std::string_view needle : needles) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(OnednnBadInput, MmShapesDtypesAndHandlers) {
+  MmCase x = small_int_mm(DType::kBF16, 32, 24, 4, 1);
+  const int64_t handler = ops::create_onednn_mm(x.b.tensor(), 4);
+  HostTensor c = x.c;
+  const std::vector<std::byte> before = c.storage();
+  // a with the wrong K.
+  HostTensor a_bad_k = HostTensor::zeros(DType::kBF16, {4, 31});
+  expect_error([&] { ops::onednn_mm(c.tensor(), a_bad_k.tensor(), Tensor(), handler); },
+               {"'a'", "31", "32"});
+  // c with the wrong M.
+  HostTensor c_bad = HostTensor::zeros(DType::kBF16, {5, 24});
+  expect_error([&] { ops::onednn_mm(c_bad.tensor(), x.a.tensor(), Tensor(), handler); }, {"'a'"});
+  // a of the wrong dtype.
+  HostTensor a_f32 = HostTensor::zeros(DType::kF32, {4, 32});
+  expect_error([&] { ops::onednn_mm(c.tensor(), a_f32.tensor(), Tensor(), handler); },
+               {"'a'", "f32", "bf16"});
+  // bias of the wrong length.
+  HostTensor bias_bad = HostTensor::zeros(DType::kBF16, {23});
+  expect_error([&] { ops::onednn_mm(c.tensor(), x.a.tensor(), bias_bad.tensor(), handler); },
+               {"'bias'"});
+  // b of an int type; b not 2-D.
+  HostTensor b_i8 = HostTensor::zeros(DType::kI8, {32, 24});
+  expect_error([&] { ops::create_onednn_mm(b_i8.tensor(), 4); }, {"dtype=i8"});
+  HostTensor b_1d = HostTensor::zeros(DType::kBF16, {32});
+  expect_error([&] { ops::create_onednn_mm(b_1d.tensor(), 4); }, {"'b'", "2-D"});
+  expect_error([&] { ops::create_onednn_mm(x.b.tensor(), 0); }, {"primitive_cache_size"});
+  // Handlers: unknown, of the other op, released.
+  expect_error([&] { ops::onednn_mm(c.tensor(), x.a.tensor(), Tensor(), 12345); },
+               {"'handler'", "not a live handler"});
+  EXPECT_EQ(c.storage(), before) << "a rejected call wrote to c";
+  ops::release_onednn_handler(handler);
+  expect_error([&] { ops::onednn_mm(c.tensor(), x.a.tensor(), Tensor(), handler); }, {"'handler'"});
+  expect_error([&] { ops::release_onednn_handler(handler); }, {"'handler'"});
+}
+
+TEST(OnednnBadInput, ScaledMmScalesAndZeroPoints) {
+  const int64_t k = 16, n = 8, m = 3;
+  HostTensor b = HostTensor::strided(DType::kI8, {k, n}, {1, k});
+  HostTensor scales_n = HostTensor::zeros(DType::kF32, {n});
+  HostTensor scales_bad = HostTensor::zeros(DType::kF32, {n + 1});
+  expect_error(
+      [&] {
+        ops::create_onednn_scaled_mm(b.tensor(), scales_bad.tensor(), DType::kBF16, true, false);
+      },
+      {"'b_scales'", "9", "8"});
+  HostTensor scales_f16 = HostTensor::zeros(DType::kF16, {1});
+  expect_error(
+      [&] {
+        ops::create_onednn_scaled_mm(b.tensor(), scales_f16.tensor(), DType::kBF16, true, false);
+      },
+      {"'b_scales'", "f16"});
+  HostTensor b_row_major = HostTensor::zeros(DType::kI8, {k, n});
+  expect_error(
+      [&] {
+        ops::create_onednn_scaled_mm(b_row_major.tensor(), scales_n.tensor(), DType::kBF16, true,
+                                     false);
+      },
+      {"'b'", "column-major"});
+  const int64_t handler =
+      ops::create_onednn_scaled_mm(b.tensor(), scales_n.tensor(), DType::kBF16, true, false, 4);
+  HostTensor a = HostTensor::zeros(DType::kI8, {m, k});
+  HostTensor c = HostTensor::zeros(DType::kBF16, {m, n});
+  HostTensor a_scales = HostTensor::zeros(DType::kF32, {m, 1});
+  HostTensor a_scales_bad = HostTensor::zeros(DType::kF32, {m + 1});
+  HostTensor azp = HostTensor::zeros(DType::kI32, {m});
+  expect_error(
+      [&] {
+        ops::onednn_scaled_mm(c.tensor(), a.tensor(), a_scales_bad.tensor(), Tensor(), Tensor(),
+                              Tensor(), handler);
+      },
+      {"'a_scales'", "[M] or [M, 1]"});
+  expect_error(
+      [&] {
+        ops::onednn_scaled_mm(c.tensor(), a.tensor(), a_scales.tensor(), azp.tensor(), Tensor(),
+                              Tensor(), handler);
+      },
+      {"'azp'"});
+  HostTensor a_bf16 = HostTensor::zeros(DType::kBF16, {m, k});
+  expect_error(
+      [&] {
+        ops::onednn_scaled_mm(c.tensor(), a_bf16.tensor(), a_scales.tensor(), Tensor(), Tensor(),
+                              Tensor(), handler);
+      },
+      {"'a'", "i8"});
+  HostTensor c_f32 = HostTensor::zeros(DType::kF32, {m, n});
+  expect_error(
+      [&] {
+        ops::onednn_scaled_mm(c_f32.tensor(), a.tensor(), a_scales.tensor(), Tensor(), Tensor(),
+                              Tensor(), handler);
+      },
+      {"'c'", "bf16"});
+  // An mm handler given to the scaled op.
+  HostTensor bf = HostTensor::strided(DType::kBF16, {k, n}, {1, k});
+  const int64_t mm_handler = ops::create_onednn_mm(bf.tensor(), 4);
+  expect_error(
+      [&] {
+        ops::onednn_scaled_mm(c.tensor(), a.tensor(), a_scales.tensor(), Tensor(), Tensor(),
+                              Tensor(), mm_handler);
+      },
+      {"'handler'", "create_onednn_mm"});
+  ops::release_onednn_handler(mm_handler);
+  ops::release_onednn_handler(handler);
+}
+
+// Handler tensors through KernelArgs: wrong size, garbage, another spec's; nothing written.
+TEST(OnednnBadInput, GarbageHandlerTensors) {
+  MmCase x = small_int_mm(DType::kBF16, 32, 24, 2, 1);
+  const Kernel mm = compile_onednn(x.mm);
+  HostTensor c = x.c;
+  const std::vector<std::byte> before = c.storage();
+  HostTensor short_handler = HostTensor::zeros(DType::kU8, {100});
+  Status s = mm.run(KernelArgs({c.tensor(), x.a.tensor(), Tensor(), short_handler.tensor()}));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("'handler'"), std::string::npos) << s.message();
+  HostTensor garbage = HostTensor::zeros(DType::kU8, x.handler.sizes());
+  test::fill_small_int(garbage, 4, 0, 255);
+  s = mm.run(KernelArgs({c.tensor(), x.a.tensor(), Tensor(), garbage.tensor()}));
+  EXPECT_NE(s.message().find("bad magic"), std::string::npos) << s.message();
+  // A handler made for f32 with the same byte count as bf16 [32, 48]: K, N, dtype differ.
+  const OpSpec other = mm_spec(OpKind::kCreateOnednnMm, DType::kF32, 32, 12);
+  HostTensor foreign = HostTensor::zeros(DType::kU8, {codegen::ref::onednn_handler_bytes(other)});
+  HostTensor b_other = HostTensor::strided(DType::kF32, {32, 12}, {1, 32});
+  ASSERT_TRUE(
+      compile_onednn(other).run(KernelArgs({foreign.tensor(), b_other.tensor()}, {4.0})).is_ok());
+  s = mm.run(KernelArgs({c.tensor(), x.a.tensor(), Tensor(), foreign.tensor()}));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("[32, 12]"), std::string::npos) << s.message();
+  EXPECT_EQ(c.storage(), before) << "a rejected call wrote to c";
+}
+
+}  // namespace
+}  // namespace jit

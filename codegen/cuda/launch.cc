@@ -1,0 +1,119 @@
+#include "codegen/cuda/launch.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+
+#include "codegen/cuda/render.h"
+#include "ir/check_args.h"
+#include "kiln_args.cuh"
+
+namespace jit::codegen::cuda {
+namespace {
+
+// Blocks along grid.x are limited to 2^31 - 1.
+constexpr int64_t kMaxGridX = 2147483647;
+
+bool is_activation(OpKind op) {
+  return op_family(op) == "activation";
+}
+
+bool aligned(const void* p, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % uint64_t(bytes) == 0;
+}
+
+// One block per row, `threads` threads; an error when rows exceed grid.x.
+Status set_rows(LaunchPlan& plan, std::string_view op, int64_t rows, int64_t threads) {
+  if (rows > kMaxGridX) {
+    return invalid_argument(
+        fmt::format("{}: {} rows exceed the cuda backend's grid limit of {} rows per call", op,
+                    rows, kMaxGridX));
+  }
+  plan.empty = rows == 0;
+  plan.grid[0] = unsigned(rows == 0 ? 1 : rows);
+  plan.block[0] = unsigned(threads);
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<LaunchPlan> plan_launch(const OpSpec& spec, const Config& config, const KernelArgs& args,
+                               bool host_data) {
+  LaunchPlan plan;
+  const int64_t threads = config.get(kThreads, 256);
+  const int64_t vec = config.get(kVec, 1);
+  const std::string_view op = op_name(spec.op);
+  if (spec.op == OpKind::kRmsNorm || spec.op == OpKind::kFusedAddRmsNorm) {
+    const auto& p = spec.get<ir::NormParams>();
+    const int64_t esize = int64_t(dtype_size(p.dtype));
+    const int64_t vbytes = vec * esize;
+    kiln::NormArgs a{};
+    const Tensor& first = args.tensor(0);   // out (rms_norm) or input (fused)
+    const Tensor& second = args.tensor(1);  // input (rms_norm) or residual (fused)
+    const Tensor& weight = args.tensor(2);
+    if (spec.op == OpKind::kFusedAddRmsNorm) {
+      a.dst = first.data();
+      a.src = first.data();
+      a.dst_stride = a.src_stride = ir::row_stride(first);
+      a.residual = second.data();
+      a.residual_stride = ir::row_stride(second);
+    } else {
+      a.dst = first.data();
+      a.dst_stride = p.hidden;
+      a.src = second.data();
+      a.src_stride = ir::row_stride(second);
+    }
+    a.weight = p.weight ? weight.data() : nullptr;
+    a.epsilon = float(args.scalar(0));
+    a.rows = second.numel() / p.hidden;
+    a.vector_ok = aligned(a.dst, vbytes) && aligned(a.src, vbytes) &&
+                  (a.dst_stride * esize) % vbytes == 0 && (a.src_stride * esize) % vbytes == 0 &&
+                  (!p.weight || aligned(a.weight, vbytes)) &&
+                  (a.residual == nullptr ||
+                   (aligned(a.residual, vbytes) && (a.residual_stride * esize) % vbytes == 0));
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.rows, threads));
+    plan.set_params(a);
+  } else if (is_activation(spec.op)) {
+    const auto& p = spec.get<ir::ActivationParams>();
+    const int64_t esize = int64_t(dtype_size(p.dtype));
+    // swigluoai reads 2·vec inputs per access.
+    const int64_t vbytes = vec * esize * (spec.op == OpKind::kSwigluoaiAndMul ? 2 : 1);
+    kiln::ActivationArgs a{};
+    a.dst = args.tensor(0).data();
+    a.src = args.tensor(1).data();
+    a.rows = args.tensor(1).numel() / (2 * p.d);
+    a.p0 = args.scalar_count > 0 ? float(args.scalar(0)) : 0.0f;
+    a.p1 = args.scalar_count > 1 ? float(args.scalar(1)) : 0.0f;
+    a.vector_ok = aligned(a.dst, vbytes) && aligned(a.src, vbytes);
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.rows, threads));
+    plan.set_params(a);
+  } else if (spec.op == OpKind::kRotaryEmbedding) {
+    const auto& p = spec.get<ir::RopeParams>();
+    const Tensor& positions = args.tensor(0);
+    const Tensor& cache = args.tensor(3);
+    if (host_data) KILN_RETURN_IF_ERROR(ir::check_rope_positions(positions, cache.size(0)));
+    const int lead = positions.dim();
+    kiln::RopeArgs a{};
+    a.positions = positions.data_as<const long long>();
+    a.query = args.tensor(1).data();
+    a.cos_sin = cache.data();
+    const ir::RopeStrides q = ir::rope_strides(args.tensor(1), lead, p.head_size);
+    a.query_token_stride = q.token;
+    a.query_head_stride = q.head;
+    if (p.key) {
+      const ir::RopeStrides k = ir::rope_strides(args.tensor(2), lead, p.head_size);
+      a.key = args.tensor(2).data();
+      a.key_token_stride = k.token;
+      a.key_head_stride = k.head;
+    }
+    a.tokens = positions.numel();
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.tokens, threads));
+    plan.set_params(a);
+  } else {
+    return Status(StatusCode::kUnsupported,
+                  fmt::format("the cuda backend has no launch plan for {}", op));
+  }
+  return plan;
+}
+
+}  // namespace jit::codegen::cuda

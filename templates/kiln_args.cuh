@@ -1,0 +1,47 @@
+// The parameter structs of kiln's CUDA kernels: one struct passed by value per launch. Plain
+// C++ (no CUDA keyword, no toolkit header) so that the host fills exactly the layout the device
+// reads: codegen/cuda/launch.cc builds them, the driver copies them into the kernel's
+// parameter space, and the SIMT emulator passes them to the same kernel compiled for the host.
+// Strides are in elements; row counts and strides are 64-bit.
+#pragma once
+
+namespace kiln {
+
+/// rms_norm (residual == nullptr) and fused_add_rms_norm. One block per row.
+struct NormArgs {
+  void* dst;             ///< rms_norm: out (dense rows); fused: input (normalised in place)
+  const void* src;       ///< rms_norm: input; fused: input
+  void* residual;        ///< fused only: residual (z = x + r is written back here)
+  const void* weight;    ///< [hidden], or nullptr when the spec has no weight
+  long long dst_stride;  ///< elements between rows of dst
+  long long src_stride;
+  long long residual_stride;
+  long long rows;
+  float epsilon;
+  int vector_ok;  ///< every pointer and row stride is aligned for the config's vector width
+};
+
+/// The six gated activations: input rows of 2d (or d interleaved pairs), output rows of d.
+struct ActivationArgs {
+  void* dst;
+  const void* src;
+  long long rows;
+  float p0;  ///< fatrelu: threshold; swigluoai: alpha
+  float p1;  ///< swigluoai: limit
+  int vector_ok;
+};
+
+/// rotary_embedding, in place on query (and key). One block per token.
+struct RopeArgs {
+  const long long* positions;  ///< [tokens], already checked to lie inside the cache
+  void* query;
+  void* key;  ///< nullptr when the spec has no key
+  const void* cos_sin;
+  long long query_token_stride;
+  long long query_head_stride;
+  long long key_token_stride;
+  long long key_head_stride;
+  long long tokens;
+};
+
+}  // namespace kiln

@@ -1,0 +1,86 @@
+#include "tests/cuda/cuda_specs.h"
+
+#include <fmt/format.h>
+
+#include "tests/cuda/simt_registry.h"
+
+namespace jit::test::cuda {
+namespace {
+
+constexpr DType kFloatTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+constexpr OpKind kActivations[] = {OpKind::kSiluAndMul,    OpKind::kMulAndSilu,
+                                   OpKind::kGeluAndMul,    OpKind::kGeluTanhAndMul,
+                                   OpKind::kFatreluAndMul, OpKind::kSwigluoaiAndMul};
+
+ir::RopeParams rope(DType dtype, int64_t head_size, int64_t rot_dim, ir::RopeStyle style,
+                    int64_t heads_q, int64_t heads_kv, bool key) {
+  ir::RopeParams p;
+  p.dtype = dtype;
+  p.cache_dtype = dtype;
+  p.head_size = head_size;
+  p.rot_dim = rot_dim;
+  p.style = style;
+  p.head_count_q = heads_q;
+  p.head_count_kv = heads_kv;
+  p.key = key;
+  return p;
+}
+
+}  // namespace
+
+std::vector<OpSpec> compile_specs() {
+  std::vector<OpSpec> specs;
+  for (DType dt : kFloatTypes) {
+    for (bool weight : {true, false}) {
+      specs.push_back(OpSpec::make(OpKind::kRmsNorm, ir::NormParams{dt, 4096, weight}));
+      specs.push_back(OpSpec::make(OpKind::kFusedAddRmsNorm, ir::NormParams{dt, 4096, weight}));
+    }
+    for (OpKind op : kActivations) {
+      specs.push_back(OpSpec::make(op, ir::ActivationParams{dt, 11008}));
+    }
+    specs.push_back(OpSpec::make(OpKind::kRotaryEmbedding,
+                                 rope(dt, 128, 128, ir::RopeStyle::kNeox, 32, 8, true)));
+    specs.push_back(OpSpec::make(OpKind::kRotaryEmbedding,
+                                 rope(dt, 128, 64, ir::RopeStyle::kGptj, 32, 8, true)));
+  }
+  return specs;
+}
+
+std::vector<OpSpec> emulator_specs() {
+  std::vector<OpSpec> specs;
+  const int64_t widths[] = {1, 2, 3, 4, 7, 8, 9, 16, 17, 33, 40, 64, 65, 127, 5125};
+  for (DType dt : kFloatTypes) {
+    for (int64_t w : widths) {
+      specs.push_back(OpSpec::make(OpKind::kRmsNorm, ir::NormParams{dt, w, true}));
+      specs.push_back(OpSpec::make(OpKind::kFusedAddRmsNorm, ir::NormParams{dt, w, true}));
+      for (OpKind op : kActivations) specs.push_back(OpSpec::make(op, ir::ActivationParams{dt, w}));
+    }
+    for (int64_t w : {17, 4096}) {
+      specs.push_back(OpSpec::make(OpKind::kRmsNorm, ir::NormParams{dt, w, false}));
+      specs.push_back(OpSpec::make(OpKind::kFusedAddRmsNorm, ir::NormParams{dt, w, false}));
+    }
+    for (auto style : {ir::RopeStyle::kNeox, ir::RopeStyle::kGptj}) {
+      specs.push_back(OpSpec::make(OpKind::kRotaryEmbedding, rope(dt, 64, 64, style, 4, 2, true)));
+      specs.push_back(OpSpec::make(OpKind::kRotaryEmbedding, rope(dt, 80, 32, style, 3, 1, true)));
+      specs.push_back(OpSpec::make(OpKind::kRotaryEmbedding, rope(dt, 40, 40, style, 2, 0, false)));
+      specs.push_back(
+          OpSpec::make(OpKind::kRotaryEmbedding, rope(dt, 256, 256, style, 8, 8, true)));
+    }
+  }
+  return specs;
+}
+
+std::string simt_key(const OpSpec& spec, const Config& config) {
+  return fmt::format("{}|{}", to_string(spec), config.to_string());
+}
+
+std::vector<OpSpec> emulator_tuning_specs() {
+  return {OpSpec::make(OpKind::kRmsNorm, ir::NormParams{DType::kBF16, 1000, true}),
+          OpSpec::make(OpKind::kFusedAddRmsNorm, ir::NormParams{DType::kF16, 2048, true}),
+          OpSpec::make(OpKind::kSiluAndMul, ir::ActivationParams{DType::kF16, 1024}),
+          OpSpec::make(OpKind::kSwigluoaiAndMul, ir::ActivationParams{DType::kBF16, 96}),
+          OpSpec::make(OpKind::kRotaryEmbedding,
+                       rope(DType::kBF16, 128, 128, ir::RopeStyle::kNeox, 16, 4, true))};
+}
+
+}  // namespace jit::test::cuda

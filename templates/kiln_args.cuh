@@ -45,3 +45,35 @@ struct RopeArgs {
 };
 
 }  // namespace kiln
+
+namespace kiln {
+
+/// reshape_and_cache and reshape_and_cache_flash. One block per token; padding slots (< 0)
+/// are skipped.
+struct CacheWriteArgs {
+  const void* key;  ///< [T, H, D], rows at key_stride, heads dense
+  const void* value;
+  void* key_cache;
+  void* value_cache;
+  const long long* slots;  ///< [T] int64
+  const float* k_scale;    ///< [1] or [H] (per-head fp8 scales); unused for kv=auto
+  const float* v_scale;
+  long long key_stride;  ///< elements between tokens of key
+  long long value_stride;
+  /// Flash caches: strides of the logical [NB, BS, H, D] view (D has stride 1), per cache.
+  long long key_cache_strides[3];
+  long long value_cache_strides[3];
+  long long tokens;
+  int vector_ok;
+};
+
+/// convert_fp8: element-wise quantise (float -> e4m3) or dequantise (e4m3 -> float).
+struct ConvertArgs {
+  void* dst;
+  const void* src;
+  long long count;
+  float scale;
+  int vector_ok;
+};
+
+}  // namespace kiln

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "codegen/cuda/render.h"
@@ -32,6 +33,22 @@ Status set_rows(LaunchPlan& plan, std::string_view op, int64_t rows, int64_t thr
   plan.empty = rows == 0;
   plan.grid[0] = unsigned(rows == 0 ? 1 : rows);
   plan.block[0] = unsigned(threads);
+  return Status::ok();
+}
+
+// The checked mode of the cache writes: every slot is padding (< 0) or inside the cache.
+Status check_slots(std::string_view op, const Tensor& slots, int64_t num_blocks,
+                   int64_t block_size) {
+  const int64_t capacity = num_blocks * block_size;
+  for (int64_t t = 0; t < slots.size(0); ++t) {
+    const int64_t s = slots.data_as<const int64_t>()[t * slots.stride(0)];
+    if (s >= capacity) {
+      return invalid_argument(fmt::format(
+          "{}: argument 'slot_mapping' has slot_mapping[{}] = {}, outside the cache (num_blocks "
+          "{} x block_size {} = {} slots; negative slots are padding)",
+          op, t, s, num_blocks, block_size, capacity));
+    }
+  }
   return Status::ok();
 }
 
@@ -108,6 +125,71 @@ Result<LaunchPlan> plan_launch(const OpSpec& spec, const Config& config, const K
     }
     a.tokens = positions.numel();
     KILN_RETURN_IF_ERROR(set_rows(plan, op, a.tokens, threads));
+    plan.set_params(a);
+  } else if (spec.op == OpKind::kReshapeAndCache || spec.op == OpKind::kReshapeAndCacheFlash) {
+    const bool flash = spec.op == OpKind::kReshapeAndCacheFlash;
+    DType dtype;
+    ir::KvCacheDtype kv;
+    int64_t block_size;
+    if (flash) {
+      const auto& p = spec.get<ir::FlashCacheWriteParams>();
+      dtype = p.dtype, kv = p.kv, block_size = p.block_size;
+    } else {
+      const auto& p = spec.get<ir::PagedCacheWriteParams>();
+      dtype = p.dtype, kv = p.kv, block_size = p.block_size;
+    }
+    const Tensor& slots = args.tensor(4);
+    const Tensor& key_cache = args.tensor(2);
+    const Tensor& value_cache = args.tensor(3);
+    if (host_data) KILN_RETURN_IF_ERROR(check_slots(op, slots, key_cache.size(0), block_size));
+    // vLLM's slot_mapping is int64 and dense here (check_args); the kernel indexes it by token.
+    if (slots.stride(0) != 1 && slots.size(0) > 1) {
+      return invalid_argument(fmt::format("{}: the cuda backend needs a dense slot_mapping ({})",
+                                          op, slots.describe()));
+    }
+    kiln::CacheWriteArgs a{};
+    a.key = args.tensor(0).data();
+    a.value = args.tensor(1).data();
+    a.key_cache = key_cache.data();
+    a.value_cache = value_cache.data();
+    a.slots = slots.data_as<const long long>();
+    a.k_scale = args.tensor(5).data_as<const float>();
+    a.v_scale = args.tensor(6).data_as<const float>();
+    a.key_stride = args.tensor(0).stride(0);
+    a.value_stride = args.tensor(1).stride(0);
+    a.tokens = slots.size(0);
+    const int64_t in_size = int64_t(dtype_size(dtype));
+    const int64_t cache_size = int64_t(ir::cache_element_size(dtype, kv));
+    a.vector_ok = aligned(a.key, vec * in_size) && aligned(a.value, vec * in_size) &&
+                  a.key_stride % vec == 0 && a.value_stride % vec == 0 &&
+                  aligned(a.key_cache, vec * cache_size) &&
+                  aligned(a.value_cache, vec * cache_size);
+    if (flash) {
+      for (int d = 0; d < 3; ++d) {
+        a.key_cache_strides[d] = key_cache.stride(d);
+        a.value_cache_strides[d] = value_cache.stride(d);
+        a.vector_ok =
+            a.vector_ok && key_cache.stride(d) % vec == 0 && value_cache.stride(d) % vec == 0;
+      }
+    }
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.tokens, threads));
+    plan.set_params(a);
+  } else if (spec.op == OpKind::kConvertFp8) {
+    const auto& p = spec.get<ir::ConvertFp8Params>();
+    kiln::ConvertArgs a{};
+    a.dst = args.tensor(0).data();
+    a.src = args.tensor(1).data();
+    a.count = args.tensor(1).numel();
+    a.scale = float(args.scalar(0));
+    a.vector_ok = aligned(a.dst, vec * int64_t(dtype_size(p.dst))) &&
+                  aligned(a.src, vec * int64_t(dtype_size(p.src)));
+    // Grid-stride: enough blocks for one pass, capped (each thread then loops).
+    constexpr int64_t kMaxBlocks = 65536;
+    const int64_t blocks = std::min<int64_t>(
+        kMaxBlocks, std::max<int64_t>(1, (a.count + threads * vec - 1) / (threads * vec)));
+    plan.empty = a.count == 0;
+    plan.grid[0] = unsigned(blocks);
+    plan.block[0] = unsigned(threads);
     plan.set_params(a);
   } else {
     return Status(StatusCode::kUnsupported,

@@ -36,36 +36,61 @@ int64_t max_vec(OpKind op, int64_t esize) {
   return op == OpKind::kSwigluoaiAndMul ? kVectorBytes / esize / 2 : kVectorBytes / esize;
 }
 
-// The row width the vector width must divide.
+// The row width the vector width must divide (0: the kernel has no vector knob).
 int64_t vector_width_of(const OpSpec& spec) {
-  if (spec.op == OpKind::kRmsNorm || spec.op == OpKind::kFusedAddRmsNorm) {
-    return spec.get<ir::NormParams>().hidden;
+  switch (spec.op) {
+    case OpKind::kRmsNorm:
+    case OpKind::kFusedAddRmsNorm: return spec.get<ir::NormParams>().hidden;
+    case OpKind::kReshapeAndCacheFlash: return spec.get<ir::FlashCacheWriteParams>().head_size;
+    // convert_fp8 vectorises a flat buffer (with a scalar tail): any power of two divides.
+    case OpKind::kConvertFp8: return 1 << 30;
+    default: return is_activation(spec.op) ? spec.get<ir::ActivationParams>().d : 0;
   }
-  if (is_activation(spec.op)) return spec.get<ir::ActivationParams>().d;
-  return 0;  // not vectorised (rope)
 }
 
+// The widest element the vector accesses move (it bounds vec at 16 bytes).
 DType element_dtype(const OpSpec& spec) {
-  if (spec.op == OpKind::kRmsNorm || spec.op == OpKind::kFusedAddRmsNorm) {
-    return spec.get<ir::NormParams>().dtype;
+  switch (spec.op) {
+    case OpKind::kRmsNorm:
+    case OpKind::kFusedAddRmsNorm: return spec.get<ir::NormParams>().dtype;
+    case OpKind::kReshapeAndCacheFlash: return spec.get<ir::FlashCacheWriteParams>().dtype;
+    case OpKind::kConvertFp8: {
+      const auto& p = spec.get<ir::ConvertFp8Params>();
+      return dtype_size(p.src) >= dtype_size(p.dst) ? p.src : p.dst;
+    }
+    default: return is_activation(spec.op) ? spec.get<ir::ActivationParams>().dtype : DType::kF32;
   }
-  if (is_activation(spec.op)) return spec.get<ir::ActivationParams>().dtype;
-  return spec.get<ir::RopeParams>().dtype;
+}
+
+// Threads of one block: enough for `units` vector accesses of a row, or the kernel's fixed
+// choice (rope: one pair per thread; legacy cache: one element per thread; convert: 256).
+int64_t default_threads(const OpSpec& spec, int64_t vec) {
+  switch (spec.op) {
+    case OpKind::kRotaryEmbedding: {
+      const auto& p = spec.get<ir::RopeParams>();
+      const int64_t heads = std::max(p.head_count_q, p.key ? p.head_count_kv : 0);
+      return threads_for(heads * p.rot_dim / 2, 512);
+    }
+    case OpKind::kReshapeAndCache: {
+      const auto& p = spec.get<ir::PagedCacheWriteParams>();
+      return threads_for(p.head_count_kv * p.head_size, 512);
+    }
+    case OpKind::kReshapeAndCacheFlash: {
+      const auto& p = spec.get<ir::FlashCacheWriteParams>();
+      return threads_for(p.head_count_kv * p.head_size / vec, 512);
+    }
+    case OpKind::kConvertFp8: return 256;
+    default: return threads_for(vector_width_of(spec) / vec);
+  }
 }
 
 Config default_config(const OpSpec& spec) {
   Config config;
   const int64_t width = vector_width_of(spec);
-  if (width > 0) {
-    const int64_t vec =
-        widest_vec(width, max_vec(spec.op, int64_t(dtype_size(element_dtype(spec)))));
-    config.set(std::string(kThreads), threads_for(width / vec));
-    config.set(std::string(kVec), vec);
-  } else {
-    const auto& p = spec.get<ir::RopeParams>();
-    const int64_t heads = std::max(p.head_count_q, p.key ? p.head_count_kv : 0);
-    config.set(std::string(kThreads), threads_for(heads * p.rot_dim / 2, 512));
-  }
+  const int64_t vec =
+      width > 0 ? widest_vec(width, max_vec(spec.op, int64_t(dtype_size(element_dtype(spec))))) : 1;
+  config.set(std::string(kThreads), default_threads(spec, vec));
+  if (width > 0) config.set(std::string(kVec), vec);
   return config;
 }
 
@@ -138,7 +163,9 @@ std::string RenderedKernel::unit() const {
 Support cuda_supports(const OpSpec& spec) {
   const OpKind op = spec.op;
   const bool templated = op == OpKind::kRmsNorm || op == OpKind::kFusedAddRmsNorm ||
-                         op == OpKind::kRotaryEmbedding || is_activation(op);
+                         op == OpKind::kRotaryEmbedding || is_activation(op) ||
+                         op == OpKind::kReshapeAndCache || op == OpKind::kReshapeAndCacheFlash ||
+                         op == OpKind::kConvertFp8;
   if (!templated) {
     return Support::no(fmt::format("the cuda backend has no template for {} yet", op_name(op)));
   }
@@ -193,6 +220,44 @@ Result<RenderedKernel> render(const OpSpec& spec, const Config& config) {
     m += fmt::format("  using T = {};\n", cuda_type(p.dtype));
     m += fmt::format("  static constexpr int kD = {};\n", p.d);
     m += fmt::format("  static constexpr int kOp = {};\n", op_index);
+  } else if (spec.op == OpKind::kReshapeAndCache || spec.op == OpKind::kReshapeAndCacheFlash) {
+    const bool flash = spec.op == OpKind::kReshapeAndCacheFlash;
+    DType dtype;
+    ir::KvCacheDtype kv;
+    int64_t heads, head_size, block_size;
+    bool per_head = false;
+    if (flash) {
+      const auto& p = spec.get<ir::FlashCacheWriteParams>();
+      dtype = p.dtype, kv = p.kv, heads = p.head_count_kv, head_size = p.head_size;
+      block_size = p.block_size, per_head = p.per_head_scale;
+    } else {
+      const auto& p = spec.get<ir::PagedCacheWriteParams>();
+      dtype = p.dtype, kv = p.kv, heads = p.head_count_kv, head_size = p.head_size;
+      block_size = p.block_size;
+    }
+    r.header = "cache.cuh";
+    r.kernel_template = "kiln::cache_write_kernel";
+    r.args_type = "kiln::CacheWriteArgs";
+    m += fmt::format("  using T = {};\n", cuda_type(dtype));
+    m += fmt::format("  using C = {};\n",
+                     kv == ir::KvCacheDtype::kAuto ? cuda_type(dtype) : "kiln::u8");
+    m += fmt::format("  static constexpr int kKv = {};\n", int(kv));
+    m += fmt::format("  static constexpr int kHeads = {};\n", heads);
+    m += fmt::format("  static constexpr int kHeadSize = {};\n", head_size);
+    m += fmt::format("  static constexpr int kBlockSize = {};\n", block_size);
+    m += fmt::format("  static constexpr bool kFlash = {};\n", bool_text(flash));
+    m += fmt::format("  static constexpr bool kPerHeadScale = {};\n", bool_text(per_head));
+    m += fmt::format("  static constexpr int kX = {};\n", flash ? 1 : ir::paged_key_x(dtype, kv));
+  } else if (spec.op == OpKind::kConvertFp8) {
+    const auto& p = spec.get<ir::ConvertFp8Params>();
+    const bool quantise = p.dst == DType::kFp8E4m3;
+    r.header = "cache.cuh";
+    r.kernel_template = "kiln::convert_fp8_kernel";
+    r.args_type = "kiln::ConvertArgs";
+    // fp8 codes travel as raw bytes (vLLM's caches are uint8 tensors).
+    m += fmt::format("  using S = {};\n", quantise ? cuda_type(p.src) : "kiln::u8");
+    m += fmt::format("  using D = {};\n", quantise ? "kiln::u8" : cuda_type(p.dst));
+    m += fmt::format("  static constexpr bool kQuantise = {};\n", bool_text(quantise));
   } else {
     const auto& p = spec.get<ir::RopeParams>();
     r.header = "rope.cuh";

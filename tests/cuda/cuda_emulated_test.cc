@@ -104,6 +104,12 @@ TEST(CudaEmulated, RotaryMatchesRef) {
   check_all(jobs);
 }
 
+TEST(CudaEmulated, CacheWritesAndConvertFp8MatchRef) {
+  const auto jobs = default_jobs("cache");
+  ASSERT_GE(jobs.size(), 60u);
+  check_all(jobs);
+}
+
 TEST(CudaEmulated, EveryConfigOfTheTuningSpaceMatchesRef) {
   std::vector<std::pair<OpSpec, Config>> jobs;
   for (const OpSpec& spec : test::cuda::emulator_tuning_specs()) {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <tuple>
+
 #include "tests/cuda/simt_registry.h"
 
 namespace jit::test::cuda {
@@ -26,10 +28,40 @@ ir::RopeParams rope(DType dtype, int64_t head_size, int64_t rot_dim, ir::RopeSty
   return p;
 }
 
+// The cache writes and convert_fp8: every input and cache dtype, both flash layouts,
+// per-head scales, block sizes 1 and 16, odd head sizes.
+std::vector<OpSpec> cache_specs() {
+  std::vector<OpSpec> specs;
+  const ir::KvCacheDtype kvs[] = {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3,
+                                  ir::KvCacheDtype::kFp8E5m2};
+  for (DType dt : kFloatTypes) {
+    for (ir::KvCacheDtype kv : kvs) {
+      for (auto layout : {ir::CacheLayout::kNhd, ir::CacheLayout::kHnd}) {
+        for (auto [heads, head_size, block] : {std::tuple{2, 64, 16}, std::tuple{3, 40, 1}}) {
+          ir::FlashCacheWriteParams p;
+          p.dtype = dt, p.kv = kv, p.head_count_kv = heads, p.head_size = head_size;
+          p.block_size = block, p.layout = layout;
+          p.per_head_scale = kv != ir::KvCacheDtype::kAuto && heads == 3;
+          specs.push_back(OpSpec::make(OpKind::kReshapeAndCacheFlash, p));
+        }
+      }
+      ir::PagedCacheWriteParams p;
+      p.dtype = dt, p.kv = kv, p.head_count_kv = 2, p.head_size = 64, p.block_size = 16;
+      specs.push_back(OpSpec::make(OpKind::kReshapeAndCache, p));
+      p.head_count_kv = 8, p.head_size = 128, p.block_size = 8;
+      specs.push_back(OpSpec::make(OpKind::kReshapeAndCache, p));
+    }
+    specs.push_back(OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, dt}));
+    specs.push_back(OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{dt, DType::kFp8E4m3}));
+  }
+  return specs;
+}
+
 }  // namespace
 
 std::vector<OpSpec> compile_specs() {
   std::vector<OpSpec> specs;
+  for (const OpSpec& spec : cache_specs()) specs.push_back(spec);
   for (DType dt : kFloatTypes) {
     for (bool weight : {true, false}) {
       specs.push_back(OpSpec::make(OpKind::kRmsNorm, ir::NormParams{dt, 4096, weight}));
@@ -47,7 +79,7 @@ std::vector<OpSpec> compile_specs() {
 }
 
 std::vector<OpSpec> emulator_specs() {
-  std::vector<OpSpec> specs;
+  std::vector<OpSpec> specs = cache_specs();
   const int64_t widths[] = {1, 2, 3, 4, 7, 8, 9, 16, 17, 33, 40, 64, 65, 127, 5125};
   for (DType dt : kFloatTypes) {
     for (int64_t w : widths) {

@@ -10,13 +10,15 @@ namespace jit::test::cuda {
 extern const SimtKernel kSimtKernels_norm[];
 extern const SimtKernel kSimtKernels_activation[];
 extern const SimtKernel kSimtKernels_rope[];
+extern const SimtKernel kSimtKernels_cache[];
 
 namespace {
 
 const std::unordered_map<std::string, codegen::cuda::simt::Entry>& table() {
   static const auto map = [] {
     std::unordered_map<std::string, codegen::cuda::simt::Entry> m;
-    for (const SimtKernel* t : {kSimtKernels_norm, kSimtKernels_activation, kSimtKernels_rope}) {
+    for (const SimtKernel* t :
+         {kSimtKernels_norm, kSimtKernels_activation, kSimtKernels_rope, kSimtKernels_cache}) {
       for (; t->key != nullptr; ++t) m.emplace(t->key, t->entry);
     }
     return m;

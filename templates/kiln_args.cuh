@@ -77,3 +77,24 @@ struct ConvertArgs {
 };
 
 }  // namespace kiln
+
+namespace kiln {
+
+/// merge_attn_states. One block per (token, head): blockIdx.x = token * heads + head.
+struct MergeArgs {
+  void* output;       ///< [T, H, D] (T or fp8 codes)
+  float* output_lse;  ///< [H, T], or nullptr
+  const void* prefix;
+  const float* prefix_lse;  ///< [H, T]
+  const void* suffix;
+  const float* suffix_lse;
+  const float* output_scale;    ///< [1] for an fp8 output, else nullptr
+  long long output_strides[2];  ///< token, head (elements)
+  long long prefix_strides[2];
+  long long suffix_strides[2];
+  long long tokens;
+  double with_context;  ///< tokens at or past this index have no prefix
+  int vector_ok;
+};
+
+}  // namespace kiln

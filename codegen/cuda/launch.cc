@@ -174,6 +174,34 @@ Result<LaunchPlan> plan_launch(const OpSpec& spec, const Config& config, const K
     }
     KILN_RETURN_IF_ERROR(set_rows(plan, op, a.tokens, threads));
     plan.set_params(a);
+  } else if (spec.op == OpKind::kMergeAttnStates) {
+    const auto& p = spec.get<ir::MergeAttnStatesParams>();
+    const Tensor& output = args.tensor(0);
+    const Tensor& prefix = args.tensor(2);
+    const Tensor& suffix = args.tensor(4);
+    kiln::MergeArgs a{};
+    a.output = output.data();
+    a.output_lse = p.output_lse ? args.tensor(1).data_as<float>() : nullptr;
+    a.prefix = prefix.data();
+    a.prefix_lse = args.tensor(3).data_as<const float>();
+    a.suffix = suffix.data();
+    a.suffix_lse = args.tensor(5).data_as<const float>();
+    a.output_scale =
+        p.out_dtype == DType::kFp8E4m3 ? args.tensor(6).data_as<const float>() : nullptr;
+    const Tensor* views[] = {&output, &prefix, &suffix};
+    long long* strides[] = {a.output_strides, a.prefix_strides, a.suffix_strides};
+    a.vector_ok = true;
+    for (int i = 0; i < 3; ++i) {
+      strides[i][0] = views[i]->stride(0);
+      strides[i][1] = views[i]->stride(1);
+      const int64_t vbytes = vec * int64_t(views[i]->element_size());
+      a.vector_ok = a.vector_ok && aligned(views[i]->data(), vbytes) && strides[i][0] % vec == 0 &&
+                    strides[i][1] % vec == 0;
+    }
+    a.tokens = prefix.size(0);
+    a.with_context = args.scalar(0) < 0 ? double(a.tokens) : args.scalar(0);
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.tokens * p.head_count, threads));
+    plan.set_params(a);
   } else if (spec.op == OpKind::kConvertFp8) {
     const auto& p = spec.get<ir::ConvertFp8Params>();
     kiln::ConvertArgs a{};

@@ -44,6 +44,7 @@ int64_t vector_width_of(const OpSpec& spec) {
     case OpKind::kReshapeAndCacheFlash: return spec.get<ir::FlashCacheWriteParams>().head_size;
     // convert_fp8 vectorises a flat buffer (with a scalar tail): any power of two divides.
     case OpKind::kConvertFp8: return 1 << 30;
+    case OpKind::kMergeAttnStates: return spec.get<ir::MergeAttnStatesParams>().head_size;
     default: return is_activation(spec.op) ? spec.get<ir::ActivationParams>().d : 0;
   }
 }
@@ -58,6 +59,7 @@ DType element_dtype(const OpSpec& spec) {
       const auto& p = spec.get<ir::ConvertFp8Params>();
       return dtype_size(p.src) >= dtype_size(p.dst) ? p.src : p.dst;
     }
+    case OpKind::kMergeAttnStates: return spec.get<ir::MergeAttnStatesParams>().dtype;
     default: return is_activation(spec.op) ? spec.get<ir::ActivationParams>().dtype : DType::kF32;
   }
 }
@@ -165,7 +167,7 @@ Support cuda_supports(const OpSpec& spec) {
   const bool templated = op == OpKind::kRmsNorm || op == OpKind::kFusedAddRmsNorm ||
                          op == OpKind::kRotaryEmbedding || is_activation(op) ||
                          op == OpKind::kReshapeAndCache || op == OpKind::kReshapeAndCacheFlash ||
-                         op == OpKind::kConvertFp8;
+                         op == OpKind::kConvertFp8 || op == OpKind::kMergeAttnStates;
   if (!templated) {
     return Support::no(fmt::format("the cuda backend has no template for {} yet", op_name(op)));
   }
@@ -248,6 +250,18 @@ Result<RenderedKernel> render(const OpSpec& spec, const Config& config) {
     m += fmt::format("  static constexpr bool kFlash = {};\n", bool_text(flash));
     m += fmt::format("  static constexpr bool kPerHeadScale = {};\n", bool_text(per_head));
     m += fmt::format("  static constexpr int kX = {};\n", flash ? 1 : ir::paged_key_x(dtype, kv));
+  } else if (spec.op == OpKind::kMergeAttnStates) {
+    const auto& p = spec.get<ir::MergeAttnStatesParams>();
+    const bool fp8 = p.out_dtype == DType::kFp8E4m3;
+    r.header = "merge_attn_states.cuh";
+    r.kernel_template = "kiln::merge_attn_states_kernel";
+    r.args_type = "kiln::MergeArgs";
+    m += fmt::format("  using T = {};\n", cuda_type(p.dtype));
+    m += fmt::format("  using O = {};\n", fp8 ? "kiln::u8" : cuda_type(p.out_dtype));
+    m += fmt::format("  static constexpr bool kFp8Out = {};\n", bool_text(fp8));
+    m += fmt::format("  static constexpr int kHeads = {};\n", p.head_count);
+    m += fmt::format("  static constexpr int kHeadSize = {};\n", p.head_size);
+    m += fmt::format("  static constexpr bool kOutputLse = {};\n", bool_text(p.output_lse));
   } else if (spec.op == OpKind::kConvertFp8) {
     const auto& p = spec.get<ir::ConvertFp8Params>();
     const bool quantise = p.dst == DType::kFp8E4m3;

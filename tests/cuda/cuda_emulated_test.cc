@@ -110,6 +110,12 @@ TEST(CudaEmulated, CacheWritesAndConvertFp8MatchRef) {
   check_all(jobs);
 }
 
+TEST(CudaEmulated, MergeAttnStatesMatchesRef) {
+  const auto jobs = default_jobs("attention");
+  ASSERT_GE(jobs.size(), 18u);
+  check_all(jobs);
+}
+
 TEST(CudaEmulated, EveryConfigOfTheTuningSpaceMatchesRef) {
   std::vector<std::pair<OpSpec, Config>> jobs;
   for (const OpSpec& spec : test::cuda::emulator_tuning_specs()) {

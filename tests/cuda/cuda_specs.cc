@@ -57,29 +57,78 @@ std::vector<OpSpec> cache_specs() {
   return specs;
 }
 
+// merge_attn_states: every input type, fp8 output, with and without the LSE output, odd
+// head sizes.
+std::vector<OpSpec> merge_specs() {
+  std::vector<OpSpec> specs;
+  for (DType dt : kFloatTypes) {
+    for (DType out : {dt, DType::kFp8E4m3}) {
+      for (auto [heads, head_size, lse] :
+           {std::tuple{4, 128, true}, std::tuple{3, 40, false}, std::tuple{2, 7, true}}) {
+        ir::MergeAttnStatesParams p;
+        p.dtype = dt, p.out_dtype = out, p.head_count = heads, p.head_size = head_size;
+        p.output_lse = lse;
+        specs.push_back(OpSpec::make(OpKind::kMergeAttnStates, p));
+      }
+    }
+  }
+  return specs;
+}
+
 }  // namespace
 
 std::vector<OpSpec> compile_specs() {
+  // One spec per kernel variant (the dtype changes only conversions; every dtype is compiled
+  // for norms, where it also changes the vector width): ~35 kernels x 3 archs keep the test
+  // near 10 s of NVRTC time on two cores.
   std::vector<OpSpec> specs;
-  for (const OpSpec& spec : cache_specs()) specs.push_back(spec);
   for (DType dt : kFloatTypes) {
-    for (bool weight : {true, false}) {
-      specs.push_back(OpSpec::make(OpKind::kRmsNorm, ir::NormParams{dt, 4096, weight}));
-      specs.push_back(OpSpec::make(OpKind::kFusedAddRmsNorm, ir::NormParams{dt, 4096, weight}));
-    }
-    for (OpKind op : kActivations) {
-      specs.push_back(OpSpec::make(op, ir::ActivationParams{dt, 11008}));
-    }
-    specs.push_back(OpSpec::make(OpKind::kRotaryEmbedding,
-                                 rope(dt, 128, 128, ir::RopeStyle::kNeox, 32, 8, true)));
-    specs.push_back(OpSpec::make(OpKind::kRotaryEmbedding,
-                                 rope(dt, 128, 64, ir::RopeStyle::kGptj, 32, 8, true)));
+    specs.push_back(OpSpec::make(OpKind::kRmsNorm, ir::NormParams{dt, 4096, true}));
+    specs.push_back(OpSpec::make(OpKind::kFusedAddRmsNorm, ir::NormParams{dt, 4096, true}));
+  }
+  specs.push_back(OpSpec::make(OpKind::kRmsNorm, ir::NormParams{DType::kBF16, 5120, false}));
+  specs.push_back(
+      OpSpec::make(OpKind::kFusedAddRmsNorm, ir::NormParams{DType::kBF16, 8192, false}));
+  for (OpKind op : kActivations) {
+    specs.push_back(OpSpec::make(op, ir::ActivationParams{DType::kBF16, 11008}));
+  }
+  specs.push_back(OpSpec::make(OpKind::kSiluAndMul, ir::ActivationParams{DType::kF32, 14336}));
+  specs.push_back(OpSpec::make(OpKind::kSiluAndMul, ir::ActivationParams{DType::kF16, 14336}));
+  specs.push_back(OpSpec::make(OpKind::kRotaryEmbedding,
+                               rope(DType::kBF16, 128, 128, ir::RopeStyle::kNeox, 32, 8, true)));
+  specs.push_back(OpSpec::make(OpKind::kRotaryEmbedding,
+                               rope(DType::kF32, 128, 64, ir::RopeStyle::kGptj, 32, 8, true)));
+  for (ir::KvCacheDtype kv :
+       {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
+    ir::FlashCacheWriteParams f;
+    f.dtype = DType::kBF16, f.kv = kv, f.head_count_kv = 8, f.head_size = 128;
+    f.block_size = 16;
+    specs.push_back(OpSpec::make(OpKind::kReshapeAndCacheFlash, f));
+    ir::PagedCacheWriteParams p;
+    p.dtype = DType::kF16, p.kv = kv, p.head_count_kv = 8, p.head_size = 128, p.block_size = 16;
+    specs.push_back(OpSpec::make(OpKind::kReshapeAndCache, p));
+  }
+  ir::FlashCacheWriteParams hnd;
+  hnd.dtype = DType::kF16, hnd.kv = ir::KvCacheDtype::kFp8E4m3, hnd.head_count_kv = 8;
+  hnd.head_size = 128, hnd.block_size = 16, hnd.layout = ir::CacheLayout::kHnd;
+  hnd.per_head_scale = true;
+  specs.push_back(OpSpec::make(OpKind::kReshapeAndCacheFlash, hnd));
+  specs.push_back(
+      OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16}));
+  specs.push_back(
+      OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kF32, DType::kFp8E4m3}));
+  for (DType out : {DType::kBF16, DType::kFp8E4m3}) {
+    ir::MergeAttnStatesParams m;
+    m.dtype = DType::kBF16, m.out_dtype = out, m.head_count = 32, m.head_size = 128;
+    m.output_lse = true;
+    specs.push_back(OpSpec::make(OpKind::kMergeAttnStates, m));
   }
   return specs;
 }
 
 std::vector<OpSpec> emulator_specs() {
   std::vector<OpSpec> specs = cache_specs();
+  for (const OpSpec& spec : merge_specs()) specs.push_back(spec);
   const int64_t widths[] = {1, 2, 3, 4, 7, 8, 9, 16, 17, 33, 40, 64, 65, 127, 5125};
   for (DType dt : kFloatTypes) {
     for (int64_t w : widths) {

@@ -11,14 +11,15 @@ extern const SimtKernel kSimtKernels_norm[];
 extern const SimtKernel kSimtKernels_activation[];
 extern const SimtKernel kSimtKernels_rope[];
 extern const SimtKernel kSimtKernels_cache[];
+extern const SimtKernel kSimtKernels_attention[];
 
 namespace {
 
 const std::unordered_map<std::string, codegen::cuda::simt::Entry>& table() {
   static const auto map = [] {
     std::unordered_map<std::string, codegen::cuda::simt::Entry> m;
-    for (const SimtKernel* t :
-         {kSimtKernels_norm, kSimtKernels_activation, kSimtKernels_rope, kSimtKernels_cache}) {
+    for (const SimtKernel* t : {kSimtKernels_norm, kSimtKernels_activation, kSimtKernels_rope,
+                                kSimtKernels_cache, kSimtKernels_attention}) {
       for (; t->key != nullptr; ++t) m.emplace(t->key, t->entry);
     }
     return m;

@@ -98,3 +98,22 @@ struct MergeArgs {
 };
 
 }  // namespace kiln
+
+namespace kiln {
+
+/// top_k_per_row_prefill (row_starts/row_ends) and top_k_per_row_decode (seq_lens, next_n).
+/// One block per row.
+struct TopKArgs {
+  const float* logits;  ///< element (r, c) at r * stride0 + c * stride1
+  const int* row_starts;
+  const int* row_ends;
+  const int* seq_lens;
+  int* indices;  ///< [rows, k]
+  long long rows;
+  long long stride0;
+  long long stride1;
+  long long columns;
+  long long next_n;
+};
+
+}  // namespace kiln

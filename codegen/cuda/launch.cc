@@ -174,6 +174,45 @@ Result<LaunchPlan> plan_launch(const OpSpec& spec, const Config& config, const K
     }
     KILN_RETURN_IF_ERROR(set_rows(plan, op, a.tokens, threads));
     plan.set_params(a);
+  } else if (spec.op == OpKind::kTopKPerRowPrefill || spec.op == OpKind::kTopKPerRowDecode) {
+    const bool decode = spec.op == OpKind::kTopKPerRowDecode;
+    const int sc = decode ? 1 : 0;
+    kiln::TopKArgs a{};
+    const Tensor& logits = args.tensor(0);
+    a.logits = logits.data_as<const float>();
+    a.rows = int64_t(args.scalar(sc));
+    a.stride0 = int64_t(args.scalar(sc + 1));
+    a.stride1 = int64_t(args.scalar(sc + 2));
+    a.columns = logits.size(1);
+    a.indices = args.tensor(decode ? 2 : 3).data_as<int>();
+    if (decode) {
+      a.next_n = int64_t(args.scalar(0));
+      a.seq_lens = args.tensor(1).data_as<const int>();
+    } else {
+      a.row_starts = args.tensor(1).data_as<const int>();
+      a.row_ends = args.tensor(2).data_as<const int>();
+    }
+    // The ranges, checked on the host before the launch (the ref's messages and order).
+    for (int64_t r = 0; host_data && r < a.rows; ++r) {
+      if (decode) {
+        const int64_t len = a.seq_lens[r / a.next_n];
+        const int64_t end = std::max<int64_t>(len - a.next_n + r % a.next_n + 1, 0);
+        if (end > a.columns) {
+          return invalid_argument(fmt::format(
+              "{}: argument 'seq_lens' has seq_lens[{}] = {}, so row {} ends at {}, past the "
+              "{} logits columns",
+              op, r / a.next_n, len, r, end, a.columns));
+        }
+      } else if (a.row_starts[r] < 0 || a.row_starts[r] > a.row_ends[r] ||
+                 a.row_ends[r] > a.columns) {
+        return invalid_argument(fmt::format(
+            "{}: arguments 'rowStarts'/'rowEnds' give row {} the range [{}, {}), not inside "
+            "[0, {}] in order",
+            op, r, a.row_starts[r], a.row_ends[r], a.columns));
+      }
+    }
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.rows, threads));
+    plan.set_params(a);
   } else if (spec.op == OpKind::kMergeAttnStates) {
     const auto& p = spec.get<ir::MergeAttnStatesParams>();
     const Tensor& output = args.tensor(0);

@@ -82,6 +82,8 @@ int64_t default_threads(const OpSpec& spec, int64_t vec) {
       return threads_for(p.head_count_kv * p.head_size / vec, 512);
     }
     case OpKind::kConvertFp8: return 256;
+    case OpKind::kTopKPerRowPrefill:
+    case OpKind::kTopKPerRowDecode: return spec.get<ir::TopKParams>().top_k >= 1024 ? 512 : 256;
     default: return threads_for(vector_width_of(spec) / vec);
   }
 }
@@ -167,7 +169,8 @@ Support cuda_supports(const OpSpec& spec) {
   const bool templated = op == OpKind::kRmsNorm || op == OpKind::kFusedAddRmsNorm ||
                          op == OpKind::kRotaryEmbedding || is_activation(op) ||
                          op == OpKind::kReshapeAndCache || op == OpKind::kReshapeAndCacheFlash ||
-                         op == OpKind::kConvertFp8 || op == OpKind::kMergeAttnStates;
+                         op == OpKind::kConvertFp8 || op == OpKind::kMergeAttnStates ||
+                         op == OpKind::kTopKPerRowPrefill || op == OpKind::kTopKPerRowDecode;
   if (!templated) {
     return Support::no(fmt::format("the cuda backend has no template for {} yet", op_name(op)));
   }
@@ -250,6 +253,13 @@ Result<RenderedKernel> render(const OpSpec& spec, const Config& config) {
     m += fmt::format("  static constexpr bool kFlash = {};\n", bool_text(flash));
     m += fmt::format("  static constexpr bool kPerHeadScale = {};\n", bool_text(per_head));
     m += fmt::format("  static constexpr int kX = {};\n", flash ? 1 : ir::paged_key_x(dtype, kv));
+  } else if (spec.op == OpKind::kTopKPerRowPrefill || spec.op == OpKind::kTopKPerRowDecode) {
+    r.header = "topk.cuh";
+    r.kernel_template = "kiln::top_k_kernel";
+    r.args_type = "kiln::TopKArgs";
+    m += fmt::format("  static constexpr int kTopK = {};\n", spec.get<ir::TopKParams>().top_k);
+    m += fmt::format("  static constexpr bool kDecode = {};\n",
+                     bool_text(spec.op == OpKind::kTopKPerRowDecode));
   } else if (spec.op == OpKind::kMergeAttnStates) {
     const auto& p = spec.get<ir::MergeAttnStatesParams>();
     const bool fp8 = p.out_dtype == DType::kFp8E4m3;

@@ -45,7 +45,11 @@ std::vector<std::string> check(const OpSpec& spec, const Config& config) {
   std::vector<std::string> failures;
   auto kernel = emulated_kernel(spec, config);
   if (!kernel.is_ok()) return {kernel.status().to_string()};
-  for (int64_t rows : {1, 3}) {
+  // top-k cases cycle row lengths over 0, 1, k-1, k, k+1 and a random one: 6 rows reach the
+  // rows longer than k (the radix-select path).
+  const std::vector<int64_t> row_counts =
+      op_family(spec.op) == "topk" ? std::vector<int64_t>{6, 12} : std::vector<int64_t>{1, 3};
+  for (int64_t rows : row_counts) {
     for (test::InputKind kind : test::input_kinds_for(spec.op)) {
       auto c = test::make_case(spec, rows, kind, uint64_t(rows) * 977 + 3);
       if (!c.is_ok()) return {to_string(spec) + ": " + c.status().to_string()};
@@ -113,6 +117,12 @@ TEST(CudaEmulated, CacheWritesAndConvertFp8MatchRef) {
 TEST(CudaEmulated, MergeAttnStatesMatchesRef) {
   const auto jobs = default_jobs("attention");
   ASSERT_GE(jobs.size(), 18u);
+  check_all(jobs);
+}
+
+TEST(CudaEmulated, TopKMatchesRef) {
+  const auto jobs = default_jobs("topk");
+  ASSERT_GE(jobs.size(), 8u);
   check_all(jobs);
 }
 

@@ -75,6 +75,16 @@ std::vector<OpSpec> merge_specs() {
   return specs;
 }
 
+// top-k: k = 1, 7 (sub-warp), 64, 2048 (vLLM's default), prefill and decode.
+std::vector<OpSpec> topk_specs() {
+  std::vector<OpSpec> specs;
+  for (int64_t k : {1, 7, 64, 2048}) {
+    specs.push_back(OpSpec::make(OpKind::kTopKPerRowPrefill, ir::TopKParams{k}));
+    specs.push_back(OpSpec::make(OpKind::kTopKPerRowDecode, ir::TopKParams{k}));
+  }
+  return specs;
+}
+
 }  // namespace
 
 std::vector<OpSpec> compile_specs() {
@@ -123,12 +133,15 @@ std::vector<OpSpec> compile_specs() {
     m.output_lse = true;
     specs.push_back(OpSpec::make(OpKind::kMergeAttnStates, m));
   }
+  specs.push_back(OpSpec::make(OpKind::kTopKPerRowPrefill, ir::TopKParams{2048}));
+  specs.push_back(OpSpec::make(OpKind::kTopKPerRowDecode, ir::TopKParams{2048}));
   return specs;
 }
 
 std::vector<OpSpec> emulator_specs() {
   std::vector<OpSpec> specs = cache_specs();
   for (const OpSpec& spec : merge_specs()) specs.push_back(spec);
+  for (const OpSpec& spec : topk_specs()) specs.push_back(spec);
   const int64_t widths[] = {1, 2, 3, 4, 7, 8, 9, 16, 17, 33, 40, 64, 65, 127, 5125};
   for (DType dt : kFloatTypes) {
     for (int64_t w : widths) {

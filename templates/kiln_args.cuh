@@ -117,3 +117,26 @@ struct TopKArgs {
 };
 
 }  // namespace kiln
+
+namespace kiln {
+
+/// convert_vertical_slash_indexes(_mergehead). One thread per (batch, head, row block).
+struct VerticalSlashArgs {
+  int* block_count;   ///< [B, H, rows]
+  int* block_offset;  ///< [B, H, rows, nnz_s]
+  int* column_count;  ///< [B, H, rows]
+  int* column_index;  ///< [B, H, rows, nnz_v]
+  const int* q_seqlens;
+  const int* kv_seqlens;
+  const int* vertical;         ///< [B, H, nnz_v], ascending
+  const int* slash;            ///< [B, H, nnz_s], descending offsets
+  const int* vertical_counts;  ///< [H] (mergehead), else nullptr: nnz_v per head
+  const int* slash_counts;
+  long long batch;
+  long long heads;
+  long long rows;
+  long long nnz_v;
+  long long nnz_s;
+};
+
+}  // namespace kiln

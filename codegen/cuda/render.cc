@@ -84,6 +84,9 @@ int64_t default_threads(const OpSpec& spec, int64_t vec) {
     case OpKind::kConvertFp8: return 256;
     case OpKind::kTopKPerRowPrefill:
     case OpKind::kTopKPerRowDecode: return spec.get<ir::TopKParams>().top_k >= 1024 ? 512 : 256;
+    // One thread per row block (a sequential walk each); small blocks spread them over SMs.
+    case OpKind::kConvertVerticalSlashIndexes:
+    case OpKind::kConvertVerticalSlashIndexesMergehead: return 64;
     default: return threads_for(vector_width_of(spec) / vec);
   }
 }
@@ -170,7 +173,9 @@ Support cuda_supports(const OpSpec& spec) {
                          op == OpKind::kRotaryEmbedding || is_activation(op) ||
                          op == OpKind::kReshapeAndCache || op == OpKind::kReshapeAndCacheFlash ||
                          op == OpKind::kConvertFp8 || op == OpKind::kMergeAttnStates ||
-                         op == OpKind::kTopKPerRowPrefill || op == OpKind::kTopKPerRowDecode;
+                         op == OpKind::kTopKPerRowPrefill || op == OpKind::kTopKPerRowDecode ||
+                         op == OpKind::kConvertVerticalSlashIndexes ||
+                         op == OpKind::kConvertVerticalSlashIndexesMergehead;
   if (!templated) {
     return Support::no(fmt::format("the cuda backend has no template for {} yet", op_name(op)));
   }
@@ -253,6 +258,15 @@ Result<RenderedKernel> render(const OpSpec& spec, const Config& config) {
     m += fmt::format("  static constexpr bool kFlash = {};\n", bool_text(flash));
     m += fmt::format("  static constexpr bool kPerHeadScale = {};\n", bool_text(per_head));
     m += fmt::format("  static constexpr int kX = {};\n", flash ? 1 : ir::paged_key_x(dtype, kv));
+  } else if (spec.op == OpKind::kConvertVerticalSlashIndexes ||
+             spec.op == OpKind::kConvertVerticalSlashIndexesMergehead) {
+    const auto& p = spec.get<ir::VerticalSlashParams>();
+    r.header = "vertical_slash.cuh";
+    r.kernel_template = "kiln::vertical_slash_kernel";
+    r.args_type = "kiln::VerticalSlashArgs";
+    m += fmt::format("  static constexpr int kBlockM = {};\n", p.block_m);
+    m += fmt::format("  static constexpr int kBlockN = {};\n", p.block_n);
+    m += fmt::format("  static constexpr bool kCausal = {};\n", bool_text(p.causal));
   } else if (spec.op == OpKind::kTopKPerRowPrefill || spec.op == OpKind::kTopKPerRowDecode) {
     r.header = "topk.cuh";
     r.kernel_template = "kiln::top_k_kernel";

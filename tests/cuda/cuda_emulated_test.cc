@@ -126,6 +126,12 @@ TEST(CudaEmulated, TopKMatchesRef) {
   check_all(jobs);
 }
 
+TEST(CudaEmulated, VerticalSlashConvertersMatchRef) {
+  const auto jobs = default_jobs("sparse_index");
+  ASSERT_GE(jobs.size(), 8u);
+  check_all(jobs);
+}
+
 TEST(CudaEmulated, EveryConfigOfTheTuningSpaceMatchesRef) {
   std::vector<std::pair<OpSpec, Config>> jobs;
   for (const OpSpec& spec : test::cuda::emulator_tuning_specs()) {

@@ -85,6 +85,20 @@ std::vector<OpSpec> topk_specs() {
   return specs;
 }
 
+// The vertical/slash converters: causal and not, block sizes 64 and 128 (block_n == block_m).
+std::vector<OpSpec> vertical_slash_specs() {
+  std::vector<OpSpec> specs;
+  for (OpKind op :
+       {OpKind::kConvertVerticalSlashIndexes, OpKind::kConvertVerticalSlashIndexesMergehead}) {
+    for (bool causal : {true, false}) {
+      for (int64_t block : {64, 128}) {
+        specs.push_back(OpSpec::make(op, ir::VerticalSlashParams{block, block, causal}));
+      }
+    }
+  }
+  return specs;
+}
+
 }  // namespace
 
 std::vector<OpSpec> compile_specs() {
@@ -135,6 +149,10 @@ std::vector<OpSpec> compile_specs() {
   }
   specs.push_back(OpSpec::make(OpKind::kTopKPerRowPrefill, ir::TopKParams{2048}));
   specs.push_back(OpSpec::make(OpKind::kTopKPerRowDecode, ir::TopKParams{2048}));
+  specs.push_back(
+      OpSpec::make(OpKind::kConvertVerticalSlashIndexes, ir::VerticalSlashParams{64, 64, true}));
+  specs.push_back(OpSpec::make(OpKind::kConvertVerticalSlashIndexesMergehead,
+                               ir::VerticalSlashParams{64, 64, false}));
   return specs;
 }
 
@@ -142,6 +160,7 @@ std::vector<OpSpec> emulator_specs() {
   std::vector<OpSpec> specs = cache_specs();
   for (const OpSpec& spec : merge_specs()) specs.push_back(spec);
   for (const OpSpec& spec : topk_specs()) specs.push_back(spec);
+  for (const OpSpec& spec : vertical_slash_specs()) specs.push_back(spec);
   const int64_t widths[] = {1, 2, 3, 4, 7, 8, 9, 16, 17, 33, 40, 64, 65, 127, 5125};
   for (DType dt : kFloatTypes) {
     for (int64_t w : widths) {

@@ -13,14 +13,16 @@ extern const SimtKernel kSimtKernels_rope[];
 extern const SimtKernel kSimtKernels_cache[];
 extern const SimtKernel kSimtKernels_attention[];
 extern const SimtKernel kSimtKernels_topk[];
+extern const SimtKernel kSimtKernels_sparse_index[];
 
 namespace {
 
 const std::unordered_map<std::string, codegen::cuda::simt::Entry>& table() {
   static const auto map = [] {
     std::unordered_map<std::string, codegen::cuda::simt::Entry> m;
-    for (const SimtKernel* t : {kSimtKernels_norm, kSimtKernels_activation, kSimtKernels_rope,
-                                kSimtKernels_cache, kSimtKernels_attention, kSimtKernels_topk}) {
+    for (const SimtKernel* t :
+         {kSimtKernels_norm, kSimtKernels_activation, kSimtKernels_rope, kSimtKernels_cache,
+          kSimtKernels_attention, kSimtKernels_topk, kSimtKernels_sparse_index}) {
       for (; t->key != nullptr; ++t) m.emplace(t->key, t->entry);
     }
     return m;

@@ -36,6 +36,7 @@ bool parse_x86_isa(std::string_view text, X86Isa* isa) {
 std::string Target::name() const {
   if (backend == BackendKind::kX86) return fmt::format("x86:{}", x86_isa_name(isa));
   if (backend == BackendKind::kArm) return "arm:neon";
+  if (backend == BackendKind::kCuda && !arch.empty()) return fmt::format("cuda:{}", arch);
   return std::string(backend_name(backend));
 }
 

@@ -25,6 +25,9 @@
 #ifdef KILN_HAVE_ONEDNN
 #include "codegen/onednn/onednn_backend.h"
 #endif
+#ifdef KILN_HAVE_CUDA
+#include "codegen/cuda/cuda_backend.h"
+#endif
 
 namespace jit {
 namespace {
@@ -43,6 +46,7 @@ struct MemoryKey {
   std::string config;  // "" when the default is used
   bool use_disk_cache = true;
   int64_t bucket = 0;  // a tuned token bucket, 0 when no tuning entry can apply
+  std::string target;  // CompileOptions::target's name, "" when unset
   bool operator==(const MemoryKey&) const = default;
 };
 
@@ -52,6 +56,7 @@ struct MemoryKeyHash {
     h ^= size_t(k.backend + 7) * 0x9E3779B97F4A7C15ull + size_t(k.isa) * 0xC2B2AE3D27D4EB4Full;
     h ^= std::hash<std::string>()(k.config) + (k.use_disk_cache ? 1 : 0);
     h ^= size_t(k.bucket) * 0x165667B19E3779F9ull;
+    h ^= std::hash<std::string>()(k.target) * 3;
     return h;
   }
 };
@@ -142,6 +147,11 @@ Runtime::Runtime(RuntimeOptions options)
   state_->backends.push_back(codegen::onednn::make_backend());
 #endif
   state_->backends.push_back(codegen::ref::make_backend());
+#ifdef KILN_HAVE_CUDA
+  // Chosen only explicitly (CompileOptions::backend or a cuda target; jit::ops when the
+  // tensors are on a cuda device), never as a CPU candidate.
+  state_->backends.push_back(codegen::cuda::make_backend());
+#endif
   if (!options_.cache_dir.empty()) {
     runtime::DiskCacheOptions cache_options;
     cache_options.dir = options_.cache_dir;
@@ -232,6 +242,9 @@ std::vector<BackendKind> candidates(OpKind op) {
 }
 
 std::string toolchain_version(BackendKind kind) {
+#ifdef KILN_HAVE_CUDA
+  if (kind == BackendKind::kCuda) return codegen::cuda::toolchain_version();
+#endif
   // The x86 generator's output depends on Xbyak's encoder only.
   if (kind == BackendKind::kX86) return "xbyak-6.68";
 #ifdef KILN_HAVE_ARM
@@ -239,6 +252,16 @@ std::string toolchain_version(BackendKind kind) {
   if (kind == BackendKind::kArm) return std::string(codegen::arm::llvm_version());
 #endif
   return "none";
+}
+
+// The target `kind` generates for: the requested one, else the machine's (for cuda: device
+// 0's arch, or the compile-only default without a GPU).
+Target target_for(BackendKind kind, X86Isa isa_cap, const CompileOptions& options) {
+  if (options.target && options.target->backend == kind) return *options.target;
+#ifdef KILN_HAVE_CUDA
+  if (kind == BackendKind::kCuda) return codegen::cuda::default_cuda_target();
+#endif
+  return host_target(kind, isa_cap);
 }
 
 void dump_kernel(const std::filesystem::path& dir, const Kernel& kernel, const Artifact& a) {
@@ -279,7 +302,8 @@ Result<Kernel> Runtime::compile(const OpSpec& spec, const CompileOptions& option
                 isa_cap,
                 options.config ? options.config->to_string() : "",
                 options.use_disk_cache,
-                bucket};
+                bucket,
+                options.target ? options.target->name() : ""};
 
   std::shared_ptr<Slot> slot;
   {
@@ -321,11 +345,13 @@ Result<Kernel> Runtime::compile(const OpSpec& spec, const CompileOptions& option
     const Backend* chosen = nullptr;
     Target target;
     const std::vector<BackendKind> order =
-        options.backend ? std::vector<BackendKind>{*options.backend} : candidates(spec.op);
+        options.backend  ? std::vector<BackendKind>{*options.backend}
+        : options.target ? std::vector<BackendKind>{options.target->backend}
+                         : candidates(spec.op);
     std::optional<std::string> fallback_reason;
     for (BackendKind kind : order) {
       const Backend* backend = state_->backend(kind);
-      Target t = host_target(kind, isa_cap);
+      Target t = target_for(kind, isa_cap, options);
       if (backend == nullptr) {
         info.skipped.push_back(fmt::format("{}: not built into this kiln", backend_name(kind)));
         continue;

@@ -29,6 +29,10 @@ std::string_view kiln_version();
 struct CompileOptions {
   std::optional<BackendKind> backend;  ///< only this backend (error if it cannot serve the spec)
   std::optional<X86Isa> isa;           ///< cap the x86 ISA (overrides KILN_ISA)
+  /// Generate for this target instead of the machine's (e.g. cuda:sm_90 offline, without a
+  /// GPU); dispatch then considers only its backend. Unset: cuda kernels target device 0's
+  /// arch (or KILN_CUDA_ARCH, else sm_90, when there is no GPU).
+  std::optional<Target> target;
   std::optional<Config> config;        ///< this config instead of the default
   bool use_disk_cache = true;          ///< false: neither read nor write the disk cache
   /// Rows (tokens) the caller is about to run; jit::ops set it from the tensors' shapes. When

@@ -10,6 +10,9 @@
 #ifdef KILN_HAVE_ARM
 #include "codegen/arm/arm_backend.h"
 #endif
+#ifdef KILN_HAVE_CUDA
+#include "codegen/cuda/cuda_backend.h"
+#endif
 #include "runtime/disk_cache.h"
 #include "runtime/runtime.h"
 #include "tools/commands.h"
@@ -100,6 +103,56 @@ int cmd_list(bool json) {
   return kExitOk;
 }
 
+// `--target arm:neon` or `--target cuda:sm_90`: code for a machine other than the host.
+Status apply_target(const std::string& target, CompileOptions& options) {
+  if (target.empty()) return Status::ok();
+#ifdef KILN_HAVE_CUDA
+  if (target.starts_with("cuda:")) {
+    auto arch = codegen::cuda::parse_sm_arch(target);
+    if (!arch.is_ok()) return arch.status();
+    options.target = codegen::cuda::cuda_target(arch.value());
+    return Status::ok();
+  }
+#endif
+  if (target == "arm:neon") {  // AArch64 code from any host: the arm backend
+    options.backend = BackendKind::kArm;
+    return Status::ok();
+  }
+  return invalid_argument(fmt::format(
+      "--target '{}' is not a target this kiln generates for (allowed: arm:neon, "
+      "cuda:sm_XX[a], e.g. cuda:sm_90; the host's x86 target is chosen with --isa)",
+      target));
+}
+
+// The CUDA dump: rendered translation unit, ptxas report and PTX (compiled again with the
+// kernel's config, since the runtime keeps only the loaded kernel).
+int dump_cuda(const OpSpec& spec, const KernelInfo& info, bool json, nlohmann::json* out) {
+#ifdef KILN_HAVE_CUDA
+  auto arch = codegen::cuda::parse_sm_arch(info.target.arch);
+  if (!arch.is_ok()) return report(arch.status());
+  codegen::cuda::RenderedKernel rendered;
+  auto binary = codegen::cuda::compile_kernel(spec, info.config, arch.value(), &rendered);
+  if (!binary.is_ok()) return report(binary.status());
+  const std::string ptxas = binary->report().to_string();
+  if (json) {
+    (*out)["source_text"] = rendered.unit();
+    (*out)["ptxas"] = ptxas;
+    (*out)["ptxas_log"] = binary->ptxas_log;
+    (*out)["ptx"] = binary->ptx;
+    (*out)["cubin_bytes"] = binary->cubin.size();
+    return kExitOk;
+  }
+  fmt::print("\n---- rendered source ({} bytes; templates: codegen/cuda/template_headers) ----\n{}",
+             rendered.unit().size(), rendered.unit());
+  fmt::print("\n---- ptxas ({}) ----\n{}\n{}\n", arch->name(), ptxas, binary->ptxas_log);
+  fmt::print("\n---- PTX ({} bytes; cubin {} bytes) ----\n{}", binary->ptx.size(),
+             binary->cubin.size(), binary->ptx);
+  return kExitOk;
+#else
+  return report(Status(StatusCode::kUnsupported, "this kiln was built without the cuda backend"));
+#endif
+}
+
 // The disassembly `--dump` shows. arm kernels are AArch64 objects, which this host may not
 // run: their listing comes from the object (llvm-objdump), not from loaded code.
 Result<std::string> disassembly_of(const Kernel& kernel) {
@@ -118,11 +171,12 @@ Result<std::string> disassembly_of(const Kernel& kernel) {
 
 // ---- kiln compile
 int cmd_compile(const std::string& text, bool dump, bool json, const std::string& backend,
-                const std::string& isa) {
+                const std::string& isa, const std::string& target) {
   auto spec = parse_spec(text);
   if (!spec.is_ok()) return report(spec.status());
   auto options = compile_options(backend, isa);
   if (!options.is_ok()) return report(options.status());
+  if (Status s = apply_target(target, options.value()); !s.is_ok()) return report(s);
   auto kernel = Runtime::global().compile(spec.value(), options.value());
   if (!kernel.is_ok()) return report(kernel.status());
   const KernelInfo& info = kernel->info();
@@ -140,7 +194,10 @@ int cmd_compile(const std::string& text, bool dump, bool json, const std::string
                           {"bytes_per_token", est.bytes},
                           {"flops_per_token", est.flops},
                           {"skipped", info.skipped}};
-    if (dump) {
+    if (dump && info.backend == BackendKind::kCuda) {
+      const int code = dump_cuda(spec.value(), info, true, &out);
+      if (code != kExitOk) return code;
+    } else if (dump) {
       auto text_asm = disassembly_of(kernel.value());
       out["disassembly"] = text_asm.is_ok() ? text_asm.value() : text_asm.status().message();
     }
@@ -156,6 +213,8 @@ int cmd_compile(const std::string& text, bool dump, bool json, const std::string
   fmt::print("code      {} bytes\n", info.code_size);
   fmt::print("time      generate {:.1f} us, total {:.1f} us\n", info.generate_us, info.total_us);
   fmt::print("per token {:.0f} bytes moved, {:.0f} flops\n", est.bytes, est.flops);
+  if (dump && info.backend == BackendKind::kCuda)
+    return dump_cuda(spec.value(), info, false, nullptr);
   if (dump) {
     auto text_asm = disassembly_of(kernel.value());
     if (!text_asm.is_ok()) return report(text_asm.status());
@@ -250,18 +309,20 @@ int main(int argc, char** argv) {
       app.add_subcommand("list", "ops, their families, and the backends that serve them here");
   list->add_flag("--json", json, "machine-readable output");
 
-  std::string spec_text, backend, isa;
+  std::string spec_text, backend, isa, target;
   bool dump = false;
   auto* compile = app.add_subcommand("compile", "compile SPEC: backend, cache hit/miss, timings");
   compile->add_option("spec", spec_text, "spec text, e.g. 'rms_norm(dtype=bf16,hidden=4096)'")
       ->required();
-  compile->add_flag("--dump", dump, "print the disassembly (objdump)");
+  compile->add_flag("--dump", dump,
+                    "print the disassembly (objdump); cuda: rendered source, ptxas report, PTX");
   compile->add_flag("--json", json, "machine-readable output");
   compile->add_option("--backend", backend, "force a backend: ref, x86");
   compile->add_option("--isa", isa, "cap the x86 ISA: avx2, avx512, avx512_bf16, amx");
-  std::string arm_target;
-  compile->add_option("--target", arm_target, "arm:neon: AArch64 code (any host; --dump shows it)")
-      ->check(CLI::IsMember({"arm:neon"}));
+  compile->add_option("--target", target,
+                      "generate for this target instead of the host's: arm:neon (AArch64 code "
+                      "from any host), cuda:sm_80 .. cuda:sm_120, cuda:sm_90a (no GPU needed); "
+                      "--dump shows the assembly / source, ptxas report and PTX");
 
   std::string check_spec;
   int64_t check_tokens = 0;
@@ -315,10 +376,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (*list) return cmd_list(json);
-  if (*compile) {
-    if (!arm_target.empty()) backend = "arm";  // --target arm:neon is the arm backend
-    return cmd_compile(spec_text, dump, json, backend, isa);
-  }
+  if (*compile) return cmd_compile(spec_text, dump, json, backend, isa, target);
   if (*check) {
     auto options = compile_options(backend, isa);
     if (!options.is_ok()) return report(options.status());

@@ -1,0 +1,366 @@
+#include "codegen/cuda/launch.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "codegen/cuda/render.h"
+#include "ir/check_args.h"
+#include "kiln_args.cuh"
+
+namespace jit::codegen::cuda {
+namespace {
+
+// Blocks along grid.x are limited to 2^31 - 1.
+constexpr int64_t kMaxGridX = 2147483647;
+
+bool is_activation(OpKind op) {
+  return op_family(op) == "activation";
+}
+
+bool aligned(const void* p, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % uint64_t(bytes) == 0;
+}
+
+// One block per row, `threads` threads; an error when rows exceed grid.x.
+Status set_rows(LaunchPlan& plan, std::string_view op, int64_t rows, int64_t threads) {
+  if (rows > kMaxGridX) {
+    return invalid_argument(
+        fmt::format("{}: {} rows exceed the cuda backend's grid limit of {} rows per call", op,
+                    rows, kMaxGridX));
+  }
+  plan.empty = rows == 0;
+  plan.grid[0] = unsigned(rows == 0 ? 1 : rows);
+  plan.block[0] = unsigned(threads);
+  return Status::ok();
+}
+
+// The checked mode of the cache writes: every slot is padding (< 0) or inside the cache.
+Status check_slots(std::string_view op, const Tensor& slots, int64_t num_blocks,
+                   int64_t block_size) {
+  const int64_t capacity = num_blocks * block_size;
+  for (int64_t t = 0; t < slots.size(0); ++t) {
+    const int64_t s = slots.data_as<const int64_t>()[t * slots.stride(0)];
+    if (s >= capacity) {
+      return invalid_argument(fmt::format(
+          "{}: argument 'slot_mapping' has slot_mapping[{}] = {}, outside the cache (num_blocks "
+          "{} x block_size {} = {} slots; negative slots are padding)",
+          op, t, s, num_blocks, block_size, capacity));
+    }
+  }
+  return Status::ok();
+}
+
+int32_t at_i32(const Tensor& t, int64_t i) {
+  return t.data_as<const int32_t>()[i];
+}
+
+// The vertical/slash converters' checked mode (the ref's checks, in its order): lengths,
+// per-head counts, slash offsets >= 0 and verticals inside the keys, so that every walk ends
+// inside its buffers.
+Status check_vertical_slash(std::string_view op, const ir::VerticalSlashParams& p, bool mergehead,
+                            const KernelArgs& args) {
+  const Tensor& vertical = args.tensor(6);
+  const Tensor& slash = args.tensor(7);
+  const int64_t batch = slash.size(0), heads = slash.size(1);
+  const int64_t nnz_s = slash.size(2), nnz_v = vertical.size(2);
+  const int64_t rows = args.tensor(0).size(2);
+  std::vector<int64_t> count_v(size_t(heads), nnz_v), count_s(size_t(heads), nnz_s);
+  for (int64_t h = 0; mergehead && h < heads; ++h) {
+    count_v[size_t(h)] = at_i32(args.tensor(8), h);
+    count_s[size_t(h)] = at_i32(args.tensor(9), h);
+    if (count_v[size_t(h)] < 1 || count_v[size_t(h)] > nnz_v) {
+      return invalid_argument(
+          fmt::format("{}: argument 'vertical_indices_count' has [{}] = {}, outside [1, {}]", op, h,
+                      count_v[size_t(h)], nnz_v));
+    }
+    if (count_s[size_t(h)] < 1 || count_s[size_t(h)] > nnz_s) {
+      return invalid_argument(
+          fmt::format("{}: argument 'slash_indices_count' has [{}] = {}, outside [1, {}]", op, h,
+                      count_s[size_t(h)], nnz_s));
+    }
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t q_len = at_i32(args.tensor(4), b);
+    const int64_t kv_len = at_i32(args.tensor(5), b);
+    if (q_len < 0 || q_len > rows * p.block_m) {
+      return invalid_argument(fmt::format(
+          "{}: argument 'q_seqlens' has q_seqlens[{}] = {}, outside [0, {}] (context_size gives "
+          "{} row blocks of {})",
+          op, b, q_len, rows * p.block_m, rows, p.block_m));
+    }
+    if (kv_len < 0) {
+      return invalid_argument(
+          fmt::format("{}: argument 'kv_seqlens' has kv_seqlens[{}] = {} < 0", op, b, kv_len));
+    }
+    if (q_len == 0) continue;
+    if (p.causal && kv_len < q_len) {
+      return invalid_argument(fmt::format(
+          "{}: argument 'kv_seqlens' has kv_seqlens[{}] = {} < q_seqlens[{}] = {} (causal needs "
+          "kv_len >= q_len)",
+          op, b, kv_len, b, q_len));
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < count_s[size_t(h)]; ++i) {
+        const int64_t offset = at_i32(slash, (b * heads + h) * nnz_s + i);
+        if (offset < 0) {
+          return invalid_argument(fmt::format(
+              "{}: argument 'slash_indexes' has [{}, {}, {}] = {}; offsets must be >= 0", op, b, h,
+              i, offset));
+        }
+      }
+      for (int64_t i = 0; i < count_v[size_t(h)]; ++i) {
+        const int64_t col = at_i32(vertical, (b * heads + h) * nnz_v + i);
+        if (col < 0 || col >= kv_len) {
+          return invalid_argument(fmt::format(
+              "{}: argument 'vertical_indexes' has [{}, {}, {}] = {}, outside the keys [0, {})", op,
+              b, h, i, col, kv_len));
+        }
+      }
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<LaunchPlan> plan_launch(const OpSpec& spec, const Config& config, const KernelArgs& args,
+                               bool host_data) {
+  LaunchPlan plan;
+  const int64_t threads = config.get(kThreads, 256);
+  const int64_t vec = config.get(kVec, 1);
+  const std::string_view op = op_name(spec.op);
+  if (spec.op == OpKind::kRmsNorm || spec.op == OpKind::kFusedAddRmsNorm) {
+    const auto& p = spec.get<ir::NormParams>();
+    const int64_t esize = int64_t(dtype_size(p.dtype));
+    const int64_t vbytes = vec * esize;
+    kiln::NormArgs a{};
+    const Tensor& first = args.tensor(0);   // out (rms_norm) or input (fused)
+    const Tensor& second = args.tensor(1);  // input (rms_norm) or residual (fused)
+    const Tensor& weight = args.tensor(2);
+    if (spec.op == OpKind::kFusedAddRmsNorm) {
+      a.dst = first.data();
+      a.src = first.data();
+      a.dst_stride = a.src_stride = ir::row_stride(first);
+      a.residual = second.data();
+      a.residual_stride = ir::row_stride(second);
+    } else {
+      a.dst = first.data();
+      a.dst_stride = p.hidden;
+      a.src = second.data();
+      a.src_stride = ir::row_stride(second);
+    }
+    a.weight = p.weight ? weight.data() : nullptr;
+    a.epsilon = float(args.scalar(0));
+    a.rows = second.numel() / p.hidden;
+    a.vector_ok = aligned(a.dst, vbytes) && aligned(a.src, vbytes) &&
+                  (a.dst_stride * esize) % vbytes == 0 && (a.src_stride * esize) % vbytes == 0 &&
+                  (!p.weight || aligned(a.weight, vbytes)) &&
+                  (a.residual == nullptr ||
+                   (aligned(a.residual, vbytes) && (a.residual_stride * esize) % vbytes == 0));
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.rows, threads));
+    plan.set_params(a);
+  } else if (is_activation(spec.op)) {
+    const auto& p = spec.get<ir::ActivationParams>();
+    const int64_t esize = int64_t(dtype_size(p.dtype));
+    // swigluoai reads 2·vec inputs per access.
+    const int64_t vbytes = vec * esize * (spec.op == OpKind::kSwigluoaiAndMul ? 2 : 1);
+    kiln::ActivationArgs a{};
+    a.dst = args.tensor(0).data();
+    a.src = args.tensor(1).data();
+    a.rows = args.tensor(1).numel() / (2 * p.d);
+    a.p0 = args.scalar_count > 0 ? float(args.scalar(0)) : 0.0f;
+    a.p1 = args.scalar_count > 1 ? float(args.scalar(1)) : 0.0f;
+    a.vector_ok = aligned(a.dst, vbytes) && aligned(a.src, vbytes);
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.rows, threads));
+    plan.set_params(a);
+  } else if (spec.op == OpKind::kRotaryEmbedding) {
+    const auto& p = spec.get<ir::RopeParams>();
+    const Tensor& positions = args.tensor(0);
+    const Tensor& cache = args.tensor(3);
+    if (host_data) KILN_RETURN_IF_ERROR(ir::check_rope_positions(positions, cache.size(0)));
+    const int lead = positions.dim();
+    kiln::RopeArgs a{};
+    a.positions = positions.data_as<const long long>();
+    a.query = args.tensor(1).data();
+    a.cos_sin = cache.data();
+    const ir::RopeStrides q = ir::rope_strides(args.tensor(1), lead, p.head_size);
+    a.query_token_stride = q.token;
+    a.query_head_stride = q.head;
+    if (p.key) {
+      const ir::RopeStrides k = ir::rope_strides(args.tensor(2), lead, p.head_size);
+      a.key = args.tensor(2).data();
+      a.key_token_stride = k.token;
+      a.key_head_stride = k.head;
+    }
+    a.tokens = positions.numel();
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.tokens, threads));
+    plan.set_params(a);
+  } else if (spec.op == OpKind::kReshapeAndCache || spec.op == OpKind::kReshapeAndCacheFlash) {
+    const bool flash = spec.op == OpKind::kReshapeAndCacheFlash;
+    DType dtype;
+    ir::KvCacheDtype kv;
+    int64_t block_size;
+    if (flash) {
+      const auto& p = spec.get<ir::FlashCacheWriteParams>();
+      dtype = p.dtype, kv = p.kv, block_size = p.block_size;
+    } else {
+      const auto& p = spec.get<ir::PagedCacheWriteParams>();
+      dtype = p.dtype, kv = p.kv, block_size = p.block_size;
+    }
+    const Tensor& slots = args.tensor(4);
+    const Tensor& key_cache = args.tensor(2);
+    const Tensor& value_cache = args.tensor(3);
+    if (host_data) KILN_RETURN_IF_ERROR(check_slots(op, slots, key_cache.size(0), block_size));
+    // vLLM's slot_mapping is int64 and dense here (check_args); the kernel indexes it by token.
+    if (slots.stride(0) != 1 && slots.size(0) > 1) {
+      return invalid_argument(fmt::format("{}: the cuda backend needs a dense slot_mapping ({})",
+                                          op, slots.describe()));
+    }
+    kiln::CacheWriteArgs a{};
+    a.key = args.tensor(0).data();
+    a.value = args.tensor(1).data();
+    a.key_cache = key_cache.data();
+    a.value_cache = value_cache.data();
+    a.slots = slots.data_as<const long long>();
+    a.k_scale = args.tensor(5).data_as<const float>();
+    a.v_scale = args.tensor(6).data_as<const float>();
+    a.key_stride = args.tensor(0).stride(0);
+    a.value_stride = args.tensor(1).stride(0);
+    a.tokens = slots.size(0);
+    const int64_t in_size = int64_t(dtype_size(dtype));
+    const int64_t cache_size = int64_t(ir::cache_element_size(dtype, kv));
+    a.vector_ok = aligned(a.key, vec * in_size) && aligned(a.value, vec * in_size) &&
+                  a.key_stride % vec == 0 && a.value_stride % vec == 0 &&
+                  aligned(a.key_cache, vec * cache_size) &&
+                  aligned(a.value_cache, vec * cache_size);
+    if (flash) {
+      for (int d = 0; d < 3; ++d) {
+        a.key_cache_strides[d] = key_cache.stride(d);
+        a.value_cache_strides[d] = value_cache.stride(d);
+        a.vector_ok =
+            a.vector_ok && key_cache.stride(d) % vec == 0 && value_cache.stride(d) % vec == 0;
+      }
+    }
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.tokens, threads));
+    plan.set_params(a);
+  } else if (spec.op == OpKind::kConvertVerticalSlashIndexes ||
+             spec.op == OpKind::kConvertVerticalSlashIndexesMergehead) {
+    const auto& p = spec.get<ir::VerticalSlashParams>();
+    const bool mergehead = spec.op == OpKind::kConvertVerticalSlashIndexesMergehead;
+    if (host_data) KILN_RETURN_IF_ERROR(check_vertical_slash(op, p, mergehead, args));
+    kiln::VerticalSlashArgs a{};
+    a.block_count = args.tensor(0).data_as<int>();
+    a.block_offset = args.tensor(1).data_as<int>();
+    a.column_count = args.tensor(2).data_as<int>();
+    a.column_index = args.tensor(3).data_as<int>();
+    a.q_seqlens = args.tensor(4).data_as<const int>();
+    a.kv_seqlens = args.tensor(5).data_as<const int>();
+    a.vertical = args.tensor(6).data_as<const int>();
+    a.slash = args.tensor(7).data_as<const int>();
+    if (mergehead) {
+      a.vertical_counts = args.tensor(8).data_as<const int>();
+      a.slash_counts = args.tensor(9).data_as<const int>();
+    }
+    a.batch = args.tensor(7).size(0);
+    a.heads = args.tensor(7).size(1);
+    a.nnz_s = args.tensor(7).size(2);
+    a.nnz_v = args.tensor(6).size(2);
+    a.rows = args.tensor(0).size(2);
+    const int64_t units = a.batch * a.heads * a.rows;
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, (units + threads - 1) / threads, threads));
+    plan.set_params(a);
+  } else if (spec.op == OpKind::kTopKPerRowPrefill || spec.op == OpKind::kTopKPerRowDecode) {
+    const bool decode = spec.op == OpKind::kTopKPerRowDecode;
+    const int sc = decode ? 1 : 0;
+    kiln::TopKArgs a{};
+    const Tensor& logits = args.tensor(0);
+    a.logits = logits.data_as<const float>();
+    a.rows = int64_t(args.scalar(sc));
+    a.stride0 = int64_t(args.scalar(sc + 1));
+    a.stride1 = int64_t(args.scalar(sc + 2));
+    a.columns = logits.size(1);
+    a.indices = args.tensor(decode ? 2 : 3).data_as<int>();
+    if (decode) {
+      a.next_n = int64_t(args.scalar(0));
+      a.seq_lens = args.tensor(1).data_as<const int>();
+    } else {
+      a.row_starts = args.tensor(1).data_as<const int>();
+      a.row_ends = args.tensor(2).data_as<const int>();
+    }
+    // The ranges, checked on the host before the launch (the ref's messages and order).
+    for (int64_t r = 0; host_data && r < a.rows; ++r) {
+      if (decode) {
+        const int64_t len = a.seq_lens[r / a.next_n];
+        const int64_t end = std::max<int64_t>(len - a.next_n + r % a.next_n + 1, 0);
+        if (end > a.columns) {
+          return invalid_argument(fmt::format(
+              "{}: argument 'seq_lens' has seq_lens[{}] = {}, so row {} ends at {}, past the "
+              "{} logits columns",
+              op, r / a.next_n, len, r, end, a.columns));
+        }
+      } else if (a.row_starts[r] < 0 || a.row_starts[r] > a.row_ends[r] ||
+                 a.row_ends[r] > a.columns) {
+        return invalid_argument(fmt::format(
+            "{}: arguments 'rowStarts'/'rowEnds' give row {} the range [{}, {}), not inside "
+            "[0, {}] in order",
+            op, r, a.row_starts[r], a.row_ends[r], a.columns));
+      }
+    }
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.rows, threads));
+    plan.set_params(a);
+  } else if (spec.op == OpKind::kMergeAttnStates) {
+    const auto& p = spec.get<ir::MergeAttnStatesParams>();
+    const Tensor& output = args.tensor(0);
+    const Tensor& prefix = args.tensor(2);
+    const Tensor& suffix = args.tensor(4);
+    kiln::MergeArgs a{};
+    a.output = output.data();
+    a.output_lse = p.output_lse ? args.tensor(1).data_as<float>() : nullptr;
+    a.prefix = prefix.data();
+    a.prefix_lse = args.tensor(3).data_as<const float>();
+    a.suffix = suffix.data();
+    a.suffix_lse = args.tensor(5).data_as<const float>();
+    a.output_scale =
+        p.out_dtype == DType::kFp8E4m3 ? args.tensor(6).data_as<const float>() : nullptr;
+    const Tensor* views[] = {&output, &prefix, &suffix};
+    long long* strides[] = {a.output_strides, a.prefix_strides, a.suffix_strides};
+    a.vector_ok = true;
+    for (int i = 0; i < 3; ++i) {
+      strides[i][0] = views[i]->stride(0);
+      strides[i][1] = views[i]->stride(1);
+      const int64_t vbytes = vec * int64_t(views[i]->element_size());
+      a.vector_ok = a.vector_ok && aligned(views[i]->data(), vbytes) && strides[i][0] % vec == 0 &&
+                    strides[i][1] % vec == 0;
+    }
+    a.tokens = prefix.size(0);
+    a.with_context = args.scalar(0) < 0 ? double(a.tokens) : args.scalar(0);
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.tokens * p.head_count, threads));
+    plan.set_params(a);
+  } else if (spec.op == OpKind::kConvertFp8) {
+    const auto& p = spec.get<ir::ConvertFp8Params>();
+    kiln::ConvertArgs a{};
+    a.dst = args.tensor(0).data();
+    a.src = args.tensor(1).data();
+    a.count = args.tensor(1).numel();
+    a.scale = float(args.scalar(0));
+    a.vector_ok = aligned(a.dst, vec * int64_t(dtype_size(p.dst))) &&
+                  aligned(a.src, vec * int64_t(dtype_size(p.src)));
+    // Grid-stride: enough blocks for one pass, capped (each thread then loops).
+    constexpr int64_t kMaxBlocks = 65536;
+    const int64_t blocks = std::min<int64_t>(
+        kMaxBlocks, std::max<int64_t>(1, (a.count + threads * vec - 1) / (threads * vec)));
+    plan.empty = a.count == 0;
+    plan.grid[0] = unsigned(blocks);
+    plan.block[0] = unsigned(threads);
+    plan.set_params(a);
+  } else {
+    return Status(StatusCode::kUnsupported,
+                  fmt::format("the cuda backend has no launch plan for {}", op));
+  }
+  return plan;
+}
+
+}  // namespace jit::codegen::cuda

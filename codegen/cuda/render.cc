@@ -1,0 +1,319 @@
+#include "codegen/cuda/render.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace jit::codegen::cuda {
+namespace {
+
+constexpr int64_t kMaxThreads = 1024;
+constexpr int64_t kVectorBytes = 16;  // one ld.global.v4.b32
+
+int64_t round_up(int64_t v, int64_t m) {
+  return (v + m - 1) / m * m;
+}
+
+// The widest power-of-two element count <= max_elements that divides `width`.
+int64_t widest_vec(int64_t width, int64_t max_elements) {
+  int64_t vec = 1;
+  while (vec * 2 <= max_elements && width % (vec * 2) == 0) vec *= 2;
+  return vec;
+}
+
+// Threads for `units` independent work items per block: a multiple of 32, at most 1024.
+int64_t threads_for(int64_t units, int64_t cap = kMaxThreads) {
+  return std::clamp<int64_t>(round_up(std::max<int64_t>(units, 1), 32), 32, cap);
+}
+
+bool is_activation(OpKind op) {
+  return op_family(op) == "activation";
+}
+
+// The vector width limit in elements for `op` with element size `esize`.
+int64_t max_vec(OpKind op, int64_t esize) {
+  // swigluoai loads 2·vec interleaved inputs per access.
+  return op == OpKind::kSwigluoaiAndMul ? kVectorBytes / esize / 2 : kVectorBytes / esize;
+}
+
+// The row width the vector width must divide (0: the kernel has no vector knob).
+int64_t vector_width_of(const OpSpec& spec) {
+  switch (spec.op) {
+    case OpKind::kRmsNorm:
+    case OpKind::kFusedAddRmsNorm: return spec.get<ir::NormParams>().hidden;
+    case OpKind::kReshapeAndCacheFlash: return spec.get<ir::FlashCacheWriteParams>().head_size;
+    // convert_fp8 vectorises a flat buffer (with a scalar tail): any power of two divides.
+    case OpKind::kConvertFp8: return 1 << 30;
+    case OpKind::kMergeAttnStates: return spec.get<ir::MergeAttnStatesParams>().head_size;
+    default: return is_activation(spec.op) ? spec.get<ir::ActivationParams>().d : 0;
+  }
+}
+
+// The widest element the vector accesses move (it bounds vec at 16 bytes).
+DType element_dtype(const OpSpec& spec) {
+  switch (spec.op) {
+    case OpKind::kRmsNorm:
+    case OpKind::kFusedAddRmsNorm: return spec.get<ir::NormParams>().dtype;
+    case OpKind::kReshapeAndCacheFlash: return spec.get<ir::FlashCacheWriteParams>().dtype;
+    case OpKind::kConvertFp8: {
+      const auto& p = spec.get<ir::ConvertFp8Params>();
+      return dtype_size(p.src) >= dtype_size(p.dst) ? p.src : p.dst;
+    }
+    case OpKind::kMergeAttnStates: return spec.get<ir::MergeAttnStatesParams>().dtype;
+    default: return is_activation(spec.op) ? spec.get<ir::ActivationParams>().dtype : DType::kF32;
+  }
+}
+
+// Threads of one block: enough for `units` vector accesses of a row, or the kernel's fixed
+// choice (rope: one pair per thread; legacy cache: one element per thread; convert: 256).
+int64_t default_threads(const OpSpec& spec, int64_t vec) {
+  switch (spec.op) {
+    case OpKind::kRotaryEmbedding: {
+      const auto& p = spec.get<ir::RopeParams>();
+      const int64_t heads = std::max(p.head_count_q, p.key ? p.head_count_kv : 0);
+      return threads_for(heads * p.rot_dim / 2, 512);
+    }
+    case OpKind::kReshapeAndCache: {
+      const auto& p = spec.get<ir::PagedCacheWriteParams>();
+      return threads_for(p.head_count_kv * p.head_size, 512);
+    }
+    case OpKind::kReshapeAndCacheFlash: {
+      const auto& p = spec.get<ir::FlashCacheWriteParams>();
+      return threads_for(p.head_count_kv * p.head_size / vec, 512);
+    }
+    case OpKind::kConvertFp8: return 256;
+    case OpKind::kTopKPerRowPrefill:
+    case OpKind::kTopKPerRowDecode: return spec.get<ir::TopKParams>().top_k >= 1024 ? 512 : 256;
+    // One thread per row block (a sequential walk each); small blocks spread them over SMs.
+    case OpKind::kConvertVerticalSlashIndexes:
+    case OpKind::kConvertVerticalSlashIndexesMergehead: return 64;
+    default: return threads_for(vector_width_of(spec) / vec);
+  }
+}
+
+Config default_config(const OpSpec& spec) {
+  Config config;
+  const int64_t width = vector_width_of(spec);
+  const int64_t vec =
+      width > 0 ? widest_vec(width, max_vec(spec.op, int64_t(dtype_size(element_dtype(spec))))) : 1;
+  config.set(std::string(kThreads), default_threads(spec, vec));
+  if (width > 0) config.set(std::string(kVec), vec);
+  return config;
+}
+
+// Checks the knobs of `config` for `spec`; fills defaults for absent knobs.
+Result<Config> resolve_config(const OpSpec& spec, const Config& config) {
+  const Config defaults = default_config(spec);
+  Config resolved;
+  for (const auto& [name, value] : config.knobs) {
+    if (name != kThreads && name != kVec) {
+      return invalid_argument(
+          fmt::format("cuda config: unknown knob '{}'; allowed: threads, vec", name));
+    }
+  }
+  const int64_t threads = config.get(kThreads, defaults.get(kThreads, 256));
+  if (threads < 32 || threads > kMaxThreads || threads % 32 != 0) {
+    return invalid_argument(fmt::format(
+        "cuda config: threads={} is not allowed; allowed: a multiple of 32 in 32..1024", threads));
+  }
+  resolved.set(std::string(kThreads), threads);
+  const int64_t width = vector_width_of(spec);
+  if (width > 0) {
+    const int64_t vec = config.get(kVec, defaults.get(kVec, 1));
+    const int64_t limit = max_vec(spec.op, int64_t(dtype_size(element_dtype(spec))));
+    if (vec < 1 || vec > limit || (vec & (vec - 1)) != 0 || width % vec != 0) {
+      return invalid_argument(fmt::format(
+          "cuda config: vec={} is not allowed for {}; allowed: a power of two <= {} that "
+          "divides {}",
+          vec, op_name(spec.op), limit, width));
+    }
+    resolved.set(std::string(kVec), vec);
+  }
+  return resolved;
+}
+
+std::string bool_text(bool b) {
+  return b ? "true" : "false";
+}
+
+}  // namespace
+
+std::string_view cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "float";
+    case DType::kF16: return "kiln::f16";
+    case DType::kBF16: return "kiln::bf16";
+    case DType::kFp8E4m3: return "kiln::fp8e4m3";
+    case DType::kFp8E5m2: return "kiln::fp8e5m2";
+    case DType::kI8: return "kiln::i8";
+    case DType::kU8: return "kiln::u8";
+    case DType::kI32: return "kiln::i32";
+    case DType::kI64: return "kiln::i64";
+  }
+  return "?";
+}
+
+std::string RenderedKernel::config_struct(std::string_view name) const {
+  return fmt::format("struct {} {{\n{}}};\n", name, config_members);
+}
+
+std::string RenderedKernel::name_expression(std::string_view config_name) const {
+  return fmt::format("{}<{}>", kernel_template, config_name);
+}
+
+std::string RenderedKernel::unit() const {
+  return fmt::format(
+      "// kiln CUDA kernel: {}\n#include \"{}\"\n\n{}\ntemplate __global__ void {}({});\n",
+      description, header, config_struct("KilnCfg"), name_expression("KilnCfg"), args_type);
+}
+
+Support cuda_supports(const OpSpec& spec) {
+  const OpKind op = spec.op;
+  const bool templated = op == OpKind::kRmsNorm || op == OpKind::kFusedAddRmsNorm ||
+                         op == OpKind::kRotaryEmbedding || is_activation(op) ||
+                         op == OpKind::kReshapeAndCache || op == OpKind::kReshapeAndCacheFlash ||
+                         op == OpKind::kConvertFp8 || op == OpKind::kMergeAttnStates ||
+                         op == OpKind::kTopKPerRowPrefill || op == OpKind::kTopKPerRowDecode ||
+                         op == OpKind::kConvertVerticalSlashIndexes ||
+                         op == OpKind::kConvertVerticalSlashIndexesMergehead;
+  if (!templated) {
+    return Support::no(fmt::format("the cuda backend has no template for {} yet", op_name(op)));
+  }
+  const Status valid = validate(spec);
+  if (!valid.is_ok()) return Support::no(valid.message());
+  return Support::yes();
+}
+
+std::vector<Config> cuda_configs(const OpSpec& spec) {
+  std::vector<Config> space = {default_config(spec)};
+  const Config base = space.front();  // a copy: push_back reallocates
+  auto add = [&](Config c) {
+    if (resolve_config(spec, c).is_ok() &&
+        std::find(space.begin(), space.end(), c) == space.end()) {
+      space.push_back(std::move(c));
+    }
+  };
+  for (int64_t threads : {128, 256, 512, 1024}) {
+    add(Config(base).set(std::string(kThreads), threads));
+  }
+  if (vector_width_of(spec) > 0) add(Config(base).set(std::string(kVec), 1));
+  return space;
+}
+
+Result<RenderedKernel> render(const OpSpec& spec, const Config& config) {
+  const Support support = cuda_supports(spec);
+  if (!support.ok) return Status(StatusCode::kUnsupported, support.reason);
+  Result<Config> resolved = resolve_config(spec, config);
+  if (!resolved.is_ok()) return resolved.status();
+  const int64_t threads = resolved->get(kThreads, 256);
+  const int64_t vec = resolved->get(kVec, 1);
+  RenderedKernel r;
+  r.description = fmt::format("{} config {}", to_string(spec), resolved->to_string());
+  std::string& m = r.config_members;
+  if (spec.op == OpKind::kRmsNorm || spec.op == OpKind::kFusedAddRmsNorm) {
+    const auto& p = spec.get<ir::NormParams>();
+    r.header = "norm.cuh";
+    r.kernel_template = "kiln::rms_norm_kernel";
+    r.args_type = "kiln::NormArgs";
+    m += fmt::format("  using T = {};\n", cuda_type(p.dtype));
+    m += fmt::format("  static constexpr int kHidden = {};\n", p.hidden);
+    m += fmt::format("  static constexpr bool kWeight = {};\n", bool_text(p.weight));
+    m += fmt::format("  static constexpr bool kFused = {};\n",
+                     bool_text(spec.op == OpKind::kFusedAddRmsNorm));
+  } else if (is_activation(spec.op)) {
+    const auto& p = spec.get<ir::ActivationParams>();
+    r.header = "activation.cuh";
+    r.kernel_template = "kiln::gated_activation_kernel";
+    r.args_type = "kiln::ActivationArgs";
+    // kOp follows the activations' order in ir/op_list.def (kiln::ActOp).
+    const int op_index = int(spec.op) - int(OpKind::kSiluAndMul);
+    m += fmt::format("  using T = {};\n", cuda_type(p.dtype));
+    m += fmt::format("  static constexpr int kD = {};\n", p.d);
+    m += fmt::format("  static constexpr int kOp = {};\n", op_index);
+  } else if (spec.op == OpKind::kReshapeAndCache || spec.op == OpKind::kReshapeAndCacheFlash) {
+    const bool flash = spec.op == OpKind::kReshapeAndCacheFlash;
+    DType dtype;
+    ir::KvCacheDtype kv;
+    int64_t heads, head_size, block_size;
+    bool per_head = false;
+    if (flash) {
+      const auto& p = spec.get<ir::FlashCacheWriteParams>();
+      dtype = p.dtype, kv = p.kv, heads = p.head_count_kv, head_size = p.head_size;
+      block_size = p.block_size, per_head = p.per_head_scale;
+    } else {
+      const auto& p = spec.get<ir::PagedCacheWriteParams>();
+      dtype = p.dtype, kv = p.kv, heads = p.head_count_kv, head_size = p.head_size;
+      block_size = p.block_size;
+    }
+    r.header = "cache.cuh";
+    r.kernel_template = "kiln::cache_write_kernel";
+    r.args_type = "kiln::CacheWriteArgs";
+    m += fmt::format("  using T = {};\n", cuda_type(dtype));
+    m += fmt::format("  using C = {};\n",
+                     kv == ir::KvCacheDtype::kAuto ? cuda_type(dtype) : "kiln::u8");
+    m += fmt::format("  static constexpr int kKv = {};\n", int(kv));
+    m += fmt::format("  static constexpr int kHeads = {};\n", heads);
+    m += fmt::format("  static constexpr int kHeadSize = {};\n", head_size);
+    m += fmt::format("  static constexpr int kBlockSize = {};\n", block_size);
+    m += fmt::format("  static constexpr bool kFlash = {};\n", bool_text(flash));
+    m += fmt::format("  static constexpr bool kPerHeadScale = {};\n", bool_text(per_head));
+    m += fmt::format("  static constexpr int kX = {};\n", flash ? 1 : ir::paged_key_x(dtype, kv));
+  } else if (spec.op == OpKind::kConvertVerticalSlashIndexes ||
+             spec.op == OpKind::kConvertVerticalSlashIndexesMergehead) {
+    const auto& p = spec.get<ir::VerticalSlashParams>();
+    r.header = "vertical_slash.cuh";
+    r.kernel_template = "kiln::vertical_slash_kernel";
+    r.args_type = "kiln::VerticalSlashArgs";
+    m += fmt::format("  static constexpr int kBlockM = {};\n", p.block_m);
+    m += fmt::format("  static constexpr int kBlockN = {};\n", p.block_n);
+    m += fmt::format("  static constexpr bool kCausal = {};\n", bool_text(p.causal));
+  } else if (spec.op == OpKind::kTopKPerRowPrefill || spec.op == OpKind::kTopKPerRowDecode) {
+    r.header = "topk.cuh";
+    r.kernel_template = "kiln::top_k_kernel";
+    r.args_type = "kiln::TopKArgs";
+    m += fmt::format("  static constexpr int kTopK = {};\n", spec.get<ir::TopKParams>().top_k);
+    m += fmt::format("  static constexpr bool kDecode = {};\n",
+                     bool_text(spec.op == OpKind::kTopKPerRowDecode));
+  } else if (spec.op == OpKind::kMergeAttnStates) {
+    const auto& p = spec.get<ir::MergeAttnStatesParams>();
+    const bool fp8 = p.out_dtype == DType::kFp8E4m3;
+    r.header = "merge_attn_states.cuh";
+    r.kernel_template = "kiln::merge_attn_states_kernel";
+    r.args_type = "kiln::MergeArgs";
+    m += fmt::format("  using T = {};\n", cuda_type(p.dtype));
+    m += fmt::format("  using O = {};\n", fp8 ? "kiln::u8" : cuda_type(p.out_dtype));
+    m += fmt::format("  static constexpr bool kFp8Out = {};\n", bool_text(fp8));
+    m += fmt::format("  static constexpr int kHeads = {};\n", p.head_count);
+    m += fmt::format("  static constexpr int kHeadSize = {};\n", p.head_size);
+    m += fmt::format("  static constexpr bool kOutputLse = {};\n", bool_text(p.output_lse));
+  } else if (spec.op == OpKind::kConvertFp8) {
+    const auto& p = spec.get<ir::ConvertFp8Params>();
+    const bool quantise = p.dst == DType::kFp8E4m3;
+    r.header = "cache.cuh";
+    r.kernel_template = "kiln::convert_fp8_kernel";
+    r.args_type = "kiln::ConvertArgs";
+    // fp8 codes travel as raw bytes (vLLM's caches are uint8 tensors).
+    m += fmt::format("  using S = {};\n", quantise ? cuda_type(p.src) : "kiln::u8");
+    m += fmt::format("  using D = {};\n", quantise ? "kiln::u8" : cuda_type(p.dst));
+    m += fmt::format("  static constexpr bool kQuantise = {};\n", bool_text(quantise));
+  } else {
+    const auto& p = spec.get<ir::RopeParams>();
+    r.header = "rope.cuh";
+    r.kernel_template = "kiln::rotary_kernel";
+    r.args_type = "kiln::RopeArgs";
+    m += fmt::format("  using T = {};\n", cuda_type(p.dtype));
+    m += fmt::format("  using TC = {};\n", cuda_type(p.cache_dtype));
+    m += fmt::format("  static constexpr int kHeadSize = {};\n", p.head_size);
+    m += fmt::format("  static constexpr int kRotDim = {};\n", p.rot_dim);
+    m += fmt::format("  static constexpr bool kNeox = {};\n",
+                     bool_text(p.style == ir::RopeStyle::kNeox));
+    m += fmt::format("  static constexpr int kHeadsQ = {};\n", p.head_count_q);
+    m += fmt::format("  static constexpr int kHeadsKv = {};\n", p.key ? p.head_count_kv : 0);
+    m += fmt::format("  static constexpr bool kKey = {};\n", bool_text(p.key));
+  }
+  m += fmt::format("  static constexpr int kThreads = {};\n", threads);
+  if (vector_width_of(spec) > 0) m += fmt::format("  static constexpr int kVec = {};\n", vec);
+  return r;
+}
+
+}  // namespace jit::codegen::cuda

@@ -1,0 +1,221 @@
+// Every CUDA kernel's numerics through the SIMT emulator against the ref backend: the same
+// rendered instantiations NVRTC compiles (generated at build time by gen_simt_kernels), run on
+// the CPU over the op-case harness's inputs (normal, small integers, equal values, adversarial
+// where the op takes them) at 1 and 3 rows, and every config of a few specs' tuning spaces.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <future>
+#include <mutex>
+
+// The emulation header first, then the templates' helpers under test.
+#include "codegen/cuda/cuda_backend.h"
+#include "codegen/cuda/simt/simt.h"
+#include "codegen/cuda/simt/simt_runtime.h"
+#include "ir/numeric.h"
+#include "kiln_common.cuh"
+#include "runtime/runtime.h"
+#include "tests/cuda/cuda_specs.h"
+#include "tests/cuda/simt_registry.h"
+#include "tests/harness/op_cases.h"
+
+namespace jit {
+namespace {
+
+namespace cu = codegen::cuda;
+
+// A jit::Kernel that runs the host instantiation of (spec, config) through the emulator.
+Result<Kernel> emulated_kernel(const OpSpec& spec, const Config& config) {
+  const cu::simt::Entry entry = test::cuda::find_simt_kernel(spec, config);
+  if (entry == nullptr) {
+    return Status(StatusCode::kInternal,
+                  "not instantiated for the emulator: " + test::cuda::simt_key(spec, config));
+  }
+  KernelInfo info;
+  info.spec_text = to_string(spec);
+  info.backend = BackendKind::kCuda;
+  info.config = config;
+  return Kernel(spec, cu::simt::make_executable(spec, config, entry), std::move(info));
+}
+
+// Checks one (spec, config) on every input kind at 1 and 3 rows; returns the failures.
+std::vector<std::string> check(const OpSpec& spec, const Config& config) {
+  std::vector<std::string> failures;
+  auto kernel = emulated_kernel(spec, config);
+  if (!kernel.is_ok()) return {kernel.status().to_string()};
+  // top-k cases cycle row lengths over 0, 1, k-1, k, k+1 and a random one: 6 rows reach the
+  // rows longer than k (the radix-select path).
+  const std::vector<int64_t> row_counts =
+      op_family(spec.op) == "topk" ? std::vector<int64_t>{6, 12} : std::vector<int64_t>{1, 3};
+  for (int64_t rows : row_counts) {
+    for (test::InputKind kind : test::input_kinds_for(spec.op)) {
+      auto c = test::make_case(spec, rows, kind, uint64_t(rows) * 977 + 3);
+      if (!c.is_ok()) return {to_string(spec) + ": " + c.status().to_string()};
+      const test::CaseReport report = test::check_against_ref(kernel.value(), c.value());
+      if (!report.ok) {
+        failures.push_back(fmt::format("{} config {} rows={} inputs={}\n{}", to_string(spec),
+                                       config.to_string(), rows, test::input_kind_name(kind),
+                                       report.message));
+        return failures;  // one report per spec is enough to debug
+      }
+    }
+  }
+  return failures;
+}
+
+// Runs `jobs` on two threads (the emulator keeps its state per OS thread).
+void check_all(const std::vector<std::pair<OpSpec, Config>>& jobs) {
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  auto work = [&](size_t first) {
+    for (size_t i = first; i < jobs.size(); i += 2) {
+      auto f = check(jobs[i].first, jobs[i].second);
+      std::lock_guard lock(mutex);
+      failures.insert(failures.end(), f.begin(), f.end());
+    }
+  };
+  auto other = std::async(std::launch::async, work, 1);
+  work(0);
+  other.get();
+  for (const std::string& f : failures) ADD_FAILURE() << f;
+}
+
+std::vector<std::pair<OpSpec, Config>> default_jobs(std::string_view family) {
+  std::vector<std::pair<OpSpec, Config>> jobs;
+  for (const OpSpec& spec : test::cuda::emulator_specs()) {
+    if (op_family(spec.op) == family) jobs.emplace_back(spec, cu::cuda_configs(spec).front());
+  }
+  return jobs;
+}
+
+TEST(CudaEmulated, NormMatchesRef) {
+  const auto jobs = default_jobs("norm");
+  ASSERT_GE(jobs.size(), 90u);
+  check_all(jobs);
+}
+
+TEST(CudaEmulated, ActivationsMatchRef) {
+  const auto jobs = default_jobs("activation");
+  ASSERT_GE(jobs.size(), 250u);
+  check_all(jobs);
+}
+
+TEST(CudaEmulated, RotaryMatchesRef) {
+  const auto jobs = default_jobs("rope");
+  ASSERT_GE(jobs.size(), 20u);
+  check_all(jobs);
+}
+
+TEST(CudaEmulated, CacheWritesAndConvertFp8MatchRef) {
+  const auto jobs = default_jobs("cache");
+  ASSERT_GE(jobs.size(), 60u);
+  check_all(jobs);
+}
+
+TEST(CudaEmulated, MergeAttnStatesMatchesRef) {
+  const auto jobs = default_jobs("attention");
+  ASSERT_GE(jobs.size(), 18u);
+  check_all(jobs);
+}
+
+TEST(CudaEmulated, TopKMatchesRef) {
+  const auto jobs = default_jobs("topk");
+  ASSERT_GE(jobs.size(), 8u);
+  check_all(jobs);
+}
+
+TEST(CudaEmulated, VerticalSlashConvertersMatchRef) {
+  const auto jobs = default_jobs("sparse_index");
+  ASSERT_GE(jobs.size(), 8u);
+  check_all(jobs);
+}
+
+TEST(CudaEmulated, EveryConfigOfTheTuningSpaceMatchesRef) {
+  std::vector<std::pair<OpSpec, Config>> jobs;
+  for (const OpSpec& spec : test::cuda::emulator_tuning_specs()) {
+    for (const Config& config : cu::cuda_configs(spec)) jobs.emplace_back(spec, config);
+  }
+  ASSERT_GE(jobs.size(), 15u);
+  check_all(jobs);
+}
+
+TEST(CudaEmulated, ZeroRowsIsANoOp) {
+  const OpSpec spec = test::cuda::emulator_specs().front();
+  auto kernel = emulated_kernel(spec, cu::cuda_configs(spec).front());
+  ASSERT_TRUE(kernel.is_ok()) << kernel.status().to_string();
+  auto c = test::make_case(spec, 0, test::InputKind::kNormal, 1);
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_TRUE(kernel->run(c->args()).is_ok());
+}
+
+TEST(CudaEmulated, RopePositionOutsideTheCacheIsRejectedBeforeWriting) {
+  const OpSpec spec = [] {
+    for (const OpSpec& s : test::cuda::emulator_specs()) {
+      if (s.op == OpKind::kRotaryEmbedding) return s;
+    }
+    return OpSpec{};
+  }();
+  auto kernel = emulated_kernel(spec, cu::cuda_configs(spec).front());
+  ASSERT_TRUE(kernel.is_ok());
+  auto c = test::make_case(spec, 3, test::InputKind::kNormal, 5);
+  ASSERT_TRUE(c.is_ok());
+  const int64_t cache_rows = c->tensors[3].sizes()[0];
+  c->tensors[0].set(2, double(cache_rows));  // one past the end
+  const auto before = c->tensors[1].storage();
+  const Status s = kernel->run(c->args());
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(c->tensors[1].storage(), before) << "query was written";
+}
+
+// The templates' software conversions (what the emulator runs; NVRTC uses cvt.rn, which
+// rounds the same way) against ir/numeric.h on every 16-bit and 8-bit code and on fp32 values
+// around every rounding boundary class.
+bool same_bits_or_both_nan(float a, float b) {
+  return (std::isnan(a) && std::isnan(b)) ||
+         std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+}
+
+TEST(CudaConversions, DecodeEveryCode) {
+  for (uint32_t c = 0; c < 65536; ++c) {
+    ASSERT_TRUE(
+        same_bits_or_both_nan(kiln::f16_to_f32(uint16_t(c)), numeric::f16_to_f32(uint16_t(c))))
+        << std::hex << c;
+    ASSERT_TRUE(
+        same_bits_or_both_nan(kiln::bf16_to_f32(uint16_t(c)), numeric::bf16_to_f32(uint16_t(c))))
+        << std::hex << c;
+  }
+  for (uint32_t c = 0; c < 256; ++c) {
+    ASSERT_TRUE(same_bits_or_both_nan(kiln::fp8_e4m3_to_f32(uint8_t(c)),
+                                      numeric::fp8_e4m3_to_f32(uint8_t(c))))
+        << std::hex << c;
+    ASSERT_TRUE(same_bits_or_both_nan(kiln::fp8_e5m2_to_f32(uint8_t(c)),
+                                      numeric::fp8_e5m2_to_f32(uint8_t(c))))
+        << std::hex << c;
+  }
+}
+
+TEST(CudaConversions, EncodeMatchesTheHostOnEveryRoundingClass) {
+  // Every fp32 bit pattern whose low 13 bits are 0, 1, 0x7FF.., half-way and half-way ± 1 (the
+  // ties and near-ties of every target format), over the whole exponent range and both signs.
+  const uint32_t lows[] = {0,       1,       0x7FF,   0x800,   0xFFF,    0x1000,   0x1001,
+                           0x7FFFF, 0x80000, 0x80001, 0xFFFFF, 0x100000, 0x100001, 0x1FFFFF};
+  int64_t checked = 0;
+  for (uint32_t high = 0; high < (1u << 12); ++high) {
+    for (uint32_t low : lows) {
+      for (uint32_t mid : {0u, 0x00200000u, 0x00400000u, 0x00600000u}) {
+        const uint32_t bits = (high << 20) | mid | low;
+        const float f = std::bit_cast<float>(bits);
+        ASSERT_EQ(kiln::f32_to_f16(f), numeric::f32_to_f16(f)) << std::hex << bits;
+        ASSERT_EQ(kiln::f32_to_bf16(f), numeric::f32_to_bf16(f)) << std::hex << bits;
+        ASSERT_EQ(kiln::f32_to_fp8_e4m3(f), numeric::f32_to_fp8_e4m3(f)) << std::hex << bits;
+        ASSERT_EQ(kiln::f32_to_fp8_e5m2(f), numeric::f32_to_fp8_e5m2(f)) << std::hex << bits;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 200000);
+}
+}  // namespace
+}  // namespace jit

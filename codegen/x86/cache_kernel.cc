@@ -39,38 +39,52 @@ constexpr int kKScale = 4, kVScale = 5;
 
 class FlashWriteGenerator : public CacheGenerator {
  public:
-  FlashWriteGenerator(X86Isa isa, const ir::FlashCacheWriteParams& p)
+  /// `scale_reg`: the vector register of k_scale (v_scale in the next one).
+  FlashWriteGenerator(X86Isa isa, const ir::FlashCacheWriteParams& p, int scale_reg = kKScale)
       : CacheGenerator(isa),
         p_(p),
         fp8_(p.kv != ir::KvCacheDtype::kAuto),
         format_(fp8_format(p.kv)),
         esize_(int64_t(dtype_size(p.dtype))),
-        csize_(int64_t(ir::cache_element_size(p.dtype, p.kv))) {}
+        csize_(int64_t(ir::cache_element_size(p.dtype, p.kv))),
+        k_scale_(scale_reg),
+        v_scale_(scale_reg + 1) {}
 
   void generate() {
     prologue();
-    if (fp8_ && !p_.per_head_scale) {
-      mov(rax, ptr[rdi + offsetof(CacheWriteCallArgs, k_scale)]);
-      vbroadcastss(vmm(kKScale), ptr[rax]);
-      mov(rax, ptr[rdi + offsetof(CacheWriteCallArgs, v_scale)]);
-      vbroadcastss(vmm(kVScale), ptr[rax]);
-    }
-    const bool nhd = p_.layout == ir::CacheLayout::kNhd;
-    const int64_t row = p_.head_count_kv * p_.head_size;
-    token_loop(p_.block_size, [&] {
-      // offset = b * block_stride + o * page_stride
-      imul(rax, ptr[reg_args_ + offsetof(CacheWriteCallArgs, block_stride)]);
-      imul(rcx, rcx, (nhd ? row : p_.head_size) * csize_);
-      lea(reg_offset_, ptr[rax + rcx]);
-      write(offsetof(CacheWriteCallArgs, key), offsetof(CacheWriteCallArgs, key_row_stride),
-            offsetof(CacheWriteCallArgs, key_cache), offsetof(CacheWriteCallArgs, k_scale),
-            vmm(kKScale));
-      write(offsetof(CacheWriteCallArgs, value), offsetof(CacheWriteCallArgs, value_row_stride),
-            offsetof(CacheWriteCallArgs, value_cache), offsetof(CacheWriteCallArgs, v_scale),
-            vmm(kVScale));
-    });
+    load_scales();
+    token_loop(p_.block_size, [&] { write_token(); });
     epilogue();
   }
+
+ protected:
+  // Per-tensor fp8 scales into their registers (rdi: the args).
+  void load_scales() {
+    if (fp8_ && !p_.per_head_scale) {
+      mov(rax, ptr[rdi + offsetof(CacheWriteCallArgs, k_scale)]);
+      vbroadcastss(vmm(k_scale_), ptr[rax]);
+      mov(rax, ptr[rdi + offsetof(CacheWriteCallArgs, v_scale)]);
+      vbroadcastss(vmm(v_scale_), ptr[rax]);
+    }
+  }
+
+  // The token's key and value rows into the caches (b in rax, o in rcx).
+  void write_token() {
+    const bool nhd = p_.layout == ir::CacheLayout::kNhd;
+    const int64_t row = p_.head_count_kv * p_.head_size;
+    // offset = b * block_stride + o * page_stride
+    imul(rax, ptr[reg_args_ + offsetof(CacheWriteCallArgs, block_stride)]);
+    imul(rcx, rcx, (nhd ? row : p_.head_size) * csize_);
+    lea(reg_offset_, ptr[rax + rcx]);
+    write(offsetof(CacheWriteCallArgs, key), offsetof(CacheWriteCallArgs, key_row_stride),
+          offsetof(CacheWriteCallArgs, key_cache), offsetof(CacheWriteCallArgs, k_scale),
+          vmm(k_scale_));
+    write(offsetof(CacheWriteCallArgs, value), offsetof(CacheWriteCallArgs, value_row_stride),
+          offsetof(CacheWriteCallArgs, value_cache), offsetof(CacheWriteCallArgs, v_scale),
+          vmm(v_scale_));
+  }
+
+  const ir::FlashCacheWriteParams p_;
 
  private:
   void write(size_t data, size_t stride, size_t cache, size_t scale_ptr, const Xmm& scale) {
@@ -105,10 +119,80 @@ class FlashWriteGenerator : public CacheGenerator {
     write_span(dst, src, elements, p_.dtype, fp8_, format_, scale);
   }
 
-  const ir::FlashCacheWriteParams p_;
   const bool fp8_;
   const DType format_;
   const int64_t esize_, csize_;
+  const int k_scale_, v_scale_;
+};
+
+// rotary_embedding_and_cache_flash: per token t (rows = positions; the runner has checked every
+// position and slot), the query heads and the key heads rotated in place (rotary_embedding's
+// rotation, cos/sin hoisted into registers on AVX-512), then, for t < slot_tokens with a slot
+// >= 0, the rotated key row (just written, read back from L1) and the value row written into
+// the flash cache exactly as reshape_and_cache_flash does. One pass over the key instead of
+// rotary_embedding's read+write followed by the cache write's read.
+class RopeFlashGenerator : public FlashWriteGenerator {
+ public:
+  RopeFlashGenerator(X86Isa isa, const ir::RopeFlashCacheWriteParams& p)
+      : FlashWriteGenerator(isa,
+                            ir::FlashCacheWriteParams{p.dtype, p.kv, p.head_count_kv, p.head_size,
+                                                      p.block_size, p.layout, p.per_head_scale},
+                            kRopeScales),
+        q_(p),
+        rope_{p.dtype, p.rot_dim, p.style},
+        hoist_(can_hoist_cos_sin(rope_)) {}
+
+  void generate() {
+    prologue();
+    load_scales();
+    token_loop(
+        q_.block_size, [&] { write_token(); }, offsetof(CacheWriteCallArgs, slots),
+        [&](const Label& l_skip) { rotate_token(l_skip); });
+    epilogue();
+  }
+
+ private:
+  // The scales live above the rotation's registers (0..7) and the spans' (0..3).
+  static constexpr int kRopeScales = 10;
+
+  void rotate_token(const Label& l_skip) {
+    const int64_t esize = int64_t(dtype_size(q_.dtype));
+    // reg_o_ = the token's cos/sin row
+    mov(reg_o_, ptr[reg_args_ + offsetof(RopeFlashCallArgs, positions)]);
+    mov(reg_o_, ptr[reg_o_ + reg_row_ * 8]);
+    imul(reg_o_, reg_o_, int(q_.rot_dim * esize));
+    add(reg_o_, ptr[reg_args_ + offsetof(RopeFlashCallArgs, cos_sin_cache)]);
+    if (hoist_) hoist_cos_sin(rope_, reg_o_);
+    // Query heads (token and head strides from the args), then key heads (D apart).
+    mov(reg_p_, ptr[reg_args_ + offsetof(RopeFlashCallArgs, query_token_stride)]);
+    imul(reg_p_, reg_row_);
+    add(reg_p_, ptr[reg_args_ + offsetof(RopeFlashCallArgs, query)]);
+    heads(q_.head_count_q,
+          [&] { add(reg_p_, ptr[reg_args_ + offsetof(RopeFlashCallArgs, query_head_stride)]); });
+    mov(reg_p_, ptr[reg_args_ + offsetof(CacheWriteCallArgs, key_row_stride)]);
+    imul(reg_p_, reg_row_);
+    add(reg_p_, ptr[reg_args_ + offsetof(CacheWriteCallArgs, key)]);
+    heads(q_.head_count_kv, [&] { add(reg_p_, int(q_.head_size * esize)); });
+    // Rows past the slot_mapping are rotated only.
+    cmp(reg_row_, ptr[reg_args_ + offsetof(RopeFlashCallArgs, slot_tokens)]);
+    jge(l_skip, T_NEAR);
+  }
+
+  // `count` heads from reg_p_, `next()` stepping reg_p_ to the next head.
+  template <class Next>
+  void heads(int64_t count, Next next) {
+    Label l_head;
+    mov(reg_heads_, count);
+    L(l_head);
+    rotate_row(rope_, reg_p_, reg_o_, hoist_);
+    next();
+    dec(reg_heads_);
+    jnz(l_head, T_NEAR);
+  }
+
+  const ir::RopeFlashCacheWriteParams q_;
+  const RopeShape rope_;
+  const bool hoist_;
 };
 
 class PagedWriteGenerator : public CacheGenerator {
@@ -517,6 +601,12 @@ Result<std::vector<uint8_t>> generate_cache_write(const OpSpec& spec, X86Isa isa
     return gen.finish();
   }
   PagedWriteGenerator gen(isa, spec.get<ir::PagedCacheWriteParams>());
+  gen.generate();
+  return gen.finish();
+}
+
+Result<std::vector<uint8_t>> generate_rope_cache_flash(const OpSpec& spec, X86Isa isa) {
+  RopeFlashGenerator gen(isa, spec.get<ir::RopeFlashCacheWriteParams>());
   gen.generate();
   return gen.finish();
 }

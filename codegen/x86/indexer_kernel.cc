@@ -63,7 +63,7 @@ class IndexerQuantGenerator : public CacheGenerator {
           dec(reg_heads_);
           jnz(l_group, T_NEAR);
         },
-        offsetof(IndexerQuantCallArgs, slots), [] {});
+        offsetof(IndexerQuantCallArgs, slots), [](const Label&) {});
     epilogue();
   }
 

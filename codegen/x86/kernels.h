@@ -67,6 +67,19 @@ struct CacheWriteCallArgs {
   int64_t entry_stride;  ///< concat_and_cache_mla: kv_cache stride(1); unused by the others
 };
 
+/// rotary_embedding_and_cache_flash: the cache write's arguments first (key = the key rotated in
+/// place), then the rope's. Rows are tokens (positions); rows < slot_tokens also write the
+/// cache. The runner has checked every position and slot. Strides in bytes.
+struct RopeFlashCallArgs {
+  CacheWriteCallArgs cache;
+  const int64_t* positions;
+  void* query;
+  const void* cos_sin_cache;
+  int64_t query_token_stride;
+  int64_t query_head_stride;
+  int64_t slot_tokens;  ///< slot_mapping.size(0) <= rows
+};
+
 /// swap_blocks. Rows are mapping pairs; pairs[2i], pairs[2i+1] are the byte offsets of the
 /// source and destination blocks (checked by the runner).
 struct SwapBlocksCallArgs {
@@ -159,6 +172,8 @@ struct MergeCallArgs {
 /// Emits reshape_and_cache (PagedCacheWriteParams) or reshape_and_cache_flash
 /// (FlashCacheWriteParams) at `isa`.
 Result<std::vector<uint8_t>> generate_cache_write(const OpSpec& spec, X86Isa isa);
+/// Emits rotary_embedding_and_cache_flash (RopeFlashCacheWriteParams) at `isa`.
+Result<std::vector<uint8_t>> generate_rope_cache_flash(const OpSpec& spec, X86Isa isa);
 /// Emits concat_and_cache_mla (MlaCacheWriteParams; kv auto, fp8_e4m3, fp8_e5m2) at `isa`.
 Result<std::vector<uint8_t>> generate_mla_cache_write(const OpSpec& spec, X86Isa isa);
 /// Emits swap_blocks (SwapBlocksParams) at `isa`.

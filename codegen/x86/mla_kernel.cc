@@ -82,7 +82,8 @@ class MlaRopeFusedGenerator : public CacheGenerator {
         format_(fp8_format(p.kv)),
         esize_(int(dtype_size(p.dtype))),
         csize_(int(ir::cache_element_size(p.dtype, p.kv))),
-        hoist_(avx512() && 2 * cache_vectors() <= 16) {}
+        rope_{p.dtype, p.rot_dim, p.style},
+        hoist_(can_hoist_cos_sin(rope_)) {}
 
   void generate() {
     prologue();
@@ -92,17 +93,13 @@ class MlaRopeFusedGenerator : public CacheGenerator {
     }
     token_loop(
         p_.block_size, [&] { write_token(); }, offsetof(MlaRopeCallArgs, slots),
-        [&] { rotate_queries(); });
+        [&](const Label&) { rotate_queries(); });
     epilogue();
   }
 
  private:
-  // Vector registers: pair operands, cos/sin, products, pair staging; the scale; hoisted
-  // cos/sin from kHoisted on (AVX-512 only: 16..31).
-  static constexpr int kX = 0, kY = 1, kC = 2, kS = 3, kA = 4, kB = 5, kT0 = 6, kT1 = 7;
-  static constexpr int kScale = 12, kHoisted = 16;
-
-  int cache_vectors() const { return int((p_.rot_dim / 2 + lanes() - 1) / lanes()); }
+  // Vector registers: 0..7 the rotation's, 16..31 its hoisted cos/sin; the scale.
+  static constexpr int kScale = 12;
 
   // reg_cs_ = the token's cos/sin row; every q_pe head rotated.
   void rotate_queries() {
@@ -110,18 +107,14 @@ class MlaRopeFusedGenerator : public CacheGenerator {
     mov(reg_cs_, ptr[reg_cs_ + reg_row_ * 8]);
     imul(reg_cs_, reg_cs_, int(p_.rot_dim * esize_));
     add(reg_cs_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, cos_sin_cache)]);
-    if (hoist_) {
-      for (int v = 0; v < cache_vectors(); ++v) {
-        load_cos_sin(v, vmm(kHoisted + 2 * v), vmm(kHoisted + 2 * v + 1));
-      }
-    }
+    if (hoist_) hoist_cos_sin(rope_, reg_cs_);
     mov(reg_p_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, q_token_stride)]);
     imul(reg_p_, reg_row_);
     add(reg_p_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, q_pe)]);
     Label l_head;
     mov(reg_heads_, p_.head_count_q);
     L(l_head);
-    rotate_row(reg_p_);
+    rotate_row(rope_, reg_p_, reg_cs_, hoist_);
     add(reg_p_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, q_head_stride)]);
     dec(reg_heads_);
     jnz(l_head, T_NEAR);
@@ -136,7 +129,7 @@ class MlaRopeFusedGenerator : public CacheGenerator {
     mov(reg_p_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, k_pe_row_stride)]);
     imul(reg_p_, reg_row_);
     add(reg_p_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, k_pe)]);
-    rotate_row(reg_p_);
+    rotate_row(rope_, reg_p_, reg_cs_, hoist_);
     mov(reg_src_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, kv_c_row_stride)]);
     imul(reg_src_, reg_row_);
     add(reg_src_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, kv_c)]);
@@ -146,49 +139,11 @@ class MlaRopeFusedGenerator : public CacheGenerator {
     write_span(reg_dst_, reg_p_, p_.rot_dim, p_.dtype, fp8_, format_, vmm(kScale));
   }
 
-  // cos/sin vector v of the row at reg_cs_ (already of the qk type: no rounding needed).
-  void load_cos_sin(int v, const Xmm& c, const Xmm& s) {
-    const int64_t half = p_.rot_dim / 2, j = int64_t(v) * lanes();
-    const int count = int(std::min<int64_t>(lanes(), half - j));
-    load_f32(c, p_.dtype, reg_cs_ + int(j * esize_), count);
-    load_f32(s, p_.dtype, reg_cs_ + int((half + j) * esize_), count);
-  }
-
-  // The rot_dim values at [row] rotated in place (NeoX halves or GPT-J pairs).
-  void rotate_row(const Reg64& row) {
-    const int64_t half = p_.rot_dim / 2;
-    const bool neox = p_.style == ir::RopeStyle::kNeox;
-    for (int64_t j = 0; j < half; j += lanes()) {
-      const int count = int(std::min<int64_t>(lanes(), half - j));
-      const int v = int(j / lanes());
-      const Xmm x = vmm(kX), y = vmm(kY);
-      Xmm c = vmm(kC), s = vmm(kS);
-      if (hoist_) {
-        c = vmm(kHoisted + 2 * v);
-        s = vmm(kHoisted + 2 * v + 1);
-      } else {
-        load_cos_sin(v, c, s);
-      }
-      if (neox) {
-        load_f32(x, p_.dtype, row + int(j * esize_), count);
-        load_f32(y, p_.dtype, row + int((half + j) * esize_), count);
-      } else {
-        load_pairs(x, y, vmm(kT0), vmm(kT1), p_.dtype, row + int(2 * j * esize_), count);
-      }
-      rotate_pair(x, y, c, s, vmm(kA), vmm(kB), p_.dtype);
-      if (neox) {
-        store_f32(x, p_.dtype, row + int(j * esize_), count);
-        store_f32(y, p_.dtype, row + int((half + j) * esize_), count);
-      } else {
-        store_pairs(x, y, vmm(kT0), vmm(kT1), p_.dtype, row + int(2 * j * esize_), count);
-      }
-    }
-  }
-
   const ir::MlaRopeCacheWriteParams p_;
   const bool fp8_;
   const DType format_;
   const int esize_, csize_;
+  const RopeShape rope_;
   const bool hoist_;
   const Reg64 reg_cs_ = rsi;  // reg_offset_: unused by this generator's spans
 };

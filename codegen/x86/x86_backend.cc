@@ -51,7 +51,8 @@ bool is_gather(OpKind op) {
 bool is_mla_indexer_merge(OpKind op) {
   return op == OpKind::kConcatAndCacheMlaRopeFused ||
          op == OpKind::kCpGatherAndUpconvertFp8KvCache || op == OpKind::kIndexerKQuantAndCache ||
-         op == OpKind::kCpGatherIndexerKQuantCache || op == OpKind::kMergeAttnStates;
+         op == OpKind::kCpGatherIndexerKQuantCache || op == OpKind::kMergeAttnStates ||
+         op == OpKind::kRotaryEmbeddingAndCacheFlash;
 }
 
 // The checked mode of the cache writes, always on: every slot of the first `tokens` entries is
@@ -157,6 +158,8 @@ class X86Executable final : public Executable {
       return run_indexer_gather(fn, args);
     } else if (spec_.op == OpKind::kMergeAttnStates) {
       run_merge(fn, args);
+    } else if (spec_.op == OpKind::kRotaryEmbeddingAndCacheFlash) {
+      return run_rope_cache_flash(fn, args);
     } else {
       run_activation(fn, args);
     }
@@ -616,6 +619,53 @@ class X86Executable final : public Executable {
     run_rows(fn, &call, tokens, estimates(spec_, {.tokens = tokens}).bytes, config_);
   }
 
+  // rotary_embedding_and_cache_flash: {positions, query, key, value, cos_sin_cache, key_cache,
+  // value_cache, slot_mapping, k_scale, v_scale}; one row per position. Positions and slots are
+  // checked (the ref's order and messages) before anything is rotated or written.
+  Status run_rope_cache_flash(KernelFn fn, const KernelArgs& args) const {
+    const auto& p = spec_.get<ir::RopeFlashCacheWriteParams>();
+    const std::string_view op = op_name(spec_.op);
+    const Tensor& positions = args.tensor(0);
+    const Tensor& query = args.tensor(1);
+    const Tensor& key = args.tensor(2);
+    const Tensor& value = args.tensor(3);
+    const Tensor& cos_sin = args.tensor(4);
+    const Tensor& key_cache = args.tensor(5);
+    const Tensor& slots = args.tensor(7);
+    const int64_t tokens = positions.size(0);
+    const int64_t max_position = cos_sin.size(0);
+    const auto* pos = positions.data_as<const int64_t>();  // contiguous (check_args)
+    for (int64_t t = 0; t < tokens; ++t) {
+      if (pos[t] < 0 || pos[t] >= max_position) {
+        return invalid_argument(fmt::format(
+            "{}: argument 'positions' has positions[{}] = {}, outside the cos_sin_cache rows "
+            "[0, {})",
+            op, t, pos[t], max_position));
+      }
+    }
+    KILN_RETURN_IF_ERROR(check_slots(op, slots, slots.size(0), key_cache.size(0), p.block_size));
+    const int64_t esize = int64_t(dtype_size(p.dtype));
+    RopeFlashCallArgs call{};
+    call.cache.key = key.data();
+    call.cache.value = value.data();
+    call.cache.key_cache = key_cache.data();
+    call.cache.value_cache = args.tensor(6).data();
+    call.cache.slots = slots.data_as<const int64_t>();
+    call.cache.k_scale = args.tensor(8).data_as<const float>();
+    call.cache.v_scale = args.tensor(9).data_as<const float>();
+    call.cache.key_row_stride = key.stride(0) * esize;
+    call.cache.value_row_stride = value.stride(0) * esize;
+    call.cache.block_stride = key_cache.stride(0) * int64_t(ir::cache_element_size(p.dtype, p.kv));
+    call.positions = pos;
+    call.query = query.data();
+    call.cos_sin_cache = cos_sin.data();
+    call.query_token_stride = query.stride(0) * esize;
+    call.query_head_stride = query.stride(1) * esize;
+    call.slot_tokens = slots.size(0);
+    run_rows(fn, &call, tokens, estimates(spec_, {.tokens = tokens}).bytes, config_);
+    return Status::ok();
+  }
+
   void run_activation(KernelFn fn, const KernelArgs& args) const {
     const auto& p = spec_.get<ir::ActivationParams>();
     const int64_t esize = int64_t(dtype_size(p.dtype));
@@ -658,7 +708,7 @@ class X86Backend final : public Backend {
           "concat_and_cache_mla, swap_blocks, convert_fp8, cp_gather_cache, "
           "gather_and_maybe_dequant_cache, concat_and_cache_mla_rope_fused, "
           "cp_gather_and_upconvert_fp8_kv_cache, indexer_k_quant_and_cache, "
-          "cp_gather_indexer_k_quant_cache, merge_attn_states)",
+          "cp_gather_indexer_k_quant_cache, merge_attn_states, rotary_embedding_and_cache_flash)",
           op_name(spec.op)));
     }
     return Support::yes();  // every dtype and width validate() accepts
@@ -717,6 +767,8 @@ class X86Backend final : public Backend {
     if (spec.op == OpKind::kIndexerKQuantAndCache) return generate_indexer_quant(spec, isa);
     if (spec.op == OpKind::kCpGatherIndexerKQuantCache) return generate_indexer_gather(spec, isa);
     if (spec.op == OpKind::kMergeAttnStates) return generate_merge_attn_states(spec, isa);
+    if (spec.op == OpKind::kRotaryEmbeddingAndCacheFlash)
+      return generate_rope_cache_flash(spec, isa);
     if (spec.op == OpKind::kSwapBlocks) return generate_swap_blocks(spec, isa);
     if (spec.op == OpKind::kConvertFp8) return generate_convert_fp8(spec, isa);
     if (is_gather(spec.op)) return generate_gather(spec, isa);

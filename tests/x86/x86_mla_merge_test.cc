@@ -1,7 +1,8 @@
-// The x86 MLA, indexer and merge kernels against the ref backend: concat_and_cache_mla with
-// kv=fp8_ds_mla, concat_and_cache_mla_rope_fused, cp_gather_and_upconvert_fp8_kv_cache,
-// indexer_k_quant_and_cache, cp_gather_indexer_k_quant_cache and merge_attn_states, on every ISA
-// path, over the grid of spec/testing.md (one token, tails around the vector length, odd
+// The x86 MLA, indexer, merge and fused rope+flash kernels against the ref backend:
+// concat_and_cache_mla with kv=fp8_ds_mla, concat_and_cache_mla_rope_fused,
+// cp_gather_and_upconvert_fp8_kv_cache, indexer_k_quant_and_cache,
+// cp_gather_indexer_k_quant_cache, merge_attn_states and rotary_embedding_and_cache_flash, on every
+// ISA path, over the grid of spec/testing.md (one token, tails around the vector length, odd
 // widths, block sizes 1 .. 128), every input kind of the op, multi-threaded rows; and the
 // checked mode (an index outside its range is the ref's error, nothing written) and bad
 // arguments (wrong dtype or shape) rejected before anything runs.
@@ -98,7 +99,58 @@ OpSpec merge_spec(DType dtype, bool fp8_out, int64_t heads, int64_t head_size, b
       ir::MergeAttnStatesParams{dtype, fp8_out ? DType::kFp8E4m3 : dtype, heads, head_size, lse});
 }
 
+OpSpec rope_flash_spec(DType dtype, KvCacheDtype kv, int64_t heads_q, int64_t heads_kv,
+                       int64_t head_size, int64_t rot, ir::RopeStyle style, int64_t block_size,
+                       ir::CacheLayout layout, bool per_head) {
+  return OpSpec::make(OpKind::kRotaryEmbeddingAndCacheFlash,
+                      ir::RopeFlashCacheWriteParams{dtype, kv, heads_q, heads_kv, head_size, rot,
+                                                    style, block_size, layout, per_head});
+}
+
 class X86MlaMergeIsaTest : public ::testing::TestWithParam<X86Isa> {};
+
+// ---- rotary_embedding_and_cache_flash ---------------------------------------------------------
+
+// Every dtype, kv mode, layout and scale kind with both pairings, over head sizes (tails,
+// partial rot_dim, odd head sizes) and GQA ratios.
+TEST_P(X86MlaMergeIsaTest, RopeFlashMatchesRefOverTheGrid) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : kDtypes) {
+    for (KvCacheDtype kv : kKvModes) {
+      for (ir::CacheLayout layout : {ir::CacheLayout::kNhd, ir::CacheLayout::kHnd}) {
+        for (bool per_head : {false, true}) {
+          if (per_head && kv == KvCacheDtype::kAuto) continue;
+          for (ir::RopeStyle style : {ir::RopeStyle::kNeox, ir::RopeStyle::kGptj}) {
+            for (auto [d, rot] : {std::pair<int64_t, int64_t>{128, 128},
+                                  {64, 32},
+                                  {80, 80},
+                                  {46, 18},
+                                  {2, 2},
+                                  {256, 64}}) {
+              for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{4, 1}, {3, 3}}) {
+                const OpSpec spec =
+                    rope_flash_spec(dtype, kv, hq, hkv, d, rot, style, 16, layout, per_head);
+                if (!check_spec(spec, isa, 5, {}, /*few=*/d != 128)) return;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(X86MlaMergeIsaTest, RopeFlashBlockSizesAndTokenCounts) {
+  const X86Isa isa = GetParam();
+  for (int64_t bs : {1, 8, 32, 64, 128}) {
+    for (int64_t tokens : {1, 2, 16, 33}) {
+      EXPECT_TRUE(
+          check_spec(rope_flash_spec(DType::kBF16, KvCacheDtype::kFp8E4m3, 8, 2, 128, 128,
+                                     ir::RopeStyle::kNeox, bs, ir::CacheLayout::kNhd, false),
+                     isa, tokens, {}, /*few=*/true));
+    }
+  }
+}
 
 // ---- concat_and_cache_mla, fp8_ds_mla ---------------------------------------------------------
 
@@ -237,6 +289,11 @@ TEST_P(X86MlaMergeIsaTest, MultiThreadedRowsMatchRef) {
                          isa, 67, kParallel));
   EXPECT_TRUE(check_spec(indexer_gather_spec(128, 128, 64), isa, 67, kParallel));
   EXPECT_TRUE(check_spec(merge_spec(DType::kF16, false, 8, 128, true), isa, 67, kParallel));
+  for (KvCacheDtype kv : kKvModes) {
+    EXPECT_TRUE(check_spec(rope_flash_spec(DType::kBF16, kv, 32, 8, 128, 128, ir::RopeStyle::kNeox,
+                                           16, ir::CacheLayout::kHnd, false),
+                           isa, 67, kParallel));
+  }
 }
 
 std::string isa_name(const ::testing::TestParamInfo<X86Isa>& info) {
@@ -286,6 +343,11 @@ TEST(X86MlaMergeChecked, SlotOutsideTheCacheIsAnErrorAndWritesNothing) {
   expect_index_error(fused, 9, "slot_mapping[6]", [](test::OpCase& c) {
     c.tensors[5].set(6, double(c.tensors[6].sizes()[0] * 16));
   });
+  const OpSpec rope_flash = rope_flash_spec(DType::kBF16, KvCacheDtype::kAuto, 4, 2, 64, 64,
+                                            ir::RopeStyle::kNeox, 16, ir::CacheLayout::kNhd, false);
+  expect_index_error(rope_flash, 9, "slot_mapping[6]", [](test::OpCase& c) {
+    c.tensors[7].set(6, double(c.tensors[5].sizes()[0] * 16));
+  });
   const OpSpec quant = indexer_quant_spec(DType::kBF16, 128, 128, 64, ir::ScaleFormat::kPlain);
   expect_index_error(quant, 9, "slot_mapping[6]", [](test::OpCase& c) {
     c.tensors[2].set(6, double(c.tensors[1].sizes()[0] * 64));
@@ -295,9 +357,14 @@ TEST(X86MlaMergeChecked, SlotOutsideTheCacheIsAnErrorAndWritesNothing) {
 TEST(X86MlaMergeChecked, PositionOutsideTheTableIsAnErrorAndRotatesNothing) {
   const OpSpec fused =
       rope_fused_spec(DType::kBF16, KvCacheDtype::kAuto, 16, 64, 4, ir::RopeStyle::kGptj, 16);
+  const OpSpec rope_flash = rope_flash_spec(DType::kF16, KvCacheDtype::kFp8E5m2, 4, 2, 64, 32,
+                                            ir::RopeStyle::kGptj, 16, ir::CacheLayout::kHnd, true);
   for (double bad : {-1.0, 64.0}) {
     expect_index_error(fused, 9, "positions[4]",
                        [bad](test::OpCase& c) { c.tensors[0].set(4, bad); });
+    // The extra (slot-less) row is checked too.
+    expect_index_error(rope_flash, 9, "positions[9]",
+                       [bad](test::OpCase& c) { c.tensors[0].set(9, bad); });
   }
 }
 
@@ -357,6 +424,36 @@ TEST(X86MlaMergeChecked, WrongDtypesAndShapesAreRejected) {
       {indexer_gather_spec(128, 128, 16), 4, DType::kI64, {}, "cu_seq_lens"},
       {merge_spec(DType::kBF16, false, 4, 64, true), 2, DType::kF16, {}, "prefix_output"},
       {merge_spec(DType::kBF16, false, 4, 64, true), 3, DType::kF32, {4, 3}, "prefix_lse"},
+      {rope_flash_spec(DType::kBF16, KvCacheDtype::kAuto, 4, 2, 64, 64, ir::RopeStyle::kNeox, 16,
+                       ir::CacheLayout::kNhd, false),
+       1,
+       DType::kF16,
+       {},
+       "query"},
+      {rope_flash_spec(DType::kBF16, KvCacheDtype::kAuto, 4, 2, 64, 64, ir::RopeStyle::kNeox, 16,
+                       ir::CacheLayout::kNhd, false),
+       7,
+       DType::kI32,
+       {},
+       "slot_mapping"},
+      {rope_flash_spec(DType::kBF16, KvCacheDtype::kAuto, 4, 2, 64, 64, ir::RopeStyle::kNeox, 16,
+                       ir::CacheLayout::kNhd, false),
+       7,
+       DType::kI64,
+       {20},
+       "slot_mapping"},  // more slots than positions
+      {rope_flash_spec(DType::kBF16, KvCacheDtype::kFp8E4m3, 4, 2, 64, 64, ir::RopeStyle::kNeox, 16,
+                       ir::CacheLayout::kNhd, false),
+       5,
+       DType::kBF16,
+       {2, 16, 2, 64},
+       "key_cache"},
+      {rope_flash_spec(DType::kBF16, KvCacheDtype::kAuto, 4, 2, 64, 64, ir::RopeStyle::kNeox, 16,
+                       ir::CacheLayout::kNhd, false),
+       4,
+       DType::kBF16,
+       {64, 32},
+       "cos_sin_cache"},
   };
   for (const Bad& b : bad) {
     const Kernel kernel = compile_x86(b.spec, test::isa_paths().back());

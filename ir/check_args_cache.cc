@@ -182,6 +182,42 @@ Status check_reshape_and_cache(std::string_view op, const OpSpec& spec, const Ke
   return expect_scale(op, "v_scale", args.tensor(6), 0);
 }
 
+// The flash-layout caches [NB, BS, H, D] (NHD or HND order) and their scales, shared by
+// reshape_and_cache_flash and rotary_embedding_and_cache_flash.
+Status expect_flash_caches(std::string_view op, const FlashCacheWriteParams& p,
+                           const Tensor& key_cache, const Tensor& value_cache,
+                           const Tensor& k_scale, const Tensor& v_scale) {
+  const bool nhd = p.layout == CacheLayout::kNhd;
+  const int64_t page_stride = nhd ? p.head_count_kv * p.head_size : p.head_size;
+  const int64_t head_stride = nhd ? p.head_size : p.block_size * p.head_size;
+  const std::string_view why = nhd ? "layout=nhd: a block is [block_size, heads, head_size]"
+                                   : "layout=hnd: a block is [heads, block_size, head_size]";
+  for (int i = 2; i < 4; ++i) {
+    const char* arg = i == 2 ? "key_cache" : "value_cache";
+    const Tensor& t = i == 2 ? key_cache : value_cache;
+    KILN_RETURN_IF_ERROR(expect_defined(op, arg, t));
+    KILN_RETURN_IF_ERROR(expect_cache_dtype(op, arg, t, p.dtype, p.kv));
+    KILN_RETURN_IF_ERROR(expect_rank(op, arg, t, {4}));
+    KILN_RETURN_IF_ERROR(expect_size(op, arg, t, 1, p.block_size));
+    KILN_RETURN_IF_ERROR(expect_size(op, arg, t, 2, p.head_count_kv));
+    KILN_RETURN_IF_ERROR(expect_size(op, arg, t, 3, p.head_size));
+    KILN_RETURN_IF_ERROR(expect_unit_last_stride(op, arg, t));
+    KILN_RETURN_IF_ERROR(expect_stride(op, arg, t, 1, page_stride, why));
+    KILN_RETURN_IF_ERROR(expect_stride(op, arg, t, 2, head_stride, why));
+  }
+  KILN_RETURN_IF_ERROR(expect_dtype(op, "value_cache", value_cache, key_cache.dtype()));
+  KILN_RETURN_IF_ERROR(expect_size(op, "value_cache", value_cache, 0, key_cache.size(0)));
+  if (key_cache.size(0) > 1 && key_cache.stride(0) != value_cache.stride(0)) {
+    return invalid_argument(
+        fmt::format("{}: key_cache ({}) and value_cache ({}) must have the "
+                    "same block stride",
+                    op, key_cache.describe(), value_cache.describe()));
+  }
+  const int64_t heads = p.per_head_scale ? p.head_count_kv : 0;
+  KILN_RETURN_IF_ERROR(expect_scale(op, "k_scale", k_scale, heads));
+  return expect_scale(op, "v_scale", v_scale, heads);
+}
+
 // reshape_and_cache_flash: same arguments; caches logical [NB, BS, H, D] (NHD or HND order).
 Status check_reshape_and_cache_flash(std::string_view op, const OpSpec& spec,
                                      const KernelArgs& args) {
@@ -194,37 +230,7 @@ Status check_reshape_and_cache_flash(std::string_view op, const OpSpec& spec,
       expect_kv_rows(op, "key", args.tensor(0), p.dtype, p.head_count_kv, p.head_size, tokens));
   KILN_RETURN_IF_ERROR(
       expect_kv_rows(op, "value", args.tensor(1), p.dtype, p.head_count_kv, p.head_size, tokens));
-  const bool nhd = p.layout == CacheLayout::kNhd;
-  const int64_t page_stride = nhd ? p.head_count_kv * p.head_size : p.head_size;
-  const int64_t head_stride = nhd ? p.head_size : p.block_size * p.head_size;
-  const std::string_view why = nhd ? "layout=nhd: a block is [block_size, heads, head_size]"
-                                   : "layout=hnd: a block is [heads, block_size, head_size]";
-  for (int i = 2; i < 4; ++i) {
-    const char* arg = i == 2 ? "key_cache" : "value_cache";
-    const Tensor& t = args.tensor(i);
-    KILN_RETURN_IF_ERROR(expect_defined(op, arg, t));
-    KILN_RETURN_IF_ERROR(expect_cache_dtype(op, arg, t, p.dtype, p.kv));
-    KILN_RETURN_IF_ERROR(expect_rank(op, arg, t, {4}));
-    KILN_RETURN_IF_ERROR(expect_size(op, arg, t, 1, p.block_size));
-    KILN_RETURN_IF_ERROR(expect_size(op, arg, t, 2, p.head_count_kv));
-    KILN_RETURN_IF_ERROR(expect_size(op, arg, t, 3, p.head_size));
-    KILN_RETURN_IF_ERROR(expect_unit_last_stride(op, arg, t));
-    KILN_RETURN_IF_ERROR(expect_stride(op, arg, t, 1, page_stride, why));
-    KILN_RETURN_IF_ERROR(expect_stride(op, arg, t, 2, head_stride, why));
-  }
-  const Tensor& key_cache = args.tensor(2);
-  const Tensor& value_cache = args.tensor(3);
-  KILN_RETURN_IF_ERROR(expect_dtype(op, "value_cache", value_cache, key_cache.dtype()));
-  KILN_RETURN_IF_ERROR(expect_size(op, "value_cache", value_cache, 0, key_cache.size(0)));
-  if (key_cache.size(0) > 1 && key_cache.stride(0) != value_cache.stride(0)) {
-    return invalid_argument(
-        fmt::format("{}: key_cache ({}) and value_cache ({}) must have the "
-                    "same block stride",
-                    op, key_cache.describe(), value_cache.describe()));
-  }
-  const int64_t heads = p.per_head_scale ? p.head_count_kv : 0;
-  KILN_RETURN_IF_ERROR(expect_scale(op, "k_scale", args.tensor(5), heads));
-  return expect_scale(op, "v_scale", args.tensor(6), heads);
+  return expect_flash_caches(op, p, args.tensor(2), args.tensor(3), args.tensor(5), args.tensor(6));
 }
 
 // concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, scale)
@@ -523,6 +529,45 @@ Status check_indexer_gather(std::string_view op, const OpSpec& spec, const Kerne
   return expect_size(op, "cu_seq_lens", cu, 0, table.size(0) + 1);
 }
 
+// rotary_embedding_and_cache_flash(positions, query, key, value, cos_sin_cache, key_cache,
+// value_cache, slot_mapping, k_scale, v_scale): query [T, Hq, D] (token and head strides
+// honoured), key/value rows as reshape_and_cache_flash's (key: at least T rows, value: at least
+// one per slot), T = positions.size(0) >= slot_mapping.size(0).
+Status check_rope_and_cache_flash(std::string_view op, const OpSpec& spec, const KernelArgs& args) {
+  const auto& p = spec.get<RopeFlashCacheWriteParams>();
+  KILN_RETURN_IF_ERROR(expect_count(op, args, 10, 0));
+  const Tensor& positions = args.tensor(0);
+  KILN_RETURN_IF_ERROR(expect_tensor(op, "positions", positions, DType::kI64, {1}));
+  KILN_RETURN_IF_ERROR(expect_contiguous(op, "positions", positions));
+  const int64_t tokens = positions.size(0);
+  const Tensor& query = args.tensor(1);
+  KILN_RETURN_IF_ERROR(expect_tensor(op, "query", query, p.dtype, {3}));
+  KILN_RETURN_IF_ERROR(expect_size(op, "query", query, 1, p.head_count_q));
+  KILN_RETURN_IF_ERROR(expect_size(op, "query", query, 2, p.head_size));
+  KILN_RETURN_IF_ERROR(expect_unit_last_stride(op, "query", query));
+  KILN_RETURN_IF_ERROR(expect_at_least(op, "query", query, 0, tokens, "one row per position"));
+  const Tensor& slots = args.tensor(7);
+  KILN_RETURN_IF_ERROR(expect_slot_mapping(op, slots));
+  if (slots.size(0) > tokens) {
+    return invalid_argument(fmt::format(
+        "{}: argument 'slot_mapping' ({}) has more entries than positions ({}); expected at most "
+        "one slot per rotated token",
+        op, slots.describe(), positions.describe()));
+  }
+  KILN_RETURN_IF_ERROR(
+      expect_kv_rows(op, "key", args.tensor(2), p.dtype, p.head_count_kv, p.head_size, tokens));
+  KILN_RETURN_IF_ERROR(expect_kv_rows(op, "value", args.tensor(3), p.dtype, p.head_count_kv,
+                                      p.head_size, slots.size(0)));
+  const Tensor& cos_sin = args.tensor(4);
+  KILN_RETURN_IF_ERROR(expect_tensor(op, "cos_sin_cache", cos_sin, p.dtype, {2}));
+  KILN_RETURN_IF_ERROR(expect_size(op, "cos_sin_cache", cos_sin, 1, p.rot_dim));
+  KILN_RETURN_IF_ERROR(expect_contiguous(op, "cos_sin_cache", cos_sin));
+  const FlashCacheWriteParams flash{p.dtype,      p.kv,     p.head_count_kv, p.head_size,
+                                    p.block_size, p.layout, p.per_head_scale};
+  return expect_flash_caches(op, flash, args.tensor(5), args.tensor(6), args.tensor(8),
+                             args.tensor(9));
+}
+
 }  // namespace
 
 Status check_request_rows(std::string_view op, const Tensor& cu, int64_t r, int64_t dst_rows,
@@ -572,6 +617,7 @@ Status check_cache_args(const OpSpec& spec, const KernelArgs& args) {
     case OpKind::kCpGatherAndUpconvertFp8KvCache: return check_upconvert_gather(op, spec, args);
     case OpKind::kIndexerKQuantAndCache: return check_indexer_quant(op, spec, args);
     case OpKind::kCpGatherIndexerKQuantCache: return check_indexer_gather(op, spec, args);
+    case OpKind::kRotaryEmbeddingAndCacheFlash: return check_rope_and_cache_flash(op, spec, args);
     default: return {StatusCode::kInternal, fmt::format("{} is not in the cache family", op)};
   }
 }

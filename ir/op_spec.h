@@ -22,10 +22,10 @@ using OpParams =
                  ir::PagedCacheWriteParams, ir::FlashCacheWriteParams, ir::MlaCacheWriteParams,
                  ir::MlaRopeCacheWriteParams, ir::ConvertFp8Params, ir::GatherCacheParams,
                  ir::CpGatherCacheParams, ir::UpconvertGatherParams, ir::IndexerQuantParams,
-                 ir::IndexerGatherParams, ir::PagedAttentionParams, ir::MergeAttnStatesParams,
-                 ir::VerticalSlashParams, ir::TopKParams, ir::CpuAttnSchedulerParams,
-                 ir::CpuAttnCacheWriteParams, ir::CpuAttentionParams, ir::GemmParams,
-                 ir::ScaledGemmParams>;
+                 ir::IndexerGatherParams, ir::RopeFlashCacheWriteParams, ir::PagedAttentionParams,
+                 ir::MergeAttnStatesParams, ir::VerticalSlashParams, ir::TopKParams,
+                 ir::CpuAttnSchedulerParams, ir::CpuAttnCacheWriteParams, ir::CpuAttentionParams,
+                 ir::GemmParams, ir::ScaledGemmParams>;
 
 /// A kernel specialisation: the op and its compile-time parameters. The params alternative
 /// always matches the op's family (see ir/op_list.def); `make` enforces it.

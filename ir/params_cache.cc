@@ -338,4 +338,39 @@ Estimate estimate(OpKind, const IndexerGatherParams& p, const ProblemSize& size)
   return {bytes, 0.0};
 }
 
+Status validate(OpKind, const RopeFlashCacheWriteParams& p) {
+  KILN_RETURN_IF_ERROR(check_field_float("dtype", p.dtype));
+  KILN_RETURN_IF_ERROR(check_field_kv_plain(p.kv));
+  KILN_RETURN_IF_ERROR(check_head_counts(p.head_count_q, p.head_count_kv));
+  KILN_RETURN_IF_ERROR(check_field_range("head_size", p.head_size, 1, kMaxHeadSize));
+  KILN_RETURN_IF_ERROR(check_field_range("rot_dim", p.rot_dim, 2, p.head_size));
+  if (p.rot_dim % 2 != 0) {
+    return invalid_argument(fmt::format("rot_dim={} must be even (pairs are rotated)", p.rot_dim));
+  }
+  KILN_RETURN_IF_ERROR(check_block_size(p.block_size));
+  if (p.per_head_scale && !is_fp8(p.kv)) {
+    return invalid_argument(
+        "per_head_scale=true requires kv=fp8_e4m3 or fp8_e5m2 (kv=auto reads no scale)");
+  }
+  return check_block_extent(p.head_count_kv, p.head_size, p.block_size,
+                            cache_element_size(p.dtype, p.kv));
+}
+
+Estimate estimate(OpKind, const RopeFlashCacheWriteParams& p, const ProblemSize& size) {
+  // The cache write of every token (key and value read, both cache rows written, slot and
+  // scales), plus the rope traffic the cache write does not already cover: the query's rotated
+  // prefix read and written, the key's rotated prefix written back, one cos/sin row and the
+  // position. A fused kernel reads the key once for both.
+  const double tokens = double(size.tokens);
+  const double elem = double(dtype_size(p.dtype));
+  const double scale_bytes = 8.0 * (p.per_head_scale ? double(p.head_count_kv) : 1.0);
+  Estimate e = kv_write_estimate(p.dtype, p.kv, p.head_count_kv, p.head_size, scale_bytes, size);
+  const double rot = double(p.rot_dim);
+  const double per_token =
+      (2.0 * double(p.head_count_q) + double(p.head_count_kv)) * rot * elem + rot * elem + 8.0;
+  e.bytes += per_token * tokens;
+  e.flops += 3.0 * double(p.head_count_q + p.head_count_kv) * rot * tokens;
+  return e;
+}
+
 }  // namespace jit::ir

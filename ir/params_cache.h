@@ -28,6 +28,9 @@
 //     (vLLM's fifth string argument); run-time: token count, slots.
 //   cp_gather_indexer_k_quant_cache: compile-time head_dim, quant_block, block_size; run-time:
 //     batch, block table, cu_seq_lens, destination row count.
+//   rotary_embedding_and_cache_flash (kiln): compile-time dtype, kv, heads_q, heads_kv,
+//     head_size, rot_dim, style, block_size, layout, per_head_scale; run-time: token count,
+//     slot count (<= tokens), positions, strides, slots, k_scale/v_scale, the cos/sin rows.
 #pragma once
 
 #include <cstdint>
@@ -229,6 +232,37 @@ struct IndexerGatherParams {
   bool operator==(const IndexerGatherParams&) const = default;
 };
 
+/// rotary_embedding_and_cache_flash (a kiln op, not in vLLM): rotary_embedding on query and
+/// key in place, then reshape_and_cache_flash of the rotated key and the value, in one pass
+/// over each token. The cos/sin table has the query/key type (classic vLLM rope).
+struct RopeFlashCacheWriteParams {
+  DType dtype = DType::kBF16;              ///< query/key/value and cos_sin_cache type
+  KvCacheDtype kv = KvCacheDtype::kAuto;   ///< cache storage: auto, fp8_e4m3, fp8_e5m2
+  int64_t head_count_q = 0;                ///< heads of query
+  int64_t head_count_kv = 0;               ///< heads of key and value (heads_q % heads_kv == 0)
+  int64_t head_size = 0;                   ///< D
+  int64_t rot_dim = 0;                     ///< rotated prefix of each head: even, <= head_size
+  RopeStyle style = RopeStyle::kNeox;      ///< pairing (is_neox)
+  int64_t block_size = 0;                  ///< BS
+  CacheLayout layout = CacheLayout::kNhd;  ///< physical order of a block
+  bool per_head_scale = false;             ///< k_scale/v_scale hold one scale per head (fp8 only)
+
+  template <class Self, class V>
+  static void fields(Self& s, V&& v) {
+    v("dtype", s.dtype);
+    v("kv", s.kv);
+    v("heads_q", s.head_count_q);
+    v("heads_kv", s.head_count_kv);
+    v("head_size", s.head_size);
+    v("rot_dim", s.rot_dim);
+    v("style", s.style);
+    v("block_size", s.block_size);
+    v("layout", s.layout);
+    v("per_head_scale", s.per_head_scale);
+  }
+  bool operator==(const RopeFlashCacheWriteParams&) const = default;
+};
+
 /// Checks the params of `op` against its contract (target-independent); an invalid-argument
 /// Status names the field and the allowed values or range.
 Status validate(OpKind op, const SwapBlocksParams& p);
@@ -242,6 +276,7 @@ Status validate(OpKind op, const CpGatherCacheParams& p);
 Status validate(OpKind op, const UpconvertGatherParams& p);
 Status validate(OpKind op, const IndexerQuantParams& p);
 Status validate(OpKind op, const IndexerGatherParams& p);
+Status validate(OpKind op, const RopeFlashCacheWriteParams& p);
 
 /// Estimates use ProblemSize.tokens as: block pairs copied (swap_blocks), tokens written
 /// (cache writes, indexer quantiser), elements converted (convert_fp8), rows gathered (gathers);
@@ -257,6 +292,7 @@ Estimate estimate(OpKind op, const CpGatherCacheParams& p, const ProblemSize& si
 Estimate estimate(OpKind op, const UpconvertGatherParams& p, const ProblemSize& size);
 Estimate estimate(OpKind op, const IndexerQuantParams& p, const ProblemSize& size);
 Estimate estimate(OpKind op, const IndexerGatherParams& p, const ProblemSize& size);
+Estimate estimate(OpKind op, const RopeFlashCacheWriteParams& p, const ProblemSize& size);
 
 // ---- KV-cache rules shared by the cache, attention and CPU-attention families.
 

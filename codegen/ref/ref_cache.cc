@@ -38,6 +38,7 @@
 #include "ir/check_args.h"
 #include "ir/numeric.h"
 #include "ir/params_cache.h"
+#include "ir/params_norm_act.h"
 
 namespace jit::codegen::ref {
 namespace {
@@ -622,6 +623,43 @@ Status indexer_gather(std::string_view op, const ir::IndexerGatherParams& p,
   return Status::ok();
 }
 
+// ---- rotary_embedding_and_cache_flash (kiln) -------------------------------------------------
+
+// By definition rotary_embedding(positions, query, key, cos_sin_cache) followed by
+// reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale):
+// the two oracles in sequence, after both ops' index checks (positions, then slots) so that a
+// bad index writes nothing.
+Status rope_and_cache_flash(std::string_view op, const ir::RopeFlashCacheWriteParams& p,
+                            const KernelArgs& args) {
+  const Tensor& positions = args.tensor(0);
+  const Tensor& key = args.tensor(2);
+  const Tensor& cos_sin = args.tensor(4);
+  const Tensor& key_cache = args.tensor(5);
+  const Tensor& slots = args.tensor(7);
+  const int64_t tokens = positions.size(0);
+  const int64_t max_position = cos_sin.size(0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t pos = at_i64(positions, t);
+    if (pos < 0 || pos >= max_position) {
+      return invalid_argument(fmt::format(
+          "{}: argument 'positions' has positions[{}] = {}, outside the cos_sin_cache rows [0, "
+          "{})",
+          op, t, pos, max_position));
+    }
+  }
+  KILN_RETURN_IF_ERROR(check_slots(op, slots, slots.size(0), key_cache.size(0), p.block_size));
+  const OpSpec rope = OpSpec::make(OpKind::kRotaryEmbedding,
+                                   ir::RopeParams{p.dtype, p.dtype, p.head_size, p.rot_dim, p.style,
+                                                  p.head_count_q, p.head_count_kv, true});
+  KILN_RETURN_IF_ERROR(run_norm_act(rope, KernelArgs({positions, args.tensor(1), key, cos_sin})));
+  const OpSpec flash =
+      OpSpec::make(OpKind::kReshapeAndCacheFlash,
+                   ir::FlashCacheWriteParams{p.dtype, p.kv, p.head_count_kv, p.head_size,
+                                             p.block_size, p.layout, p.per_head_scale});
+  return run_cache(flash, KernelArgs({key, args.tensor(3), key_cache, args.tensor(6), slots,
+                                      args.tensor(8), args.tensor(9)}));
+}
+
 }  // namespace
 
 bool implements_cache(OpKind op) {
@@ -651,6 +689,8 @@ Status run_cache(const OpSpec& spec, const KernelArgs& args) {
       return indexer_quant(op, spec.get<ir::IndexerQuantParams>(), args);
     case OpKind::kCpGatherIndexerKQuantCache:
       return indexer_gather(op, spec.get<ir::IndexerGatherParams>(), args);
+    case OpKind::kRotaryEmbeddingAndCacheFlash:
+      return rope_and_cache_flash(op, spec.get<ir::RopeFlashCacheWriteParams>(), args);
     default:
       return {StatusCode::kInternal,
               fmt::format("ref: {} is not in the cache family", op_name(spec.op))};

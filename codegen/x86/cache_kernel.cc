@@ -25,7 +25,7 @@
 #include <bit>
 #include <cstddef>
 
-#include "codegen/x86/generator.h"
+#include "codegen/x86/cache_generator.h"
 #include "codegen/x86/kernels.h"
 #include "ir/params_cache.h"
 
@@ -34,192 +34,57 @@ namespace {
 
 using namespace Xbyak;
 
-// Units of a span fully unrolled up to this count; longer spans loop over kUnroll units.
-constexpr int64_t kMaxUnrolled = 16;
-constexpr int kUnroll = 4;
-
-class CacheGenerator : public Generator {
- public:
-  using Generator::Generator;
-
- protected:
-  // Emits body(i) for units i = 0 .. units-1 addressed from the current pointers: unrolled
-  // when short, else a loop of kUnroll units that calls advance(kUnroll) after each step,
-  // followed by the remaining units. reg_count_ is the loop counter.
-  template <class Body, class Advance>
-  void for_units(int64_t units, Body body, Advance advance) {
-    if (units > kMaxUnrolled) {
-      Label l_loop;
-      mov(reg_count_, units / kUnroll);
-      L(l_loop);
-      for (int i = 0; i < kUnroll; ++i) body(int64_t(i));
-      advance(kUnroll);
-      dec(reg_count_);
-      jnz(l_loop, T_NEAR);
-      units %= kUnroll;
-    }
-    for (int64_t i = 0; i < units; ++i) body(i);
-  }
-
-  // The fp8 code format of a quantising kv mode (e4m3 unless e5m2).
-  static DType fp8_format(ir::KvCacheDtype kv) {
-    return kv == ir::KvCacheDtype::kFp8E5m2 ? DType::kFp8E5m2 : DType::kFp8E4m3;
-  }
-
-  // Writes `elements` input values of `dtype` at [src] into the cache at [dst]: a byte copy in
-  // auto mode, else their fp8 codes (x / scale) in `format` (dst, src advanced).
-  void write_span(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype, bool fp8,
-                  DType format, const Xmm& scale) {
-    if (fp8) {
-      quantise_span(dst, src, elements, dtype, format, scale);
-    } else {
-      copy_span(dst, src, elements * int64_t(dtype_size(dtype)), reg_count_);
-    }
-  }
-
-  // Quantises `elements` values of `dtype` at [src] into fp8 codes at [dst] (dst, src
-  // advanced): code = fp8(x / scale).
-  void quantise_span(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype,
-                     DType format, const Xmm& scale) {
-    const int esize = int(dtype_size(dtype));
-    const int64_t vectors = elements / lanes();
-    const int tail = int(elements % lanes());
-    // Four vectors per unit: loads and divisions issue together, encodes follow.
-    const int64_t units = vectors / kUnroll;
-    auto convert = [&](int64_t first, int count, int n) {
-      for (int v = 0; v < n; ++v) {
-        load_f32(vmm(v), dtype, src + int((first + v) * lanes() * esize), count);
-      }
-      for (int v = 0; v < n; ++v) vdivps(vmm(v), vmm(v), scale);
-      for (int v = 0; v < n; ++v) {
-        fp8_encode(vmm(v), format);
-        store_fp8(vmm(v), dst + int((first + v) * lanes()), count);
-      }
-    };
-    if (units > 0) {
-      Label l_loop;
-      mov(reg_count_, units);
-      L(l_loop);
-      convert(0, lanes(), kUnroll);
-      add(src, kUnroll * lanes() * esize);
-      add(dst, kUnroll * lanes());
-      dec(reg_count_);
-      jnz(l_loop, T_NEAR);
-    }
-    const int rest = int(vectors % kUnroll);
-    if (rest > 0) convert(0, lanes(), rest);
-    if (tail > 0) convert(rest, tail, 1);
-  }
-
-  // Dequantises `elements` fp8 codes of `format` at [src] into `dtype` values at [dst] (dst,
-  // src advanced): rnd_T(decode(code) * scale), the product in fp32 (spec §1.3). One vector
-  // per unit; the helpers' scratch (vmm13..15) serialises the steps, out-of-order execution
-  // overlaps the units.
-  void dequantise_span(const Reg64& dst, const Reg64& src, int64_t elements, DType format,
-                       DType dtype, const Xmm& scale) {
-    const int dsize = int(dtype_size(dtype));
-    const int64_t vectors = elements / lanes();
-    const int tail = int(elements % lanes());
-    auto convert = [&](int v, int count) {
-      const Xmm x = vmm(v % kUnroll);
-      load_fp8(x, src + v * lanes(), count);
-      fp8_decode(x, format);
-      vmulps(x, x, scale);
-      store_f32(x, dtype, dst + v * lanes() * dsize, count);
-    };
-    for_units(
-        vectors, [&](int64_t v) { convert(int(v), lanes()); },
-        [&](int k) {
-          add(src, k * lanes());
-          add(dst, k * lanes() * dsize);
-        });
-    // After a loop the pointers sit at the first unrolled remainder unit.
-    const int64_t tail_unit = vectors > kMaxUnrolled ? vectors % kUnroll : vectors;
-    if (tail > 0) convert(int(tail_unit), tail);
-  }
-
-  // The token loop shared by the cache writes: for rows with a slot >= 0, b -> rax and
-  // o -> rcx, then `token()` (which may clobber every scratch register but the loop's).
-  template <class Token>
-  void token_loop(int64_t block_size, Token token) {
-    mov(reg_args_, rdi);
-    mov(reg_row_, rsi);
-    mov(reg_row_end_, rdx);
-    mov(reg_slots_, ptr[rdi + offsetof(CacheWriteCallArgs, slots)]);
-    Label l_token, l_next, l_done;
-    L(l_token);
-    cmp(reg_row_, reg_row_end_);
-    jge(l_done, T_NEAR);
-    mov(rax, ptr[reg_slots_ + reg_row_ * 8]);
-    test(rax, rax);
-    js(l_next, T_NEAR);  // padding
-    if ((block_size & (block_size - 1)) == 0) {
-      mov(rcx, rax);
-      and_(rcx, block_size - 1);
-      shr(rax, std::countr_zero(uint64_t(block_size)));
-    } else {
-      xor_(edx, edx);
-      mov(rcx, block_size);
-      div(rcx);  // rax = slot / BS, rdx = slot % BS (slot >= 0)
-      mov(rcx, rdx);
-    }
-    token();
-    L(l_next);
-    inc(reg_row_);
-    jmp(l_token, T_NEAR);
-    L(l_done);
-  }
-
-  // reg_src_ = src + row * row_stride for the operand whose pointer/stride are at `data`,
-  // `stride` in the args.
-  void load_row(size_t data, size_t stride) {
-    mov(reg_src_, ptr[reg_args_ + stride]);
-    imul(reg_src_, reg_row_);
-    add(reg_src_, ptr[reg_args_ + data]);
-  }
-
-  const Reg64 reg_args_ = rbx, reg_row_ = r12, reg_row_end_ = r13, reg_slots_ = rbp;
-  const Reg64 reg_src_ = r8, reg_dst_ = r9, reg_heads_ = r10, reg_p_ = r11, reg_q_ = r14;
-  const Reg64 reg_count_ = r15, reg_offset_ = rsi, reg_scale_ = rdx, reg_o_ = rdi;
-};
-
 // Vector registers of the scales (the encoder and the helpers use 13..15; spans use 0..3).
 constexpr int kKScale = 4, kVScale = 5;
 
 class FlashWriteGenerator : public CacheGenerator {
  public:
-  FlashWriteGenerator(X86Isa isa, const ir::FlashCacheWriteParams& p)
+  /// `scale_reg`: the vector register of k_scale (v_scale in the next one).
+  FlashWriteGenerator(X86Isa isa, const ir::FlashCacheWriteParams& p, int scale_reg = kKScale)
       : CacheGenerator(isa),
         p_(p),
         fp8_(p.kv != ir::KvCacheDtype::kAuto),
         format_(fp8_format(p.kv)),
         esize_(int64_t(dtype_size(p.dtype))),
-        csize_(int64_t(ir::cache_element_size(p.dtype, p.kv))) {}
+        csize_(int64_t(ir::cache_element_size(p.dtype, p.kv))),
+        k_scale_(scale_reg),
+        v_scale_(scale_reg + 1) {}
 
   void generate() {
     prologue();
-    if (fp8_ && !p_.per_head_scale) {
-      mov(rax, ptr[rdi + offsetof(CacheWriteCallArgs, k_scale)]);
-      vbroadcastss(vmm(kKScale), ptr[rax]);
-      mov(rax, ptr[rdi + offsetof(CacheWriteCallArgs, v_scale)]);
-      vbroadcastss(vmm(kVScale), ptr[rax]);
-    }
-    const bool nhd = p_.layout == ir::CacheLayout::kNhd;
-    const int64_t row = p_.head_count_kv * p_.head_size;
-    token_loop(p_.block_size, [&] {
-      // offset = b * block_stride + o * page_stride
-      imul(rax, ptr[reg_args_ + offsetof(CacheWriteCallArgs, block_stride)]);
-      imul(rcx, rcx, (nhd ? row : p_.head_size) * csize_);
-      lea(reg_offset_, ptr[rax + rcx]);
-      write(offsetof(CacheWriteCallArgs, key), offsetof(CacheWriteCallArgs, key_row_stride),
-            offsetof(CacheWriteCallArgs, key_cache), offsetof(CacheWriteCallArgs, k_scale),
-            vmm(kKScale));
-      write(offsetof(CacheWriteCallArgs, value), offsetof(CacheWriteCallArgs, value_row_stride),
-            offsetof(CacheWriteCallArgs, value_cache), offsetof(CacheWriteCallArgs, v_scale),
-            vmm(kVScale));
-    });
+    load_scales();
+    token_loop(p_.block_size, [&] { write_token(); });
     epilogue();
   }
+
+ protected:
+  // Per-tensor fp8 scales into their registers (rdi: the args).
+  void load_scales() {
+    if (fp8_ && !p_.per_head_scale) {
+      mov(rax, ptr[rdi + offsetof(CacheWriteCallArgs, k_scale)]);
+      vbroadcastss(vmm(k_scale_), ptr[rax]);
+      mov(rax, ptr[rdi + offsetof(CacheWriteCallArgs, v_scale)]);
+      vbroadcastss(vmm(v_scale_), ptr[rax]);
+    }
+  }
+
+  // The token's key and value rows into the caches (b in rax, o in rcx).
+  void write_token() {
+    const bool nhd = p_.layout == ir::CacheLayout::kNhd;
+    const int64_t row = p_.head_count_kv * p_.head_size;
+    // offset = b * block_stride + o * page_stride
+    imul(rax, ptr[reg_args_ + offsetof(CacheWriteCallArgs, block_stride)]);
+    imul(rcx, rcx, (nhd ? row : p_.head_size) * csize_);
+    lea(reg_offset_, ptr[rax + rcx]);
+    write(offsetof(CacheWriteCallArgs, key), offsetof(CacheWriteCallArgs, key_row_stride),
+          offsetof(CacheWriteCallArgs, key_cache), offsetof(CacheWriteCallArgs, k_scale),
+          vmm(k_scale_));
+    write(offsetof(CacheWriteCallArgs, value), offsetof(CacheWriteCallArgs, value_row_stride),
+          offsetof(CacheWriteCallArgs, value_cache), offsetof(CacheWriteCallArgs, v_scale),
+          vmm(v_scale_));
+  }
+
+  const ir::FlashCacheWriteParams p_;
 
  private:
   void write(size_t data, size_t stride, size_t cache, size_t scale_ptr, const Xmm& scale) {
@@ -254,10 +119,80 @@ class FlashWriteGenerator : public CacheGenerator {
     write_span(dst, src, elements, p_.dtype, fp8_, format_, scale);
   }
 
-  const ir::FlashCacheWriteParams p_;
   const bool fp8_;
   const DType format_;
   const int64_t esize_, csize_;
+  const int k_scale_, v_scale_;
+};
+
+// rotary_embedding_and_cache_flash: per token t (rows = positions; the runner has checked every
+// position and slot), the query heads and the key heads rotated in place (rotary_embedding's
+// rotation, cos/sin hoisted into registers on AVX-512), then, for t < slot_tokens with a slot
+// >= 0, the rotated key row (just written, read back from L1) and the value row written into
+// the flash cache exactly as reshape_and_cache_flash does. One pass over the key instead of
+// rotary_embedding's read+write followed by the cache write's read.
+class RopeFlashGenerator : public FlashWriteGenerator {
+ public:
+  RopeFlashGenerator(X86Isa isa, const ir::RopeFlashCacheWriteParams& p)
+      : FlashWriteGenerator(isa,
+                            ir::FlashCacheWriteParams{p.dtype, p.kv, p.head_count_kv, p.head_size,
+                                                      p.block_size, p.layout, p.per_head_scale},
+                            kRopeScales),
+        q_(p),
+        rope_{p.dtype, p.rot_dim, p.style},
+        hoist_(can_hoist_cos_sin(rope_)) {}
+
+  void generate() {
+    prologue();
+    load_scales();
+    token_loop(
+        q_.block_size, [&] { write_token(); }, offsetof(CacheWriteCallArgs, slots),
+        [&](const Label& l_skip) { rotate_token(l_skip); });
+    epilogue();
+  }
+
+ private:
+  // The scales live above the rotation's registers (0..7) and the spans' (0..3).
+  static constexpr int kRopeScales = 10;
+
+  void rotate_token(const Label& l_skip) {
+    const int64_t esize = int64_t(dtype_size(q_.dtype));
+    // reg_o_ = the token's cos/sin row
+    mov(reg_o_, ptr[reg_args_ + offsetof(RopeFlashCallArgs, positions)]);
+    mov(reg_o_, ptr[reg_o_ + reg_row_ * 8]);
+    imul(reg_o_, reg_o_, int(q_.rot_dim * esize));
+    add(reg_o_, ptr[reg_args_ + offsetof(RopeFlashCallArgs, cos_sin_cache)]);
+    if (hoist_) hoist_cos_sin(rope_, reg_o_);
+    // Query heads (token and head strides from the args), then key heads (D apart).
+    mov(reg_p_, ptr[reg_args_ + offsetof(RopeFlashCallArgs, query_token_stride)]);
+    imul(reg_p_, reg_row_);
+    add(reg_p_, ptr[reg_args_ + offsetof(RopeFlashCallArgs, query)]);
+    heads(q_.head_count_q,
+          [&] { add(reg_p_, ptr[reg_args_ + offsetof(RopeFlashCallArgs, query_head_stride)]); });
+    mov(reg_p_, ptr[reg_args_ + offsetof(CacheWriteCallArgs, key_row_stride)]);
+    imul(reg_p_, reg_row_);
+    add(reg_p_, ptr[reg_args_ + offsetof(CacheWriteCallArgs, key)]);
+    heads(q_.head_count_kv, [&] { add(reg_p_, int(q_.head_size * esize)); });
+    // Rows past the slot_mapping are rotated only.
+    cmp(reg_row_, ptr[reg_args_ + offsetof(RopeFlashCallArgs, slot_tokens)]);
+    jge(l_skip, T_NEAR);
+  }
+
+  // `count` heads from reg_p_, `next()` stepping reg_p_ to the next head.
+  template <class Next>
+  void heads(int64_t count, Next next) {
+    Label l_head;
+    mov(reg_heads_, count);
+    L(l_head);
+    rotate_row(rope_, reg_p_, reg_o_, hoist_);
+    next();
+    dec(reg_heads_);
+    jnz(l_head, T_NEAR);
+  }
+
+  const ir::RopeFlashCacheWriteParams q_;
+  const RopeShape rope_;
+  const bool hoist_;
 };
 
 class PagedWriteGenerator : public CacheGenerator {
@@ -666,6 +601,12 @@ Result<std::vector<uint8_t>> generate_cache_write(const OpSpec& spec, X86Isa isa
     return gen.finish();
   }
   PagedWriteGenerator gen(isa, spec.get<ir::PagedCacheWriteParams>());
+  gen.generate();
+  return gen.finish();
+}
+
+Result<std::vector<uint8_t>> generate_rope_cache_flash(const OpSpec& spec, X86Isa isa) {
+  RopeFlashGenerator gen(isa, spec.get<ir::RopeFlashCacheWriteParams>());
   gen.generate();
   return gen.finish();
 }

@@ -498,6 +498,62 @@ void Generator::exp_ps(const Group& x, const Group& t0, const Group& t1, bool no
   each([&](auto& v, auto& a, auto& p) { vmulps(v, p, a); });
 }
 
+void Generator::log_ps(const Group& x, const Group& t0, const Group& t1) {
+  const size_t n = x.size();
+  // e = exponent field - 126, m = mantissa with exponent 126: x = m 2^e, m in [0.5, 1).
+  for (size_t u = 0; u < n; ++u) vpsrld(t0[u], x[u], 23);
+  for (size_t u = 0; u < n; ++u) vpsubd(t0[u], t0[u], cst_bits(126));
+  for (size_t u = 0; u < n; ++u) uni_vpand(x[u], x[u], cst_bits(0x007FFFFF));
+  for (size_t u = 0; u < n; ++u) uni_vpor(x[u], x[u], cst_bits(0x3F000000));
+  for (size_t u = 0; u < n; ++u) vcvtdq2ps(t0[u], t0[u]);
+  // m < sqrt(1/2): use 2m - 1 and e - 1, else m - 1 (so u is in [-0.293, 0.414)).
+  for (size_t u = 0; u < n; ++u) vmovups(t1[u], cst(0.707106781186547524f));
+  for (size_t u = 0; u < n; ++u) vsubps(t1[u], x[u], t1[u]);  // sign: m < sqrt(1/2)
+  for (size_t u = 0; u < n; ++u) vsubps(x[u], x[u], cst(1.0f));
+  // the small branch's u = m - 1 + m, e - 1: stage m in a shifted copy via the sign select
+  for (size_t u = 0; u < n; ++u) {
+    // vmm13 = e - 1, vmm14 = (m - 1) + m = 2m - 1
+    vsubps(vmm(13), t0[u], cst(1.0f));
+    vaddps(vmm(14), x[u], x[u]);
+    vaddps(vmm(14), vmm(14), cst(1.0f));
+    select_by_sign(t0[u], t1[u], vmm(13), t0[u]);
+    select_by_sign(x[u], t1[u], vmm(14), x[u]);
+  }
+  // P(u), Cephes logf, Horner from the highest coefficient.
+  static constexpr float kP[] = {7.0376836292e-2f,  -1.1514610310e-1f, 1.1676998740e-1f,
+                                 -1.2420140846e-1f, 1.4249322787e-1f,  -1.6668057665e-1f,
+                                 2.0000714765e-1f,  -2.4999993993e-1f, 3.3333331174e-1f};
+  for (size_t u = 0; u < n; ++u) vmovups(t1[u], cst(kP[0]));
+  for (int i = 1; i < int(std::size(kP)); ++i) {
+    for (size_t u = 0; u < n; ++u) vfmadd213ps(t1[u], x[u], cst(kP[i]));
+  }
+  // y = u^3 P(u) + e ln2_lo - u^2/2;  ln x = u + y + e ln2_hi
+  for (size_t u = 0; u < n; ++u) vmulps(t1[u], t1[u], x[u]);
+  for (size_t u = 0; u < n; ++u) vmulps(t1[u], t1[u], x[u]);
+  for (size_t u = 0; u < n; ++u) vmulps(t1[u], t1[u], x[u]);
+  for (size_t u = 0; u < n; ++u) vfmadd231ps(t1[u], t0[u], cst(-2.12194440e-4f));
+  for (size_t u = 0; u < n; ++u) {
+    vmulps(vmm(13), x[u], x[u]);
+    vfnmadd231ps(t1[u], vmm(13), cst(0.5f));
+  }
+  for (size_t u = 0; u < n; ++u) vaddps(x[u], x[u], t1[u]);
+  for (size_t u = 0; u < n; ++u) vfmadd231ps(x[u], t0[u], cst(0.693359375f));
+}
+
+void Generator::rotate_pair(const Xmm& x, const Xmm& y, const Xmm& c, const Xmm& s, const Xmm& a,
+                            const Xmm& b, DType dtype) {
+  vmulps(a, x, c);
+  round_to(a, dtype);
+  vmulps(b, y, s);
+  round_to(b, dtype);
+  vmulps(y, y, c);
+  round_to(y, dtype);
+  vmulps(x, x, s);
+  round_to(x, dtype);
+  vaddps(y, y, x);
+  vsubps(x, a, b);
+}
+
 void Generator::sigmoid_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
                            const Group& t3) {
   const size_t n = x.size();

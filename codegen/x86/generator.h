@@ -141,6 +141,13 @@ class Generator : public Xbyak::CodeGenerator {
   /// d = a > b (ordered) ? a : 0 (lane-wise); b is a register.
   void keep_if_greater(const Xmm& d, const Xmm& a, const Xmm& b);
 
+  /// The rotary step of the spec on fp32 lanes holding values of `dtype`:
+  ///   (x, y) <- (rnd(rnd(x c) - rnd(y s)), rnd(rnd(y c) + rnd(x s)))
+  /// without the outer rounding (the store's). Products are not fused into FMAs: each is
+  /// rounded to `dtype`, as the contract says. c, s are preserved; a, b are temporaries.
+  void rotate_pair(const Xmm& x, const Xmm& y, const Xmm& c, const Xmm& s, const Xmm& a,
+                   const Xmm& b, DType dtype);
+
   // ---- Math injectors (fp32, lane-wise, in place) over groups of independent vectors; each
   // step is emitted for every member before the next step. Temporaries must be distinct from
   // x and from vmm13..15; all groups have the same size.
@@ -151,6 +158,10 @@ class Generator : public Xbyak::CodeGenerator {
   /// NaN), so the upper clamp is skipped. With bf16_accuracy(): on AVX-512 2^a = 2^floor(a)
   /// 2^frac(a) with a cubic for 2^frac (8.6e-5 relative), on AVX2 a degree-4 polynomial.
   void exp_ps(const Group& x, const Group& t0, const Group& t1, bool nonpositive = false);
+  /// x = ln(x) for positive normal finite x (the callers' range): x = m 2^e with m in
+  /// [sqrt(1/2), sqrt(2)), u = m - 1, ln x = u - u^2/2 + u^3 P(u) + e ln2 with the Cephes logf
+  /// polynomial (~1 ulp) and ln2 split in two parts so that e ln2 adds no rounding error.
+  void log_ps(const Group& x, const Group& t0, const Group& t1);
   /// x = tanh(x): for |x| < 0.625 the odd polynomial x + x^3 P(x^2) (Cephes tanhf, no
   /// cancellation near 0); above, sign(x) (1 - 2 / (e^{2|x|} + 1)), which saturates to +-1.
   /// NaN stays NaN.

@@ -67,6 +67,19 @@ struct CacheWriteCallArgs {
   int64_t entry_stride;  ///< concat_and_cache_mla: kv_cache stride(1); unused by the others
 };
 
+/// rotary_embedding_and_cache_flash: the cache write's arguments first (key = the key rotated in
+/// place), then the rope's. Rows are tokens (positions); rows < slot_tokens also write the
+/// cache. The runner has checked every position and slot. Strides in bytes.
+struct RopeFlashCallArgs {
+  CacheWriteCallArgs cache;
+  const int64_t* positions;
+  void* query;
+  const void* cos_sin_cache;
+  int64_t query_token_stride;
+  int64_t query_head_stride;
+  int64_t slot_tokens;  ///< slot_mapping.size(0) <= rows
+};
+
 /// swap_blocks. Rows are mapping pairs; pairs[2i], pairs[2i+1] are the byte offsets of the
 /// source and destination blocks (checked by the runner).
 struct SwapBlocksCallArgs {
@@ -97,9 +110,70 @@ struct GatherCallArgs {
   int64_t dst_row_stride;      ///< bytes
 };
 
+/// concat_and_cache_mla_rope_fused. Rows are tokens; the runner has checked every position
+/// (< cos_sin_cache rows) and slot. Strides in bytes.
+struct MlaRopeCallArgs {
+  const int64_t* positions;
+  void* q_pe;
+  void* k_pe;
+  const void* kv_c;
+  const void* cos_sin_cache;
+  const int64_t* slots;
+  void* kv_cache;
+  const float* scale;  ///< [1]; read in fp8 modes only
+  int64_t q_token_stride;
+  int64_t q_head_stride;
+  int64_t k_pe_row_stride;
+  int64_t kv_c_row_stride;
+  int64_t block_stride;  ///< kv_cache stride(0)
+  int64_t entry_stride;  ///< kv_cache stride(1)
+};
+
+/// indexer_k_quant_and_cache. Rows are tokens (k rows, dense); the runner has checked every
+/// slot. The cache is dense: block b starts at b·block_bytes.
+struct IndexerQuantCallArgs {
+  const void* k;
+  uint8_t* cache;
+  const int64_t* slots;
+};
+
+/// cp_gather_indexer_k_quant_cache. Rows are destination rows: row i copies head_dim value
+/// bytes from cache + offsets[2i] and 4·groups scale bytes from cache + offsets[2i + 1] (the
+/// runner resolved and checked both) to dst_k / dst_scale + i·row stride.
+struct IndexerGatherCallArgs {
+  const uint8_t* cache;
+  uint8_t* dst_k;      ///< the first row of the call's rows
+  uint8_t* dst_scale;  ///< likewise
+  const int64_t* offsets;
+  int64_t dst_k_row_stride;  ///< bytes
+  int64_t dst_scale_row_stride;
+};
+
+/// merge_attn_states. Rows are tokens. Element strides of [T, H, D] tensors in bytes; the
+/// LSE tensors are [H, T] dense fp32 (lse_head_stride = 4 T bytes).
+struct MergeCallArgs {
+  void* output;
+  float* output_lse;  ///< nullptr unless the spec writes it
+  const void* prefix;
+  const float* prefix_lse;
+  const void* suffix;
+  const float* suffix_lse;
+  int64_t output_token_stride;
+  int64_t output_head_stride;
+  int64_t prefix_token_stride;
+  int64_t prefix_head_stride;
+  int64_t suffix_token_stride;
+  int64_t suffix_head_stride;
+  int64_t lse_head_stride;
+  int64_t with_context;  ///< tokens t >= with_context copy the suffix
+  float inv_scale;       ///< fp8 output: float(1 / output_scale)
+};
+
 /// Emits reshape_and_cache (PagedCacheWriteParams) or reshape_and_cache_flash
 /// (FlashCacheWriteParams) at `isa`.
 Result<std::vector<uint8_t>> generate_cache_write(const OpSpec& spec, X86Isa isa);
+/// Emits rotary_embedding_and_cache_flash (RopeFlashCacheWriteParams) at `isa`.
+Result<std::vector<uint8_t>> generate_rope_cache_flash(const OpSpec& spec, X86Isa isa);
 /// Emits concat_and_cache_mla (MlaCacheWriteParams; kv auto, fp8_e4m3, fp8_e5m2) at `isa`.
 Result<std::vector<uint8_t>> generate_mla_cache_write(const OpSpec& spec, X86Isa isa);
 /// Emits swap_blocks (SwapBlocksParams) at `isa`.
@@ -109,6 +183,18 @@ Result<std::vector<uint8_t>> generate_swap_blocks(const OpSpec& spec, X86Isa isa
 Result<std::vector<uint8_t>> generate_gather(const OpSpec& spec, X86Isa isa);
 /// Emits convert_fp8 (ConvertFp8Params) at `isa`.
 Result<std::vector<uint8_t>> generate_convert_fp8(const OpSpec& spec, X86Isa isa);
+/// Emits concat_and_cache_mla with kv=fp8_ds_mla (the 656-byte DeepSeek entry) at `isa`.
+Result<std::vector<uint8_t>> generate_ds_mla_cache_write(const OpSpec& spec, X86Isa isa);
+/// Emits concat_and_cache_mla_rope_fused (MlaRopeCacheWriteParams) at `isa`.
+Result<std::vector<uint8_t>> generate_mla_rope_fused(const OpSpec& spec, X86Isa isa);
+/// Emits cp_gather_and_upconvert_fp8_kv_cache (GatherCallArgs rows of 576 bf16) at `isa`.
+Result<std::vector<uint8_t>> generate_upconvert_gather(const OpSpec& spec, X86Isa isa);
+/// Emits indexer_k_quant_and_cache (IndexerQuantParams) at `isa`.
+Result<std::vector<uint8_t>> generate_indexer_quant(const OpSpec& spec, X86Isa isa);
+/// Emits cp_gather_indexer_k_quant_cache (IndexerGatherParams) at `isa`.
+Result<std::vector<uint8_t>> generate_indexer_gather(const OpSpec& spec, X86Isa isa);
+/// Emits merge_attn_states (MergeAttnStatesParams) at `isa`.
+Result<std::vector<uint8_t>> generate_merge_attn_states(const OpSpec& spec, X86Isa isa);
 /// Emits rms_norm / fused_add_rms_norm for `spec` (NormParams) at `isa`.
 Result<std::vector<uint8_t>> generate_norm(const OpSpec& spec, X86Isa isa);
 /// Emits rotary_embedding for `spec` (RopeParams) at `isa`.

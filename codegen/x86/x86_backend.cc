@@ -12,6 +12,7 @@
 #include "codegen/x86/generator.h"
 #include "codegen/x86/kernels.h"
 #include "ir/check_args.h"
+#include "ir/params_attention.h"
 #include "ir/params_cache.h"
 
 namespace jit::codegen::x86 {
@@ -45,6 +46,14 @@ bool is_cache_copy(OpKind op) {
 }
 bool is_gather(OpKind op) {
   return op == OpKind::kCpGatherCache || op == OpKind::kGatherAndMaybeDequantCache;
+}
+// The MLA/indexer cache ops and merge_attn_states (mla_kernel.cc, indexer_kernel.cc,
+// merge_kernel.cc).
+bool is_mla_indexer_merge(OpKind op) {
+  return op == OpKind::kConcatAndCacheMlaRopeFused ||
+         op == OpKind::kCpGatherAndUpconvertFp8KvCache || op == OpKind::kIndexerKQuantAndCache ||
+         op == OpKind::kCpGatherIndexerKQuantCache || op == OpKind::kMergeAttnStates ||
+         op == OpKind::kRotaryEmbeddingAndCacheFlash;
 }
 
 // The checked mode of the cache writes, always on: every slot of the first `tokens` entries is
@@ -140,6 +149,18 @@ class X86Executable final : public Executable {
       return run_cp_gather(fn, args);
     } else if (spec_.op == OpKind::kGatherAndMaybeDequantCache) {
       return run_gather_dequant(fn, args);
+    } else if (spec_.op == OpKind::kConcatAndCacheMlaRopeFused) {
+      return run_mla_rope_fused(fn, args);
+    } else if (spec_.op == OpKind::kCpGatherAndUpconvertFp8KvCache) {
+      return run_upconvert_gather(fn, args);
+    } else if (spec_.op == OpKind::kIndexerKQuantAndCache) {
+      return run_indexer_quant(fn, args);
+    } else if (spec_.op == OpKind::kCpGatherIndexerKQuantCache) {
+      return run_indexer_gather(fn, args);
+    } else if (spec_.op == OpKind::kMergeAttnStates) {
+      run_merge(fn, args);
+    } else if (spec_.op == OpKind::kRotaryEmbeddingAndCacheFlash) {
+      return run_rope_cache_flash(fn, args);
     } else {
       run_activation(fn, args);
     }
@@ -416,6 +437,236 @@ class X86Executable final : public Executable {
     return Status::ok();
   }
 
+  // concat_and_cache_mla_rope_fused: {positions, q_pe, k_pe, kv_c, cos_sin_cache,
+  // slot_mapping, kv_cache, kv_cache_scale}; one row per token (q_pe.size(0)). Positions (the
+  // ref's check and message) and slots are checked before anything is rotated.
+  Status run_mla_rope_fused(KernelFn fn, const KernelArgs& args) const {
+    const auto& p = spec_.get<ir::MlaRopeCacheWriteParams>();
+    const std::string_view op = op_name(spec_.op);
+    const Tensor& positions = args.tensor(0);
+    const Tensor& q_pe = args.tensor(1);
+    const Tensor& k_pe = args.tensor(2);
+    const Tensor& kv_c = args.tensor(3);
+    const Tensor& cos_sin = args.tensor(4);
+    const Tensor& slots = args.tensor(5);
+    const Tensor& cache = args.tensor(6);
+    const int64_t tokens = q_pe.size(0);
+    const int64_t max_position = cos_sin.size(0);
+    const auto* pos = positions.data_as<const int64_t>();
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t v = pos[t];  // contiguous (check_args)
+      if (v < 0 || v >= max_position) {
+        return invalid_argument(fmt::format(
+            "{}: argument 'positions' has positions[{}] = {}, outside the cos_sin_cache rows "
+            "[0, {})",
+            op, t, v, max_position));
+      }
+    }
+    KILN_RETURN_IF_ERROR(check_slots(op, slots, tokens, cache.size(0), p.block_size));
+    const int64_t esize = int64_t(dtype_size(p.dtype));
+    const int64_t csize = int64_t(cache.element_size());
+    MlaRopeCallArgs call{};
+    call.positions = pos;
+    call.q_pe = q_pe.data();
+    call.k_pe = k_pe.data();
+    call.kv_c = kv_c.data();
+    call.cos_sin_cache = cos_sin.data();
+    call.slots = slots.data_as<const int64_t>();
+    call.kv_cache = cache.data();
+    call.scale = args.tensor(7).data_as<const float>();
+    call.q_token_stride = q_pe.stride(0) * esize;
+    call.q_head_stride = q_pe.stride(1) * esize;
+    call.k_pe_row_stride = k_pe.stride(0) * esize;
+    call.kv_c_row_stride = kv_c.stride(0) * esize;
+    call.block_stride = cache.stride(0) * csize;
+    call.entry_stride = cache.stride(1) * csize;
+    run_rows(fn, &call, tokens, estimates(spec_, {.tokens = tokens}).bytes, config_);
+    return Status::ok();
+  }
+
+  // cp_gather_and_upconvert_fp8_kv_cache: {src_cache, dst, block_table, seq_lens,
+  // workspace_starts}, scalar {batch_size}. The ref's checks, in its order and with its
+  // messages, resolve every row to its entry's byte offset before the launch.
+  Status run_upconvert_gather(KernelFn fn, const KernelArgs& args) const {
+    const std::string_view op = op_name(spec_.op);
+    const Tensor& src = args.tensor(0);
+    const Tensor& dst = args.tensor(1);
+    const Tensor& starts = args.tensor(4);
+    const auto batch = static_cast<int64_t>(args.scalar(0));
+    const int64_t rows = dst.size(0);
+    const BlockTableView table{op, args.tensor(2), src,
+                               spec_.get<ir::UpconvertGatherParams>().block_size};
+    if (rows > 0 && batch == 0) {
+      return invalid_argument(
+          fmt::format("{}: argument 'batch_size' is 0 but dst has {} rows to fill", op, rows));
+    }
+    for (int64_t r = 1; r < batch; ++r) {
+      if (at_i32(starts, r) < at_i32(starts, r - 1)) {
+        return invalid_argument(fmt::format(
+            "{}: argument 'workspace_starts' decreases at index {} ({} after {}); it must be "
+            "non-decreasing",
+            op, r, at_i32(starts, r), at_i32(starts, r - 1)));
+      }
+    }
+    std::vector<int64_t> offsets(size_t(std::max<int64_t>(rows, 0)));
+    int64_t r = 0;
+    for (int64_t o = 0; o < rows; ++o) {
+      while (r + 1 < batch && at_i32(starts, r + 1) <= o) ++r;
+      const int64_t pos = o - at_i32(starts, r);
+      if (pos < 0) {
+        return invalid_argument(
+            fmt::format("{}: argument 'workspace_starts' leaves row {} before the first request "
+                        "(workspace_starts[0] = {}); it must start at 0",
+                        op, o, at_i32(starts, 0)));
+      }
+      KILN_RETURN_IF_ERROR(table.locate(r, pos, offsets[size_t(o)]));
+    }
+    GatherCallArgs call{};
+    call.src = static_cast<const uint8_t*>(src.data());
+    call.dst = dst.data();
+    call.src_offsets = offsets.data();
+    call.dst_row_stride = dst.stride(0) * int64_t(dst.element_size());
+    run_rows(fn, &call, rows, estimates(spec_, {.tokens = rows, .batch = batch}).bytes, config_);
+    return Status::ok();
+  }
+
+  // indexer_k_quant_and_cache: {k, kv_cache, slot_mapping}; one row per k row.
+  Status run_indexer_quant(KernelFn fn, const KernelArgs& args) const {
+    const auto& p = spec_.get<ir::IndexerQuantParams>();
+    const Tensor& k = args.tensor(0);
+    const Tensor& cache = args.tensor(1);
+    const Tensor& slots = args.tensor(2);
+    const int64_t tokens = k.size(0);
+    KILN_RETURN_IF_ERROR(
+        check_slots(op_name(spec_.op), slots, tokens, cache.size(0), p.block_size));
+    IndexerQuantCallArgs call{k.data(), static_cast<uint8_t*>(cache.data()),
+                              slots.data_as<const int64_t>()};
+    run_rows(fn, &call, tokens, estimates(spec_, {.tokens = tokens}).bytes, config_);
+    return Status::ok();
+  }
+
+  // cp_gather_indexer_k_quant_cache: {kv_cache, dst_k, dst_scale, block_table, cu_seq_lens}.
+  // Rows [cu_seq_lens[0], cu_seq_lens[B]) of the destinations, each resolved (and checked) to
+  // the value and scale byte offsets of its cache entry; other rows untouched.
+  Status run_indexer_gather(KernelFn fn, const KernelArgs& args) const {
+    const auto& p = spec_.get<ir::IndexerGatherParams>();
+    const std::string_view op = op_name(spec_.op);
+    const Tensor& cache = args.tensor(0);
+    const Tensor& dst_k = args.tensor(1);
+    const Tensor& dst_scale = args.tensor(2);
+    const Tensor& block_table = args.tensor(3);
+    const Tensor& cu = args.tensor(4);
+    const int64_t batch = block_table.size(0);
+    const int64_t dim = p.head_dim;
+    const int64_t scale_bytes = 4 * (dim / p.quant_block);
+    std::vector<int64_t> offsets;
+    for (int64_t r = 0; r < batch; ++r) {
+      int64_t begin = 0;
+      int64_t end = 0;
+      KILN_RETURN_IF_ERROR(ir::check_request_rows(op, cu, r, dst_k.size(0), begin, end));
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t pos = row - begin;
+        int64_t block = 0;
+        KILN_RETURN_IF_ERROR(ir::check_block_table_entry(op, block_table, cache.size(0),
+                                                         p.block_size, r, pos, block));
+        const int64_t base = block * cache.stride(0);
+        const int64_t o = pos % p.block_size;
+        offsets.push_back(base + o * dim);
+        offsets.push_back(base + p.block_size * dim + o * scale_bytes);
+      }
+    }
+    if (offsets.empty()) return Status::ok();
+    const int64_t first = at_i32(cu, 0);
+    IndexerGatherCallArgs call{};
+    call.cache = static_cast<const uint8_t*>(cache.data());
+    call.dst_k = static_cast<uint8_t*>(dst_k.data()) + first * dst_k.stride(0);
+    call.dst_scale = static_cast<uint8_t*>(dst_scale.data()) + first * dst_scale.stride(0);
+    call.offsets = offsets.data();
+    call.dst_k_row_stride = dst_k.stride(0);
+    call.dst_scale_row_stride = dst_scale.stride(0);
+    const auto rows = int64_t(offsets.size() / 2);
+    run_rows(fn, &call, rows, estimates(spec_, {.tokens = rows, .batch = batch}).bytes, config_);
+    return Status::ok();
+  }
+
+  // merge_attn_states: {output, output_lse, prefix_output, prefix_lse, suffix_output,
+  // suffix_lse, output_scale}, scalar prefill_tokens_with_context (< 0: None, i.e. T).
+  void run_merge(KernelFn fn, const KernelArgs& args) const {
+    const auto& p = spec_.get<ir::MergeAttnStatesParams>();
+    const Tensor& output = args.tensor(0);
+    const Tensor& prefix = args.tensor(2);
+    const Tensor& suffix = args.tensor(4);
+    const int64_t tokens = prefix.size(0);
+    const int64_t esize = int64_t(dtype_size(p.dtype));
+    const int64_t osize = int64_t(dtype_size(p.out_dtype));
+    MergeCallArgs call{};
+    call.output = output.data();
+    call.output_lse = p.output_lse ? args.tensor(1).data_as<float>() : nullptr;
+    call.prefix = prefix.data();
+    call.prefix_lse = args.tensor(3).data_as<const float>();
+    call.suffix = suffix.data();
+    call.suffix_lse = args.tensor(5).data_as<const float>();
+    call.output_token_stride = output.stride(0) * osize;
+    call.output_head_stride = output.stride(1) * osize;
+    call.prefix_token_stride = prefix.stride(0) * esize;
+    call.prefix_head_stride = prefix.stride(1) * esize;
+    call.suffix_token_stride = suffix.stride(0) * esize;
+    call.suffix_head_stride = suffix.stride(1) * esize;
+    call.lse_head_stride = tokens * 4;
+    call.with_context = args.scalar(0) < 0 ? tokens : static_cast<int64_t>(args.scalar(0));
+    if (p.out_dtype == DType::kFp8E4m3) {
+      call.inv_scale = 1.0f / args.tensor(6).data_as<const float>()[0];
+    }
+    run_rows(fn, &call, tokens, estimates(spec_, {.tokens = tokens}).bytes, config_);
+  }
+
+  // rotary_embedding_and_cache_flash: {positions, query, key, value, cos_sin_cache, key_cache,
+  // value_cache, slot_mapping, k_scale, v_scale}; one row per position. Positions and slots are
+  // checked (the ref's order and messages) before anything is rotated or written.
+  Status run_rope_cache_flash(KernelFn fn, const KernelArgs& args) const {
+    const auto& p = spec_.get<ir::RopeFlashCacheWriteParams>();
+    const std::string_view op = op_name(spec_.op);
+    const Tensor& positions = args.tensor(0);
+    const Tensor& query = args.tensor(1);
+    const Tensor& key = args.tensor(2);
+    const Tensor& value = args.tensor(3);
+    const Tensor& cos_sin = args.tensor(4);
+    const Tensor& key_cache = args.tensor(5);
+    const Tensor& slots = args.tensor(7);
+    const int64_t tokens = positions.size(0);
+    const int64_t max_position = cos_sin.size(0);
+    const auto* pos = positions.data_as<const int64_t>();  // contiguous (check_args)
+    for (int64_t t = 0; t < tokens; ++t) {
+      if (pos[t] < 0 || pos[t] >= max_position) {
+        return invalid_argument(fmt::format(
+            "{}: argument 'positions' has positions[{}] = {}, outside the cos_sin_cache rows "
+            "[0, {})",
+            op, t, pos[t], max_position));
+      }
+    }
+    KILN_RETURN_IF_ERROR(check_slots(op, slots, slots.size(0), key_cache.size(0), p.block_size));
+    const int64_t esize = int64_t(dtype_size(p.dtype));
+    RopeFlashCallArgs call{};
+    call.cache.key = key.data();
+    call.cache.value = value.data();
+    call.cache.key_cache = key_cache.data();
+    call.cache.value_cache = args.tensor(6).data();
+    call.cache.slots = slots.data_as<const int64_t>();
+    call.cache.k_scale = args.tensor(8).data_as<const float>();
+    call.cache.v_scale = args.tensor(9).data_as<const float>();
+    call.cache.key_row_stride = key.stride(0) * esize;
+    call.cache.value_row_stride = value.stride(0) * esize;
+    call.cache.block_stride = key_cache.stride(0) * int64_t(ir::cache_element_size(p.dtype, p.kv));
+    call.positions = pos;
+    call.query = query.data();
+    call.cos_sin_cache = cos_sin.data();
+    call.query_token_stride = query.stride(0) * esize;
+    call.query_head_stride = query.stride(1) * esize;
+    call.slot_tokens = slots.size(0);
+    run_rows(fn, &call, tokens, estimates(spec_, {.tokens = tokens}).bytes, config_);
+    return Status::ok();
+  }
+
   void run_activation(KernelFn fn, const KernelArgs& args) const {
     const auto& p = spec_.get<ir::ActivationParams>();
     const int64_t esize = int64_t(dtype_size(p.dtype));
@@ -451,20 +702,16 @@ class X86Backend final : public Backend {
     if (is_cpu_attention_op(spec.op)) return cpu_attention_support(spec, target);
     if (!is_norm(spec.op) && !is_activation(spec.op) && !is_rope(spec.op) &&
         !is_cache_write(spec.op) && !is_mla_write(spec.op) && !is_cache_copy(spec.op) &&
-        !is_gather(spec.op)) {
+        !is_gather(spec.op) && !is_mla_indexer_merge(spec.op)) {
       return Support::no(fmt::format(
           "x86 backend does not generate {} yet (served: rms_norm, fused_add_rms_norm, "
           "rotary_embedding, silu_and_mul, mul_and_silu, gelu_and_mul, gelu_tanh_and_mul, "
           "fatrelu_and_mul, swigluoai_and_mul, reshape_and_cache, reshape_and_cache_flash, "
           "concat_and_cache_mla, swap_blocks, convert_fp8, cp_gather_cache, "
-          "gather_and_maybe_dequant_cache)",
+          "gather_and_maybe_dequant_cache, concat_and_cache_mla_rope_fused, "
+          "cp_gather_and_upconvert_fp8_kv_cache, indexer_k_quant_and_cache, "
+          "cp_gather_indexer_k_quant_cache, merge_attn_states, rotary_embedding_and_cache_flash)",
           op_name(spec.op)));
-    }
-    if (is_mla_write(spec.op) &&
-        spec.get<ir::MlaCacheWriteParams>().kv == ir::KvCacheDtype::kFp8DsMla) {
-      return Support::no(
-          "x86 backend does not generate concat_and_cache_mla with kv=fp8_ds_mla yet (served "
-          "kv: auto, fp8_e4m3, fp8_e5m2)");
     }
     return Support::yes();  // every dtype and width validate() accepts
   }
@@ -515,7 +762,21 @@ class X86Backend final : public Backend {
     if (is_norm(spec.op)) return generate_norm(spec, isa);
     if (is_rope(spec.op)) return generate_rope(spec, isa);
     if (is_cache_write(spec.op)) return generate_cache_write(spec, isa);
-    if (is_mla_write(spec.op)) return generate_mla_cache_write(spec, isa);
+    if (is_mla_write(spec.op)) {
+      if (spec.get<ir::MlaCacheWriteParams>().kv == ir::KvCacheDtype::kFp8DsMla) {
+        return generate_ds_mla_cache_write(spec, isa);
+      }
+      return generate_mla_cache_write(spec, isa);
+    }
+    if (spec.op == OpKind::kConcatAndCacheMlaRopeFused) return generate_mla_rope_fused(spec, isa);
+    if (spec.op == OpKind::kCpGatherAndUpconvertFp8KvCache) {
+      return generate_upconvert_gather(spec, isa);
+    }
+    if (spec.op == OpKind::kIndexerKQuantAndCache) return generate_indexer_quant(spec, isa);
+    if (spec.op == OpKind::kCpGatherIndexerKQuantCache) return generate_indexer_gather(spec, isa);
+    if (spec.op == OpKind::kMergeAttnStates) return generate_merge_attn_states(spec, isa);
+    if (spec.op == OpKind::kRotaryEmbeddingAndCacheFlash)
+      return generate_rope_cache_flash(spec, isa);
     if (spec.op == OpKind::kSwapBlocks) return generate_swap_blocks(spec, isa);
     if (spec.op == OpKind::kConvertFp8) return generate_convert_fp8(spec, isa);
     if (is_gather(spec.op)) return generate_gather(spec, isa);

@@ -3,8 +3,9 @@
 //
 // `size` is the op's main run-time size:
 //   swap_blocks                                  block pairs in block_mapping
-//   reshape_and_cache(_flash), concat_and_cache_mla(_rope_fused), indexer_k_quant_and_cache
-//                                                tokens (slot_mapping entries, some of them -1)
+//   reshape_and_cache(_flash), concat_and_cache_mla(_rope_fused), indexer_k_quant_and_cache,
+//   rotary_embedding_and_cache_flash             tokens (slot_mapping entries, some of them -1;
+//                                                the fused op rotates one more row)
 //   convert_fp8                                  elements converted
 //   gather_and_maybe_dequant_cache, cp_gather_cache, cp_gather_and_upconvert_fp8_kv_cache,
 //   cp_gather_indexer_k_quant_cache              rows gathered, split over up to 3 requests
@@ -284,6 +285,50 @@ OpCase reshape_and_cache_flash_case(const ir::FlashCacheWriteParams& p, int64_t 
   }
   c.names = {"key", "value", "key_cache", "value_cache", "slot_mapping", "k_scale", "v_scale"};
   c.outputs = {2, 3};
+  return c;
+}
+
+// cos/sin rows as vLLM's RotaryEmbedding builds them (base 10000), in `dtype`.
+HostTensor cos_sin_table(DType dtype, int64_t rot) {
+  HostTensor cos_sin = HostTensor::zeros(dtype, {kMaxPosition, rot});
+  const int64_t half = rot / 2;
+  for (int64_t pos = 0; pos < kMaxPosition; ++pos) {
+    for (int64_t j = 0; j < half; ++j) {
+      const double angle = double(pos) * std::pow(10000.0, -2.0 * double(j) / double(rot));
+      cos_sin.set(pos * rot + j, std::cos(angle));
+      cos_sin.set(pos * rot + half + j, std::sin(angle));
+    }
+  }
+  return cos_sin;
+}
+
+// rotary_embedding_and_cache_flash: the reshape_and_cache_flash case (its key/value rows are
+// views of a qkv projection with one extra row) plus T = tokens + 1 positions (the extra row
+// is rotated but has no slot; none for an empty call), a query view [T, Hq, D] of its own q/k/v
+// projection, and the cos/sin table.
+OpCase rope_and_cache_flash_case(const ir::RopeFlashCacheWriteParams& p, int64_t tokens,
+                                 InputKind kind, uint64_t seed) {
+  const ir::FlashCacheWriteParams flash{p.dtype,      p.kv,     p.head_count_kv, p.head_size,
+                                        p.block_size, p.layout, p.per_head_scale};
+  OpCase f = reshape_and_cache_flash_case(flash, tokens, kind, seed);
+  const int64_t rows = tokens == 0 ? 0 : tokens + 1;
+  const int64_t d = p.head_size;
+  const int64_t row_stride = (p.head_count_q + 2 * p.head_count_kv) * d;
+  HostTensor query = HostTensor::strided(p.dtype, {rows, p.head_count_q, d}, {row_stride, d, 1});
+  fill_values(query, kind, seed + 7);
+  HostTensor positions = HostTensor::zeros(DType::kI64, {rows});
+  fill_uniform(positions, seed + 8, 0, kMaxPosition);
+  OpCase c;
+  c.tensors = {
+      positions,    query,        f.tensors[0], f.tensors[1], cos_sin_table(p.dtype, p.rot_dim),
+      f.tensors[2], f.tensors[3], f.tensors[4], f.tensors[5], f.tensors[6]};
+  c.names = {"positions", "query",       "key",          "value",   "cos_sin_cache",
+             "key_cache", "value_cache", "slot_mapping", "k_scale", "v_scale"};
+  c.outputs = {1, 2, 5, 6};
+  const Tolerance rope = tolerance_for(OpKind::kRotaryEmbedding, p.dtype);
+  // A one-ulp difference in a rotated key can move its fp8 code by one step.
+  const Tolerance cache = p.kv == KvCacheDtype::kAuto ? rope : Tolerance::ulp(1);
+  c.tolerances = {rope, rope, cache, cache};
   return c;
 }
 
@@ -569,6 +614,9 @@ Result<OpCase> make_cache_case(const OpSpec& spec, int64_t size, InputKind kind,
       break;
     case OpKind::kCpGatherIndexerKQuantCache:
       c = indexer_gather_case(spec.get<ir::IndexerGatherParams>(), size, seed);
+      break;
+    case OpKind::kRotaryEmbeddingAndCacheFlash:
+      c = rope_and_cache_flash_case(spec.get<ir::RopeFlashCacheWriteParams>(), size, kind, seed);
       break;
     default:
       return Status(StatusCode::kInternal,

@@ -156,6 +156,24 @@ const InvalidCase kInvalid[] = {
     {"concat_and_cache_mla_rope_fused(dtype=bf16,kv_lora_rank=512,rot_dim=64,heads_q=0,"
      "block_size=64)",
      "heads_q=0 is out of range"},
+    {"rotary_embedding_and_cache_flash(dtype=bf16,heads_q=8,heads_kv=2,head_size=64,rot_dim=65,"
+     "block_size=16)",
+     "rot_dim=65 is out of range"},
+    {"rotary_embedding_and_cache_flash(dtype=bf16,heads_q=8,heads_kv=2,head_size=64,rot_dim=33,"
+     "block_size=16)",
+     "rot_dim=33 must be even"},
+    {"rotary_embedding_and_cache_flash(dtype=bf16,heads_q=8,heads_kv=3,head_size=64,rot_dim=64,"
+     "block_size=16)",
+     "heads_q=8 must be a multiple of heads_kv=3"},
+    {"rotary_embedding_and_cache_flash(dtype=bf16,kv=fp8_ds_mla,heads_q=8,heads_kv=2,"
+     "head_size=64,rot_dim=64,block_size=16)",
+     "fp8_ds_mla"},
+    {"rotary_embedding_and_cache_flash(dtype=bf16,heads_q=8,heads_kv=2,head_size=64,rot_dim=64,"
+     "block_size=16,per_head_scale=true)",
+     "per_head_scale=true requires kv=fp8_e4m3 or fp8_e5m2"},
+    {"rotary_embedding_and_cache_flash(dtype=i32,heads_q=8,heads_kv=2,head_size=64,rot_dim=64,"
+     "block_size=16)",
+     "dtype=i32 is not supported"},
     {"convert_fp8(dst=fp8_e5m2,src=bf16)", "dst=fp8_e5m2 is not supported"},
     {"convert_fp8(dst=u8,src=bf16)", "dst=u8 is not supported"},
     {"convert_fp8(dst=bf16,src=f32)", "dst=bf16 is not supported"},

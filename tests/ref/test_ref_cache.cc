@@ -179,6 +179,14 @@ std::vector<OpSpec> cache_specs() {
       indexer_spec(bf16, 256, 128, 1, ScaleFormat::kUe8m0),
       indexer_gather_spec(128, 128, 64),
       indexer_gather_spec(128, 64, 16),
+      OpSpec::make(
+          OpKind::kRotaryEmbeddingAndCacheFlash,
+          ir::RopeFlashCacheWriteParams{bf16, KvCacheDtype::kAuto, 8, 2, 64, 64,
+                                        ir::RopeStyle::kNeox, 16, ir::CacheLayout::kNhd, false}),
+      OpSpec::make(
+          OpKind::kRotaryEmbeddingAndCacheFlash,
+          ir::RopeFlashCacheWriteParams{f16, KvCacheDtype::kFp8E4m3, 4, 4, 80, 32,
+                                        ir::RopeStyle::kGptj, 8, ir::CacheLayout::kHnd, true}),
   };
 }
 
@@ -1101,6 +1109,42 @@ TEST(BadInput, WrongArgumentCount) {
     const Status status = ref::run(spec, c.args());
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << to_string(spec);
     EXPECT_NE(status.message().find(op_name(spec.op)), std::string::npos) << status.message();
+  }
+}
+
+// rotary_embedding_and_cache_flash is defined as rotary_embedding then
+// reshape_and_cache_flash: the fused oracle equals the two oracles run in sequence on the same
+// tensors (q, k rotated; both caches), for every layout, scale kind and pairing.
+TEST(RopeAndCacheFlash, EqualsRopeThenReshapeAndCacheFlash) {
+  for (KvCacheDtype kv : {KvCacheDtype::kAuto, KvCacheDtype::kFp8E5m2}) {
+    for (CacheLayout layout : {CacheLayout::kNhd, CacheLayout::kHnd}) {
+      for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj}) {
+        const ir::RopeFlashCacheWriteParams p{
+            DType::kBF16, kv, 6, 3, 40, 24, style, 8, layout, kv != KvCacheDtype::kAuto};
+        const OpSpec spec = OpSpec::make(OpKind::kRotaryEmbeddingAndCacheFlash, p);
+        OpCase fused = make(spec, 13);
+        OpCase split = fused;
+        run_ok(spec, fused.args());
+        const auto& t = split.tensors;
+        run_ok(OpSpec::make(OpKind::kRotaryEmbedding,
+                            ir::RopeParams{p.dtype, p.dtype, p.head_size, p.rot_dim, p.style,
+                                           p.head_count_q, p.head_count_kv, true}),
+               KernelArgs({t[0].tensor(), t[1].tensor(), t[2].tensor(), t[4].tensor()}));
+        run_ok(OpSpec::make(OpKind::kReshapeAndCacheFlash,
+                            ir::FlashCacheWriteParams{p.dtype, p.kv, p.head_count_kv, p.head_size,
+                                                      p.block_size, p.layout, p.per_head_scale}),
+               KernelArgs({t[2].tensor(), t[3].tensor(), t[5].tensor(), t[6].tensor(),
+                           t[7].tensor(), t[8].tensor(), t[9].tensor()}));
+        for (int i : fused.outputs) {
+          EXPECT_TRUE(fused.tensors[size_t(i)].storage() == split.tensors[size_t(i)].storage())
+              << to_string(spec) << " " << fused.names[size_t(i)];
+        }
+        // The rotation and the cache write both happened.
+        const OpCase before = make(spec, 13);
+        EXPECT_FALSE(before.tensors[1].storage() == fused.tensors[1].storage());
+        EXPECT_FALSE(before.tensors[5].storage() == fused.tensors[5].storage());
+      }
+    }
   }
 }
 

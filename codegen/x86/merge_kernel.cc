@@ -1,0 +1,465 @@
+// merge_attn_states (spec/attention_ops.md §4.3), one row per token t, heads in groups of one
+// vector (H and D are compile-time):
+//
+//   t >= with_context:  out[t, h] = suffix[t, h] (converted), lse_out[h, t] = suffix_lse raw.
+//   otherwise, per group of heads, vectorised across the heads:
+//     p, s = prefix_lse[h, t], suffix_lse[h, t], each +-inf -> -inf   (stride T: staged on the
+//            stack with scalar moves, then loaded as one vector)
+//     M    = fmax(p, s)                      (a NaN operand is ignored if the other is not)
+//     a, b = e^(p - M), e^(s - M);  Z = a + b;  ca, cb = a / Z, b / Z   (Generator::exp_ps)
+//     lse  = ln Z + M  (Generator::log_ps), or -inf where M = -inf (both empty)
+//   then per head of the group: both empty (M = -inf): out = prefix (converted); else
+//     out[d] = prefix[d] · ca + suffix[d] · cb    (fp32: a product and an FMA)
+//   fp8 output: code = e4m3(v · (1/scale)), the encoder saturating like the spec's clamp.
+// The ref evaluates the weights and the blend in double; fp32 here stays well inside the
+// attention tolerance (the weights are within a few ulp, the blend rounds once more).
+#include <array>
+#include <bit>
+#include <cstddef>
+
+#include "codegen/x86/generator.h"
+#include "codegen/x86/kernels.h"
+#include "ir/params_attention.h"
+
+namespace jit::codegen::x86 {
+namespace {
+
+using namespace Xbyak;
+
+// Units (vectors) of a head fully unrolled up to this count; longer heads loop over kUnroll.
+constexpr int64_t kMaxUnrolled = 8;
+constexpr int kUnroll = 4;
+// Stack frame above the helpers' staging bytes [0, 96): the group's LSE inputs, weights, LSE
+// and M, one vector (64 bytes) each.
+// f32 inputs keep the weights as doubles (128 bytes each).
+constexpr int kLseP = 128, kLseS = 192, kWeightA = 256, kWeightB = 384, kLse = 512, kMax = 576;
+constexpr int kFrame = 640;
+constexpr uint32_t kNegInfBits = 0xFF800000u;
+constexpr uint8_t kCmpEqual = 0;      // _CMP_EQ_OQ
+constexpr uint8_t kCmpUnordered = 3;  // _CMP_UNORD_Q: NaN
+
+class MergeGenerator : public Generator {
+ public:
+  MergeGenerator(X86Isa isa, const ir::MergeAttnStatesParams& p)
+      : Generator(isa),
+        p_(p),
+        fp8_(p.out_dtype == DType::kFp8E4m3),
+        double_(p.dtype == DType::kF32 && p.out_dtype == DType::kF32),
+        esize_(int(dtype_size(p.dtype))),
+        osize_(int(dtype_size(p.out_dtype))) {}
+
+  void generate() {
+    prologue();
+    sub(rsp, kFrame);
+    mov(reg_args_, rdi);
+    mov(reg_row_, rsi);
+    mov(reg_row_end_, rdx);
+    mov(reg_ls_, ptr[rdi + offsetof(MergeCallArgs, lse_head_stride)]);
+    if (fp8_) vbroadcastss(vmm(kInvScale), ptr[rdi + offsetof(MergeCallArgs, inv_scale)]);
+    Label l_token, l_copy, l_next, l_done;
+    L(l_token);
+    cmp(reg_row_, reg_row_end_);
+    jge(l_done, T_NEAR);
+    head_pointers();
+    cmp(reg_row_, ptr[reg_args_ + offsetof(MergeCallArgs, with_context)]);
+    jge(l_copy, T_NEAR);
+    merge_token();
+    jmp(l_next, T_NEAR);
+    L(l_copy);
+    copy_token();
+    L(l_next);
+    inc(reg_row_);
+    jmp(l_token, T_NEAR);
+    L(l_done);
+    add(rsp, kFrame);
+    epilogue();
+  }
+
+ private:
+  // Vector registers: spans 0..3 (x) and 4..7 (y); weights; the fp8 output's 1/scale.
+  static constexpr int kWa = 8, kWb = 9, kInvScale = 10, kBound = 11, kNegBound = 12;
+
+  // Head 0 of token reg_row_: out/prefix/suffix pointers, and the LSE pointers at [0, t].
+  void head_pointers() {
+    auto at = [&](const Reg64& r, size_t data, size_t token_stride) {
+      mov(r, ptr[reg_args_ + token_stride]);
+      imul(r, reg_row_);
+      add(r, ptr[reg_args_ + data]);
+    };
+    at(reg_out_, offsetof(MergeCallArgs, output), offsetof(MergeCallArgs, output_token_stride));
+    at(reg_pre_, offsetof(MergeCallArgs, prefix), offsetof(MergeCallArgs, prefix_token_stride));
+    at(reg_suf_, offsetof(MergeCallArgs, suffix), offsetof(MergeCallArgs, suffix_token_stride));
+    auto lse = [&](const Reg64& r, size_t data) {
+      mov(r, ptr[reg_args_ + data]);
+      lea(r, ptr[r + reg_row_ * 4]);
+    };
+    lse(reg_pl_, offsetof(MergeCallArgs, prefix_lse));
+    lse(reg_sl_, offsetof(MergeCallArgs, suffix_lse));
+    if (p_.output_lse) lse(reg_ol_, offsetof(MergeCallArgs, output_lse));
+  }
+
+  void next_head() {
+    add(reg_out_, ptr[reg_args_ + offsetof(MergeCallArgs, output_head_stride)]);
+    add(reg_pre_, ptr[reg_args_ + offsetof(MergeCallArgs, prefix_head_stride)]);
+    add(reg_suf_, ptr[reg_args_ + offsetof(MergeCallArgs, suffix_head_stride)]);
+  }
+
+  // No prefix for this token: every head's suffix copied, its LSE raw.
+  void copy_token() {
+    Label l_head;
+    mov(reg_i_, p_.head_count);
+    L(l_head);
+    span(Mode::kSuffix);
+    if (p_.output_lse) {
+      mov(eax, ptr[reg_sl_]);
+      mov(ptr[reg_ol_], eax);
+      add(reg_ol_, reg_ls_);
+    }
+    add(reg_sl_, reg_ls_);
+    next_head();
+    dec(reg_i_);
+    jnz(l_head, T_NEAR);
+  }
+
+  void merge_token() {
+    for (int64_t h0 = 0; h0 < p_.head_count; h0 += lanes()) {
+      merge_group(int(std::min<int64_t>(lanes(), p_.head_count - h0)));
+    }
+  }
+
+  // `n` heads from the current pointers (which end at the next group).
+  void merge_group(int n) {
+    // Stage the n LSE pairs (stride T) as two vectors.
+    for (int i = 0; i < n; ++i) {
+      mov(eax, ptr[reg_pl_]);
+      mov(ptr[rsp + kLseP + 4 * i], eax);
+      mov(eax, ptr[reg_sl_]);
+      mov(ptr[rsp + kLseS + 4 * i], eax);
+      add(reg_pl_, reg_ls_);
+      add(reg_sl_, reg_ls_);
+    }
+    const Xmm p = vmm(0), s = vmm(1), m = vmm(2), a = vmm(3), b = vmm(4), z = vmm(5);
+    const Xmm t0 = vmm(6), t1 = vmm(7), t2 = vmm(8), t3 = vmm(9);
+    vmovups(p, ptr[rsp + kLseP]);
+    vmovups(s, ptr[rsp + kLseS]);
+    infinite_to_negative(p, t0);
+    infinite_to_negative(s, t0);
+    // M = fmax(p, s): vmaxps returns its second operand (p) when either is NaN; a NaN p then
+    // takes s.
+    vmaxps(m, s, p);
+    select_if(m, m, s, p, p, kCmpUnordered, t0);
+    vmovups(ptr[rsp + kMax], m);
+    if (double_) {
+      double_weights(p, s, m);
+      // z = 1 + e^-|p - s| for the LSE, in fp32 (exp_ps is accurate enough there).
+      vsubps(a, p, s);
+      uni_vpor(a, a, cst_bits(0x80000000));
+      exp_ps({a}, {t0}, {t1}, /*nonpositive=*/true);
+      vaddps(z, a, cst(1.0f));
+    } else {
+      vsubps(a, p, m);
+      vsubps(b, s, m);
+      exp_ps({a, b}, {t0, t1}, {t2, t3}, /*nonpositive=*/true);
+      vaddps(z, a, b);
+      vdivps(a, a, z);
+      vdivps(b, b, z);
+      vmovups(ptr[rsp + kWeightA], a);
+      vmovups(ptr[rsp + kWeightB], b);
+    }
+    if (p_.output_lse) {
+      log_ps({z}, {t0}, {t1});
+      vaddps(z, z, m);
+      // Both empty: lse = M = -inf (ln Z of the NaN weights is meaningless there).
+      select_if(z, z, m, m, cst_bits(kNegInfBits), kCmpEqual, t0);
+      vmovups(ptr[rsp + kLse], z);
+      for (int i = 0; i < n; ++i) {
+        mov(eax, ptr[rsp + kLse + 4 * i]);
+        mov(ptr[reg_ol_], eax);
+        add(reg_ol_, reg_ls_);
+      }
+    }
+    // Per head of the group (a run-time loop: the span code is emitted once).
+    Label l_head, l_blend, l_next;
+    xor_(reg_i_, reg_i_);
+    L(l_head);
+    cmp(dword[rsp + kMax + reg_i_ * 4], kNegInfBits);
+    jne(l_blend, T_NEAR);
+    span(Mode::kPrefix);
+    jmp(l_next, T_NEAR);
+    L(l_blend);
+    if (double_) {
+      broadcast_sd(kWa, ptr[rsp + kWeightA + reg_i_ * 8]);
+      broadcast_sd(kWb, ptr[rsp + kWeightB + reg_i_ * 8]);
+    } else {
+      vbroadcastss(vmm(kWa), ptr[rsp + kWeightA + reg_i_ * 4]);
+      vbroadcastss(vmm(kWb), ptr[rsp + kWeightB + reg_i_ * 4]);
+    }
+    span(Mode::kBlend);
+    L(l_next);
+    next_head();
+    inc(reg_i_);
+    cmp(reg_i_, n);
+    jl(l_head, T_NEAR);
+  }
+
+  // d = (x pred y) ? b : a, lane-wise (vcmpps predicate `pred`); `t` is a temporary (AVX2).
+  void select_if(const Xmm& d, const Xmm& a, const Operand& b, const Xmm& x, const Operand& y,
+                 uint8_t pred, const Xmm& t) {
+    if (avx512()) {
+      vcmpps(k2, x, y, pred);
+      vblendmps(d | k2, a, b);
+    } else {
+      vcmpps(t, x, y, pred);
+      vblendvps(d, a, b, t);
+    }
+  }
+
+  // x = -inf where x is +-inf. `t` is a temporary.
+  void infinite_to_negative(const Xmm& x, const Xmm& t) {
+    uni_vpand(t, x, cst_bits(0x7FFFFFFF));
+    select_if(x, x, cst_bits(kNegInfBits), t, cst_bits(0x7F800000), kCmpEqual, t);
+  }
+
+  // The weights in double (f32 inputs): the blend of two values of opposite sign amplifies
+  // any weight error by |x - y| / |result|, so fp32 weights (a few ulp from exp) would miss
+  // the fp32 tolerance where the ref's double math does not; in double they are exact to
+  // ~1e-14 and the blend's only visible rounding is the final one to fp32.
+  // Per half of the group's vector (lanes/2 doubles): ca, cb = a / Z, b / Z with
+  // a, b = e^(p - M), e^(s - M) (exp_pd), stored as doubles.
+  void double_weights(const Xmm& p, const Xmm& s, const Xmm& m) {
+    const int half = lanes() / 2;
+    const Xmm dp = vmm(6), ds = vmm(7), dm = vmm(8), t0 = vmm(9), t1 = vmm(10), t2 = vmm(11);
+    for (int h = 0; h < 2; ++h) {
+      widen_half(dp, p, h);
+      widen_half(ds, s, h);
+      widen_half(dm, m, h);
+      vsubpd(dp, dp, dm);
+      vsubpd(ds, ds, dm);
+      exp_pd(dp, t0, t1, t2);
+      exp_pd(ds, t0, t1, t2);
+      vaddpd(dm, dp, ds);
+      vdivpd(dp, dp, dm);
+      vdivpd(ds, ds, dm);
+      vmovupd(ptr[rsp + kWeightA + h * half * 8], dp);
+      vmovupd(ptr[rsp + kWeightB + h * half * 8], ds);
+    }
+  }
+
+  // d (lanes/2 doubles) = fp32 lanes [h·lanes/2, (h+1)·lanes/2) of x, exactly.
+  void widen_half(const Xmm& d, const Xmm& x, int h) {
+    if (avx512()) {
+      if (h == 0) {
+        vcvtps2pd(Zmm(d.getIdx()), Ymm(x.getIdx()));
+      } else {
+        vextractf32x8(Ymm(d.getIdx()), Zmm(x.getIdx()), 1);
+        vcvtps2pd(Zmm(d.getIdx()), Ymm(d.getIdx()));
+      }
+    } else {
+      if (h == 0) {
+        vcvtps2pd(Ymm(d.getIdx()), Xbyak::Xmm(x.getIdx()));
+      } else {
+        vextractf128(Xbyak::Xmm(d.getIdx()), Ymm(x.getIdx()), 1);
+        vcvtps2pd(Ymm(d.getIdx()), Xbyak::Xmm(d.getIdx()));
+      }
+    }
+  }
+
+  // x = e^x in double for x <= 0 (or NaN): n = round(x log2 e), r = x - n ln2 (ln2 in two
+  // parts, FMA), e^r by its Taylor series to r^12/12! (|r| <= ln2/2: truncation < 2e-16 · 6),
+  // times 2^n built in the exponent field from n + 1.5·2^52 (whose low bits are n). x is
+  // clamped at -700 (2^n stays normal) and x < -745 (e^x below the smallest double) or -inf
+  // gives exactly 0, as the ref's exp does; NaN stays NaN. t0..t2 are temporaries.
+  void exp_pd(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t2) {
+    constexpr uint64_t kShifter = 0x4338000000000000ull;  // 1.5 * 2^52
+    auto cd = [&](double v) { return cst_pd(v); };
+    // t2 = (x >= -745) as a mask of all-ones lanes (false for NaN: NaN must pass through, so
+    // it is ORed back below).
+    cmp_pd(t2, x, cd(-745.0), 0x1D /* _CMP_GE_OQ */);
+    vmovupd(t1, cd(-700.0));
+    vmaxpd(x, t1, x);  // x second: NaN passes
+    vmulpd(t0, x, cd(1.4426950408889634));
+    vroundpd_any(t0, t0);
+    vfnmadd231pd(x, t0, cd(0.693147180369123816490));
+    vfnmadd231pd(x, t0, cd(1.90821492927058770002e-10));
+    // Horner: p = 1 + r(1 + r/2 (1 + r/3 (...)))  as coefficients 1/k!.
+    static constexpr double kInvFact[] = {1.0 / 479001600,
+                                          1.0 / 39916800,
+                                          1.0 / 3628800,
+                                          1.0 / 362880,
+                                          1.0 / 40320,
+                                          1.0 / 5040,
+                                          1.0 / 720,
+                                          1.0 / 120,
+                                          1.0 / 24,
+                                          1.0 / 6,
+                                          1.0 / 2,
+                                          1.0,
+                                          1.0};
+    vmovupd(t1, cd(kInvFact[0]));
+    for (size_t i = 1; i < std::size(kInvFact); ++i) vfmadd213pd(t1, x, cd(kInvFact[i]));
+    // 2^n: bits of n + 1.5·2^52 are kShifter + n; (that + 1023) << 52 = (n + 1023) << 52.
+    vaddpd(t0, t0, cd(std::bit_cast<double>(kShifter)));
+    vpaddq(t0, t0, cst_q(1023));
+    vpsllq(t0, t0, 52);
+    vmulpd(x, t1, t0);
+    // Zero below -745 (mask false), NaN kept: x = mask ? x : (x is NaN ? x : 0).
+    if (avx512()) {
+      Generator::vcmppd(k2, x, x, 3 /* unordered */);
+      korw(k3, k3, k2);
+      vmovapd(x | k3 | T_z, x);
+    } else {
+      Generator::vcmppd(t0, x, x, 3 /* unordered */);
+      vorpd(t2, t2, t0);
+      vandpd(x, x, t2);
+    }
+  }
+
+  // vcmppd into t (AVX2) or k3 (AVX-512; `t` unused then).
+  void cmp_pd(const Xmm& t, const Xmm& a, const Operand& b, uint8_t pred) {
+    if (avx512()) {
+      Generator::vcmppd(k3, a, b, pred);
+    } else {
+      Generator::vcmppd(t, a, b, pred);
+    }
+  }
+  // vmm(idx) = the double at `src` in every lane.
+  void broadcast_sd(int idx, const Address& src) {
+    if (avx512()) {
+      vbroadcastsd(Zmm(idx), src);
+    } else {
+      vbroadcastsd(Ymm(idx), src);
+    }
+  }
+
+  void vroundpd_any(const Xmm& d, const Xmm& a) {
+    if (avx512()) {
+      vrndscalepd(d, a, 0);
+    } else {
+      vroundpd(d, a, 0);
+    }
+  }
+
+  // A full vector of the double `v` / the int64 `v`, from the constant pool (two dwords).
+  Address cst_pd(double v) { return cst_q(std::bit_cast<uint64_t>(v)); }
+  Address cst_q(uint64_t v) {
+    std::array<uint32_t, 16> t{};
+    for (int i = 0; i < 16; i += 2) {
+      t[size_t(i)] = uint32_t(v);
+      t[size_t(i) + 1] = uint32_t(v >> 32);
+    }
+    return cst_table(t);
+  }
+
+  enum class Mode { kBlend, kPrefix, kSuffix };
+
+  // The D elements of the current head: blended, or one input converted to the output.
+  void span(Mode mode) {
+    const int64_t vectors = (p_.head_size + lanes() - 1) / lanes();
+    // Vector v of the head, addressed `skip` vectors back (the pointers' loop advance).
+    auto unit = [&](int64_t v, int slot, int64_t skip = 0) {
+      const int count = int(std::min<int64_t>(lanes(), p_.head_size - v * lanes()));
+      const int64_t first = (v - skip) * lanes();
+      const Xmm x = vmm(slot), y = vmm(4 + slot);
+      const int in = int(first * esize_);
+      if (mode == Mode::kBlend && double_) {
+        blend_double(x, y, in, count);
+      } else if (mode == Mode::kBlend) {
+        load_f32(x, p_.dtype, reg_pre_ + in, count);
+        load_f32(y, p_.dtype, reg_suf_ + in, count);
+        // The weights sum to 1, so the merged value lies within +-max(|x|, |y|); fp32
+        // rounding of a value next to FLT_MAX could still overflow to inf where the exact
+        // (double) blend rounds to FLT_MAX. Clamping to the bound keeps it finite; an
+        // infinite or NaN input passes through (the bound is inf, min/max keep NaN).
+        const Xmm bound = vmm(kBound), neg = vmm(kNegBound);
+        uni_vpand(bound, x, cst_bits(0x7FFFFFFF));
+        uni_vpand(neg, y, cst_bits(0x7FFFFFFF));
+        vmaxps(bound, bound, neg);
+        vmulps(x, x, vmm(kWa));
+        vfmadd231ps(x, y, vmm(kWb));
+        uni_vpxor(neg, bound, cst_bits(0x80000000));
+        vminps(x, bound, x);
+        vmaxps(x, neg, x);
+      } else {
+        load_f32(x, p_.dtype, (mode == Mode::kPrefix ? reg_pre_ : reg_suf_) + in, count);
+      }
+      if (fp8_) {
+        vmulps(x, x, vmm(kInvScale));
+        fp8_encode(x, DType::kFp8E4m3);
+        store_fp8(x, reg_out_ + int(first), count);
+      } else {
+        store_f32(x, p_.out_dtype, reg_out_ + int(first * osize_), count);
+      }
+    };
+    // The double blend uses four registers per unit (slots 0 and 2 only).
+    const auto slot_of = [&](int64_t v) { return double_ ? int(2 * (v % 2)) : int(v % kUnroll); };
+    if (vectors <= kMaxUnrolled) {
+      for (int64_t v = 0; v < vectors; ++v) unit(v, slot_of(v));
+      return;
+    }
+    // Whole vectors in a loop of kUnroll, then the rest (the last may be a tail); the
+    // pointers are restored at the end.
+    const int64_t loops = (p_.head_size / lanes()) / kUnroll;
+    const int64_t step_in = int64_t(kUnroll) * lanes() * esize_;
+    const int64_t step_out = int64_t(kUnroll) * lanes() * osize_;
+    Label l_loop;
+    mov(reg_count_, loops);
+    L(l_loop);
+    for (int u = 0; u < kUnroll; ++u) unit(u, slot_of(u));
+    advance(mode, step_in, step_out);
+    dec(reg_count_);
+    jnz(l_loop, T_NEAR);
+    for (int64_t v = loops * kUnroll; v < vectors; ++v) {
+      unit(v, slot_of(v), loops * kUnroll);
+    }
+    advance(mode, -loops * step_in, -loops * step_out);
+  }
+
+  // x = prefix · ca + suffix · cb in double (f32 inputs; weights in vmm(kWa/kWb) as
+  // doubles), rounded once to fp32. Uses x, x+1, y, y+1.
+  void blend_double(const Xmm& x, const Xmm& y, int in, int count) {
+    const Xmm x_hi = vmm(x.getIdx() + 1), y_hi = vmm(y.getIdx() + 1);
+    load_f32(x, DType::kF32, reg_pre_ + in, count);
+    load_f32(y, DType::kF32, reg_suf_ + in, count);
+    widen_half(x_hi, x, 1);
+    widen_half(x, x, 0);
+    widen_half(y_hi, y, 1);
+    widen_half(y, y, 0);
+    vmulpd(x, x, vmm(kWa));
+    vfmadd231pd(x, y, vmm(kWb));
+    vmulpd(x_hi, x_hi, vmm(kWa));
+    vfmadd231pd(x_hi, y_hi, vmm(kWb));
+    if (avx512()) {
+      vcvtpd2ps(Ymm(x.getIdx()), Zmm(x.getIdx()));
+      vcvtpd2ps(Ymm(x_hi.getIdx()), Zmm(x_hi.getIdx()));
+      vinsertf32x8(Zmm(x.getIdx()), Zmm(x.getIdx()), Ymm(x_hi.getIdx()), 1);
+    } else {
+      vcvtpd2ps(Xbyak::Xmm(x.getIdx()), Ymm(x.getIdx()));
+      vcvtpd2ps(Xbyak::Xmm(x_hi.getIdx()), Ymm(x_hi.getIdx()));
+      vinsertf128(Ymm(x.getIdx()), Ymm(x.getIdx()), Xbyak::Xmm(x_hi.getIdx()), 1);
+    }
+  }
+
+  void advance(Mode mode, int64_t in, int64_t out) {
+    add(reg_out_, int(out));
+    if (mode != Mode::kSuffix) add(reg_pre_, int(in));
+    if (mode != Mode::kPrefix) add(reg_suf_, int(in));
+  }
+
+  const ir::MergeAttnStatesParams p_;
+  const bool fp8_;
+  const bool double_;  // f32 in and out: weights and blend in double
+  const int esize_, osize_;
+  const Reg64 reg_args_ = rbx, reg_row_ = r12, reg_row_end_ = r13, reg_pl_ = rbp, reg_sl_ = r8;
+  const Reg64 reg_ls_ = r9, reg_out_ = r10, reg_pre_ = r11, reg_suf_ = r14, reg_i_ = r15;
+  const Reg64 reg_count_ = rsi, reg_ol_ = rdi;
+};
+
+}  // namespace
+
+Result<std::vector<uint8_t>> generate_merge_attn_states(const OpSpec& spec, X86Isa isa) {
+  MergeGenerator gen(isa, spec.get<ir::MergeAttnStatesParams>());
+  gen.generate();
+  return gen.finish();
+}
+
+}  // namespace jit::codegen::x86

@@ -1,0 +1,193 @@
+// The MLA cache ops that the plain concat_and_cache_mla generator does not cover
+// (spec/cache_ops.md §2.4.b, §2.5, §2.9):
+//
+// concat_and_cache_mla, kv=fp8_ds_mla: per token, the 656-byte DeepSeek entry at
+//   kv_cache + b·block_stride + o·entry_stride (bytes). Per 128-element tile k of kv_c:
+//     amax_k  = max |x|        (vmaxps with the accumulator second: NaN ignored, as fmaxf)
+//     scale_k = max(amax_k / 448, FLT_MIN)    (vdivps: the ref's IEEE division)
+//     code_i  = e4m3(x_i / scale_k)           (vdivps, then the integer fp8 encoder)
+//   codes at bytes 128k.., scale_k (fp32) at byte 512 + 4k, then the 64 rope values copied as
+//   bits (128 bytes) at byte 528. Two passes over each tile (max, then quantise); the second
+//   reads the tile from L1.
+// concat_and_cache_mla_rope_fused: per token t (positions[t] checked by the runner):
+//   every q_pe head rotated in place (padding tokens too); for a slot >= 0, k_pe rotated in
+//   place and the entry written as [kv_c | rotated k_pe], each a byte copy (auto) or fp8 codes
+//   of x / scale. The rotation is the rotary contract (Generator::rotate_pair); the cache gets
+//   the rotated value as stored (rounded to T), read back from the k_pe row in L1.
+// cp_gather_and_upconvert_fp8_kv_cache: per destination row (entry offset resolved and checked
+//   by the runner): 512 values rnd_bf16(decode_e4m3(code_i) · scale_{i/128}) (fp32 product),
+//   then the 128 rope bytes copied.
+#include <cfloat>
+#include <cstddef>
+
+#include "codegen/x86/cache_generator.h"
+
+namespace jit::codegen::x86 {
+namespace {
+
+using namespace Xbyak;
+
+// fp8_ds_mla entry (spec §2.4.b).
+constexpr int64_t kDsMlaRank = 512;
+constexpr int64_t kDsMlaTile = 128;
+constexpr int64_t kDsMlaScaleOffset = 512;
+constexpr int64_t kDsMlaRopeOffset = 528;
+constexpr int64_t kDsMlaRopeBytes = 128;  // 64 16-bit values
+constexpr float kE4m3Max = 448.0f;
+// Vector register of a tile's scale (spans use 0..3, the helpers 13..15).
+constexpr int kTileScale = 8;
+
+class DsMlaWriteGenerator : public CacheGenerator {
+ public:
+  DsMlaWriteGenerator(X86Isa isa, const ir::MlaCacheWriteParams& p)
+      : CacheGenerator(isa), p_(p), esize_(int(dtype_size(p.dtype))) {}
+
+  void generate() {
+    prologue();
+    token_loop(p_.block_size, [&] {
+      // reg_q_ = entry
+      imul(rax, ptr[reg_args_ + offsetof(CacheWriteCallArgs, block_stride)]);
+      imul(rcx, ptr[reg_args_ + offsetof(CacheWriteCallArgs, entry_stride)]);
+      lea(reg_q_, ptr[rax + rcx]);
+      add(reg_q_, ptr[reg_args_ + offsetof(CacheWriteCallArgs, key_cache)]);
+      load_row(offsetof(CacheWriteCallArgs, key), offsetof(CacheWriteCallArgs, key_row_stride));
+      const Xmm scale = vmm(kTileScale);
+      for (int64_t k = 0; k < kDsMlaRank / kDsMlaTile; ++k) {
+        lea(reg_p_, ptr[reg_src_ + int(k * kDsMlaTile * esize_)]);
+        amax_span(scale, reg_p_, kDsMlaTile, p_.dtype);
+        vdivps(scale, scale, cst(kE4m3Max));
+        vmaxps(scale, scale, cst(FLT_MIN));
+        vmovss(ptr[reg_q_ + int(kDsMlaScaleOffset + 4 * k)], Xbyak::Xmm(kTileScale));
+        lea(reg_dst_, ptr[reg_q_ + int(k * kDsMlaTile)]);
+        quantise_span(reg_dst_, reg_p_, kDsMlaTile, p_.dtype, DType::kFp8E4m3, scale);
+      }
+      load_row(offsetof(CacheWriteCallArgs, value), offsetof(CacheWriteCallArgs, value_row_stride));
+      lea(reg_dst_, ptr[reg_q_ + int(kDsMlaRopeOffset)]);
+      copy_span(reg_dst_, reg_src_, kDsMlaRopeBytes, reg_count_);
+    });
+    epilogue();
+  }
+
+ private:
+  const ir::MlaCacheWriteParams p_;
+  const int esize_;
+};
+
+class MlaRopeFusedGenerator : public CacheGenerator {
+ public:
+  MlaRopeFusedGenerator(X86Isa isa, const ir::MlaRopeCacheWriteParams& p)
+      : CacheGenerator(isa),
+        p_(p),
+        fp8_(p.kv != ir::KvCacheDtype::kAuto),
+        format_(fp8_format(p.kv)),
+        esize_(int(dtype_size(p.dtype))),
+        csize_(int(ir::cache_element_size(p.dtype, p.kv))),
+        rope_{p.dtype, p.rot_dim, p.style},
+        hoist_(can_hoist_cos_sin(rope_)) {}
+
+  void generate() {
+    prologue();
+    if (fp8_) {
+      mov(rax, ptr[rdi + offsetof(MlaRopeCallArgs, scale)]);
+      vbroadcastss(vmm(kScale), ptr[rax]);
+    }
+    token_loop(
+        p_.block_size, [&] { write_token(); }, offsetof(MlaRopeCallArgs, slots),
+        [&](const Label&) { rotate_queries(); });
+    epilogue();
+  }
+
+ private:
+  // Vector registers: 0..7 the rotation's, 16..31 its hoisted cos/sin; the scale.
+  static constexpr int kScale = 12;
+
+  // reg_cs_ = the token's cos/sin row; every q_pe head rotated.
+  void rotate_queries() {
+    mov(reg_cs_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, positions)]);
+    mov(reg_cs_, ptr[reg_cs_ + reg_row_ * 8]);
+    imul(reg_cs_, reg_cs_, int(p_.rot_dim * esize_));
+    add(reg_cs_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, cos_sin_cache)]);
+    if (hoist_) hoist_cos_sin(rope_, reg_cs_);
+    mov(reg_p_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, q_token_stride)]);
+    imul(reg_p_, reg_row_);
+    add(reg_p_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, q_pe)]);
+    Label l_head;
+    mov(reg_heads_, p_.head_count_q);
+    L(l_head);
+    rotate_row(rope_, reg_p_, reg_cs_, hoist_);
+    add(reg_p_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, q_head_stride)]);
+    dec(reg_heads_);
+    jnz(l_head, T_NEAR);
+  }
+
+  // b in rax, o in rcx: k_pe rotated in place, then the entry [kv_c | k_pe].
+  void write_token() {
+    imul(rax, ptr[reg_args_ + offsetof(MlaRopeCallArgs, block_stride)]);
+    imul(rcx, ptr[reg_args_ + offsetof(MlaRopeCallArgs, entry_stride)]);
+    lea(reg_q_, ptr[rax + rcx]);
+    add(reg_q_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, kv_cache)]);
+    mov(reg_p_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, k_pe_row_stride)]);
+    imul(reg_p_, reg_row_);
+    add(reg_p_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, k_pe)]);
+    rotate_row(rope_, reg_p_, reg_cs_, hoist_);
+    mov(reg_src_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, kv_c_row_stride)]);
+    imul(reg_src_, reg_row_);
+    add(reg_src_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, kv_c)]);
+    mov(reg_dst_, reg_q_);
+    write_span(reg_dst_, reg_src_, p_.kv_lora_rank, p_.dtype, fp8_, format_, vmm(kScale));
+    lea(reg_dst_, ptr[reg_q_ + int(p_.kv_lora_rank * csize_)]);
+    write_span(reg_dst_, reg_p_, p_.rot_dim, p_.dtype, fp8_, format_, vmm(kScale));
+  }
+
+  const ir::MlaRopeCacheWriteParams p_;
+  const bool fp8_;
+  const DType format_;
+  const int esize_, csize_;
+  const RopeShape rope_;
+  const bool hoist_;
+  const Reg64 reg_cs_ = rsi;  // reg_offset_: unused by this generator's spans
+};
+
+class UpconvertGatherGenerator : public CacheGenerator {
+ public:
+  explicit UpconvertGatherGenerator(X86Isa isa) : CacheGenerator(isa) {}
+
+  void generate() {
+    prologue();
+    gather_loop([&] {
+      const Xmm scale = vmm(kTileScale);
+      for (int64_t k = 0; k < kDsMlaRank / kDsMlaTile; ++k) {
+        vbroadcastss(scale, ptr[reg_src_ + int(kDsMlaScaleOffset + 4 * k)]);
+        lea(reg_p_, ptr[reg_src_ + int(k * kDsMlaTile)]);
+        lea(reg_q_, ptr[reg_dst_ + int(k * kDsMlaTile * 2)]);
+        dequantise_span(reg_q_, reg_p_, kDsMlaTile, DType::kFp8E4m3, DType::kBF16, scale);
+      }
+      add(reg_src_, int(kDsMlaRopeOffset));
+      add(reg_dst_, int(kDsMlaRank * 2));
+      copy_span(reg_dst_, reg_src_, kDsMlaRopeBytes, reg_count_);
+    });
+    epilogue();
+  }
+};
+
+}  // namespace
+
+Result<std::vector<uint8_t>> generate_ds_mla_cache_write(const OpSpec& spec, X86Isa isa) {
+  DsMlaWriteGenerator gen(isa, spec.get<ir::MlaCacheWriteParams>());
+  gen.generate();
+  return gen.finish();
+}
+
+Result<std::vector<uint8_t>> generate_mla_rope_fused(const OpSpec& spec, X86Isa isa) {
+  MlaRopeFusedGenerator gen(isa, spec.get<ir::MlaRopeCacheWriteParams>());
+  gen.generate();
+  return gen.finish();
+}
+
+Result<std::vector<uint8_t>> generate_upconvert_gather(const OpSpec& spec, X86Isa isa) {
+  UpconvertGatherGenerator gen(isa);
+  gen.generate();
+  return gen.finish();
+}
+
+}  // namespace jit::codegen::x86

@@ -1,0 +1,472 @@
+// The x86 MLA, indexer, merge and fused rope+flash kernels against the ref backend:
+// concat_and_cache_mla with kv=fp8_ds_mla, concat_and_cache_mla_rope_fused,
+// cp_gather_and_upconvert_fp8_kv_cache, indexer_k_quant_and_cache,
+// cp_gather_indexer_k_quant_cache, merge_attn_states and rotary_embedding_and_cache_flash, on every
+// ISA path, over the grid of spec/testing.md (one token, tails around the vector length, odd
+// widths, block sizes 1 .. 128), every input kind of the op, multi-threaded rows; and the
+// checked mode (an index outside its range is the ref's error, nothing written) and bad
+// arguments (wrong dtype or shape) rejected before anything runs.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "codegen/ref/ref.h"
+#include "runtime/runtime.h"
+#include "tests/harness/op_cases.h"
+#include "tests/x86/x86_test_util.h"
+
+namespace jit {
+namespace {
+
+using ir::KvCacheDtype;
+using test::check_against_ref;
+using test::InputKind;
+
+const DType kDtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+const KvCacheDtype kKvModes[] = {KvCacheDtype::kAuto, KvCacheDtype::kFp8E4m3,
+                                 KvCacheDtype::kFp8E5m2};
+const Config kParallel = Config().set("threads", 2).set("min_parallel_kib", 0);
+
+Runtime& test_runtime() {
+  static Runtime runtime{RuntimeOptions{}};
+  return runtime;
+}
+
+Kernel compile_x86(const OpSpec& spec, X86Isa isa, Config config = {}) {
+  CompileOptions options;
+  options.backend = BackendKind::kX86;
+  options.isa = isa;
+  options.config = config;
+  auto kernel = test_runtime().compile(spec, options);
+  EXPECT_TRUE(kernel.is_ok()) << to_string(spec) << ": " << kernel.status().to_string();
+  return kernel.value();
+}
+
+// Every input kind of the op (or only normal and adversarial values: `few`) over `size`;
+// false at the first mismatch.
+bool check_spec(const OpSpec& spec, X86Isa isa, int64_t size, Config config = {},
+                bool few = false) {
+  const Kernel kernel = compile_x86(spec, isa, config);
+  std::vector<InputKind> kinds = test::input_kinds_for(spec.op);
+  if (few) kinds = {InputKind::kNormal, InputKind::kAdversarial};
+  for (InputKind kind : kinds) {
+    for (uint64_t seed : {uint64_t(size) * 131 + 7, uint64_t(size) * 17 + 2}) {
+      auto c = test::make_case(spec, size, kind, seed);
+      EXPECT_TRUE(c.is_ok()) << c.status().to_string();
+      if (!c.is_ok()) return false;
+      const auto report = check_against_ref(kernel, c.value());
+      EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa) << " size=" << size
+                             << " inputs=" << test::input_kind_name(kind) << " seed=" << seed
+                             << "\n"
+                             << report.message;
+      if (!report.ok) return false;
+    }
+  }
+  return true;
+}
+
+OpSpec ds_mla_spec(DType dtype, int64_t block_size) {
+  return OpSpec::make(OpKind::kConcatAndCacheMla,
+                      ir::MlaCacheWriteParams{dtype, KvCacheDtype::kFp8DsMla, 512, 64, block_size});
+}
+
+OpSpec rope_fused_spec(DType dtype, KvCacheDtype kv, int64_t rank, int64_t rot, int64_t heads,
+                       ir::RopeStyle style, int64_t block_size) {
+  return OpSpec::make(OpKind::kConcatAndCacheMlaRopeFused,
+                      ir::MlaRopeCacheWriteParams{dtype, kv, rank, rot, heads, style, block_size});
+}
+
+OpSpec upconvert_spec(int64_t block_size) {
+  return OpSpec::make(OpKind::kCpGatherAndUpconvertFp8KvCache,
+                      ir::UpconvertGatherParams{block_size});
+}
+
+OpSpec indexer_quant_spec(DType dtype, int64_t dim, int64_t qbs, int64_t block_size,
+                          ir::ScaleFormat fmt) {
+  return OpSpec::make(OpKind::kIndexerKQuantAndCache,
+                      ir::IndexerQuantParams{dtype, dim, qbs, block_size, fmt});
+}
+
+OpSpec indexer_gather_spec(int64_t dim, int64_t qbs, int64_t block_size) {
+  return OpSpec::make(OpKind::kCpGatherIndexerKQuantCache,
+                      ir::IndexerGatherParams{dim, qbs, block_size});
+}
+
+OpSpec merge_spec(DType dtype, bool fp8_out, int64_t heads, int64_t head_size, bool lse) {
+  return OpSpec::make(
+      OpKind::kMergeAttnStates,
+      ir::MergeAttnStatesParams{dtype, fp8_out ? DType::kFp8E4m3 : dtype, heads, head_size, lse});
+}
+
+OpSpec rope_flash_spec(DType dtype, KvCacheDtype kv, int64_t heads_q, int64_t heads_kv,
+                       int64_t head_size, int64_t rot, ir::RopeStyle style, int64_t block_size,
+                       ir::CacheLayout layout, bool per_head) {
+  return OpSpec::make(OpKind::kRotaryEmbeddingAndCacheFlash,
+                      ir::RopeFlashCacheWriteParams{dtype, kv, heads_q, heads_kv, head_size, rot,
+                                                    style, block_size, layout, per_head});
+}
+
+class X86MlaMergeIsaTest : public ::testing::TestWithParam<X86Isa> {};
+
+// ---- rotary_embedding_and_cache_flash ---------------------------------------------------------
+
+// Every dtype, kv mode, layout and scale kind with both pairings, over head sizes (tails,
+// partial rot_dim, odd head sizes) and GQA ratios.
+TEST_P(X86MlaMergeIsaTest, RopeFlashMatchesRefOverTheGrid) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : kDtypes) {
+    for (KvCacheDtype kv : kKvModes) {
+      for (ir::CacheLayout layout : {ir::CacheLayout::kNhd, ir::CacheLayout::kHnd}) {
+        for (bool per_head : {false, true}) {
+          if (per_head && kv == KvCacheDtype::kAuto) continue;
+          for (ir::RopeStyle style : {ir::RopeStyle::kNeox, ir::RopeStyle::kGptj}) {
+            for (auto [d, rot] : {std::pair<int64_t, int64_t>{128, 128},
+                                  {64, 32},
+                                  {80, 80},
+                                  {46, 18},
+                                  {2, 2},
+                                  {256, 64}}) {
+              for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{4, 1}, {3, 3}}) {
+                const OpSpec spec =
+                    rope_flash_spec(dtype, kv, hq, hkv, d, rot, style, 16, layout, per_head);
+                if (!check_spec(spec, isa, 5, {}, /*few=*/d != 128)) return;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(X86MlaMergeIsaTest, RopeFlashBlockSizesAndTokenCounts) {
+  const X86Isa isa = GetParam();
+  for (int64_t bs : {1, 8, 32, 64, 128}) {
+    for (int64_t tokens : {1, 2, 16, 33}) {
+      EXPECT_TRUE(
+          check_spec(rope_flash_spec(DType::kBF16, KvCacheDtype::kFp8E4m3, 8, 2, 128, 128,
+                                     ir::RopeStyle::kNeox, bs, ir::CacheLayout::kNhd, false),
+                     isa, tokens, {}, /*few=*/true));
+    }
+  }
+}
+
+// ---- concat_and_cache_mla, fp8_ds_mla ---------------------------------------------------------
+
+TEST_P(X86MlaMergeIsaTest, DsMlaMatchesRef) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    for (int64_t bs : {1, 8, 16, 64, 128}) {
+      for (int64_t tokens : {1, 9, 33}) {
+        if (!check_spec(ds_mla_spec(dtype, bs), isa, tokens, {}, /*few=*/bs > 16)) return;
+      }
+    }
+  }
+}
+
+// ---- concat_and_cache_mla_rope_fused ----------------------------------------------------------
+
+// Every dtype, kv mode and pairing over rot_dim x heads (tails around the vector length on the
+// pairs: rot/2 = 1, 8, 9, 16, 17, 32, 64) with vLLM's shape (R 512, rot 64) and odd ranks.
+TEST_P(X86MlaMergeIsaTest, RopeFusedMatchesRefOverTheGrid) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : kDtypes) {
+    for (KvCacheDtype kv : kKvModes) {
+      for (ir::RopeStyle style : {ir::RopeStyle::kNeox, ir::RopeStyle::kGptj}) {
+        for (int64_t rot : {2, 16, 18, 32, 34, 64, 128}) {
+          for (auto [rank, heads] : {std::pair<int64_t, int64_t>{512, 3}, {7, 1}, {33, 16}}) {
+            const OpSpec spec = rope_fused_spec(dtype, kv, rank, rot, heads, style, 16);
+            if (!check_spec(spec, isa, 9, {}, /*few=*/rot != 64)) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(X86MlaMergeIsaTest, RopeFusedBlockSizesAndOneToken) {
+  const X86Isa isa = GetParam();
+  for (int64_t bs : {1, 8, 32, 64, 128}) {
+    for (int64_t tokens : {1, 11}) {
+      EXPECT_TRUE(check_spec(rope_fused_spec(DType::kBF16, KvCacheDtype::kFp8E4m3, 512, 64, 16,
+                                             ir::RopeStyle::kGptj, bs),
+                             isa, tokens, {}, /*few=*/true));
+    }
+  }
+}
+
+// ---- cp_gather_and_upconvert_fp8_kv_cache ----------------------------------------------------
+
+TEST_P(X86MlaMergeIsaTest, UpconvertGatherMatchesRef) {
+  const X86Isa isa = GetParam();
+  for (int64_t bs : {1, 4, 16, 64, 128}) {
+    for (int64_t rows : {1, 8, 37}) {
+      if (!check_spec(upconvert_spec(bs), isa, rows)) return;
+    }
+  }
+}
+
+// ---- indexer_k_quant_and_cache and cp_gather_indexer_k_quant_cache ----------------------------
+
+TEST_P(X86MlaMergeIsaTest, IndexerQuantMatchesRefOverTheGrid) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    for (ir::ScaleFormat fmt : {ir::ScaleFormat::kPlain, ir::ScaleFormat::kUe8m0}) {
+      // DeepSeek's (128, 128), groups that are tails of a vector, and many small groups (the
+      // run-time group loop).
+      for (auto [dim, qbs] : {std::pair<int64_t, int64_t>{128, 128},
+                              {256, 128},
+                              {96, 32},
+                              {136, 17},
+                              {64, 8},
+                              {48, 1},
+                              {7, 7}}) {
+        for (int64_t bs : {1, 16, 64}) {
+          for (int64_t tokens : {1, 17}) {
+            const OpSpec spec = indexer_quant_spec(dtype, dim, qbs, bs, fmt);
+            if (!check_spec(spec, isa, tokens, {}, /*few=*/bs != 16)) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(X86MlaMergeIsaTest, IndexerGatherMatchesRef) {
+  const X86Isa isa = GetParam();
+  for (auto [dim, qbs] :
+       {std::pair<int64_t, int64_t>{128, 128}, {256, 64}, {7, 7}, {136, 17}, {48, 1}}) {
+    for (int64_t bs : {1, 16, 64}) {
+      for (int64_t rows : {1, 9, 40}) {
+        if (!check_spec(indexer_gather_spec(dim, qbs, bs), isa, rows)) return;
+      }
+    }
+  }
+}
+
+// ---- merge_attn_states -----------------------------------------------------------------------
+
+// Heads around the vector length (the LSE groups), head sizes with tails and the looped form,
+// fp8 output, with and without output_lse (the case draws prefill_tokens_with_context from
+// None, T/2 and T).
+TEST_P(X86MlaMergeIsaTest, MergeMatchesRefOverTheGrid) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : kDtypes) {
+    for (bool fp8 : {false, true}) {
+      for (int64_t heads : {1, 3, 8, 9, 16, 17, 32}) {
+        for (int64_t d : {1, 7, 32, 48, 64, 96, 128, 256, 520}) {
+          for (bool lse : {true, false}) {
+            if (!check_spec(merge_spec(dtype, fp8, heads, d, lse), isa, 5, {},
+                            /*few=*/heads != 9 && d != 64)) {
+              return;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(X86MlaMergeIsaTest, MergeOneTokenAndManyTokens) {
+  const X86Isa isa = GetParam();
+  for (int64_t tokens : {1, 2, 3, 37}) {
+    EXPECT_TRUE(check_spec(merge_spec(DType::kBF16, false, 16, 128, true), isa, tokens));
+  }
+}
+
+// ---- threads ---------------------------------------------------------------------------------
+
+TEST_P(X86MlaMergeIsaTest, MultiThreadedRowsMatchRef) {
+  const X86Isa isa = GetParam();
+  EXPECT_TRUE(check_spec(ds_mla_spec(DType::kBF16, 16), isa, 67, kParallel));
+  for (KvCacheDtype kv : kKvModes) {
+    EXPECT_TRUE(check_spec(rope_fused_spec(DType::kBF16, kv, 512, 64, 16, ir::RopeStyle::kNeox, 16),
+                           isa, 67, kParallel));
+  }
+  EXPECT_TRUE(check_spec(upconvert_spec(16), isa, 67, kParallel));
+  EXPECT_TRUE(check_spec(indexer_quant_spec(DType::kBF16, 128, 128, 64, ir::ScaleFormat::kUe8m0),
+                         isa, 67, kParallel));
+  EXPECT_TRUE(check_spec(indexer_gather_spec(128, 128, 64), isa, 67, kParallel));
+  EXPECT_TRUE(check_spec(merge_spec(DType::kF16, false, 8, 128, true), isa, 67, kParallel));
+  for (KvCacheDtype kv : kKvModes) {
+    EXPECT_TRUE(check_spec(rope_flash_spec(DType::kBF16, kv, 32, 8, 128, 128, ir::RopeStyle::kNeox,
+                                           16, ir::CacheLayout::kHnd, false),
+                           isa, 67, kParallel));
+  }
+}
+
+std::string isa_name(const ::testing::TestParamInfo<X86Isa>& info) {
+  return std::string(x86_isa_name(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, X86MlaMergeIsaTest, ::testing::ValuesIn(test::isa_paths()),
+                         isa_name);
+
+// ---- checked mode and bad arguments ------------------------------------------------------------
+
+// Runs `spec` on a case with one index made bad by `corrupt`: the kernel's error equals the
+// ref's (kInvalidArgument, same message, naming `needle`) and the outputs are untouched, on
+// every ISA path, checked and unchecked, with threads.
+template <class Corrupt>
+void expect_index_error(const OpSpec& spec, int64_t size, const std::string& needle,
+                        Corrupt corrupt) {
+  for (X86Isa isa : test::isa_paths()) {
+    const Kernel kernel = compile_x86(spec, isa, kParallel);
+    auto c = test::make_case(spec, size, InputKind::kNormal, 5);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    corrupt(c.value());
+    test::OpCase expected = c.value();
+    const Status ref = codegen::ref::run(spec, expected.args());
+    ASSERT_EQ(ref.code(), StatusCode::kInvalidArgument) << to_string(spec) << ref.to_string();
+    std::vector<std::vector<std::byte>> before;
+    for (int out : c->outputs) before.push_back(c->tensors[size_t(out)].storage());
+    for (bool unchecked : {false, true}) {
+      const Status status = unchecked ? kernel.run_unchecked(c->args()) : kernel.run(c->args());
+      EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << to_string(spec);
+      EXPECT_EQ(status.message(), ref.message()) << to_string(spec);
+      EXPECT_NE(status.message().find(needle), std::string::npos) << status.message();
+      for (size_t i = 0; i < c->outputs.size(); ++i) {
+        EXPECT_EQ(c->tensors[size_t(c->outputs[i])].storage(), before[i]) << to_string(spec);
+      }
+    }
+  }
+}
+
+TEST(X86MlaMergeChecked, SlotOutsideTheCacheIsAnErrorAndWritesNothing) {
+  const OpSpec ds = ds_mla_spec(DType::kBF16, 16);
+  expect_index_error(ds, 9, "slot_mapping[6]", [](test::OpCase& c) {
+    c.tensors[3].set(6, double(c.tensors[2].sizes()[0] * 16));
+  });
+  const OpSpec fused =
+      rope_fused_spec(DType::kF16, KvCacheDtype::kFp8E4m3, 512, 64, 4, ir::RopeStyle::kNeox, 16);
+  expect_index_error(fused, 9, "slot_mapping[6]", [](test::OpCase& c) {
+    c.tensors[5].set(6, double(c.tensors[6].sizes()[0] * 16));
+  });
+  const OpSpec rope_flash = rope_flash_spec(DType::kBF16, KvCacheDtype::kAuto, 4, 2, 64, 64,
+                                            ir::RopeStyle::kNeox, 16, ir::CacheLayout::kNhd, false);
+  expect_index_error(rope_flash, 9, "slot_mapping[6]", [](test::OpCase& c) {
+    c.tensors[7].set(6, double(c.tensors[5].sizes()[0] * 16));
+  });
+  const OpSpec quant = indexer_quant_spec(DType::kBF16, 128, 128, 64, ir::ScaleFormat::kPlain);
+  expect_index_error(quant, 9, "slot_mapping[6]", [](test::OpCase& c) {
+    c.tensors[2].set(6, double(c.tensors[1].sizes()[0] * 64));
+  });
+}
+
+TEST(X86MlaMergeChecked, PositionOutsideTheTableIsAnErrorAndRotatesNothing) {
+  const OpSpec fused =
+      rope_fused_spec(DType::kBF16, KvCacheDtype::kAuto, 16, 64, 4, ir::RopeStyle::kGptj, 16);
+  const OpSpec rope_flash = rope_flash_spec(DType::kF16, KvCacheDtype::kFp8E5m2, 4, 2, 64, 32,
+                                            ir::RopeStyle::kGptj, 16, ir::CacheLayout::kHnd, true);
+  for (double bad : {-1.0, 64.0}) {
+    expect_index_error(fused, 9, "positions[4]",
+                       [bad](test::OpCase& c) { c.tensors[0].set(4, bad); });
+    // The extra (slot-less) row is checked too.
+    expect_index_error(rope_flash, 9, "positions[9]",
+                       [bad](test::OpCase& c) { c.tensors[0].set(9, bad); });
+  }
+}
+
+TEST(X86MlaMergeChecked, BlockTableOutsideTheCacheIsAnErrorAndWritesNothing) {
+  const auto every_entry = [](int table, int cache) {
+    return [table, cache](test::OpCase& c) {
+      for (int64_t i = 0; i < c.tensors[size_t(table)].numel(); ++i) {
+        c.tensors[size_t(table)].set(i, double(c.tensors[size_t(cache)].sizes()[0]));
+      }
+    };
+  };
+  expect_index_error(upconvert_spec(16), 20, "block_table", every_entry(2, 0));
+  expect_index_error(indexer_gather_spec(128, 128, 16), 20, "block_table", every_entry(3, 0));
+  // workspace_starts decreasing / cu_seq_lens past dst.
+  expect_index_error(upconvert_spec(4), 20, "workspace_starts",
+                     [](test::OpCase& c) { c.tensors[4].set(0, 5.0); });
+  expect_index_error(indexer_gather_spec(128, 128, 16), 20, "cu_seq_lens", [](test::OpCase& c) {
+    const int64_t n = c.tensors[4].numel();
+    c.tensors[4].set(n - 1, 1000.0);
+  });
+}
+
+// Wrong dtypes and shapes are rejected by the argument checks, naming the argument.
+TEST(X86MlaMergeChecked, WrongDtypesAndShapesAreRejected) {
+  struct Bad {
+    OpSpec spec;
+    int index;
+    DType dtype;
+    std::vector<int64_t> sizes;  // empty: the case's sizes
+    std::string needle;
+  };
+  const std::vector<Bad> bad = {
+      {ds_mla_spec(DType::kBF16, 16), 3, DType::kI32, {}, "slot_mapping"},
+      {ds_mla_spec(DType::kBF16, 16), 2, DType::kU8, {4, 16, 600}, "kv_cache"},
+      {rope_fused_spec(DType::kBF16, KvCacheDtype::kAuto, 16, 64, 4, ir::RopeStyle::kNeox, 16),
+       1,
+       DType::kF16,
+       {},
+       "q_pe"},
+      {rope_fused_spec(DType::kBF16, KvCacheDtype::kAuto, 16, 64, 4, ir::RopeStyle::kNeox, 16),
+       5,
+       DType::kI32,
+       {},
+       "slot_mapping"},
+      {upconvert_spec(16), 1, DType::kF16, {}, "dst"},
+      {upconvert_spec(16), 2, DType::kI64, {}, "block_table"},
+      {indexer_quant_spec(DType::kBF16, 128, 128, 16, ir::ScaleFormat::kPlain),
+       0,
+       DType::kF32,
+       {},
+       "k"},
+      {indexer_quant_spec(DType::kBF16, 128, 128, 16, ir::ScaleFormat::kPlain),
+       1,
+       DType::kU8,
+       {4, 16, 100},
+       "kv_cache"},
+      {indexer_gather_spec(128, 128, 16), 4, DType::kI64, {}, "cu_seq_lens"},
+      {merge_spec(DType::kBF16, false, 4, 64, true), 2, DType::kF16, {}, "prefix_output"},
+      {merge_spec(DType::kBF16, false, 4, 64, true), 3, DType::kF32, {4, 3}, "prefix_lse"},
+      {rope_flash_spec(DType::kBF16, KvCacheDtype::kAuto, 4, 2, 64, 64, ir::RopeStyle::kNeox, 16,
+                       ir::CacheLayout::kNhd, false),
+       1,
+       DType::kF16,
+       {},
+       "query"},
+      {rope_flash_spec(DType::kBF16, KvCacheDtype::kAuto, 4, 2, 64, 64, ir::RopeStyle::kNeox, 16,
+                       ir::CacheLayout::kNhd, false),
+       7,
+       DType::kI32,
+       {},
+       "slot_mapping"},
+      {rope_flash_spec(DType::kBF16, KvCacheDtype::kAuto, 4, 2, 64, 64, ir::RopeStyle::kNeox, 16,
+                       ir::CacheLayout::kNhd, false),
+       7,
+       DType::kI64,
+       {20},
+       "slot_mapping"},  // more slots than positions
+      {rope_flash_spec(DType::kBF16, KvCacheDtype::kFp8E4m3, 4, 2, 64, 64, ir::RopeStyle::kNeox, 16,
+                       ir::CacheLayout::kNhd, false),
+       5,
+       DType::kBF16,
+       {2, 16, 2, 64},
+       "key_cache"},
+      {rope_flash_spec(DType::kBF16, KvCacheDtype::kAuto, 4, 2, 64, 64, ir::RopeStyle::kNeox, 16,
+                       ir::CacheLayout::kNhd, false),
+       4,
+       DType::kBF16,
+       {64, 32},
+       "cos_sin_cache"},
+  };
+  for (const Bad& b : bad) {
+    const Kernel kernel = compile_x86(b.spec, test::isa_paths().back());
+    auto c = test::make_case(b.spec, 6, InputKind::kNormal, 1);
+    ASSERT_TRUE(c.is_ok());
+    std::vector<int64_t> sizes = b.sizes.empty() ? c->tensors[size_t(b.index)].sizes() : b.sizes;
+    c->tensors[size_t(b.index)] = test::HostTensor::zeros(b.dtype, sizes);
+    const Status status = kernel.run(c->args());
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << to_string(b.spec);
+    EXPECT_NE(status.message().find(b.needle), std::string::npos)
+        << to_string(b.spec) << ": " << status.message();
+  }
+}
+
+}  // namespace
+}  // namespace jit

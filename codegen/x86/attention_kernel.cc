@@ -412,8 +412,6 @@ class AttentionGenerator : public Generator {
   }
   Zmm zwork(int k) const { return Zmm(19 + k); }
 
-  RegExp scratch_logits() { return RegExp(rsi); }
-
   // Interleave table for vpermi2w: words (a[i], b[i]) for i in [first, first + 16).
   Address pair_table(int first) {
     std::array<uint32_t, 16> t{};

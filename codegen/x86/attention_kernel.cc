@@ -206,7 +206,7 @@ class AttentionGenerator : public Generator {
     Reg64 base, stride;
     int64_t disp = 0;
   };
-  TileSource b_source_[8] = {};
+  TileSource b_source_[8];  // where each emulated B tile was "loaded" from
 
   void t_zero(int tile) {
     if (!emulate_) {

@@ -34,6 +34,8 @@
 #include "bench/bench_util.h"
 #include "codegen/ref/ref.h"
 #include "ir/numeric.h"
+#include "ir/params_attention.h"
+#include "ir/params_cache.h"
 #include "ir/params_cpu.h"
 #include "runtime/runtime.h"
 
@@ -112,7 +114,7 @@ std::unique_ptr<Problem> make_problem(int64_t requests, int64_t q_len, int64_t c
   p->key_cache = bench::random_bf16(size_t(cache_elems));
   p->value_cache = bench::random_bf16(size_t(cache_elems));
   p->out.resize(p->query.size());
-  std::vector<int32_t> ids(size_t(p->blocks));
+  std::vector<int32_t> ids(static_cast<size_t>(p->blocks));
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), std::mt19937_64(3));
   p->table = ids;
@@ -312,6 +314,81 @@ void register_all() {
   }
 }
 
+// paged_attention_v1/v2 decode (legacy cache [NB, Hkv, D/8, 16, 8] / [NB, Hkv, D, 16], bf16,
+// D 128, GQA 8, block 16, v2 partitions of 512): GB/s of KV read per second of CPU time.
+void bm_paged(benchmark::State& state, bool v2, int64_t batch, int64_t context, int threads) {
+  constexpr int64_t kPagedBlock = 16, kPartition = 512;
+  const OpSpec spec = OpSpec::make(
+      v2 ? OpKind::kPagedAttentionV2 : OpKind::kPagedAttentionV1,
+      ir::PagedAttentionParams{DType::kBF16, ir::KvCacheDtype::kAuto, kHeadSize, kPagedBlock,
+                               kHeadsQ, kHeadsKv, false, false, v2 ? kPartition : 0});
+  const int64_t width = (context + kPagedBlock - 1) / kPagedBlock;
+  const int64_t blocks = batch * width;
+  const int64_t cache_elems = blocks * kHeadsKv * kPagedBlock * kHeadSize;
+  auto query = bench::random_bf16(size_t(batch * kHeadsQ * kHeadSize));
+  auto key_cache = bench::random_bf16(size_t(cache_elems));
+  auto value_cache = bench::random_bf16(size_t(cache_elems));
+  std::vector<uint16_t> out(query.size());
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937_64(5));
+  std::vector<int32_t> seq_lens(static_cast<size_t>(batch), int32_t(context));
+  const int64_t parts = (context + kPartition - 1) / kPartition;
+  std::vector<float> sums(static_cast<size_t>(batch * kHeadsQ * parts)), maxes(sums.size());
+  std::vector<uint16_t> tmp(static_cast<size_t>(batch * kHeadsQ * parts * kHeadSize));
+  std::vector<Tensor> tensors = {Tensor(out.data(), DType::kBF16, {batch, kHeadsQ, kHeadSize})};
+  if (v2) {
+    tensors.push_back(Tensor(sums.data(), DType::kF32, {batch, kHeadsQ, parts}));
+    tensors.push_back(Tensor(maxes.data(), DType::kF32, {batch, kHeadsQ, parts}));
+    tensors.push_back(Tensor(tmp.data(), DType::kBF16, {batch, kHeadsQ, parts, kHeadSize}));
+  }
+  float k_scale = 1.0f, v_scale = 1.0f;
+  for (const Tensor& t :
+       {Tensor(query.data(), DType::kBF16, {batch, kHeadsQ, kHeadSize}),
+        Tensor(key_cache.data(), DType::kBF16, {blocks, kHeadsKv, kHeadSize / 8, kPagedBlock, 8}),
+        Tensor(value_cache.data(), DType::kBF16, {blocks, kHeadsKv, kHeadSize, kPagedBlock}),
+        Tensor(table.data(), DType::kI32, {batch, width}),
+        Tensor(seq_lens.data(), DType::kI32, {batch}), Tensor{}, Tensor(&k_scale, DType::kF32, {1}),
+        Tensor(&v_scale, DType::kF32, {1})}) {
+    tensors.push_back(t);
+  }
+  KernelArgs args;
+  for (const Tensor& t : tensors) args.add(t);
+  for (double v : {1.0 / std::sqrt(double(kHeadSize)), double(context), 0.0, 0.0, 0.0, 64.0, 0.0}) {
+    args.add_scalar(v);
+  }
+  const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
+  const double cpu_start = process_cpu_seconds();
+  for (auto _ : state) {
+    if (!kernel.run(args).is_ok()) {
+      state.SkipWithError("kernel failed");
+      break;
+    }
+    benchmark::ClobberMemory();
+  }
+  const double calls = double(std::max<int64_t>(1, state.iterations()));
+  const double cpu = (process_cpu_seconds() - cpu_start) / double(threads) / calls;
+  const double bytes = double(2 * batch * context * kHeadsKv * kHeadSize * 2);
+  state.counters["GB/s_cpu"] = bytes / cpu / 1e9;
+  state.counters["pct_of_copy_cpu"] = 100.0 * bytes / cpu / 1e9 / copy_gbps_cpu(threads);
+}
+
+void register_paged() {
+  for (int threads : {1, 2}) {
+    for (bool v2 : {false, true}) {
+      for (int64_t batch : {1, 8}) {
+        benchmark::RegisterBenchmark(
+            fmt::format("paged_{}/kiln/batch:{}/context:2048/threads:{}", v2 ? "v2" : "v1", batch,
+                        threads)
+                .c_str(),
+            [=](benchmark::State& s) { bm_paged(s, v2, batch, 2048, threads); })
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(0.2);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -326,6 +403,7 @@ int main(int argc, char** argv) {
         threads, dpbf16_peak_gflops(threads), copy_gbps_cpu(threads));
   }
   register_all();
+  register_paged();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

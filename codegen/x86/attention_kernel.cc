@@ -206,7 +206,7 @@ class AttentionGenerator : public Generator {
     Reg64 base, stride;
     int64_t disp = 0;
   };
-  TileSource b_source_[8] = {};
+  TileSource b_source_[8];  // where each emulated B tile was "loaded" from
 
   void t_zero(int tile) {
     if (!emulate_) {
@@ -411,8 +411,6 @@ class AttentionGenerator : public Generator {
     return avx512() ? vmm(19 + k) : vmm(8 + k);  // AVX2: 8..12
   }
   Zmm zwork(int k) const { return Zmm(19 + k); }
-
-  RegExp scratch_logits() { return RegExp(rsi); }
 
   // Interleave table for vpermi2w: words (a[i], b[i]) for i in [first, first + 16).
   Address pair_table(int first) {

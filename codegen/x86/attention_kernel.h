@@ -1,5 +1,7 @@
-// cpu_attention_with_kv_cache on x86 (spec/norm_act_cpu_ops.md §3.5): the generated tile
-// kernel's call arguments, its generator, and the executable that schedules it.
+// CPU attention on x86: cpu_attention_with_kv_cache (spec/norm_act_cpu_ops.md §3.5), its cache
+// write cpu_attn_reshape_and_cache (§3.3) and paged_attention_v1/v2 (spec/attention_ops.md §2,
+// §3): the generated tile kernel's call arguments, the generators, and the executables that
+// schedule them (docs/attention.md).
 //
 // Division of labour. The generated kernel does the arithmetic of one "pass": up to
 // kMaxAttnRows query rows (row = one (query token, query head) pair of one KV head's group)

@@ -206,30 +206,66 @@ class PagedAttentionExecutable final : public Executable {
                                                          : numeric::fp8_e4m3_to_f32(code);
       return f * scale;
     };
-    const int64_t esize = int64_t(dtype_size(p.dtype));
-    auto* k_dst = reinterpret_cast<uint8_t*>(buf.k.data());
-    auto* v_dst = reinterpret_cast<uint8_t*>(buf.v.data());
-    const auto* k_src = static_cast<const uint8_t*>(key_cache.data());
-    const auto* v_src = static_cast<const uint8_t*>(value_cache.data());
     const int64_t width = tables.size(1);
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t token = c0 + j;
-      const int64_t block = load_i32(tables, s * width + token / bs);
-      const int64_t t = token % bs;
-      const int64_t base = block * key_cache.stride(0) + g * key_cache.stride(1);
-      for (int64_t e = 0; e < d; ++e) {
-        const int64_t k_at = base + (e / x) * bs * x + t * x + e % x;
-        const int64_t v_at = base + e * bs + t;
-        uint8_t* k_to = k_dst + (e * chunk + j) * esize;
-        uint8_t* v_to = v_dst + (j * dp + e) * esize;
-        if (fp8) {
-          store_rounded(p.dtype, k_to, 0, decode(k_src[k_at], k_scale));
-          store_rounded(p.dtype, v_to, 0, decode(v_src[v_at], v_scale));
-        } else {
-          std::memcpy(k_to, k_src + k_at * esize, size_t(esize));
-          std::memcpy(v_to, v_src + v_at * esize, size_t(esize));
+    // Walk the chunk block by block; inside a block, read the source contiguously (K: a
+    // [bs, x] run per group of x dims; V: a [bs] run per dim) and scatter into the slabs.
+    // `convert` maps one cache element (by index) to the slab's element type.
+    const auto walk = [&](auto* k_dst, auto* v_dst, auto convert_k, auto convert_v) {
+      for (int64_t j0 = 0; j0 < n;) {
+        const int64_t token = c0 + j0;
+        const int64_t t0 = token % bs;
+        const int64_t count = std::min(bs - t0, n - j0);
+        const int64_t block = load_i32(tables, s * width + token / bs);
+        const int64_t base = block * key_cache.stride(0) + g * key_cache.stride(1);
+        for (int64_t e0 = 0; e0 < d; e0 += x) {
+          const int64_t run = base + (e0 / x) * bs * x;
+          for (int64_t t = 0; t < count; ++t) {
+            for (int64_t i = 0; i < x; ++i) {
+              k_dst[(e0 + i) * chunk + j0 + t] = convert_k(run + (t0 + t) * x + i);
+            }
+          }
         }
+        for (int64_t e = 0; e < d; ++e) {
+          const int64_t run = base + e * bs + t0;
+          for (int64_t t = 0; t < count; ++t) v_dst[(j0 + t) * dp + e] = convert_v(run + t);
+        }
+        j0 += count;
       }
+    };
+    if (fp8) {
+      const auto* k_src = static_cast<const uint8_t*>(key_cache.data());
+      const auto* v_src = static_cast<const uint8_t*>(value_cache.data());
+      // rnd_T(fp8 · scale), stored as T's bits (or the float for f32).
+      const auto to_t = [&](float v) {
+        if (p.dtype == DType::kBF16) return uint32_t(numeric::f32_to_bf16(v));
+        if (p.dtype == DType::kF16) return uint32_t(numeric::f32_to_f16(v));
+        uint32_t bits = 0;
+        std::memcpy(&bits, &v, 4);
+        return bits;
+      };
+      const auto k_of = [&](int64_t i) { return to_t(decode(k_src[i], k_scale)); };
+      const auto v_of = [&](int64_t i) { return to_t(decode(v_src[i], v_scale)); };
+      if (p.dtype == DType::kF32) {
+        walk(reinterpret_cast<uint32_t*>(buf.k.data()), reinterpret_cast<uint32_t*>(buf.v.data()),
+             k_of, v_of);
+      } else {
+        walk(
+            reinterpret_cast<uint16_t*>(buf.k.data()), reinterpret_cast<uint16_t*>(buf.v.data()),
+            [&](int64_t i) { return uint16_t(k_of(i)); },
+            [&](int64_t i) { return uint16_t(v_of(i)); });
+      }
+    } else if (p.dtype == DType::kF32) {
+      const auto* k_src = static_cast<const uint32_t*>(key_cache.data());
+      const auto* v_src = static_cast<const uint32_t*>(value_cache.data());
+      walk(
+          reinterpret_cast<uint32_t*>(buf.k.data()), reinterpret_cast<uint32_t*>(buf.v.data()),
+          [&](int64_t i) { return k_src[i]; }, [&](int64_t i) { return v_src[i]; });
+    } else {
+      const auto* k_src = static_cast<const uint16_t*>(key_cache.data());
+      const auto* v_src = static_cast<const uint16_t*>(value_cache.data());
+      walk(
+          reinterpret_cast<uint16_t*>(buf.k.data()), reinterpret_cast<uint16_t*>(buf.v.data()),
+          [&](int64_t i) { return k_src[i]; }, [&](int64_t i) { return v_src[i]; });
     }
   }
 

@@ -322,6 +322,29 @@ void report_chunk_sweep(Kind kind) {
   fmt::print("\n");
 }
 
+// Fixed cost of one call (jit::ops lookup, handler check and fingerprint, primitive lookup,
+// oneDNN memory objects and execution) on a 64 x 64 weight at M = 1, where the work is nil.
+void report_call_overhead() {
+  constexpr int64_t k = 64, n = 64;
+  test::HostTensor b = test::HostTensor::strided(DType::kBF16, {k, n}, {1, k});
+  test::fill_small_int(b, 1);
+  const int64_t id = ops::create_onednn_mm(b.tensor(), 32);
+  test::HostTensor a = test::HostTensor::zeros(DType::kBF16, {1, k});
+  test::HostTensor c = test::HostTensor::zeros(DType::kBF16, {1, n});
+  std::vector<double> times;
+  for (int i = 0; i < 2000; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    ops::onednn_mm(c.tensor(), a.tensor(), Tensor(), id);
+    times.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count());
+  }
+  std::sort(times.begin(), times.end());
+  fmt::print("call overhead (bf16 64 x 64, M = 1, 2000 calls): best {:.1f} us, median {:.1f} us\n",
+             times.front(), times[times.size() / 2]);
+  ops::release_onednn_handler(id);
+}
+
 void print_summary() {
   fmt::print(
       "\nsummary (4096 x 4096 weight, {} threads; every ratio against the best ceiling measured "
@@ -393,6 +416,7 @@ int main() {
                  impl.is_ok() ? impl.value() : impl.status().to_string());
     }
   }
+  report_call_overhead();
   for (Kind kind : {Kind::kF32, Kind::kBf16, Kind::kInt8}) {
     for (int64_t m : {1, 16, 128, 1024}) run_case(kind, m);
   }

@@ -5,14 +5,14 @@
 //      garbage or foreign handler is kInvalidArgument naming 'handler' before anything runs;
 //   2. the packed weight is found by the handler's address and fingerprint (or packed now);
 //   3. the rows are cut into chunks of at most chunk_rows (the config; see kChunkRowChoices);
-//      each chunk runs the primitive
-//      created for m_bucket(rows) rows. A chunk whose rows are not a bucket (or whose a rows
-//      are not dense) is copied into a zero-padded scratch of bucket rows and its result
-//      copied back: a primitive's M is fixed at creation, because oneDNN 2.6 turns a run-time
-//      M (DNNL_RUNTIME_DIM_VAL) into gemm:jit, 7-20x slower than brgemm (docs/gemm.md);
+//      each chunk runs the primitive created for m_bucket(rows) rows. A chunk whose rows are
+//      not a bucket (or whose a rows are not dense) is copied into a zero-padded scratch of
+//      bucket rows and its result copied back: a primitive's M is fixed at creation, because
+//      oneDNN 2.6 turns a run-time M (DNNL_RUNTIME_DIM_VAL) into gemm:jit, 2.4-11x slower than
+//      brgemm at M = 16 (docs/gemm.md);
 //   4. int8: oneDNN computes the exact int32 sums s32 = Σ_k a·b with no attributes, and kiln's
 //      epilogue applies scales, zero points and bias (run-time scales of any mask also turn
-//      oneDNN 2.6 into gemm:jit, 5x slower at M = 1):
+//      oneDNN 2.6 into gemm:jit, 4-12x slower at M = 1):
 //        static   c = rnd(s_a·s_b[n]·(s32 − zp·colsum[n]) + bias[n]),  colsum[n] = Σ_k b[k, n]
 //                 (Σ_k (a − zp)·b = Σ_k a·b − zp·Σ_k b, exact in int64)
 //        dynamic  c = rnd(s_a[m]·(s_b[n]·s32) − s_a[m]·zp[m]·azp_adj[n] + bias[n])

@@ -140,3 +140,21 @@ struct VerticalSlashArgs {
 };
 
 }  // namespace kiln
+
+namespace kiln {
+
+/// concat_and_cache_mla. One block per token.
+struct MlaWriteArgs {
+  const void* kv_c;  ///< [T, R], rows at kv_c_stride
+  const void* k_pe;  ///< [T, P], rows at k_pe_stride
+  void* cache;       ///< [NB, BS, entry], entry dense
+  const long long* slots;
+  const float* scale;  ///< [1] (fp8_e4m3 / fp8_e5m2)
+  long long kv_c_stride;
+  long long k_pe_stride;
+  long long cache_block_stride;  ///< elements of the cache type
+  long long cache_entry_stride;
+  long long tokens;
+};
+
+}  // namespace kiln

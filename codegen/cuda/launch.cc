@@ -246,6 +246,28 @@ Result<LaunchPlan> plan_launch(const OpSpec& spec, const Config& config, const K
     }
     KILN_RETURN_IF_ERROR(set_rows(plan, op, a.tokens, threads));
     plan.set_params(a);
+  } else if (spec.op == OpKind::kConcatAndCacheMla) {
+    const auto& p = spec.get<ir::MlaCacheWriteParams>();
+    const Tensor& slots = args.tensor(3);
+    const Tensor& cache = args.tensor(2);
+    if (host_data) KILN_RETURN_IF_ERROR(check_slots(op, slots, cache.size(0), p.block_size));
+    if (slots.stride(0) != 1 && slots.size(0) > 1) {
+      return invalid_argument(fmt::format("{}: the cuda backend needs a dense slot_mapping ({})",
+                                          op, slots.describe()));
+    }
+    kiln::MlaWriteArgs a{};
+    a.kv_c = args.tensor(0).data();
+    a.k_pe = args.tensor(1).data();
+    a.cache = cache.data();
+    a.slots = slots.data_as<const long long>();
+    a.scale = args.tensor(4).data_as<const float>();
+    a.kv_c_stride = args.tensor(0).stride(0);
+    a.k_pe_stride = args.tensor(1).stride(0);
+    a.cache_block_stride = cache.stride(0);
+    a.cache_entry_stride = cache.stride(1);
+    a.tokens = slots.size(0);
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.tokens, threads));
+    plan.set_params(a);
   } else if (spec.op == OpKind::kConvertVerticalSlashIndexes ||
              spec.op == OpKind::kConvertVerticalSlashIndexesMergehead) {
     const auto& p = spec.get<ir::VerticalSlashParams>();

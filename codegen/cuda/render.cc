@@ -82,6 +82,12 @@ int64_t default_threads(const OpSpec& spec, int64_t vec) {
       return threads_for(p.head_count_kv * p.head_size / vec, 512);
     }
     case OpKind::kConvertFp8: return 256;
+    case OpKind::kConcatAndCacheMla: {
+      const auto& p = spec.get<ir::MlaCacheWriteParams>();
+      // ds_mla: one warp per 128-wide tile of the 512 latent values.
+      if (p.kv == ir::KvCacheDtype::kFp8DsMla) return 128;
+      return threads_for(p.kv_lora_rank + p.pe_dim, 512);
+    }
     case OpKind::kTopKPerRowPrefill:
     case OpKind::kTopKPerRowDecode: return spec.get<ir::TopKParams>().top_k >= 1024 ? 512 : 256;
     // One thread per row block (a sequential walk each); small blocks spread them over SMs.
@@ -169,13 +175,13 @@ std::string RenderedKernel::unit() const {
 
 Support cuda_supports(const OpSpec& spec) {
   const OpKind op = spec.op;
-  const bool templated = op == OpKind::kRmsNorm || op == OpKind::kFusedAddRmsNorm ||
-                         op == OpKind::kRotaryEmbedding || is_activation(op) ||
-                         op == OpKind::kReshapeAndCache || op == OpKind::kReshapeAndCacheFlash ||
-                         op == OpKind::kConvertFp8 || op == OpKind::kMergeAttnStates ||
-                         op == OpKind::kTopKPerRowPrefill || op == OpKind::kTopKPerRowDecode ||
-                         op == OpKind::kConvertVerticalSlashIndexes ||
-                         op == OpKind::kConvertVerticalSlashIndexesMergehead;
+  const bool templated =
+      op == OpKind::kRmsNorm || op == OpKind::kFusedAddRmsNorm || op == OpKind::kRotaryEmbedding ||
+      is_activation(op) || op == OpKind::kReshapeAndCache || op == OpKind::kReshapeAndCacheFlash ||
+      op == OpKind::kConvertFp8 || op == OpKind::kMergeAttnStates ||
+      op == OpKind::kTopKPerRowPrefill || op == OpKind::kTopKPerRowDecode ||
+      op == OpKind::kConvertVerticalSlashIndexes ||
+      op == OpKind::kConvertVerticalSlashIndexesMergehead || op == OpKind::kConcatAndCacheMla;
   if (!templated) {
     return Support::no(fmt::format("the cuda backend has no template for {} yet", op_name(op)));
   }
@@ -258,6 +264,18 @@ Result<RenderedKernel> render(const OpSpec& spec, const Config& config) {
     m += fmt::format("  static constexpr bool kFlash = {};\n", bool_text(flash));
     m += fmt::format("  static constexpr bool kPerHeadScale = {};\n", bool_text(per_head));
     m += fmt::format("  static constexpr int kX = {};\n", flash ? 1 : ir::paged_key_x(dtype, kv));
+  } else if (spec.op == OpKind::kConcatAndCacheMla) {
+    const auto& p = spec.get<ir::MlaCacheWriteParams>();
+    r.header = "mla_cache.cuh";
+    r.kernel_template = "kiln::mla_cache_kernel";
+    r.args_type = "kiln::MlaWriteArgs";
+    m += fmt::format("  using T = {};\n", cuda_type(p.dtype));
+    m += fmt::format("  using C = {};\n",
+                     p.kv == ir::KvCacheDtype::kAuto ? cuda_type(p.dtype) : "kiln::u8");
+    m += fmt::format("  static constexpr int kKv = {};\n", int(p.kv));
+    m += fmt::format("  static constexpr int kRank = {};\n", p.kv_lora_rank);
+    m += fmt::format("  static constexpr int kPeDim = {};\n", p.pe_dim);
+    m += fmt::format("  static constexpr int kBlockSize = {};\n", p.block_size);
   } else if (spec.op == OpKind::kConvertVerticalSlashIndexes ||
              spec.op == OpKind::kConvertVerticalSlashIndexesMergehead) {
     const auto& p = spec.get<ir::VerticalSlashParams>();

@@ -51,6 +51,19 @@ std::vector<OpSpec> cache_specs() {
       p.head_count_kv = 8, p.head_size = 128, p.block_size = 8;
       specs.push_back(OpSpec::make(OpKind::kReshapeAndCache, p));
     }
+    for (ir::KvCacheDtype kv : kvs) {
+      for (auto [rank, pe, block] : {std::tuple{512, 64, 16}, std::tuple{40, 8, 1}}) {
+        ir::MlaCacheWriteParams p;
+        p.dtype = dt, p.kv = kv, p.kv_lora_rank = rank, p.pe_dim = pe, p.block_size = block;
+        specs.push_back(OpSpec::make(OpKind::kConcatAndCacheMla, p));
+      }
+    }
+    if (dt != DType::kF32) {
+      ir::MlaCacheWriteParams p;
+      p.dtype = dt, p.kv = ir::KvCacheDtype::kFp8DsMla, p.kv_lora_rank = 512, p.pe_dim = 64;
+      p.block_size = 16;
+      specs.push_back(OpSpec::make(OpKind::kConcatAndCacheMla, p));
+    }
     specs.push_back(OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, dt}));
     specs.push_back(OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{dt, DType::kFp8E4m3}));
   }
@@ -137,6 +150,12 @@ std::vector<OpSpec> compile_specs() {
   hnd.head_size = 128, hnd.block_size = 16, hnd.layout = ir::CacheLayout::kHnd;
   hnd.per_head_scale = true;
   specs.push_back(OpSpec::make(OpKind::kReshapeAndCacheFlash, hnd));
+  for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8DsMla}) {
+    ir::MlaCacheWriteParams mla;
+    mla.dtype = DType::kBF16, mla.kv = kv, mla.kv_lora_rank = 512, mla.pe_dim = 64;
+    mla.block_size = 64;
+    specs.push_back(OpSpec::make(OpKind::kConcatAndCacheMla, mla));
+  }
   specs.push_back(
       OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16}));
   specs.push_back(

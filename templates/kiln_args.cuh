@@ -158,3 +158,24 @@ struct MlaWriteArgs {
 };
 
 }  // namespace kiln
+
+namespace kiln {
+
+/// gather_and_maybe_dequant_cache (one block per dst token) and cp_gather_cache (one block
+/// per request).
+struct GatherArgs {
+  const void* src;          ///< paged cache [NB, BS, entry...], entry dense
+  void* dst;                ///< rows at dst_stride
+  const int* block_table;   ///< [B, max_blocks], rows at table_stride
+  const int* cu_seq_lens;   ///< [B + 1]
+  const int* token_to_seq;  ///< gather_and_maybe_dequant only
+  const int* seq_starts;    ///< optional (nullptr)
+  const float* scale;       ///< fp8 dequantisation scale [1]
+  long long src_block_stride;
+  long long src_entry_stride;
+  long long dst_stride;
+  long long table_stride;
+  long long count;  ///< num_tokens (gather) or batch_size (cp_gather)
+};
+
+}  // namespace kiln

@@ -124,6 +124,77 @@ Status check_vertical_slash(std::string_view op, const ir::VerticalSlashParams& 
   return Status::ok();
 }
 
+// Fills the fields the gathers share: source strides, dst and table strides.
+kiln::GatherArgs gather_args(const KernelArgs& args) {
+  kiln::GatherArgs a{};
+  const Tensor& src = args.tensor(0);
+  const Tensor& dst = args.tensor(1);
+  a.src = src.data();
+  a.dst = dst.data();
+  a.block_table = args.tensor(2).data_as<const int>();
+  a.cu_seq_lens = args.tensor(3).data_as<const int>();
+  a.src_block_stride = src.stride(0);
+  a.src_entry_stride = src.stride(1);
+  a.dst_stride = dst.stride(0);
+  a.table_stride = args.tensor(2).stride(0);
+  return a;
+}
+
+// The gathers' checked mode (the ref's checks and messages): every position a call reads
+// resolves through the block table to a block inside the cache.
+Status check_gather(const OpSpec& spec, const KernelArgs& args) {
+  const std::string_view op = op_name(spec.op);
+  const Tensor& src = args.tensor(0);
+  const Tensor& table = args.tensor(2);
+  const Tensor& cu = args.tensor(3);
+  int64_t block = 0;
+  if (spec.op == OpKind::kGatherAndMaybeDequantCache) {
+    const auto& p = spec.get<ir::GatherCacheParams>();
+    const Tensor& token_to_seq = args.tensor(4);
+    const Tensor& seq_starts = args.tensor(6);
+    const int64_t batch = table.size(0);
+    for (int64_t tok = 0; tok < int64_t(args.scalar(0)); ++tok) {
+      const int64_t r = at_i32(token_to_seq, tok);
+      if (r < 0 || r >= batch) {
+        return invalid_argument(fmt::format(
+            "{}: argument 'token_to_seq' has token_to_seq[{}] = {}, outside the requests [0, {})",
+            op, tok, r, batch));
+      }
+      const auto cu_at = [&](int64_t i) {
+        return int64_t(cu.data_as<const int32_t>()[i * cu.stride(0)]);
+      };
+      if (tok >= cu_at(r + 1)) continue;
+      const int64_t start = seq_starts.defined() ? at_i32(seq_starts, r) : 0;
+      const int64_t pos = tok - cu_at(r) + start;
+      if (pos < 0) {
+        return invalid_argument(
+            fmt::format("{}: argument 'cu_seq_lens' puts token {} at position {} of request {} "
+                        "(cu_seq_lens[{}] = {}, seq_starts {}): positions must be >= 0",
+                        op, tok, pos, r, r, cu_at(r), start));
+      }
+      KILN_RETURN_IF_ERROR(
+          ir::check_block_table_entry(op, table, src.size(0), p.block_size, r, pos, block));
+    }
+    return Status::ok();
+  }
+  const auto& p = spec.get<ir::CpGatherCacheParams>();
+  const Tensor& seq_starts = args.tensor(4);
+  for (int64_t r = 0; r < int64_t(args.scalar(0)); ++r) {
+    int64_t begin = 0, end = 0;
+    KILN_RETURN_IF_ERROR(ir::check_request_rows(op, cu, r, args.tensor(1).size(0), begin, end));
+    const int64_t start = seq_starts.defined() ? at_i32(seq_starts, r) : 0;
+    if (start < 0) {
+      return invalid_argument(fmt::format(
+          "{}: argument 'seq_starts' has seq_starts[{}] = {}; offsets must be >= 0", op, r, start));
+    }
+    for (int64_t row = begin; row < end; ++row) {
+      KILN_RETURN_IF_ERROR(ir::check_block_table_entry(op, table, src.size(0), p.block_size, r,
+                                                       row - begin + start, block));
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<LaunchPlan> plan_launch(const OpSpec& spec, const Config& config, const KernelArgs& args,
@@ -245,6 +316,25 @@ Result<LaunchPlan> plan_launch(const OpSpec& spec, const Config& config, const K
       }
     }
     KILN_RETURN_IF_ERROR(set_rows(plan, op, a.tokens, threads));
+    plan.set_params(a);
+  } else if (spec.op == OpKind::kGatherAndMaybeDequantCache || spec.op == OpKind::kCpGatherCache) {
+    const bool dequant = spec.op == OpKind::kGatherAndMaybeDequantCache;
+    if (host_data) KILN_RETURN_IF_ERROR(check_gather(spec, args));
+    kiln::GatherArgs a = gather_args(args);
+    if (dequant) {
+      a.token_to_seq = args.tensor(4).data_as<const int>();
+      a.scale = args.tensor(5).data_as<const float>();
+      a.seq_starts = args.tensor(6).defined() ? args.tensor(6).data_as<const int>() : nullptr;
+    } else {
+      a.seq_starts = args.tensor(4).defined() ? args.tensor(4).data_as<const int>() : nullptr;
+    }
+    // The kernels index cu_seq_lens densely; a strided one is rare enough to refuse clearly.
+    if (args.tensor(3).stride(0) != 1 && args.tensor(3).size(0) > 1) {
+      return invalid_argument(fmt::format("{}: the cuda backend needs a dense cu_seq_lens ({})", op,
+                                          args.tensor(3).describe()));
+    }
+    a.count = int64_t(args.scalar(0));
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.count, threads));
     plan.set_params(a);
   } else if (spec.op == OpKind::kConcatAndCacheMla) {
     const auto& p = spec.get<ir::MlaCacheWriteParams>();

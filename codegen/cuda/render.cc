@@ -30,6 +30,27 @@ bool is_activation(OpKind op) {
   return op_family(op) == "activation";
 }
 
+// The ops with a template in templates/.
+bool has_template(OpKind op) {
+  switch (op) {
+    case OpKind::kRmsNorm:
+    case OpKind::kFusedAddRmsNorm:
+    case OpKind::kRotaryEmbedding:
+    case OpKind::kReshapeAndCache:
+    case OpKind::kReshapeAndCacheFlash:
+    case OpKind::kConcatAndCacheMla:
+    case OpKind::kConvertFp8:
+    case OpKind::kGatherAndMaybeDequantCache:
+    case OpKind::kCpGatherCache:
+    case OpKind::kMergeAttnStates:
+    case OpKind::kConvertVerticalSlashIndexes:
+    case OpKind::kConvertVerticalSlashIndexesMergehead:
+    case OpKind::kTopKPerRowPrefill:
+    case OpKind::kTopKPerRowDecode: return true;
+    default: return is_activation(op);
+  }
+}
+
 // The vector width limit in elements for `op` with element size `esize`.
 int64_t max_vec(OpKind op, int64_t esize) {
   // swigluoai loads 2·vec interleaved inputs per access.
@@ -82,6 +103,9 @@ int64_t default_threads(const OpSpec& spec, int64_t vec) {
       return threads_for(p.head_count_kv * p.head_size / vec, 512);
     }
     case OpKind::kConvertFp8: return 256;
+    case OpKind::kGatherAndMaybeDequantCache:
+      return threads_for(spec.get<ir::GatherCacheParams>().head_dim, 256);
+    case OpKind::kCpGatherCache: return 256;
     case OpKind::kConcatAndCacheMla: {
       const auto& p = spec.get<ir::MlaCacheWriteParams>();
       // ds_mla: one warp per 128-wide tile of the 512 latent values.
@@ -175,13 +199,7 @@ std::string RenderedKernel::unit() const {
 
 Support cuda_supports(const OpSpec& spec) {
   const OpKind op = spec.op;
-  const bool templated =
-      op == OpKind::kRmsNorm || op == OpKind::kFusedAddRmsNorm || op == OpKind::kRotaryEmbedding ||
-      is_activation(op) || op == OpKind::kReshapeAndCache || op == OpKind::kReshapeAndCacheFlash ||
-      op == OpKind::kConvertFp8 || op == OpKind::kMergeAttnStates ||
-      op == OpKind::kTopKPerRowPrefill || op == OpKind::kTopKPerRowDecode ||
-      op == OpKind::kConvertVerticalSlashIndexes ||
-      op == OpKind::kConvertVerticalSlashIndexesMergehead || op == OpKind::kConcatAndCacheMla;
+  const bool templated = has_template(op);
   if (!templated) {
     return Support::no(fmt::format("the cuda backend has no template for {} yet", op_name(op)));
   }
@@ -264,6 +282,30 @@ Result<RenderedKernel> render(const OpSpec& spec, const Config& config) {
     m += fmt::format("  static constexpr bool kFlash = {};\n", bool_text(flash));
     m += fmt::format("  static constexpr bool kPerHeadScale = {};\n", bool_text(per_head));
     m += fmt::format("  static constexpr int kX = {};\n", flash ? 1 : ir::paged_key_x(dtype, kv));
+  } else if (spec.op == OpKind::kGatherAndMaybeDequantCache) {
+    const auto& p = spec.get<ir::GatherCacheParams>();
+    r.header = "gather.cuh";
+    r.kernel_template = "kiln::gather_dequant_kernel";
+    r.args_type = "kiln::GatherArgs";
+    m += fmt::format("  using T = {};\n", cuda_type(p.dtype));
+    m += fmt::format("  using C = {};\n",
+                     p.kv == ir::KvCacheDtype::kAuto ? cuda_type(p.dtype) : "kiln::u8");
+    m += fmt::format("  static constexpr int kKv = {};\n", int(p.kv));
+    m += fmt::format("  static constexpr int kHeadDim = {};\n", p.head_dim);
+    m += fmt::format("  static constexpr int kBlockSize = {};\n", p.block_size);
+  } else if (spec.op == OpKind::kCpGatherCache) {
+    const auto& p = spec.get<ir::CpGatherCacheParams>();
+    r.header = "gather.cuh";
+    r.kernel_template = "kiln::cp_gather_kernel";
+    r.args_type = "kiln::GatherArgs";
+    // A bit copy: the element's size is all that matters.
+    const size_t esize = dtype_size(p.dtype);
+    m += fmt::format("  using E = {};\n", esize == 1   ? "kiln::u8"
+                                          : esize == 2 ? "kiln::u16"
+                                          : esize == 4 ? "kiln::u32"
+                                                       : "kiln::u64");
+    m += fmt::format("  static constexpr int kEntry = {};\n", p.entry_size);
+    m += fmt::format("  static constexpr int kBlockSize = {};\n", p.block_size);
   } else if (spec.op == OpKind::kConcatAndCacheMla) {
     const auto& p = spec.get<ir::MlaCacheWriteParams>();
     r.header = "mla_cache.cuh";

@@ -64,6 +64,17 @@ std::vector<OpSpec> cache_specs() {
       p.block_size = 16;
       specs.push_back(OpSpec::make(OpKind::kConcatAndCacheMla, p));
     }
+    for (ir::KvCacheDtype kv : kvs) {
+      for (auto [head_dim, block] : {std::tuple{576, 16}, std::tuple{40, 1}}) {
+        ir::GatherCacheParams p;
+        p.dtype = dt, p.kv = kv, p.head_dim = head_dim, p.block_size = block;
+        specs.push_back(OpSpec::make(OpKind::kGatherAndMaybeDequantCache, p));
+      }
+    }
+    for (auto [entry, block] : {std::tuple{576, 64}, std::tuple{17, 1}, std::tuple{128, 16}}) {
+      specs.push_back(
+          OpSpec::make(OpKind::kCpGatherCache, ir::CpGatherCacheParams{dt, entry, block}));
+    }
     specs.push_back(OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, dt}));
     specs.push_back(OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{dt, DType::kFp8E4m3}));
   }
@@ -156,6 +167,13 @@ std::vector<OpSpec> compile_specs() {
     mla.block_size = 64;
     specs.push_back(OpSpec::make(OpKind::kConcatAndCacheMla, mla));
   }
+  for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3}) {
+    ir::GatherCacheParams g;
+    g.dtype = DType::kBF16, g.kv = kv, g.head_dim = 576, g.block_size = 64;
+    specs.push_back(OpSpec::make(OpKind::kGatherAndMaybeDequantCache, g));
+  }
+  specs.push_back(
+      OpSpec::make(OpKind::kCpGatherCache, ir::CpGatherCacheParams{DType::kBF16, 576, 64}));
   specs.push_back(
       OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16}));
   specs.push_back(

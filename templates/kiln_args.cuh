@@ -179,3 +179,61 @@ struct GatherArgs {
 };
 
 }  // namespace kiln
+
+namespace kiln {
+
+/// indexer_k_quant_and_cache (one block per token) and cp_gather_indexer_k_quant_cache (one
+/// block per request).
+struct IndexerArgs {
+  const void* k;  ///< quant: [T, D] dense
+  void* cache;    ///< u8 blocks of BS·D code bytes, then BS·G fp32 scales
+  const long long* slots;
+  void* dst_k;                   ///< gather: [N, D] bytes, rows at dst_k_stride
+  void* dst_scale;               ///< gather: [N, 4G] bytes, rows at dst_scale_stride
+  const int* block_table;        ///< [B, max_blocks], contiguous
+  const int* cu_seq_lens;        ///< [B + 1]
+  long long cache_block_stride;  ///< bytes between cache blocks
+  long long dst_k_stride;
+  long long dst_scale_stride;
+  long long table_stride;
+  long long count;  ///< tokens (quant) or requests (gather)
+};
+
+}  // namespace kiln
+
+namespace kiln {
+
+/// concat_and_cache_mla_rope_fused. One block per token.
+struct MlaRopeArgs {
+  const long long* positions;
+  void* q_pe;           ///< [T, Hq, rot_dim]
+  void* k_pe;           ///< [T, rot_dim]
+  const void* kv_c;     ///< [T, R]
+  const void* cos_sin;  ///< [max_position, rot_dim] of T
+  const long long* slots;
+  void* cache;  ///< [NB, BS, R + rot_dim]
+  const float* scale;
+  long long q_token_stride;
+  long long q_head_stride;
+  long long k_stride;
+  long long kv_c_stride;
+  long long cache_block_stride;
+  long long cache_entry_stride;
+  long long tokens;
+};
+
+/// cp_gather_and_upconvert_fp8_kv_cache. One block per dst row.
+struct UpconvertArgs {
+  const void* src;  ///< u8 [NB, BS, 656]
+  void* dst;        ///< bf16 [rows, 576]
+  const int* block_table;
+  const int* workspace_starts;  ///< [B], non-decreasing, starts[0] == 0
+  long long src_block_stride;
+  long long src_entry_stride;
+  long long dst_stride;
+  long long table_stride;
+  long long batch;
+  long long rows;
+};
+
+}  // namespace kiln

@@ -317,6 +317,145 @@ Result<LaunchPlan> plan_launch(const OpSpec& spec, const Config& config, const K
     }
     KILN_RETURN_IF_ERROR(set_rows(plan, op, a.tokens, threads));
     plan.set_params(a);
+  } else if (spec.op == OpKind::kConcatAndCacheMlaRopeFused) {
+    const auto& p = spec.get<ir::MlaRopeCacheWriteParams>();
+    const Tensor& positions = args.tensor(0);
+    const Tensor& q_pe = args.tensor(1);
+    const Tensor& cos_sin = args.tensor(4);
+    const Tensor& slots = args.tensor(5);
+    const Tensor& cache = args.tensor(6);
+    const int64_t tokens = q_pe.size(0);
+    for (int64_t t = 0; host_data && t < tokens; ++t) {
+      const int64_t pos = positions.data_as<const int64_t>()[t * positions.stride(0)];
+      if (pos < 0 || pos >= cos_sin.size(0)) {
+        return invalid_argument(fmt::format(
+            "{}: argument 'positions' has positions[{}] = {}, outside the cos_sin_cache rows "
+            "[0, {})",
+            op, t, pos, cos_sin.size(0)));
+      }
+    }
+    if (host_data) KILN_RETURN_IF_ERROR(check_slots(op, slots, cache.size(0), p.block_size));
+    if ((slots.stride(0) != 1 && tokens > 1) || (positions.stride(0) != 1 && tokens > 1)) {
+      return invalid_argument(
+          fmt::format("{}: the cuda backend needs dense positions and slot_mapping ({}, {})", op,
+                      positions.describe(), slots.describe()));
+    }
+    kiln::MlaRopeArgs a{};
+    a.positions = positions.data_as<const long long>();
+    a.q_pe = q_pe.data();
+    a.k_pe = args.tensor(2).data();
+    a.kv_c = args.tensor(3).data();
+    a.cos_sin = cos_sin.data();
+    a.slots = slots.data_as<const long long>();
+    a.cache = cache.data();
+    a.scale = args.tensor(7).data_as<const float>();
+    a.q_token_stride = q_pe.stride(0);
+    a.q_head_stride = q_pe.stride(1);
+    a.k_stride = args.tensor(2).stride(0);
+    a.kv_c_stride = args.tensor(3).stride(0);
+    a.cache_block_stride = cache.stride(0);
+    a.cache_entry_stride = cache.stride(1);
+    a.tokens = tokens;
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, tokens, threads));
+    plan.set_params(a);
+  } else if (spec.op == OpKind::kCpGatherAndUpconvertFp8KvCache) {
+    const auto& p = spec.get<ir::UpconvertGatherParams>();
+    const Tensor& src = args.tensor(0);
+    const Tensor& dst = args.tensor(1);
+    const Tensor& table = args.tensor(2);
+    const Tensor& starts = args.tensor(4);
+    const int64_t batch = int64_t(args.scalar(0));
+    const int64_t rows = dst.size(0);
+    if (host_data) {
+      if (rows > 0 && batch == 0) {
+        return invalid_argument(
+            fmt::format("{}: argument 'batch_size' is 0 but dst has {} rows to fill", op, rows));
+      }
+      for (int64_t r = 1; r < batch; ++r) {
+        if (at_i32(starts, r) < at_i32(starts, r - 1)) {
+          return invalid_argument(fmt::format(
+              "{}: argument 'workspace_starts' decreases at index {} ({} after {}); it must be "
+              "non-decreasing",
+              op, r, at_i32(starts, r), at_i32(starts, r - 1)));
+        }
+      }
+      int64_t r = 0, block = 0;
+      for (int64_t o = 0; o < rows; ++o) {
+        while (r + 1 < batch && at_i32(starts, r + 1) <= o) ++r;
+        const int64_t pos = o - at_i32(starts, r);
+        if (pos < 0) {
+          return invalid_argument(
+              fmt::format("{}: argument 'workspace_starts' leaves row {} before the first request "
+                          "(workspace_starts[0] = {}); it must start at 0",
+                          op, o, at_i32(starts, 0)));
+        }
+        KILN_RETURN_IF_ERROR(
+            ir::check_block_table_entry(op, table, src.size(0), p.block_size, r, pos, block));
+      }
+    }
+    kiln::UpconvertArgs a{};
+    a.src = src.data();
+    a.dst = dst.data();
+    a.block_table = table.data_as<const int>();
+    a.workspace_starts = starts.data_as<const int>();
+    a.src_block_stride = src.stride(0);
+    a.src_entry_stride = src.stride(1);
+    a.dst_stride = dst.stride(0);
+    a.table_stride = table.stride(0);
+    a.batch = batch;
+    a.rows = rows;
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, rows, threads));
+    plan.set_params(a);
+  } else if (spec.op == OpKind::kIndexerKQuantAndCache) {
+    const auto& p = spec.get<ir::IndexerQuantParams>();
+    const Tensor& k = args.tensor(0);
+    const Tensor& cache = args.tensor(1);
+    const Tensor& slots = args.tensor(2);
+    if (host_data) KILN_RETURN_IF_ERROR(check_slots(op, slots, cache.size(0), p.block_size));
+    if (slots.stride(0) != 1 && slots.size(0) > 1) {
+      return invalid_argument(fmt::format("{}: the cuda backend needs a dense slot_mapping ({})",
+                                          op, slots.describe()));
+    }
+    kiln::IndexerArgs a{};
+    a.k = k.data();
+    a.cache = cache.data();
+    a.slots = slots.data_as<const long long>();
+    // The ref addresses blocks by their byte size: BS * (D + 4G).
+    a.cache_block_stride = p.block_size * (p.head_dim + 4 * (p.head_dim / p.quant_block));
+    a.count = k.size(0);
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.count, threads));
+    plan.set_params(a);
+  } else if (spec.op == OpKind::kCpGatherIndexerKQuantCache) {
+    const auto& p = spec.get<ir::IndexerGatherParams>();
+    const Tensor& cache = args.tensor(0);
+    const Tensor& table = args.tensor(3);
+    const Tensor& cu = args.tensor(4);
+    int64_t block = 0;
+    for (int64_t r = 0; host_data && r < table.size(0); ++r) {
+      int64_t begin = 0, end = 0;
+      KILN_RETURN_IF_ERROR(ir::check_request_rows(op, cu, r, args.tensor(1).size(0), begin, end));
+      for (int64_t row = begin; row < end; ++row) {
+        KILN_RETURN_IF_ERROR(ir::check_block_table_entry(op, table, cache.size(0), p.block_size, r,
+                                                         row - begin, block));
+      }
+    }
+    if (cu.stride(0) != 1 && cu.size(0) > 1) {
+      return invalid_argument(
+          fmt::format("{}: the cuda backend needs a dense cu_seq_lens ({})", op, cu.describe()));
+    }
+    kiln::IndexerArgs a{};
+    a.cache = cache.data();
+    a.dst_k = args.tensor(1).data();
+    a.dst_scale = args.tensor(2).data();
+    a.block_table = table.data_as<const int>();
+    a.cu_seq_lens = cu.data_as<const int>();
+    a.cache_block_stride = cache.stride(0);
+    a.dst_k_stride = args.tensor(1).stride(0);
+    a.dst_scale_stride = args.tensor(2).stride(0);
+    a.table_stride = table.stride(0);
+    a.count = table.size(0);
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.count, threads));
+    plan.set_params(a);
   } else if (spec.op == OpKind::kGatherAndMaybeDequantCache || spec.op == OpKind::kCpGatherCache) {
     const bool dequant = spec.op == OpKind::kGatherAndMaybeDequantCache;
     if (host_data) KILN_RETURN_IF_ERROR(check_gather(spec, args));

@@ -46,7 +46,11 @@ bool has_template(OpKind op) {
     case OpKind::kConvertVerticalSlashIndexes:
     case OpKind::kConvertVerticalSlashIndexesMergehead:
     case OpKind::kTopKPerRowPrefill:
-    case OpKind::kTopKPerRowDecode: return true;
+    case OpKind::kTopKPerRowDecode:
+    case OpKind::kIndexerKQuantAndCache:
+    case OpKind::kCpGatherIndexerKQuantCache:
+    case OpKind::kConcatAndCacheMlaRopeFused:
+    case OpKind::kCpGatherAndUpconvertFp8KvCache: return true;
     default: return is_activation(op);
   }
 }
@@ -106,6 +110,17 @@ int64_t default_threads(const OpSpec& spec, int64_t vec) {
     case OpKind::kGatherAndMaybeDequantCache:
       return threads_for(spec.get<ir::GatherCacheParams>().head_dim, 256);
     case OpKind::kCpGatherCache: return 256;
+    case OpKind::kCpGatherIndexerKQuantCache: return 256;
+    case OpKind::kCpGatherAndUpconvertFp8KvCache: return 64;
+    case OpKind::kConcatAndCacheMlaRopeFused: {
+      const auto& p = spec.get<ir::MlaRopeCacheWriteParams>();
+      return threads_for(std::max(p.kv_lora_rank + p.rot_dim, p.head_count_q * p.rot_dim / 2), 512);
+    }
+    case OpKind::kIndexerKQuantAndCache: {
+      // One warp per scale group, at most 8 warps.
+      const auto& p = spec.get<ir::IndexerQuantParams>();
+      return std::min<int64_t>(8, p.head_dim / p.quant_block) * 32;
+    }
     case OpKind::kConcatAndCacheMla: {
       const auto& p = spec.get<ir::MlaCacheWriteParams>();
       // ds_mla: one warp per 128-wide tile of the 512 latent values.
@@ -282,6 +297,46 @@ Result<RenderedKernel> render(const OpSpec& spec, const Config& config) {
     m += fmt::format("  static constexpr bool kFlash = {};\n", bool_text(flash));
     m += fmt::format("  static constexpr bool kPerHeadScale = {};\n", bool_text(per_head));
     m += fmt::format("  static constexpr int kX = {};\n", flash ? 1 : ir::paged_key_x(dtype, kv));
+  } else if (spec.op == OpKind::kConcatAndCacheMlaRopeFused) {
+    const auto& p = spec.get<ir::MlaRopeCacheWriteParams>();
+    r.header = "mla_rope.cuh";
+    r.kernel_template = "kiln::mla_rope_kernel";
+    r.args_type = "kiln::MlaRopeArgs";
+    m += fmt::format("  using T = {};\n", cuda_type(p.dtype));
+    m += fmt::format("  using C = {};\n",
+                     p.kv == ir::KvCacheDtype::kAuto ? cuda_type(p.dtype) : "kiln::u8");
+    m += fmt::format("  static constexpr int kKv = {};\n", int(p.kv));
+    m += fmt::format("  static constexpr int kRank = {};\n", p.kv_lora_rank);
+    m += fmt::format("  static constexpr int kRotDim = {};\n", p.rot_dim);
+    m += fmt::format("  static constexpr int kHeadsQ = {};\n", p.head_count_q);
+    m += fmt::format("  static constexpr bool kNeox = {};\n",
+                     bool_text(p.style == ir::RopeStyle::kNeox));
+    m += fmt::format("  static constexpr int kBlockSize = {};\n", p.block_size);
+  } else if (spec.op == OpKind::kCpGatherAndUpconvertFp8KvCache) {
+    r.header = "upconvert.cuh";
+    r.kernel_template = "kiln::upconvert_kernel";
+    r.args_type = "kiln::UpconvertArgs";
+    m += fmt::format("  static constexpr int kBlockSize = {};\n",
+                     spec.get<ir::UpconvertGatherParams>().block_size);
+  } else if (spec.op == OpKind::kIndexerKQuantAndCache) {
+    const auto& p = spec.get<ir::IndexerQuantParams>();
+    r.header = "indexer.cuh";
+    r.kernel_template = "kiln::indexer_quant_kernel";
+    r.args_type = "kiln::IndexerArgs";
+    m += fmt::format("  using T = {};\n", cuda_type(p.dtype));
+    m += fmt::format("  static constexpr int kHeadDim = {};\n", p.head_dim);
+    m += fmt::format("  static constexpr int kQuantBlock = {};\n", p.quant_block);
+    m += fmt::format("  static constexpr int kBlockSize = {};\n", p.block_size);
+    m += fmt::format("  static constexpr bool kUe8m0 = {};\n",
+                     bool_text(p.scale_fmt == ir::ScaleFormat::kUe8m0));
+  } else if (spec.op == OpKind::kCpGatherIndexerKQuantCache) {
+    const auto& p = spec.get<ir::IndexerGatherParams>();
+    r.header = "indexer.cuh";
+    r.kernel_template = "kiln::indexer_gather_kernel";
+    r.args_type = "kiln::IndexerArgs";
+    m += fmt::format("  static constexpr int kHeadDim = {};\n", p.head_dim);
+    m += fmt::format("  static constexpr int kQuantBlock = {};\n", p.quant_block);
+    m += fmt::format("  static constexpr int kBlockSize = {};\n", p.block_size);
   } else if (spec.op == OpKind::kGatherAndMaybeDequantCache) {
     const auto& p = spec.get<ir::GatherCacheParams>();
     r.header = "gather.cuh";

@@ -34,6 +34,39 @@ std::vector<OpSpec> cache_specs() {
   std::vector<OpSpec> specs;
   const ir::KvCacheDtype kvs[] = {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3,
                                   ir::KvCacheDtype::kFp8E5m2};
+  for (int64_t block : {1, 16, 64}) {
+    specs.push_back(
+        OpSpec::make(OpKind::kCpGatherAndUpconvertFp8KvCache, ir::UpconvertGatherParams{block}));
+  }
+  for (DType dt : kFloatTypes) {
+    for (ir::KvCacheDtype kv :
+         {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
+      for (auto style : {ir::RopeStyle::kGptj, ir::RopeStyle::kNeox}) {
+        ir::MlaRopeCacheWriteParams p;
+        p.dtype = dt, p.kv = kv, p.kv_lora_rank = style == ir::RopeStyle::kGptj ? 512 : 40;
+        p.rot_dim = style == ir::RopeStyle::kGptj ? 64 : 16;
+        p.head_count_q = style == ir::RopeStyle::kGptj ? 4 : 3;
+        p.style = style, p.block_size = style == ir::RopeStyle::kGptj ? 16 : 1;
+        specs.push_back(OpSpec::make(OpKind::kConcatAndCacheMlaRopeFused, p));
+      }
+    }
+  }
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    for (auto fmt : {ir::ScaleFormat::kPlain, ir::ScaleFormat::kUe8m0}) {
+      for (auto [dim, qb, block] :
+           {std::tuple{128, 128, 64}, std::tuple{128, 32, 1}, std::tuple{64, 16, 16}}) {
+        ir::IndexerQuantParams p;
+        p.dtype = dt, p.head_dim = dim, p.quant_block = qb, p.block_size = block;
+        p.scale_fmt = fmt;
+        specs.push_back(OpSpec::make(OpKind::kIndexerKQuantAndCache, p));
+      }
+    }
+  }
+  for (auto [dim, qb, block] : {std::tuple{128, 128, 64}, std::tuple{128, 32, 1}}) {
+    ir::IndexerGatherParams p;
+    p.head_dim = dim, p.quant_block = qb, p.block_size = block;
+    specs.push_back(OpSpec::make(OpKind::kCpGatherIndexerKQuantCache, p));
+  }
   for (DType dt : kFloatTypes) {
     for (ir::KvCacheDtype kv : kvs) {
       for (auto layout : {ir::CacheLayout::kNhd, ir::CacheLayout::kHnd}) {
@@ -174,6 +207,23 @@ std::vector<OpSpec> compile_specs() {
   }
   specs.push_back(
       OpSpec::make(OpKind::kCpGatherCache, ir::CpGatherCacheParams{DType::kBF16, 576, 64}));
+  {
+    ir::IndexerQuantParams q;
+    q.dtype = DType::kBF16, q.head_dim = 128, q.quant_block = 128, q.block_size = 64;
+    q.scale_fmt = ir::ScaleFormat::kUe8m0;
+    specs.push_back(OpSpec::make(OpKind::kIndexerKQuantAndCache, q));
+    ir::IndexerGatherParams g;
+    g.head_dim = 128, g.quant_block = 128, g.block_size = 64;
+    specs.push_back(OpSpec::make(OpKind::kCpGatherIndexerKQuantCache, g));
+  }
+  {
+    ir::MlaRopeCacheWriteParams mr;
+    mr.dtype = DType::kBF16, mr.kv = ir::KvCacheDtype::kFp8E4m3, mr.kv_lora_rank = 512;
+    mr.rot_dim = 64, mr.head_count_q = 16, mr.block_size = 64;
+    specs.push_back(OpSpec::make(OpKind::kConcatAndCacheMlaRopeFused, mr));
+    specs.push_back(
+        OpSpec::make(OpKind::kCpGatherAndUpconvertFp8KvCache, ir::UpconvertGatherParams{64}));
+  }
   specs.push_back(
       OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16}));
   specs.push_back(

@@ -71,7 +71,9 @@ TEST(Runtime, ForcedBackendThatCannotServeIsAnError) {
   Runtime runtime(RuntimeOptions{});
   CompileOptions options;
   options.backend = BackendKind::kCuda;
-  auto kernel = runtime.compile(kSilu, options);
+  // The cuda backend serves silu_and_mul; swap_blocks has no cuda template.
+  auto kernel = runtime.compile(OpSpec::make(OpKind::kSwapBlocks, ir::SwapBlocksParams{4096}),
+                                options);
   ASSERT_FALSE(kernel.is_ok());
   EXPECT_EQ(kernel.status().code(), StatusCode::kUnsupported);
   EXPECT_NE(kernel.status().message().find("cuda"), std::string::npos);

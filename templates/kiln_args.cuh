@@ -237,3 +237,18 @@ struct UpconvertArgs {
 };
 
 }  // namespace kiln
+
+namespace kiln {
+
+/// swap_blocks: up to kSwapPairs (src block, dst block) pairs per launch, one block each. The
+/// host reads the mapping (a CPU tensor, as in vLLM) and launches as often as needed.
+constexpr int kSwapPairs = 12;
+struct SwapArgs {
+  const void* src;
+  void* dst;
+  long long pairs[kSwapPairs][2];
+  int count;
+  int vector_ok;  ///< src and dst 16-byte aligned (block_bytes % 16 == 0 is compile-time)
+};
+
+}  // namespace kiln

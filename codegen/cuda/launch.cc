@@ -197,8 +197,8 @@ Status check_gather(const OpSpec& spec, const KernelArgs& args) {
 
 }  // namespace
 
-Result<LaunchPlan> plan_launch(const OpSpec& spec, const Config& config, const KernelArgs& args,
-                               bool host_data) {
+Result<std::vector<LaunchPlan>> plan_launch(const OpSpec& spec, const Config& config,
+                                            const KernelArgs& args, bool host_data) {
   LaunchPlan plan;
   const int64_t threads = config.get(kThreads, 256);
   const int64_t vec = config.get(kVec, 1);
@@ -317,6 +317,47 @@ Result<LaunchPlan> plan_launch(const OpSpec& spec, const Config& config, const K
     }
     KILN_RETURN_IF_ERROR(set_rows(plan, op, a.tokens, threads));
     plan.set_params(a);
+  } else if (spec.op == OpKind::kSwapBlocks) {
+    // The mapping is a CPU tensor (as in vLLM), read here whatever the data's device.
+    const auto& p = spec.get<ir::SwapBlocksParams>();
+    const Tensor& src = args.tensor(0);
+    const Tensor& dst = args.tensor(1);
+    const Tensor& mapping = args.tensor(2);
+    const int64_t src_blocks = src.numel() * int64_t(src.element_size()) / p.block_bytes;
+    const int64_t dst_blocks = dst.numel() * int64_t(dst.element_size()) / p.block_bytes;
+    const auto* m = mapping.data_as<const int64_t>();
+    const auto id = [&](int64_t i, int64_t j) {
+      return m[i * mapping.stride(0) + j * mapping.stride(1)];
+    };
+    for (int64_t i = 0; i < mapping.size(0); ++i) {
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t blocks = j == 0 ? src_blocks : dst_blocks;
+        if (id(i, j) < 0 || id(i, j) >= blocks) {
+          return invalid_argument(fmt::format(
+              "{}: argument 'block_mapping' has block_mapping[{}, {}] = {}, outside the {} "
+              "blocks [0, {})",
+              op, i, j, id(i, j), j == 0 ? "src" : "dst", blocks));
+        }
+      }
+    }
+    std::vector<LaunchPlan> plans;
+    for (int64_t first = 0; first < mapping.size(0); first += kiln::kSwapPairs) {
+      kiln::SwapArgs a{};
+      a.src = src.data();
+      a.dst = dst.data();
+      a.count = int(std::min<int64_t>(kiln::kSwapPairs, mapping.size(0) - first));
+      for (int k = 0; k < a.count; ++k) {
+        a.pairs[k][0] = id(first + k, 0);
+        a.pairs[k][1] = id(first + k, 1);
+      }
+      a.vector_ok = aligned(a.src, 16) && aligned(a.dst, 16);
+      LaunchPlan one;
+      one.grid[0] = unsigned(a.count);
+      one.block[0] = unsigned(threads);
+      one.set_params(a);
+      plans.push_back(one);
+    }
+    return plans;
   } else if (spec.op == OpKind::kConcatAndCacheMlaRopeFused) {
     const auto& p = spec.get<ir::MlaRopeCacheWriteParams>();
     const Tensor& positions = args.tensor(0);
@@ -611,7 +652,7 @@ Result<LaunchPlan> plan_launch(const OpSpec& spec, const Config& config, const K
     return Status(StatusCode::kUnsupported,
                   fmt::format("the cuda backend has no launch plan for {}", op));
   }
-  return plan;
+  return std::vector<LaunchPlan>{plan};
 }
 
 }  // namespace jit::codegen::cuda

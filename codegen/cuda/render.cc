@@ -50,7 +50,8 @@ bool has_template(OpKind op) {
     case OpKind::kIndexerKQuantAndCache:
     case OpKind::kCpGatherIndexerKQuantCache:
     case OpKind::kConcatAndCacheMlaRopeFused:
-    case OpKind::kCpGatherAndUpconvertFp8KvCache: return true;
+    case OpKind::kCpGatherAndUpconvertFp8KvCache:
+    case OpKind::kSwapBlocks: return true;
     default: return is_activation(op);
   }
 }
@@ -112,6 +113,10 @@ int64_t default_threads(const OpSpec& spec, int64_t vec) {
     case OpKind::kCpGatherCache: return 256;
     case OpKind::kCpGatherIndexerKQuantCache: return 256;
     case OpKind::kCpGatherAndUpconvertFp8KvCache: return 64;
+    case OpKind::kSwapBlocks: {
+      const int64_t bytes = spec.get<ir::SwapBlocksParams>().block_bytes;
+      return threads_for(bytes % 16 == 0 ? bytes / 16 : bytes, 512);
+    }
     case OpKind::kConcatAndCacheMlaRopeFused: {
       const auto& p = spec.get<ir::MlaRopeCacheWriteParams>();
       return threads_for(std::max(p.kv_lora_rank + p.rot_dim, p.head_count_q * p.rot_dim / 2), 512);
@@ -297,6 +302,12 @@ Result<RenderedKernel> render(const OpSpec& spec, const Config& config) {
     m += fmt::format("  static constexpr bool kFlash = {};\n", bool_text(flash));
     m += fmt::format("  static constexpr bool kPerHeadScale = {};\n", bool_text(per_head));
     m += fmt::format("  static constexpr int kX = {};\n", flash ? 1 : ir::paged_key_x(dtype, kv));
+  } else if (spec.op == OpKind::kSwapBlocks) {
+    r.header = "swap.cuh";
+    r.kernel_template = "kiln::swap_blocks_kernel";
+    r.args_type = "kiln::SwapArgs";
+    m += fmt::format("  static constexpr long long kBlockBytes = {};\n",
+                     spec.get<ir::SwapBlocksParams>().block_bytes);
   } else if (spec.op == OpKind::kConcatAndCacheMlaRopeFused) {
     const auto& p = spec.get<ir::MlaRopeCacheWriteParams>();
     r.header = "mla_rope.cuh";

@@ -224,6 +224,7 @@ std::vector<OpSpec> compile_specs() {
     specs.push_back(
         OpSpec::make(OpKind::kCpGatherAndUpconvertFp8KvCache, ir::UpconvertGatherParams{64}));
   }
+  specs.push_back(OpSpec::make(OpKind::kSwapBlocks, ir::SwapBlocksParams{65536}));
   specs.push_back(
       OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16}));
   specs.push_back(

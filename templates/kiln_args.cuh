@@ -42,6 +42,7 @@ struct RopeArgs {
   long long key_token_stride;
   long long key_head_stride;
   long long tokens;
+  int vector_ok;  ///< heads, strides and the cache rows are aligned for the config's vector
 };
 
 }  // namespace kiln

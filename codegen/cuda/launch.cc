@@ -267,6 +267,16 @@ Result<std::vector<LaunchPlan>> plan_launch(const OpSpec& spec, const Config& co
       a.key_head_stride = k.head;
     }
     a.tokens = positions.numel();
+    // Vector accesses of vec pairs: NeoX reads vec elements at j and E + j, GPT-J 2·vec at 2j;
+    // every head start and the cache rows (rot_dim apart) must be aligned for them.
+    const int64_t esize = int64_t(dtype_size(p.dtype));
+    const int64_t span = (p.style == ir::RopeStyle::kNeox ? 1 : 2) * vec;
+    const auto operand_ok = [&](const void* data, int64_t token_stride, int64_t head_stride) {
+      return aligned(data, span * esize) && token_stride % span == 0 && head_stride % span == 0;
+    };
+    a.vector_ok = operand_ok(a.query, a.query_token_stride, a.query_head_stride) &&
+                  (!p.key || operand_ok(a.key, a.key_token_stride, a.key_head_stride)) &&
+                  aligned(a.cos_sin, vec * int64_t(dtype_size(p.cache_dtype)));
     KILN_RETURN_IF_ERROR(set_rows(plan, op, a.tokens, threads));
     plan.set_params(a);
   } else if (spec.op == OpKind::kReshapeAndCache || spec.op == OpKind::kReshapeAndCacheFlash) {

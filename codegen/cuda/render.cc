@@ -58,8 +58,10 @@ bool has_template(OpKind op) {
 
 // The vector width limit in elements for `op` with element size `esize`.
 int64_t max_vec(OpKind op, int64_t esize) {
-  // swigluoai loads 2·vec interleaved inputs per access.
-  return op == OpKind::kSwigluoaiAndMul ? kVectorBytes / esize / 2 : kVectorBytes / esize;
+  // swigluoai loads 2·vec interleaved inputs per access; so does GPT-J rotary (pairs are
+  // adjacent), and NeoX rotary keeps the same bound so that both styles tune alike.
+  return op == OpKind::kSwigluoaiAndMul || op == OpKind::kRotaryEmbedding ? kVectorBytes / esize / 2
+                                                                          : kVectorBytes / esize;
 }
 
 // The row width the vector width must divide (0: the kernel has no vector knob).
@@ -71,6 +73,7 @@ int64_t vector_width_of(const OpSpec& spec) {
     // convert_fp8 vectorises a flat buffer (with a scalar tail): any power of two divides.
     case OpKind::kConvertFp8: return 1 << 30;
     case OpKind::kMergeAttnStates: return spec.get<ir::MergeAttnStatesParams>().head_size;
+    case OpKind::kRotaryEmbedding: return spec.get<ir::RopeParams>().rot_dim / 2;
     default: return is_activation(spec.op) ? spec.get<ir::ActivationParams>().d : 0;
   }
 }
@@ -86,6 +89,11 @@ DType element_dtype(const OpSpec& spec) {
       return dtype_size(p.src) >= dtype_size(p.dst) ? p.src : p.dst;
     }
     case OpKind::kMergeAttnStates: return spec.get<ir::MergeAttnStatesParams>().dtype;
+    case OpKind::kRotaryEmbedding: {
+      // The widest of the two element types bounds the vector.
+      const auto& p = spec.get<ir::RopeParams>();
+      return dtype_size(p.cache_dtype) > dtype_size(p.dtype) ? p.cache_dtype : p.dtype;
+    }
     default: return is_activation(spec.op) ? spec.get<ir::ActivationParams>().dtype : DType::kF32;
   }
 }
@@ -97,7 +105,7 @@ int64_t default_threads(const OpSpec& spec, int64_t vec) {
     case OpKind::kRotaryEmbedding: {
       const auto& p = spec.get<ir::RopeParams>();
       const int64_t heads = std::max(p.head_count_q, p.key ? p.head_count_kv : 0);
-      return threads_for(heads * p.rot_dim / 2, 512);
+      return threads_for(heads * p.rot_dim / 2 / vec, 512);
     }
     case OpKind::kReshapeAndCache: {
       const auto& p = spec.get<ir::PagedCacheWriteParams>();

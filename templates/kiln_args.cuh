@@ -42,6 +42,7 @@ struct RopeArgs {
   long long key_token_stride;
   long long key_head_stride;
   long long tokens;
+  int vector_ok;  ///< heads, strides and the cache rows are aligned for the config's vector
 };
 
 }  // namespace kiln
@@ -137,6 +138,118 @@ struct VerticalSlashArgs {
   long long rows;
   long long nnz_v;
   long long nnz_s;
+};
+
+}  // namespace kiln
+
+namespace kiln {
+
+/// concat_and_cache_mla. One block per token.
+struct MlaWriteArgs {
+  const void* kv_c;  ///< [T, R], rows at kv_c_stride
+  const void* k_pe;  ///< [T, P], rows at k_pe_stride
+  void* cache;       ///< [NB, BS, entry], entry dense
+  const long long* slots;
+  const float* scale;  ///< [1] (fp8_e4m3 / fp8_e5m2)
+  long long kv_c_stride;
+  long long k_pe_stride;
+  long long cache_block_stride;  ///< elements of the cache type
+  long long cache_entry_stride;
+  long long tokens;
+};
+
+}  // namespace kiln
+
+namespace kiln {
+
+/// gather_and_maybe_dequant_cache (one block per dst token) and cp_gather_cache (one block
+/// per request).
+struct GatherArgs {
+  const void* src;          ///< paged cache [NB, BS, entry...], entry dense
+  void* dst;                ///< rows at dst_stride
+  const int* block_table;   ///< [B, max_blocks], rows at table_stride
+  const int* cu_seq_lens;   ///< [B + 1]
+  const int* token_to_seq;  ///< gather_and_maybe_dequant only
+  const int* seq_starts;    ///< optional (nullptr)
+  const float* scale;       ///< fp8 dequantisation scale [1]
+  long long src_block_stride;
+  long long src_entry_stride;
+  long long dst_stride;
+  long long table_stride;
+  long long count;  ///< num_tokens (gather) or batch_size (cp_gather)
+};
+
+}  // namespace kiln
+
+namespace kiln {
+
+/// indexer_k_quant_and_cache (one block per token) and cp_gather_indexer_k_quant_cache (one
+/// block per request).
+struct IndexerArgs {
+  const void* k;  ///< quant: [T, D] dense
+  void* cache;    ///< u8 blocks of BS·D code bytes, then BS·G fp32 scales
+  const long long* slots;
+  void* dst_k;                   ///< gather: [N, D] bytes, rows at dst_k_stride
+  void* dst_scale;               ///< gather: [N, 4G] bytes, rows at dst_scale_stride
+  const int* block_table;        ///< [B, max_blocks], contiguous
+  const int* cu_seq_lens;        ///< [B + 1]
+  long long cache_block_stride;  ///< bytes between cache blocks
+  long long dst_k_stride;
+  long long dst_scale_stride;
+  long long table_stride;
+  long long count;  ///< tokens (quant) or requests (gather)
+};
+
+}  // namespace kiln
+
+namespace kiln {
+
+/// concat_and_cache_mla_rope_fused. One block per token.
+struct MlaRopeArgs {
+  const long long* positions;
+  void* q_pe;           ///< [T, Hq, rot_dim]
+  void* k_pe;           ///< [T, rot_dim]
+  const void* kv_c;     ///< [T, R]
+  const void* cos_sin;  ///< [max_position, rot_dim] of T
+  const long long* slots;
+  void* cache;  ///< [NB, BS, R + rot_dim]
+  const float* scale;
+  long long q_token_stride;
+  long long q_head_stride;
+  long long k_stride;
+  long long kv_c_stride;
+  long long cache_block_stride;
+  long long cache_entry_stride;
+  long long tokens;
+};
+
+/// cp_gather_and_upconvert_fp8_kv_cache. One block per dst row.
+struct UpconvertArgs {
+  const void* src;  ///< u8 [NB, BS, 656]
+  void* dst;        ///< bf16 [rows, 576]
+  const int* block_table;
+  const int* workspace_starts;  ///< [B], non-decreasing, starts[0] == 0
+  long long src_block_stride;
+  long long src_entry_stride;
+  long long dst_stride;
+  long long table_stride;
+  long long batch;
+  long long rows;
+};
+
+}  // namespace kiln
+
+namespace kiln {
+
+/// swap_blocks: up to kSwapPairs (src block, dst block) pairs per launch, one block each. The
+/// host reads the mapping (a CPU tensor, as in vLLM) and launches as often as needed.
+constexpr int kSwapPairs = 12;
+struct SwapArgs {
+  const void* src;
+  void* dst;
+  long long pairs[kSwapPairs][2];
+  int count;
+  int vector_ok;  ///< src and dst 16-byte aligned (block_bytes % 16 == 0 is compile-time)
 };
 
 }  // namespace kiln

@@ -51,8 +51,11 @@ struct Reader {
   }
 };
 
-bool uses_host_memory(const KernelArgs& args) {
+// Whether a tensor the kernel reads or writes is in host memory (swap_blocks' mapping is read by
+// the host and must be on the CPU).
+bool uses_host_memory(const OpSpec& spec, const KernelArgs& args) {
   for (int i = 0; i < args.tensor_count; ++i) {
+    if (spec.op == OpKind::kSwapBlocks && i == 2) continue;
     const Tensor& t = args.tensor(i);
     if (t.defined() && t.device().kind == Device::Kind::kCpu) return true;
   }
@@ -76,19 +79,23 @@ class CudaExecutable final : public Executable {
   Status run(const KernelArgs& args) const override {
     Result<const Driver*> driver = Driver::get();
     if (!driver.is_ok()) return driver.status();
-    if (uses_host_memory(args)) {
+    if (uses_host_memory(spec_, args)) {
       return invalid_argument(fmt::format(
           "{}: the cuda backend needs every tensor on a cuda device; a cpu tensor was passed",
           op_name(spec_.op)));
     }
-    Result<LaunchPlan> plan = plan_launch(spec_, config_, args, /*host_data=*/false);
-    if (!plan.is_ok()) return plan.status();
-    if (plan->empty) return Status::ok();
+    Result<std::vector<LaunchPlan>> plans = plan_launch(spec_, config_, args, /*host_data=*/false);
+    if (!plans.is_ok()) return plans.status();
     KILN_RETURN_IF_ERROR(driver.value()->ensure_context(device_of(args)));
     Result<void*> function = function_for(*driver.value());
     if (!function.is_ok()) return function.status();
-    return driver.value()->launch(function.value(), plan->grid, plan->block, plan->shared_bytes,
-                                  current_stream(), plan->params, plan->params_size);
+    for (const LaunchPlan& plan : plans.value()) {
+      if (plan.empty) continue;
+      KILN_RETURN_IF_ERROR(driver.value()->launch(function.value(), plan.grid, plan.block,
+                                                  plan.shared_bytes, current_stream(), plan.params,
+                                                  plan.params_size));
+    }
+    return Status::ok();
   }
   size_t code_size() const override { return binary_.cubin.size(); }
 

@@ -124,10 +124,81 @@ Status check_vertical_slash(std::string_view op, const ir::VerticalSlashParams& 
   return Status::ok();
 }
 
+// Fills the fields the gathers share: source strides, dst and table strides.
+kiln::GatherArgs gather_args(const KernelArgs& args) {
+  kiln::GatherArgs a{};
+  const Tensor& src = args.tensor(0);
+  const Tensor& dst = args.tensor(1);
+  a.src = src.data();
+  a.dst = dst.data();
+  a.block_table = args.tensor(2).data_as<const int>();
+  a.cu_seq_lens = args.tensor(3).data_as<const int>();
+  a.src_block_stride = src.stride(0);
+  a.src_entry_stride = src.stride(1);
+  a.dst_stride = dst.stride(0);
+  a.table_stride = args.tensor(2).stride(0);
+  return a;
+}
+
+// The gathers' checked mode (the ref's checks and messages): every position a call reads
+// resolves through the block table to a block inside the cache.
+Status check_gather(const OpSpec& spec, const KernelArgs& args) {
+  const std::string_view op = op_name(spec.op);
+  const Tensor& src = args.tensor(0);
+  const Tensor& table = args.tensor(2);
+  const Tensor& cu = args.tensor(3);
+  int64_t block = 0;
+  if (spec.op == OpKind::kGatherAndMaybeDequantCache) {
+    const auto& p = spec.get<ir::GatherCacheParams>();
+    const Tensor& token_to_seq = args.tensor(4);
+    const Tensor& seq_starts = args.tensor(6);
+    const int64_t batch = table.size(0);
+    for (int64_t tok = 0; tok < int64_t(args.scalar(0)); ++tok) {
+      const int64_t r = at_i32(token_to_seq, tok);
+      if (r < 0 || r >= batch) {
+        return invalid_argument(fmt::format(
+            "{}: argument 'token_to_seq' has token_to_seq[{}] = {}, outside the requests [0, {})",
+            op, tok, r, batch));
+      }
+      const auto cu_at = [&](int64_t i) {
+        return int64_t(cu.data_as<const int32_t>()[i * cu.stride(0)]);
+      };
+      if (tok >= cu_at(r + 1)) continue;
+      const int64_t start = seq_starts.defined() ? at_i32(seq_starts, r) : 0;
+      const int64_t pos = tok - cu_at(r) + start;
+      if (pos < 0) {
+        return invalid_argument(
+            fmt::format("{}: argument 'cu_seq_lens' puts token {} at position {} of request {} "
+                        "(cu_seq_lens[{}] = {}, seq_starts {}): positions must be >= 0",
+                        op, tok, pos, r, r, cu_at(r), start));
+      }
+      KILN_RETURN_IF_ERROR(
+          ir::check_block_table_entry(op, table, src.size(0), p.block_size, r, pos, block));
+    }
+    return Status::ok();
+  }
+  const auto& p = spec.get<ir::CpGatherCacheParams>();
+  const Tensor& seq_starts = args.tensor(4);
+  for (int64_t r = 0; r < int64_t(args.scalar(0)); ++r) {
+    int64_t begin = 0, end = 0;
+    KILN_RETURN_IF_ERROR(ir::check_request_rows(op, cu, r, args.tensor(1).size(0), begin, end));
+    const int64_t start = seq_starts.defined() ? at_i32(seq_starts, r) : 0;
+    if (start < 0) {
+      return invalid_argument(fmt::format(
+          "{}: argument 'seq_starts' has seq_starts[{}] = {}; offsets must be >= 0", op, r, start));
+    }
+    for (int64_t row = begin; row < end; ++row) {
+      KILN_RETURN_IF_ERROR(ir::check_block_table_entry(op, table, src.size(0), p.block_size, r,
+                                                       row - begin + start, block));
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
-Result<LaunchPlan> plan_launch(const OpSpec& spec, const Config& config, const KernelArgs& args,
-                               bool host_data) {
+Result<std::vector<LaunchPlan>> plan_launch(const OpSpec& spec, const Config& config,
+                                            const KernelArgs& args, bool host_data) {
   LaunchPlan plan;
   const int64_t threads = config.get(kThreads, 256);
   const int64_t vec = config.get(kVec, 1);
@@ -196,6 +267,16 @@ Result<LaunchPlan> plan_launch(const OpSpec& spec, const Config& config, const K
       a.key_head_stride = k.head;
     }
     a.tokens = positions.numel();
+    // Vector accesses of vec pairs: NeoX reads vec elements at j and E + j, GPT-J 2·vec at 2j;
+    // every head start and the cache rows (rot_dim apart) must be aligned for them.
+    const int64_t esize = int64_t(dtype_size(p.dtype));
+    const int64_t span = (p.style == ir::RopeStyle::kNeox ? 1 : 2) * vec;
+    const auto operand_ok = [&](const void* data, int64_t token_stride, int64_t head_stride) {
+      return aligned(data, span * esize) && token_stride % span == 0 && head_stride % span == 0;
+    };
+    a.vector_ok = operand_ok(a.query, a.query_token_stride, a.query_head_stride) &&
+                  (!p.key || operand_ok(a.key, a.key_token_stride, a.key_head_stride)) &&
+                  aligned(a.cos_sin, vec * int64_t(dtype_size(p.cache_dtype)));
     KILN_RETURN_IF_ERROR(set_rows(plan, op, a.tokens, threads));
     plan.set_params(a);
   } else if (spec.op == OpKind::kReshapeAndCache || spec.op == OpKind::kReshapeAndCacheFlash) {
@@ -244,6 +325,227 @@ Result<LaunchPlan> plan_launch(const OpSpec& spec, const Config& config, const K
             a.vector_ok && key_cache.stride(d) % vec == 0 && value_cache.stride(d) % vec == 0;
       }
     }
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.tokens, threads));
+    plan.set_params(a);
+  } else if (spec.op == OpKind::kSwapBlocks) {
+    // The mapping is a CPU tensor (as in vLLM), read here whatever the data's device.
+    const auto& p = spec.get<ir::SwapBlocksParams>();
+    const Tensor& src = args.tensor(0);
+    const Tensor& dst = args.tensor(1);
+    const Tensor& mapping = args.tensor(2);
+    const int64_t src_blocks = src.numel() * int64_t(src.element_size()) / p.block_bytes;
+    const int64_t dst_blocks = dst.numel() * int64_t(dst.element_size()) / p.block_bytes;
+    const auto* m = mapping.data_as<const int64_t>();
+    const auto id = [&](int64_t i, int64_t j) {
+      return m[i * mapping.stride(0) + j * mapping.stride(1)];
+    };
+    for (int64_t i = 0; i < mapping.size(0); ++i) {
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t blocks = j == 0 ? src_blocks : dst_blocks;
+        if (id(i, j) < 0 || id(i, j) >= blocks) {
+          return invalid_argument(fmt::format(
+              "{}: argument 'block_mapping' has block_mapping[{}, {}] = {}, outside the {} "
+              "blocks [0, {})",
+              op, i, j, id(i, j), j == 0 ? "src" : "dst", blocks));
+        }
+      }
+    }
+    std::vector<LaunchPlan> plans;
+    for (int64_t first = 0; first < mapping.size(0); first += kiln::kSwapPairs) {
+      kiln::SwapArgs a{};
+      a.src = src.data();
+      a.dst = dst.data();
+      a.count = int(std::min<int64_t>(kiln::kSwapPairs, mapping.size(0) - first));
+      for (int k = 0; k < a.count; ++k) {
+        a.pairs[k][0] = id(first + k, 0);
+        a.pairs[k][1] = id(first + k, 1);
+      }
+      a.vector_ok = aligned(a.src, 16) && aligned(a.dst, 16);
+      LaunchPlan one;
+      one.grid[0] = unsigned(a.count);
+      one.block[0] = unsigned(threads);
+      one.set_params(a);
+      plans.push_back(one);
+    }
+    return plans;
+  } else if (spec.op == OpKind::kConcatAndCacheMlaRopeFused) {
+    const auto& p = spec.get<ir::MlaRopeCacheWriteParams>();
+    const Tensor& positions = args.tensor(0);
+    const Tensor& q_pe = args.tensor(1);
+    const Tensor& cos_sin = args.tensor(4);
+    const Tensor& slots = args.tensor(5);
+    const Tensor& cache = args.tensor(6);
+    const int64_t tokens = q_pe.size(0);
+    for (int64_t t = 0; host_data && t < tokens; ++t) {
+      const int64_t pos = positions.data_as<const int64_t>()[t * positions.stride(0)];
+      if (pos < 0 || pos >= cos_sin.size(0)) {
+        return invalid_argument(fmt::format(
+            "{}: argument 'positions' has positions[{}] = {}, outside the cos_sin_cache rows "
+            "[0, {})",
+            op, t, pos, cos_sin.size(0)));
+      }
+    }
+    if (host_data) KILN_RETURN_IF_ERROR(check_slots(op, slots, cache.size(0), p.block_size));
+    if ((slots.stride(0) != 1 && tokens > 1) || (positions.stride(0) != 1 && tokens > 1)) {
+      return invalid_argument(
+          fmt::format("{}: the cuda backend needs dense positions and slot_mapping ({}, {})", op,
+                      positions.describe(), slots.describe()));
+    }
+    kiln::MlaRopeArgs a{};
+    a.positions = positions.data_as<const long long>();
+    a.q_pe = q_pe.data();
+    a.k_pe = args.tensor(2).data();
+    a.kv_c = args.tensor(3).data();
+    a.cos_sin = cos_sin.data();
+    a.slots = slots.data_as<const long long>();
+    a.cache = cache.data();
+    a.scale = args.tensor(7).data_as<const float>();
+    a.q_token_stride = q_pe.stride(0);
+    a.q_head_stride = q_pe.stride(1);
+    a.k_stride = args.tensor(2).stride(0);
+    a.kv_c_stride = args.tensor(3).stride(0);
+    a.cache_block_stride = cache.stride(0);
+    a.cache_entry_stride = cache.stride(1);
+    a.tokens = tokens;
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, tokens, threads));
+    plan.set_params(a);
+  } else if (spec.op == OpKind::kCpGatherAndUpconvertFp8KvCache) {
+    const auto& p = spec.get<ir::UpconvertGatherParams>();
+    const Tensor& src = args.tensor(0);
+    const Tensor& dst = args.tensor(1);
+    const Tensor& table = args.tensor(2);
+    const Tensor& starts = args.tensor(4);
+    const int64_t batch = int64_t(args.scalar(0));
+    const int64_t rows = dst.size(0);
+    if (host_data) {
+      if (rows > 0 && batch == 0) {
+        return invalid_argument(
+            fmt::format("{}: argument 'batch_size' is 0 but dst has {} rows to fill", op, rows));
+      }
+      for (int64_t r = 1; r < batch; ++r) {
+        if (at_i32(starts, r) < at_i32(starts, r - 1)) {
+          return invalid_argument(fmt::format(
+              "{}: argument 'workspace_starts' decreases at index {} ({} after {}); it must be "
+              "non-decreasing",
+              op, r, at_i32(starts, r), at_i32(starts, r - 1)));
+        }
+      }
+      int64_t r = 0, block = 0;
+      for (int64_t o = 0; o < rows; ++o) {
+        while (r + 1 < batch && at_i32(starts, r + 1) <= o) ++r;
+        const int64_t pos = o - at_i32(starts, r);
+        if (pos < 0) {
+          return invalid_argument(
+              fmt::format("{}: argument 'workspace_starts' leaves row {} before the first request "
+                          "(workspace_starts[0] = {}); it must start at 0",
+                          op, o, at_i32(starts, 0)));
+        }
+        KILN_RETURN_IF_ERROR(
+            ir::check_block_table_entry(op, table, src.size(0), p.block_size, r, pos, block));
+      }
+    }
+    kiln::UpconvertArgs a{};
+    a.src = src.data();
+    a.dst = dst.data();
+    a.block_table = table.data_as<const int>();
+    a.workspace_starts = starts.data_as<const int>();
+    a.src_block_stride = src.stride(0);
+    a.src_entry_stride = src.stride(1);
+    a.dst_stride = dst.stride(0);
+    a.table_stride = table.stride(0);
+    a.batch = batch;
+    a.rows = rows;
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, rows, threads));
+    plan.set_params(a);
+  } else if (spec.op == OpKind::kIndexerKQuantAndCache) {
+    const auto& p = spec.get<ir::IndexerQuantParams>();
+    const Tensor& k = args.tensor(0);
+    const Tensor& cache = args.tensor(1);
+    const Tensor& slots = args.tensor(2);
+    if (host_data) KILN_RETURN_IF_ERROR(check_slots(op, slots, cache.size(0), p.block_size));
+    if (slots.stride(0) != 1 && slots.size(0) > 1) {
+      return invalid_argument(fmt::format("{}: the cuda backend needs a dense slot_mapping ({})",
+                                          op, slots.describe()));
+    }
+    kiln::IndexerArgs a{};
+    a.k = k.data();
+    a.cache = cache.data();
+    a.slots = slots.data_as<const long long>();
+    // The ref addresses blocks by their byte size: BS * (D + 4G).
+    a.cache_block_stride = p.block_size * (p.head_dim + 4 * (p.head_dim / p.quant_block));
+    a.count = k.size(0);
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.count, threads));
+    plan.set_params(a);
+  } else if (spec.op == OpKind::kCpGatherIndexerKQuantCache) {
+    const auto& p = spec.get<ir::IndexerGatherParams>();
+    const Tensor& cache = args.tensor(0);
+    const Tensor& table = args.tensor(3);
+    const Tensor& cu = args.tensor(4);
+    int64_t block = 0;
+    for (int64_t r = 0; host_data && r < table.size(0); ++r) {
+      int64_t begin = 0, end = 0;
+      KILN_RETURN_IF_ERROR(ir::check_request_rows(op, cu, r, args.tensor(1).size(0), begin, end));
+      for (int64_t row = begin; row < end; ++row) {
+        KILN_RETURN_IF_ERROR(ir::check_block_table_entry(op, table, cache.size(0), p.block_size, r,
+                                                         row - begin, block));
+      }
+    }
+    if (cu.stride(0) != 1 && cu.size(0) > 1) {
+      return invalid_argument(
+          fmt::format("{}: the cuda backend needs a dense cu_seq_lens ({})", op, cu.describe()));
+    }
+    kiln::IndexerArgs a{};
+    a.cache = cache.data();
+    a.dst_k = args.tensor(1).data();
+    a.dst_scale = args.tensor(2).data();
+    a.block_table = table.data_as<const int>();
+    a.cu_seq_lens = cu.data_as<const int>();
+    a.cache_block_stride = cache.stride(0);
+    a.dst_k_stride = args.tensor(1).stride(0);
+    a.dst_scale_stride = args.tensor(2).stride(0);
+    a.table_stride = table.stride(0);
+    a.count = table.size(0);
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.count, threads));
+    plan.set_params(a);
+  } else if (spec.op == OpKind::kGatherAndMaybeDequantCache || spec.op == OpKind::kCpGatherCache) {
+    const bool dequant = spec.op == OpKind::kGatherAndMaybeDequantCache;
+    if (host_data) KILN_RETURN_IF_ERROR(check_gather(spec, args));
+    kiln::GatherArgs a = gather_args(args);
+    if (dequant) {
+      a.token_to_seq = args.tensor(4).data_as<const int>();
+      a.scale = args.tensor(5).data_as<const float>();
+      a.seq_starts = args.tensor(6).defined() ? args.tensor(6).data_as<const int>() : nullptr;
+    } else {
+      a.seq_starts = args.tensor(4).defined() ? args.tensor(4).data_as<const int>() : nullptr;
+    }
+    // The kernels index cu_seq_lens densely; a strided one is rare enough to refuse clearly.
+    if (args.tensor(3).stride(0) != 1 && args.tensor(3).size(0) > 1) {
+      return invalid_argument(fmt::format("{}: the cuda backend needs a dense cu_seq_lens ({})", op,
+                                          args.tensor(3).describe()));
+    }
+    a.count = int64_t(args.scalar(0));
+    KILN_RETURN_IF_ERROR(set_rows(plan, op, a.count, threads));
+    plan.set_params(a);
+  } else if (spec.op == OpKind::kConcatAndCacheMla) {
+    const auto& p = spec.get<ir::MlaCacheWriteParams>();
+    const Tensor& slots = args.tensor(3);
+    const Tensor& cache = args.tensor(2);
+    if (host_data) KILN_RETURN_IF_ERROR(check_slots(op, slots, cache.size(0), p.block_size));
+    if (slots.stride(0) != 1 && slots.size(0) > 1) {
+      return invalid_argument(fmt::format("{}: the cuda backend needs a dense slot_mapping ({})",
+                                          op, slots.describe()));
+    }
+    kiln::MlaWriteArgs a{};
+    a.kv_c = args.tensor(0).data();
+    a.k_pe = args.tensor(1).data();
+    a.cache = cache.data();
+    a.slots = slots.data_as<const long long>();
+    a.scale = args.tensor(4).data_as<const float>();
+    a.kv_c_stride = args.tensor(0).stride(0);
+    a.k_pe_stride = args.tensor(1).stride(0);
+    a.cache_block_stride = cache.stride(0);
+    a.cache_entry_stride = cache.stride(1);
+    a.tokens = slots.size(0);
     KILN_RETURN_IF_ERROR(set_rows(plan, op, a.tokens, threads));
     plan.set_params(a);
   } else if (spec.op == OpKind::kConvertVerticalSlashIndexes ||
@@ -360,7 +662,7 @@ Result<LaunchPlan> plan_launch(const OpSpec& spec, const Config& config, const K
     return Status(StatusCode::kUnsupported,
                   fmt::format("the cuda backend has no launch plan for {}", op));
   }
-  return plan;
+  return std::vector<LaunchPlan>{plan};
 }
 
 }  // namespace jit::codegen::cuda

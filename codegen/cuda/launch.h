@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "codegen/backend.h"
 #include "ir/kernel_args.h"
@@ -34,7 +35,8 @@ struct LaunchPlan {
 /// which passed check_args. `host_data`: the tensors are host memory (the emulator), so the
 /// data-dependent checks that read indices (rope positions inside the cache) run here, before
 /// anything is written; device tensors are not read by the host.
-Result<LaunchPlan> plan_launch(const OpSpec& spec, const Config& config, const KernelArgs& args,
-                               bool host_data);
+/// Most ops launch once; swap_blocks launches once per kiln::kSwapPairs mapping rows.
+Result<std::vector<LaunchPlan>> plan_launch(const OpSpec& spec, const Config& config,
+                                            const KernelArgs& args, bool host_data);
 
 }  // namespace jit::codegen::cuda

@@ -30,10 +30,38 @@ bool is_activation(OpKind op) {
   return op_family(op) == "activation";
 }
 
+// The ops with a template in templates/.
+bool has_template(OpKind op) {
+  switch (op) {
+    case OpKind::kRmsNorm:
+    case OpKind::kFusedAddRmsNorm:
+    case OpKind::kRotaryEmbedding:
+    case OpKind::kReshapeAndCache:
+    case OpKind::kReshapeAndCacheFlash:
+    case OpKind::kConcatAndCacheMla:
+    case OpKind::kConvertFp8:
+    case OpKind::kGatherAndMaybeDequantCache:
+    case OpKind::kCpGatherCache:
+    case OpKind::kMergeAttnStates:
+    case OpKind::kConvertVerticalSlashIndexes:
+    case OpKind::kConvertVerticalSlashIndexesMergehead:
+    case OpKind::kTopKPerRowPrefill:
+    case OpKind::kTopKPerRowDecode:
+    case OpKind::kIndexerKQuantAndCache:
+    case OpKind::kCpGatherIndexerKQuantCache:
+    case OpKind::kConcatAndCacheMlaRopeFused:
+    case OpKind::kCpGatherAndUpconvertFp8KvCache:
+    case OpKind::kSwapBlocks: return true;
+    default: return is_activation(op);
+  }
+}
+
 // The vector width limit in elements for `op` with element size `esize`.
 int64_t max_vec(OpKind op, int64_t esize) {
-  // swigluoai loads 2·vec interleaved inputs per access.
-  return op == OpKind::kSwigluoaiAndMul ? kVectorBytes / esize / 2 : kVectorBytes / esize;
+  // swigluoai loads 2·vec interleaved inputs per access; so does GPT-J rotary (pairs are
+  // adjacent), and NeoX rotary keeps the same bound so that both styles tune alike.
+  return op == OpKind::kSwigluoaiAndMul || op == OpKind::kRotaryEmbedding ? kVectorBytes / esize / 2
+                                                                          : kVectorBytes / esize;
 }
 
 // The row width the vector width must divide (0: the kernel has no vector knob).
@@ -45,6 +73,7 @@ int64_t vector_width_of(const OpSpec& spec) {
     // convert_fp8 vectorises a flat buffer (with a scalar tail): any power of two divides.
     case OpKind::kConvertFp8: return 1 << 30;
     case OpKind::kMergeAttnStates: return spec.get<ir::MergeAttnStatesParams>().head_size;
+    case OpKind::kRotaryEmbedding: return spec.get<ir::RopeParams>().rot_dim / 2;
     default: return is_activation(spec.op) ? spec.get<ir::ActivationParams>().d : 0;
   }
 }
@@ -60,6 +89,11 @@ DType element_dtype(const OpSpec& spec) {
       return dtype_size(p.src) >= dtype_size(p.dst) ? p.src : p.dst;
     }
     case OpKind::kMergeAttnStates: return spec.get<ir::MergeAttnStatesParams>().dtype;
+    case OpKind::kRotaryEmbedding: {
+      // The widest of the two element types bounds the vector.
+      const auto& p = spec.get<ir::RopeParams>();
+      return dtype_size(p.cache_dtype) > dtype_size(p.dtype) ? p.cache_dtype : p.dtype;
+    }
     default: return is_activation(spec.op) ? spec.get<ir::ActivationParams>().dtype : DType::kF32;
   }
 }
@@ -71,7 +105,7 @@ int64_t default_threads(const OpSpec& spec, int64_t vec) {
     case OpKind::kRotaryEmbedding: {
       const auto& p = spec.get<ir::RopeParams>();
       const int64_t heads = std::max(p.head_count_q, p.key ? p.head_count_kv : 0);
-      return threads_for(heads * p.rot_dim / 2, 512);
+      return threads_for(heads * p.rot_dim / 2 / vec, 512);
     }
     case OpKind::kReshapeAndCache: {
       const auto& p = spec.get<ir::PagedCacheWriteParams>();
@@ -82,6 +116,30 @@ int64_t default_threads(const OpSpec& spec, int64_t vec) {
       return threads_for(p.head_count_kv * p.head_size / vec, 512);
     }
     case OpKind::kConvertFp8: return 256;
+    case OpKind::kGatherAndMaybeDequantCache:
+      return threads_for(spec.get<ir::GatherCacheParams>().head_dim, 256);
+    case OpKind::kCpGatherCache: return 256;
+    case OpKind::kCpGatherIndexerKQuantCache: return 256;
+    case OpKind::kCpGatherAndUpconvertFp8KvCache: return 64;
+    case OpKind::kSwapBlocks: {
+      const int64_t bytes = spec.get<ir::SwapBlocksParams>().block_bytes;
+      return threads_for(bytes % 16 == 0 ? bytes / 16 : bytes, 512);
+    }
+    case OpKind::kConcatAndCacheMlaRopeFused: {
+      const auto& p = spec.get<ir::MlaRopeCacheWriteParams>();
+      return threads_for(std::max(p.kv_lora_rank + p.rot_dim, p.head_count_q * p.rot_dim / 2), 512);
+    }
+    case OpKind::kIndexerKQuantAndCache: {
+      // One warp per scale group, at most 8 warps.
+      const auto& p = spec.get<ir::IndexerQuantParams>();
+      return std::min<int64_t>(8, p.head_dim / p.quant_block) * 32;
+    }
+    case OpKind::kConcatAndCacheMla: {
+      const auto& p = spec.get<ir::MlaCacheWriteParams>();
+      // ds_mla: one warp per 128-wide tile of the 512 latent values.
+      if (p.kv == ir::KvCacheDtype::kFp8DsMla) return 128;
+      return threads_for(p.kv_lora_rank + p.pe_dim, 512);
+    }
     case OpKind::kTopKPerRowPrefill:
     case OpKind::kTopKPerRowDecode: return spec.get<ir::TopKParams>().top_k >= 1024 ? 512 : 256;
     // One thread per row block (a sequential walk each); small blocks spread them over SMs.
@@ -169,13 +227,7 @@ std::string RenderedKernel::unit() const {
 
 Support cuda_supports(const OpSpec& spec) {
   const OpKind op = spec.op;
-  const bool templated = op == OpKind::kRmsNorm || op == OpKind::kFusedAddRmsNorm ||
-                         op == OpKind::kRotaryEmbedding || is_activation(op) ||
-                         op == OpKind::kReshapeAndCache || op == OpKind::kReshapeAndCacheFlash ||
-                         op == OpKind::kConvertFp8 || op == OpKind::kMergeAttnStates ||
-                         op == OpKind::kTopKPerRowPrefill || op == OpKind::kTopKPerRowDecode ||
-                         op == OpKind::kConvertVerticalSlashIndexes ||
-                         op == OpKind::kConvertVerticalSlashIndexesMergehead;
+  const bool templated = has_template(op);
   if (!templated) {
     return Support::no(fmt::format("the cuda backend has no template for {} yet", op_name(op)));
   }
@@ -258,6 +310,88 @@ Result<RenderedKernel> render(const OpSpec& spec, const Config& config) {
     m += fmt::format("  static constexpr bool kFlash = {};\n", bool_text(flash));
     m += fmt::format("  static constexpr bool kPerHeadScale = {};\n", bool_text(per_head));
     m += fmt::format("  static constexpr int kX = {};\n", flash ? 1 : ir::paged_key_x(dtype, kv));
+  } else if (spec.op == OpKind::kSwapBlocks) {
+    r.header = "swap.cuh";
+    r.kernel_template = "kiln::swap_blocks_kernel";
+    r.args_type = "kiln::SwapArgs";
+    m += fmt::format("  static constexpr long long kBlockBytes = {};\n",
+                     spec.get<ir::SwapBlocksParams>().block_bytes);
+  } else if (spec.op == OpKind::kConcatAndCacheMlaRopeFused) {
+    const auto& p = spec.get<ir::MlaRopeCacheWriteParams>();
+    r.header = "mla_rope.cuh";
+    r.kernel_template = "kiln::mla_rope_kernel";
+    r.args_type = "kiln::MlaRopeArgs";
+    m += fmt::format("  using T = {};\n", cuda_type(p.dtype));
+    m += fmt::format("  using C = {};\n",
+                     p.kv == ir::KvCacheDtype::kAuto ? cuda_type(p.dtype) : "kiln::u8");
+    m += fmt::format("  static constexpr int kKv = {};\n", int(p.kv));
+    m += fmt::format("  static constexpr int kRank = {};\n", p.kv_lora_rank);
+    m += fmt::format("  static constexpr int kRotDim = {};\n", p.rot_dim);
+    m += fmt::format("  static constexpr int kHeadsQ = {};\n", p.head_count_q);
+    m += fmt::format("  static constexpr bool kNeox = {};\n",
+                     bool_text(p.style == ir::RopeStyle::kNeox));
+    m += fmt::format("  static constexpr int kBlockSize = {};\n", p.block_size);
+  } else if (spec.op == OpKind::kCpGatherAndUpconvertFp8KvCache) {
+    r.header = "upconvert.cuh";
+    r.kernel_template = "kiln::upconvert_kernel";
+    r.args_type = "kiln::UpconvertArgs";
+    m += fmt::format("  static constexpr int kBlockSize = {};\n",
+                     spec.get<ir::UpconvertGatherParams>().block_size);
+  } else if (spec.op == OpKind::kIndexerKQuantAndCache) {
+    const auto& p = spec.get<ir::IndexerQuantParams>();
+    r.header = "indexer.cuh";
+    r.kernel_template = "kiln::indexer_quant_kernel";
+    r.args_type = "kiln::IndexerArgs";
+    m += fmt::format("  using T = {};\n", cuda_type(p.dtype));
+    m += fmt::format("  static constexpr int kHeadDim = {};\n", p.head_dim);
+    m += fmt::format("  static constexpr int kQuantBlock = {};\n", p.quant_block);
+    m += fmt::format("  static constexpr int kBlockSize = {};\n", p.block_size);
+    m += fmt::format("  static constexpr bool kUe8m0 = {};\n",
+                     bool_text(p.scale_fmt == ir::ScaleFormat::kUe8m0));
+  } else if (spec.op == OpKind::kCpGatherIndexerKQuantCache) {
+    const auto& p = spec.get<ir::IndexerGatherParams>();
+    r.header = "indexer.cuh";
+    r.kernel_template = "kiln::indexer_gather_kernel";
+    r.args_type = "kiln::IndexerArgs";
+    m += fmt::format("  static constexpr int kHeadDim = {};\n", p.head_dim);
+    m += fmt::format("  static constexpr int kQuantBlock = {};\n", p.quant_block);
+    m += fmt::format("  static constexpr int kBlockSize = {};\n", p.block_size);
+  } else if (spec.op == OpKind::kGatherAndMaybeDequantCache) {
+    const auto& p = spec.get<ir::GatherCacheParams>();
+    r.header = "gather.cuh";
+    r.kernel_template = "kiln::gather_dequant_kernel";
+    r.args_type = "kiln::GatherArgs";
+    m += fmt::format("  using T = {};\n", cuda_type(p.dtype));
+    m += fmt::format("  using C = {};\n",
+                     p.kv == ir::KvCacheDtype::kAuto ? cuda_type(p.dtype) : "kiln::u8");
+    m += fmt::format("  static constexpr int kKv = {};\n", int(p.kv));
+    m += fmt::format("  static constexpr int kHeadDim = {};\n", p.head_dim);
+    m += fmt::format("  static constexpr int kBlockSize = {};\n", p.block_size);
+  } else if (spec.op == OpKind::kCpGatherCache) {
+    const auto& p = spec.get<ir::CpGatherCacheParams>();
+    r.header = "gather.cuh";
+    r.kernel_template = "kiln::cp_gather_kernel";
+    r.args_type = "kiln::GatherArgs";
+    // A bit copy: the element's size is all that matters.
+    const size_t esize = dtype_size(p.dtype);
+    m += fmt::format("  using E = {};\n", esize == 1   ? "kiln::u8"
+                                          : esize == 2 ? "kiln::u16"
+                                          : esize == 4 ? "kiln::u32"
+                                                       : "kiln::u64");
+    m += fmt::format("  static constexpr int kEntry = {};\n", p.entry_size);
+    m += fmt::format("  static constexpr int kBlockSize = {};\n", p.block_size);
+  } else if (spec.op == OpKind::kConcatAndCacheMla) {
+    const auto& p = spec.get<ir::MlaCacheWriteParams>();
+    r.header = "mla_cache.cuh";
+    r.kernel_template = "kiln::mla_cache_kernel";
+    r.args_type = "kiln::MlaWriteArgs";
+    m += fmt::format("  using T = {};\n", cuda_type(p.dtype));
+    m += fmt::format("  using C = {};\n",
+                     p.kv == ir::KvCacheDtype::kAuto ? cuda_type(p.dtype) : "kiln::u8");
+    m += fmt::format("  static constexpr int kKv = {};\n", int(p.kv));
+    m += fmt::format("  static constexpr int kRank = {};\n", p.kv_lora_rank);
+    m += fmt::format("  static constexpr int kPeDim = {};\n", p.pe_dim);
+    m += fmt::format("  static constexpr int kBlockSize = {};\n", p.block_size);
   } else if (spec.op == OpKind::kConvertVerticalSlashIndexes ||
              spec.op == OpKind::kConvertVerticalSlashIndexesMergehead) {
     const auto& p = spec.get<ir::VerticalSlashParams>();

@@ -47,8 +47,11 @@ std::vector<std::string> check(const OpSpec& spec, const Config& config) {
   if (!kernel.is_ok()) return {kernel.status().to_string()};
   // top-k cases cycle row lengths over 0, 1, k-1, k, k+1 and a random one: 6 rows reach the
   // rows longer than k (the radix-select path).
-  const std::vector<int64_t> row_counts =
-      op_family(spec.op) == "topk" ? std::vector<int64_t>{6, 12} : std::vector<int64_t>{1, 3};
+  // swap_blocks launches once per 12 mapping rows: 29 rows take three launches.
+  const std::vector<int64_t> row_counts = op_family(spec.op) == "topk" ? std::vector<int64_t>{6, 12}
+                                          : spec.op == OpKind::kSwapBlocks
+                                              ? std::vector<int64_t>{1, 29}
+                                              : std::vector<int64_t>{1, 3};
   for (int64_t rows : row_counts) {
     for (test::InputKind kind : test::input_kinds_for(spec.op)) {
       auto c = test::make_case(spec, rows, kind, uint64_t(rows) * 977 + 3);

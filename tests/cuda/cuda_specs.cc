@@ -34,6 +34,39 @@ std::vector<OpSpec> cache_specs() {
   std::vector<OpSpec> specs;
   const ir::KvCacheDtype kvs[] = {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3,
                                   ir::KvCacheDtype::kFp8E5m2};
+  for (int64_t block : {1, 16, 64}) {
+    specs.push_back(
+        OpSpec::make(OpKind::kCpGatherAndUpconvertFp8KvCache, ir::UpconvertGatherParams{block}));
+  }
+  for (DType dt : kFloatTypes) {
+    for (ir::KvCacheDtype kv :
+         {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
+      for (auto style : {ir::RopeStyle::kGptj, ir::RopeStyle::kNeox}) {
+        ir::MlaRopeCacheWriteParams p;
+        p.dtype = dt, p.kv = kv, p.kv_lora_rank = style == ir::RopeStyle::kGptj ? 512 : 40;
+        p.rot_dim = style == ir::RopeStyle::kGptj ? 64 : 16;
+        p.head_count_q = style == ir::RopeStyle::kGptj ? 4 : 3;
+        p.style = style, p.block_size = style == ir::RopeStyle::kGptj ? 16 : 1;
+        specs.push_back(OpSpec::make(OpKind::kConcatAndCacheMlaRopeFused, p));
+      }
+    }
+  }
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    for (auto fmt : {ir::ScaleFormat::kPlain, ir::ScaleFormat::kUe8m0}) {
+      for (auto [dim, qb, block] :
+           {std::tuple{128, 128, 64}, std::tuple{128, 32, 1}, std::tuple{64, 16, 16}}) {
+        ir::IndexerQuantParams p;
+        p.dtype = dt, p.head_dim = dim, p.quant_block = qb, p.block_size = block;
+        p.scale_fmt = fmt;
+        specs.push_back(OpSpec::make(OpKind::kIndexerKQuantAndCache, p));
+      }
+    }
+  }
+  for (auto [dim, qb, block] : {std::tuple{128, 128, 64}, std::tuple{128, 32, 1}}) {
+    ir::IndexerGatherParams p;
+    p.head_dim = dim, p.quant_block = qb, p.block_size = block;
+    specs.push_back(OpSpec::make(OpKind::kCpGatherIndexerKQuantCache, p));
+  }
   for (DType dt : kFloatTypes) {
     for (ir::KvCacheDtype kv : kvs) {
       for (auto layout : {ir::CacheLayout::kNhd, ir::CacheLayout::kHnd}) {
@@ -50,6 +83,30 @@ std::vector<OpSpec> cache_specs() {
       specs.push_back(OpSpec::make(OpKind::kReshapeAndCache, p));
       p.head_count_kv = 8, p.head_size = 128, p.block_size = 8;
       specs.push_back(OpSpec::make(OpKind::kReshapeAndCache, p));
+    }
+    for (ir::KvCacheDtype kv : kvs) {
+      for (auto [rank, pe, block] : {std::tuple{512, 64, 16}, std::tuple{40, 8, 1}}) {
+        ir::MlaCacheWriteParams p;
+        p.dtype = dt, p.kv = kv, p.kv_lora_rank = rank, p.pe_dim = pe, p.block_size = block;
+        specs.push_back(OpSpec::make(OpKind::kConcatAndCacheMla, p));
+      }
+    }
+    if (dt != DType::kF32) {
+      ir::MlaCacheWriteParams p;
+      p.dtype = dt, p.kv = ir::KvCacheDtype::kFp8DsMla, p.kv_lora_rank = 512, p.pe_dim = 64;
+      p.block_size = 16;
+      specs.push_back(OpSpec::make(OpKind::kConcatAndCacheMla, p));
+    }
+    for (ir::KvCacheDtype kv : kvs) {
+      for (auto [head_dim, block] : {std::tuple{576, 16}, std::tuple{40, 1}}) {
+        ir::GatherCacheParams p;
+        p.dtype = dt, p.kv = kv, p.head_dim = head_dim, p.block_size = block;
+        specs.push_back(OpSpec::make(OpKind::kGatherAndMaybeDequantCache, p));
+      }
+    }
+    for (auto [entry, block] : {std::tuple{576, 64}, std::tuple{17, 1}, std::tuple{128, 16}}) {
+      specs.push_back(
+          OpSpec::make(OpKind::kCpGatherCache, ir::CpGatherCacheParams{dt, entry, block}));
     }
     specs.push_back(OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, dt}));
     specs.push_back(OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{dt, DType::kFp8E4m3}));
@@ -137,6 +194,37 @@ std::vector<OpSpec> compile_specs() {
   hnd.head_size = 128, hnd.block_size = 16, hnd.layout = ir::CacheLayout::kHnd;
   hnd.per_head_scale = true;
   specs.push_back(OpSpec::make(OpKind::kReshapeAndCacheFlash, hnd));
+  for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8DsMla}) {
+    ir::MlaCacheWriteParams mla;
+    mla.dtype = DType::kBF16, mla.kv = kv, mla.kv_lora_rank = 512, mla.pe_dim = 64;
+    mla.block_size = 64;
+    specs.push_back(OpSpec::make(OpKind::kConcatAndCacheMla, mla));
+  }
+  for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3}) {
+    ir::GatherCacheParams g;
+    g.dtype = DType::kBF16, g.kv = kv, g.head_dim = 576, g.block_size = 64;
+    specs.push_back(OpSpec::make(OpKind::kGatherAndMaybeDequantCache, g));
+  }
+  specs.push_back(
+      OpSpec::make(OpKind::kCpGatherCache, ir::CpGatherCacheParams{DType::kBF16, 576, 64}));
+  {
+    ir::IndexerQuantParams q;
+    q.dtype = DType::kBF16, q.head_dim = 128, q.quant_block = 128, q.block_size = 64;
+    q.scale_fmt = ir::ScaleFormat::kUe8m0;
+    specs.push_back(OpSpec::make(OpKind::kIndexerKQuantAndCache, q));
+    ir::IndexerGatherParams g;
+    g.head_dim = 128, g.quant_block = 128, g.block_size = 64;
+    specs.push_back(OpSpec::make(OpKind::kCpGatherIndexerKQuantCache, g));
+  }
+  {
+    ir::MlaRopeCacheWriteParams mr;
+    mr.dtype = DType::kBF16, mr.kv = ir::KvCacheDtype::kFp8E4m3, mr.kv_lora_rank = 512;
+    mr.rot_dim = 64, mr.head_count_q = 16, mr.block_size = 64;
+    specs.push_back(OpSpec::make(OpKind::kConcatAndCacheMlaRopeFused, mr));
+    specs.push_back(
+        OpSpec::make(OpKind::kCpGatherAndUpconvertFp8KvCache, ir::UpconvertGatherParams{64}));
+  }
+  specs.push_back(OpSpec::make(OpKind::kSwapBlocks, ir::SwapBlocksParams{65536}));
   specs.push_back(
       OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16}));
   specs.push_back(

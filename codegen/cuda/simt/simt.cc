@@ -256,10 +256,13 @@ class SimtExecutable final : public Executable {
       : spec_(std::move(spec)), config_(std::move(config)), entry_(entry) {}
 
   Status run(const KernelArgs& args) const override {
-    Result<LaunchPlan> plan = plan_launch(spec_, config_, args, /*host_data=*/true);
-    if (!plan.is_ok()) return plan.status();
-    if (plan->empty) return Status::ok();
-    return launch(entry_, plan->grid, plan->block, plan->shared_bytes, plan->params);
+    Result<std::vector<LaunchPlan>> plans = plan_launch(spec_, config_, args, /*host_data=*/true);
+    if (!plans.is_ok()) return plans.status();
+    for (const LaunchPlan& plan : plans.value()) {
+      if (plan.empty) continue;
+      KILN_RETURN_IF_ERROR(launch(entry_, plan.grid, plan.block, plan.shared_bytes, plan.params));
+    }
+    return Status::ok();
   }
 
  private:

@@ -570,8 +570,8 @@ class X86Executable final : public Executable {
     const int64_t scale_bytes = 4 * (dim / p.quant_block);
     std::vector<int64_t> offsets;
     if (batch > 0) {
-      offsets.reserve(size_t(2 * std::clamp<int64_t>(at_i32(cu, batch) - at_i32(cu, 0), 0,
-                                                     dst_k.size(0))));
+      offsets.reserve(
+          size_t(2 * std::clamp<int64_t>(at_i32(cu, batch) - at_i32(cu, 0), 0, dst_k.size(0))));
     }
     for (int64_t r = 0; r < batch; ++r) {
       int64_t begin = 0;

@@ -140,8 +140,12 @@ void bm_swap_blocks(benchmark::State& state, int64_t pairs, int threads, bool pe
   });
 }
 
-// bf16 -> e4m3; elements = 0: large shape.
-void bm_convert_fp8(benchmark::State& state, int64_t elements, int threads, bool peer) {
+// bf16 -> e4m3; elements = 0: large shape. `scale` 0.02 takes the x * (1/scale) path; a
+// scale of 0 (reciprocal inf: the NaN marker) forces the division on every vector, the
+// pre-reciprocal code path, for the comparison in the same run (the codes differ only in what
+// the values saturate to).
+void bm_convert_fp8(benchmark::State& state, int64_t elements, int threads, bool peer,
+                    double scale) {
   const OpSpec spec =
       OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16});
   if (elements == 0) elements = bench::tokens_for(spec);
@@ -150,7 +154,7 @@ void bm_convert_fp8(benchmark::State& state, int64_t elements, int threads, bool
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
   const KernelArgs args(
       {Tensor(dst.data(), DType::kU8, {elements}), Tensor(src.data(), DType::kBF16, {elements})},
-      {0.02});
+      {scale});
   bench::run_and_report(state, spec, elements, threads, [&] {
     if (peer) {
       bench::plain_convert_fp8_bf16(dst.data(), src.data(), elements, 0.02f, threads);
@@ -600,8 +604,15 @@ int main(int argc, char** argv) {
                                      tokens, threads, peer)
             ->UseRealTime();
         benchmark::RegisterBenchmark((who + "convert_fp8/bf16" + shape + suffix).c_str(),
-                                     bm_convert_fp8, tokens * kHeads * kHeadSize, threads, peer)
+                                     bm_convert_fp8, tokens * kHeads * kHeadSize, threads, peer,
+                                     0.02)
             ->UseRealTime();
+        if (!peer) {
+          benchmark::RegisterBenchmark(
+              ("kiln_division_path/convert_fp8/bf16" + shape + suffix).c_str(), bm_convert_fp8,
+              tokens * kHeads * kHeadSize, threads, peer, 0.0)
+              ->UseRealTime();
+        }
         benchmark::RegisterBenchmark((who + "cp_gather_cache/bf16" + shape + suffix).c_str(),
                                      bm_cp_gather, tokens, threads, peer)
             ->UseRealTime();

@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <random>
@@ -22,7 +24,9 @@
 #include "bench/bench_util.h"
 #include "bench/plain_loops.h"
 #include "ir/numeric.h"
+#include "ir/params_attention.h"
 #include "ir/params_cache.h"
+#include "ir/params_norm_act.h"
 #include "runtime/runtime.h"
 
 namespace {
@@ -32,8 +36,9 @@ using namespace jit;
 constexpr int64_t kHeads = 8, kHeadSize = 128, kBlockSize = 16;
 
 // Distinct random slots of a cache with twice the blocks the tokens need.
-std::vector<int64_t> random_slots(int64_t tokens, int64_t num_blocks) {
-  auto all = std::vector<int64_t>(size_t(num_blocks * kBlockSize));
+std::vector<int64_t> random_slots(int64_t tokens, int64_t num_blocks,
+                                  int64_t block_size = kBlockSize) {
+  auto all = std::vector<int64_t>(size_t(num_blocks * block_size));
   std::iota(all.begin(), all.end(), 0);
   std::shuffle(all.begin(), all.end(), std::mt19937_64(7));
   all.resize(size_t(tokens));
@@ -135,8 +140,12 @@ void bm_swap_blocks(benchmark::State& state, int64_t pairs, int threads, bool pe
   });
 }
 
-// bf16 -> e4m3; elements = 0: large shape.
-void bm_convert_fp8(benchmark::State& state, int64_t elements, int threads, bool peer) {
+// bf16 -> e4m3; elements = 0: large shape. `scale` 0.02 takes the x * (1/scale) path; a
+// scale of 0 (reciprocal inf: the NaN marker) forces the division on every vector, the
+// pre-reciprocal code path, for the comparison in the same run (the codes differ only in what
+// the values saturate to).
+void bm_convert_fp8(benchmark::State& state, int64_t elements, int threads, bool peer,
+                    double scale) {
   const OpSpec spec =
       OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16});
   if (elements == 0) elements = bench::tokens_for(spec);
@@ -145,7 +154,7 @@ void bm_convert_fp8(benchmark::State& state, int64_t elements, int threads, bool
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
   const KernelArgs args(
       {Tensor(dst.data(), DType::kU8, {elements}), Tensor(src.data(), DType::kBF16, {elements})},
-      {0.02});
+      {scale});
   bench::run_and_report(state, spec, elements, threads, [&] {
     if (peer) {
       bench::plain_convert_fp8_bf16(dst.data(), src.data(), elements, 0.02f, threads);
@@ -262,6 +271,303 @@ void bm_gather_dequant(benchmark::State& state, ir::KvCacheDtype kv, int64_t row
   });
 }
 
+// ---- the MLA, indexer and merge ops, and the fused rope + flash write -------------------------
+
+// Blocks for `tokens` slots drawn from twice the needed blocks.
+int64_t blocks_for(int64_t tokens, int64_t block_size) {
+  return 2 * ((tokens + block_size - 1) / block_size) + 2;
+}
+
+// A real cos/sin table [max_position, rot] (unit rotations, base 10000): the rope calls run in
+// place over and over, and random "cos/sin" would shrink the values into denormals (and
+// microcode assists) within a few iterations.
+std::vector<uint16_t> rope_table_bf16(int64_t max_position, int64_t rot) {
+  std::vector<uint16_t> table(size_t(max_position * rot));
+  for (int64_t pos = 0; pos < max_position; ++pos) {
+    for (int64_t j = 0; j < rot / 2; ++j) {
+      const double angle = double(pos) * std::pow(10000.0, -2.0 * double(j) / double(rot));
+      table[size_t(pos * rot + j)] = numeric::f32_to_bf16(float(std::cos(angle)));
+      table[size_t(pos * rot + rot / 2 + j)] = numeric::f32_to_bf16(float(std::sin(angle)));
+    }
+  }
+  return table;
+}
+
+// Deterministic fp32 values in [-3, 3] (log-sum-exp inputs).
+std::vector<float> random_lse(size_t n) {
+  std::vector<float> v(n);
+  uint32_t state = 777;
+  for (auto& x : v) {
+    state = state * 1664525u + 1013904223u;
+    x = float(int(state >> 9) % 6001 - 3000) / 1000.0f;
+  }
+  return v;
+}
+
+// Times kiln (after one checked call) or the plain loop.
+template <class Peer>
+void time_kiln_or_peer(benchmark::State& state, const OpSpec& spec, int64_t rows, int threads,
+                       bool peer, const Kernel& kernel, const KernelArgs& args, Peer plain) {
+  if (!peer) run_once_or_die(kernel, args);
+  bench::run_and_report(state, spec, rows, threads, [&] {
+    if (peer) {
+      plain();
+    } else {
+      (void)kernel.run_unchecked(args);
+    }
+  });
+}
+
+// concat_and_cache_mla, kv=fp8_ds_mla (DeepSeek-V3.2): bf16 kv_c [T, 512], k_pe [T, 64].
+void bm_ds_mla(benchmark::State& state, int64_t tokens, int threads, bool peer) {
+  const OpSpec spec = OpSpec::make(
+      OpKind::kConcatAndCacheMla,
+      ir::MlaCacheWriteParams{DType::kBF16, ir::KvCacheDtype::kFp8DsMla, 512, 64, kMlaBlockSize});
+  if (tokens == 0) tokens = bench::tokens_for(spec);
+  const int64_t blocks = blocks_for(tokens, kMlaBlockSize);
+  auto kv_c = bench::random_bf16(size_t(tokens * 512));
+  auto k_pe = bench::random_bf16(size_t(tokens * 64));
+  auto cache = std::vector<uint8_t>(size_t(blocks * kMlaBlockSize * 656));
+  auto slots = random_slots(tokens, blocks, kMlaBlockSize);
+  float scale = 1.0f;
+  const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
+  const KernelArgs args(
+      {Tensor(kv_c.data(), DType::kBF16, {tokens, 512}),
+       Tensor(k_pe.data(), DType::kBF16, {tokens, 64}),
+       Tensor(cache.data(), DType::kU8, {blocks, kMlaBlockSize, 656}),
+       Tensor(slots.data(), DType::kI64, {tokens}), Tensor(&scale, DType::kF32, {1})},
+      {});
+  time_kiln_or_peer(state, spec, tokens, threads, peer, kernel, args, [&] {
+    bench::plain_ds_mla_bf16(cache.data(), kv_c.data(), k_pe.data(), slots.data(), tokens,
+                             kMlaBlockSize, threads);
+  });
+}
+
+// concat_and_cache_mla_rope_fused, bf16, kv=auto, R 512, rot 64, 16 query heads, NeoX.
+constexpr int64_t kMlaRank = 512, kMlaRot = 64, kMlaHeads = 16, kMaxPosition = 4096;
+void bm_mla_rope_fused(benchmark::State& state, int64_t tokens, int threads, bool peer) {
+  const OpSpec spec = OpSpec::make(
+      OpKind::kConcatAndCacheMlaRopeFused,
+      ir::MlaRopeCacheWriteParams{DType::kBF16, ir::KvCacheDtype::kAuto, kMlaRank, kMlaRot,
+                                  kMlaHeads, ir::RopeStyle::kNeox, kMlaBlockSize});
+  if (tokens == 0) tokens = bench::tokens_for(spec);
+  const int64_t blocks = blocks_for(tokens, kMlaBlockSize);
+  auto q_pe = bench::random_bf16(size_t(tokens * kMlaHeads * kMlaRot));
+  auto k_pe = bench::random_bf16(size_t(tokens * kMlaRot));
+  auto kv_c = bench::random_bf16(size_t(tokens * kMlaRank));
+  auto cos_sin = rope_table_bf16(kMaxPosition, kMlaRot);
+  auto positions = std::vector<int64_t>(size_t(tokens));
+  for (int64_t t = 0; t < tokens; ++t) positions[size_t(t)] = (t * 37) % kMaxPosition;
+  auto cache = std::vector<uint16_t>(size_t(blocks * kMlaBlockSize * (kMlaRank + kMlaRot)));
+  auto slots = random_slots(tokens, blocks, kMlaBlockSize);
+  float scale = 1.0f;
+  const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
+  const KernelArgs args(
+      {Tensor(positions.data(), DType::kI64, {tokens}),
+       Tensor(q_pe.data(), DType::kBF16, {tokens, kMlaHeads, kMlaRot}),
+       Tensor(k_pe.data(), DType::kBF16, {tokens, kMlaRot}),
+       Tensor(kv_c.data(), DType::kBF16, {tokens, kMlaRank}),
+       Tensor(cos_sin.data(), DType::kBF16, {kMaxPosition, kMlaRot}),
+       Tensor(slots.data(), DType::kI64, {tokens}),
+       Tensor(cache.data(), DType::kBF16, {blocks, kMlaBlockSize, kMlaRank + kMlaRot}),
+       Tensor(&scale, DType::kF32, {1})},
+      {});
+  time_kiln_or_peer(state, spec, tokens, threads, peer, kernel, args, [&] {
+    bench::plain_mla_rope_fused_bf16(cache.data(), q_pe.data(), k_pe.data(), kv_c.data(),
+                                     cos_sin.data(), positions.data(), slots.data(), tokens,
+                                     kMlaHeads, kMlaRot, kMlaRank, kMlaBlockSize, threads);
+  });
+}
+
+// A valid fp8_ds_mla cache: e4m3 codes, tile scales, bf16 rope.
+std::vector<uint8_t> ds_mla_cache(int64_t entries) {
+  auto cache = std::vector<uint8_t>(size_t(entries * 656));
+  for (int64_t e = 0; e < entries; ++e) {
+    uint8_t* entry = cache.data() + e * 656;
+    for (int64_t i = 0; i < 512; ++i) entry[i] = uint8_t((e * 131 + i * 37) % 0x7F);
+    for (int64_t k = 0; k < 4; ++k) {
+      const float s = 0.1f + float(k);
+      std::memcpy(entry + 512 + 4 * k, &s, 4);
+    }
+    for (int64_t i = 528; i < 656; ++i) entry[i] = uint8_t(i);
+  }
+  return cache;
+}
+
+// cp_gather_and_upconvert_fp8_kv_cache: one request of `rows` positions, shuffled blocks.
+void bm_upconvert(benchmark::State& state, int64_t rows, int threads, bool peer) {
+  const OpSpec spec = OpSpec::make(OpKind::kCpGatherAndUpconvertFp8KvCache,
+                                   ir::UpconvertGatherParams{kMlaBlockSize});
+  if (rows == 0) rows = bench::tokens_for(spec);
+  const GatherContext ctx(rows, 1);
+  auto cache = ds_mla_cache(ctx.num_blocks * kMlaBlockSize);
+  auto dst = std::vector<uint16_t>(size_t(rows * 576));
+  int32_t seq_len = int32_t(rows), start = 0;
+  const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
+  const KernelArgs args(
+      {Tensor(cache.data(), DType::kU8, {ctx.num_blocks, kMlaBlockSize, 656}),
+       Tensor(dst.data(), DType::kBF16, {rows, 576}),
+       Tensor(const_cast<int32_t*>(ctx.table.data()), DType::kI32, {1, ctx.columns}),
+       Tensor(&seq_len, DType::kI32, {1}), Tensor(&start, DType::kI32, {1})},
+      {1.0});
+  time_kiln_or_peer(state, spec, rows, threads, peer, kernel, args, [&] {
+    bench::plain_upconvert_gather(dst.data(), cache.data(), ctx.table.data(), rows, kMlaBlockSize,
+                                  threads);
+  });
+}
+
+// indexer_k_quant_and_cache, DeepSeek-V3.2: bf16 k [T, 128], one group, ue8m0, BS 64.
+void bm_indexer_quant(benchmark::State& state, int64_t tokens, int threads, bool peer) {
+  const OpSpec spec = OpSpec::make(
+      OpKind::kIndexerKQuantAndCache,
+      ir::IndexerQuantParams{DType::kBF16, 128, 128, kMlaBlockSize, ir::ScaleFormat::kUe8m0});
+  if (tokens == 0) tokens = bench::tokens_for(spec);
+  const int64_t blocks = blocks_for(tokens, kMlaBlockSize);
+  auto k = bench::random_bf16(size_t(tokens * 128));
+  auto cache = std::vector<uint8_t>(size_t(blocks * kMlaBlockSize * 132));
+  auto slots = random_slots(tokens, blocks, kMlaBlockSize);
+  const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
+  const KernelArgs args({Tensor(k.data(), DType::kBF16, {tokens, 128}),
+                         Tensor(cache.data(), DType::kU8, {blocks, kMlaBlockSize, 132}),
+                         Tensor(slots.data(), DType::kI64, {tokens})},
+                        {});
+  time_kiln_or_peer(state, spec, tokens, threads, peer, kernel, args, [&] {
+    bench::plain_indexer_quant_bf16(cache.data(), k.data(), slots.data(), tokens, 128,
+                                    kMlaBlockSize, threads);
+  });
+}
+
+// cp_gather_indexer_k_quant_cache: D 128, BS 64, rows split over requests.
+void bm_indexer_gather(benchmark::State& state, int64_t rows, int threads, bool peer) {
+  const OpSpec spec = OpSpec::make(OpKind::kCpGatherIndexerKQuantCache,
+                                   ir::IndexerGatherParams{128, 128, kMlaBlockSize});
+  if (rows == 0) rows = bench::tokens_for(spec);
+  const GatherContext ctx(rows, rows >= kGatherRequests * 64 ? kGatherRequests : 1);
+  auto cache = std::vector<uint8_t>(size_t(ctx.num_blocks * kMlaBlockSize * 132), 7);
+  auto dst_k = std::vector<uint8_t>(size_t(rows * 128));
+  auto dst_scale = std::vector<uint8_t>(size_t(rows * 4));
+  const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
+  const KernelArgs args(
+      {Tensor(cache.data(), DType::kU8, {ctx.num_blocks, kMlaBlockSize, 132}),
+       Tensor(dst_k.data(), DType::kU8, {rows, 128}),
+       Tensor(dst_scale.data(), DType::kU8, {rows, 4}),
+       Tensor(const_cast<int32_t*>(ctx.table.data()), DType::kI32, {ctx.requests, ctx.columns}),
+       Tensor(const_cast<int32_t*>(ctx.cu.data()), DType::kI32, {ctx.requests + 1})},
+      {});
+  time_kiln_or_peer(state, spec, rows, threads, peer, kernel, args, [&] {
+    bench::plain_indexer_gather(dst_k.data(), dst_scale.data(), cache.data(), ctx.table.data(),
+                                ctx.columns, ctx.cu.data(), ctx.requests, 128, kMlaBlockSize,
+                                threads);
+  });
+}
+
+// merge_attn_states, bf16 [T, 16, 128] with output_lse.
+void bm_merge(benchmark::State& state, int64_t tokens, int threads, bool peer) {
+  constexpr int64_t kMergeHeads = 16;
+  const OpSpec spec = OpSpec::make(
+      OpKind::kMergeAttnStates,
+      ir::MergeAttnStatesParams{DType::kBF16, DType::kBF16, kMergeHeads, kHeadSize, true});
+  if (tokens == 0) tokens = bench::tokens_for(spec);
+  const size_t n = size_t(tokens * kMergeHeads * kHeadSize);
+  auto prefix = bench::random_bf16(n);
+  auto suffix = bench::random_bf16(n);
+  auto out = std::vector<uint16_t>(n);
+  auto prefix_lse = random_lse(size_t(kMergeHeads * tokens));
+  auto suffix_lse = random_lse(size_t(kMergeHeads * tokens));
+  std::reverse(suffix_lse.begin(), suffix_lse.end());
+  auto out_lse = std::vector<float>(size_t(kMergeHeads * tokens));
+  const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
+  const KernelArgs args({Tensor(out.data(), DType::kBF16, {tokens, kMergeHeads, kHeadSize}),
+                         Tensor(out_lse.data(), DType::kF32, {kMergeHeads, tokens}),
+                         Tensor(prefix.data(), DType::kBF16, {tokens, kMergeHeads, kHeadSize}),
+                         Tensor(prefix_lse.data(), DType::kF32, {kMergeHeads, tokens}),
+                         Tensor(suffix.data(), DType::kBF16, {tokens, kMergeHeads, kHeadSize}),
+                         Tensor(suffix_lse.data(), DType::kF32, {kMergeHeads, tokens}), Tensor{}},
+                        {-1.0});
+  time_kiln_or_peer(state, spec, tokens, threads, peer, kernel, args, [&] {
+    bench::plain_merge_attn_states_bf16(out.data(), out_lse.data(), prefix.data(),
+                                        prefix_lse.data(), suffix.data(), suffix_lse.data(), tokens,
+                                        kMergeHeads, kHeadSize, threads);
+  });
+}
+
+// rotary_embedding_and_cache_flash (Llama-3-8B-like: 32 query heads, 8 KV heads, D 128, NeoX,
+// NHD, BS 16) against the same work as two kiln kernels (rotary_embedding, then
+// reshape_and_cache_flash) and as plain loops. All three report the fused op's bytes.
+enum class RopeFlashMode { kFused, kSeparate, kPlain };
+void bm_rope_flash(benchmark::State& state, ir::KvCacheDtype kv, int64_t tokens, int threads,
+                   RopeFlashMode mode) {
+  constexpr int64_t kHeadsQ = 32;
+  const bool fp8 = kv != ir::KvCacheDtype::kAuto;
+  const OpSpec spec =
+      OpSpec::make(OpKind::kRotaryEmbeddingAndCacheFlash,
+                   ir::RopeFlashCacheWriteParams{DType::kBF16, kv, kHeadsQ, kHeads, kHeadSize,
+                                                 kHeadSize, ir::RopeStyle::kNeox, kBlockSize,
+                                                 ir::CacheLayout::kNhd, false});
+  if (tokens == 0) tokens = bench::tokens_for(spec);
+  const int64_t blocks = blocks_for(tokens, kBlockSize);
+  const int64_t row = kHeads * kHeadSize;
+  auto query = bench::random_bf16(size_t(tokens * kHeadsQ * kHeadSize));
+  auto key = bench::random_bf16(size_t(tokens * row));
+  auto value = bench::random_bf16(size_t(tokens * row));
+  auto cos_sin = rope_table_bf16(kMaxPosition, kHeadSize);
+  auto positions = std::vector<int64_t>(size_t(tokens));
+  for (int64_t t = 0; t < tokens; ++t) positions[size_t(t)] = (t * 37) % kMaxPosition;
+  const size_t cache_bytes = size_t(blocks * kBlockSize * row) * (fp8 ? 1 : 2);
+  auto key_cache = std::vector<uint8_t>(cache_bytes);
+  auto value_cache = std::vector<uint8_t>(cache_bytes);
+  auto slots = random_slots(tokens, blocks);
+  float k_scale = 0.02f, v_scale = 0.03f;
+  const DType cdt = fp8 ? DType::kU8 : DType::kBF16;
+  const Tensor q_t(query.data(), DType::kBF16, {tokens, kHeadsQ, kHeadSize});
+  const Tensor k_t(key.data(), DType::kBF16, {tokens, kHeads, kHeadSize});
+  const Tensor v_t(value.data(), DType::kBF16, {tokens, kHeads, kHeadSize});
+  const Tensor pos_t(positions.data(), DType::kI64, {tokens});
+  const Tensor cs_t(cos_sin.data(), DType::kBF16, {kMaxPosition, kHeadSize});
+  const Tensor kc_t(key_cache.data(), cdt, {blocks, kBlockSize, kHeads, kHeadSize});
+  const Tensor vc_t(value_cache.data(), cdt, {blocks, kBlockSize, kHeads, kHeadSize});
+  const Tensor slots_t(slots.data(), DType::kI64, {tokens});
+  const Tensor ks_t(&k_scale, DType::kF32, {1}), vs_t(&v_scale, DType::kF32, {1});
+  const Config config = Config().set("threads", threads);
+  const Kernel fused = bench::compile_x86_or_die(spec, config);
+  const KernelArgs fused_args({pos_t, q_t, k_t, v_t, cs_t, kc_t, vc_t, slots_t, ks_t, vs_t}, {});
+  const Kernel rope = bench::compile_x86_or_die(
+      OpSpec::make(OpKind::kRotaryEmbedding,
+                   ir::RopeParams{DType::kBF16, DType::kBF16, kHeadSize, kHeadSize,
+                                  ir::RopeStyle::kNeox, kHeadsQ, kHeads, true}),
+      config);
+  const KernelArgs rope_args({pos_t, q_t, k_t, cs_t}, {});
+  const Kernel flash = bench::compile_x86_or_die(
+      OpSpec::make(OpKind::kReshapeAndCacheFlash,
+                   ir::FlashCacheWriteParams{DType::kBF16, kv, kHeads, kHeadSize, kBlockSize,
+                                             ir::CacheLayout::kNhd, false}),
+      config);
+  const KernelArgs flash_args({k_t, v_t, kc_t, vc_t, slots_t, ks_t, vs_t}, {});
+  if (mode == RopeFlashMode::kFused) run_once_or_die(fused, fused_args);
+  if (mode == RopeFlashMode::kSeparate) {
+    run_once_or_die(rope, rope_args);
+    run_once_or_die(flash, flash_args);
+  }
+  bench::run_and_report(state, spec, tokens, threads, [&] {
+    switch (mode) {
+      case RopeFlashMode::kFused: (void)fused.run(fused_args); break;
+      case RopeFlashMode::kSeparate:
+        (void)rope.run(rope_args);
+        (void)flash.run(flash_args);
+        break;
+      case RopeFlashMode::kPlain:
+        bench::plain_rope_neox_bf16(query.data(), positions.data(), cos_sin.data(), tokens, kHeadsQ,
+                                    kHeadSize, threads);
+        bench::plain_rope_neox_bf16(key.data(), positions.data(), cos_sin.data(), tokens, kHeads,
+                                    kHeadSize, threads);
+        bench::plain_reshape_and_cache_flash_bf16(
+            key_cache.data(), value_cache.data(), key.data(), value.data(), slots.data(), tokens,
+            kHeads, kHeadSize, kBlockSize, false, fp8, k_scale, v_scale, threads);
+        break;
+    }
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -298,8 +604,15 @@ int main(int argc, char** argv) {
                                      tokens, threads, peer)
             ->UseRealTime();
         benchmark::RegisterBenchmark((who + "convert_fp8/bf16" + shape + suffix).c_str(),
-                                     bm_convert_fp8, tokens * kHeads * kHeadSize, threads, peer)
+                                     bm_convert_fp8, tokens * kHeads * kHeadSize, threads, peer,
+                                     0.02)
             ->UseRealTime();
+        if (!peer) {
+          benchmark::RegisterBenchmark(
+              ("kiln_division_path/convert_fp8/bf16" + shape + suffix).c_str(), bm_convert_fp8,
+              tokens * kHeads * kHeadSize, threads, peer, 0.0)
+              ->UseRealTime();
+        }
         benchmark::RegisterBenchmark((who + "cp_gather_cache/bf16" + shape + suffix).c_str(),
                                      bm_cp_gather, tokens, threads, peer)
             ->UseRealTime();
@@ -311,6 +624,38 @@ int main(int argc, char** argv) {
           benchmark::RegisterBenchmark(
               (who + "gather_and_maybe_dequant_cache/auto" + shape + suffix).c_str(),
               bm_gather_dequant, ir::KvCacheDtype::kAuto, tokens, threads, peer)
+              ->UseRealTime();
+        }
+        using Bm = void (*)(benchmark::State&, int64_t, int, bool);
+        const std::pair<const char*, Bm> more[] = {
+            {"concat_and_cache_mla/fp8_ds_mla", bm_ds_mla},
+            {"concat_and_cache_mla_rope_fused/auto", bm_mla_rope_fused},
+            {"cp_gather_and_upconvert_fp8_kv_cache", bm_upconvert},
+            {"indexer_k_quant_and_cache/ue8m0", bm_indexer_quant},
+            {"cp_gather_indexer_k_quant_cache", bm_indexer_gather},
+            {"merge_attn_states/bf16", bm_merge},
+        };
+        for (const auto& [name, fn] : more) {
+          benchmark::RegisterBenchmark((who + name + shape + suffix).c_str(), fn, tokens, threads,
+                                       peer)
+              ->UseRealTime();
+        }
+        for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3}) {
+          const std::string name = std::string("rotary_embedding_and_cache_flash/") +
+                                   (kv == ir::KvCacheDtype::kAuto ? "auto" : "fp8_e4m3");
+          if (peer) {
+            benchmark::RegisterBenchmark((who + name + shape + suffix).c_str(), bm_rope_flash, kv,
+                                         tokens, threads, RopeFlashMode::kPlain)
+                ->UseRealTime();
+            continue;
+          }
+          benchmark::RegisterBenchmark((who + name + shape + suffix).c_str(), bm_rope_flash, kv,
+                                       tokens, threads, RopeFlashMode::kFused)
+              ->UseRealTime();
+          benchmark::RegisterBenchmark(("kiln_separate/rotary_embedding+reshape_and_cache_flash/" +
+                                        name.substr(33) + shape + suffix)
+                                           .c_str(),
+                                       bm_rope_flash, kv, tokens, threads, RopeFlashMode::kSeparate)
               ->UseRealTime();
         }
       }

@@ -1,5 +1,6 @@
 #include "bench/plain_loops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -217,6 +218,145 @@ void plain_gather_dequant_e4m3_bf16(uint16_t* dst, const uint8_t* cache, const i
     const uint8_t* src = cache + (block * block_size + pos % block_size) * head_dim;
     uint16_t* out = dst + tok * head_dim;
     for (int64_t i = 0; i < head_dim; ++i) out[i] = to_bf16(decoded[src[i]] * scale);
+  }
+}
+
+void plain_ds_mla_bf16(uint8_t* cache, const uint16_t* kv_c, const uint16_t* k_pe,
+                       const int64_t* slots, int64_t tokens, int64_t block_size, int threads) {
+  constexpr int64_t kEntry = 656;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (slots[t] < 0) continue;
+    uint8_t* entry = cache + slots[t] * kEntry;  // dense cache: block * BS + offset = slot
+    const uint16_t* x = kv_c + t * 512;
+    for (int64_t k = 0; k < 4; ++k) {
+      float amax = 0;
+      for (int64_t i = 128 * k; i < 128 * (k + 1); ++i)
+        amax = std::fmax(amax, std::fabs(from_bf16(x[i])));
+      const float scale = std::max(amax / 448.0f, 1.17549435e-38f);
+      for (int64_t i = 128 * k; i < 128 * (k + 1); ++i) entry[i] = to_e4m3(from_bf16(x[i]) / scale);
+      std::memcpy(entry + 512 + 4 * k, &scale, 4);
+    }
+    std::memcpy(entry + 528, k_pe + t * 64, 128);
+  }
+  (void)block_size;
+}
+
+namespace {
+// NeoX rotation of rot values at v with the cos/sin row `cs` (the rotary rounding).
+inline void rotate_neox(uint16_t* v, const uint16_t* cs, int64_t rot) {
+  const int64_t half = rot / 2;
+  for (int64_t j = 0; j < half; ++j) {
+    const float x = from_bf16(v[j]), y = from_bf16(v[half + j]);
+    const float c = from_bf16(cs[j]), s = from_bf16(cs[half + j]);
+    v[j] = to_bf16(round_bf16(x * c) - round_bf16(y * s));
+    v[half + j] = to_bf16(round_bf16(y * c) + round_bf16(x * s));
+  }
+}
+}  // namespace
+
+void plain_mla_rope_fused_bf16(uint16_t* cache, uint16_t* q_pe, uint16_t* k_pe,
+                               const uint16_t* kv_c, const uint16_t* cos_sin,
+                               const int64_t* positions, const int64_t* slots, int64_t tokens,
+                               int64_t heads_q, int64_t rot, int64_t rank, int64_t block_size,
+                               int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t t = 0; t < tokens; ++t) {
+    const uint16_t* cs = cos_sin + positions[t] * rot;
+    for (int64_t h = 0; h < heads_q; ++h) rotate_neox(q_pe + (t * heads_q + h) * rot, cs, rot);
+    if (slots[t] < 0) continue;
+    rotate_neox(k_pe + t * rot, cs, rot);
+    uint16_t* entry = cache + slots[t] * (rank + rot);
+    std::memcpy(entry, kv_c + t * rank, size_t(rank) * 2);
+    std::memcpy(entry + rank, k_pe + t * rot, size_t(rot) * 2);
+  }
+  (void)block_size;
+}
+
+void plain_upconvert_gather(uint16_t* dst, const uint8_t* cache, const int32_t* block_table,
+                            int64_t rows, int64_t block_size, int threads) {
+  float decoded[256];
+  for (int c = 0; c < 256; ++c) decoded[c] = from_e4m3(uint8_t(c));
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t o = 0; o < rows; ++o) {
+    const uint8_t* e = cache + (block_table[o / block_size] * block_size + o % block_size) * 656;
+    uint16_t* out = dst + o * 576;
+    float scale[4];
+    std::memcpy(scale, e + 512, 16);
+    for (int64_t i = 0; i < 512; ++i) out[i] = to_bf16(decoded[e[i]] * scale[i / 128]);
+    std::memcpy(out + 512, e + 528, 128);
+  }
+}
+
+void plain_indexer_quant_bf16(uint8_t* cache, const uint16_t* k, const int64_t* slots,
+                              int64_t tokens, int64_t head_dim, int64_t block_size, int threads) {
+  const int64_t groups = head_dim / 128;
+  const int64_t block_bytes = block_size * (head_dim + 4 * groups);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (slots[t] < 0) continue;
+    const int64_t o = slots[t] % block_size;
+    uint8_t* block = cache + slots[t] / block_size * block_bytes;
+    const uint16_t* x = k + t * head_dim;
+    for (int64_t g = 0; g < groups; ++g) {
+      float amax = 0;
+      for (int64_t i = 128 * g; i < 128 * (g + 1); ++i)
+        amax = std::fmax(amax, std::fabs(from_bf16(x[i])));
+      const float sc = std::exp2(std::ceil(std::log2(std::fmax(amax, 1e-4f) / 448.0f)));
+      for (int64_t i = 128 * g; i < 128 * (g + 1); ++i) {
+        block[o * head_dim + i] = to_e4m3(from_bf16(x[i]) / sc);
+      }
+      std::memcpy(block + block_size * head_dim + 4 * (o * groups + g), &sc, 4);
+    }
+  }
+}
+
+void plain_indexer_gather(uint8_t* dst_k, uint8_t* dst_scale, const uint8_t* cache,
+                          const int32_t* block_table, int64_t table_stride,
+                          const int32_t* cu_seq_lens, int64_t batch, int64_t head_dim,
+                          int64_t block_size, int threads) {
+  const int64_t scale_bytes = 4 * (head_dim / 128);
+  const int64_t block_bytes = block_size * (head_dim + scale_bytes);
+  for (int64_t r = 0; r < batch; ++r) {
+    const int64_t begin = cu_seq_lens[r];
+    const int64_t rows = cu_seq_lens[r + 1] - begin;
+    const int32_t* table = block_table + r * table_stride;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t p = 0; p < rows; ++p) {
+      const uint8_t* block = cache + table[p / block_size] * block_bytes;
+      const int64_t o = p % block_size;
+      std::memcpy(dst_k + (begin + p) * head_dim, block + o * head_dim, size_t(head_dim));
+      std::memcpy(dst_scale + (begin + p) * scale_bytes,
+                  block + block_size * head_dim + o * scale_bytes, size_t(scale_bytes));
+    }
+  }
+}
+
+void plain_merge_attn_states_bf16(uint16_t* out, float* out_lse, const uint16_t* prefix,
+                                  const float* prefix_lse, const uint16_t* suffix,
+                                  const float* suffix_lse, int64_t tokens, int64_t heads,
+                                  int64_t head_size, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      float p = prefix_lse[h * tokens + t], s = suffix_lse[h * tokens + t];
+      if (std::isinf(p)) p = -INFINITY;
+      if (std::isinf(s)) s = -INFINITY;
+      const float m = std::fmax(p, s);
+      const int64_t base = (t * heads + h) * head_size;
+      if (std::isinf(m)) {
+        std::memcpy(out + base, prefix + base, size_t(head_size) * 2);
+        out_lse[h * tokens + t] = m;
+        continue;
+      }
+      const float a = std::exp(p - m), b = std::exp(s - m), z = a + b;
+      const float ca = a / z, cb = b / z;
+      for (int64_t d = 0; d < head_size; ++d) {
+        out[base + d] =
+            to_bf16(from_bf16(prefix[base + d]) * ca + from_bf16(suffix[base + d]) * cb);
+      }
+      out_lse[h * tokens + t] = std::log(z) + m;
+    }
   }
 }
 

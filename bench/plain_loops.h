@@ -56,4 +56,42 @@ void plain_gather_dequant_e4m3_bf16(uint16_t* dst, const uint8_t* cache, const i
                                     const int32_t* token_to_seq, int64_t tokens, int64_t head_dim,
                                     int64_t block_size, float scale, int threads);
 
+/// concat_and_cache_mla, kv=fp8_ds_mla: bf16 kv_c [T, 512] and k_pe [T, 64] (dense) into
+/// 656-byte entries of a dense [NB, BS, 656] cache: per 128-tile amax / 448 scale, e4m3 codes,
+/// the 4 fp32 scales, then the rope bits.
+void plain_ds_mla_bf16(uint8_t* cache, const uint16_t* kv_c, const uint16_t* k_pe,
+                       const int64_t* slots, int64_t tokens, int64_t block_size, int threads);
+
+/// concat_and_cache_mla_rope_fused, bf16, kv=auto, NeoX: q_pe [T, Hq, rot] and k_pe [T, rot]
+/// rotated in place (the rotary rounding), entry [kv_c (R) | k_pe (rot)] of a dense
+/// [NB, BS, R + rot] cache.
+void plain_mla_rope_fused_bf16(uint16_t* cache, uint16_t* q_pe, uint16_t* k_pe,
+                               const uint16_t* kv_c, const uint16_t* cos_sin,
+                               const int64_t* positions, const int64_t* slots, int64_t tokens,
+                               int64_t heads_q, int64_t rot, int64_t rank, int64_t block_size,
+                               int threads);
+
+/// cp_gather_and_upconvert_fp8_kv_cache for one request: dst row o (bf16 [576]) from the
+/// fp8_ds_mla entry (block_table[o / BS], o % BS) of a dense [NB, BS, 656] cache.
+void plain_upconvert_gather(uint16_t* dst, const uint8_t* cache, const int32_t* block_table,
+                            int64_t rows, int64_t block_size, int threads);
+
+/// indexer_k_quant_and_cache, bf16 k [T, D] dense, one group per 128 elements, ue8m0 scales,
+/// into the indexer block layout (values then fp32 scales per block).
+void plain_indexer_quant_bf16(uint8_t* cache, const uint16_t* k, const int64_t* slots,
+                              int64_t tokens, int64_t head_dim, int64_t block_size, int threads);
+
+/// cp_gather_indexer_k_quant_cache: dst row i copies D value bytes and 4·D/128 scale bytes of
+/// the cache entry (block_table[r, p / BS], p % BS), rows over threads.
+void plain_indexer_gather(uint8_t* dst_k, uint8_t* dst_scale, const uint8_t* cache,
+                          const int32_t* block_table, int64_t table_stride,
+                          const int32_t* cu_seq_lens, int64_t batch, int64_t head_dim,
+                          int64_t block_size, int threads);
+
+/// merge_attn_states, bf16 [T, H, D] dense, LSE [H, T]: fp32 weights from expf, output_lse.
+void plain_merge_attn_states_bf16(uint16_t* out, float* out_lse, const uint16_t* prefix,
+                                  const float* prefix_lse, const uint16_t* suffix,
+                                  const float* suffix_lse, int64_t tokens, int64_t heads,
+                                  int64_t head_size, int threads);
+
 }  // namespace jit::bench

@@ -84,30 +84,101 @@ class CacheGenerator : public Generator {
   }
 
   // Writes `elements` input values of `dtype` at [src] into the cache at [dst]: a byte copy in
-  // auto mode, else their fp8 codes (x / scale) in `format` (dst, src advanced).
+  // auto mode, else their fp8 codes (x / scale) in `format` (dst, src advanced). `recip` holds
+  // scale_reciprocal(scale).
   void write_span(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype, bool fp8,
-                  DType format, const Xmm& scale) {
+                  DType format, const Xmm& scale, const Xmm& recip) {
     if (fp8) {
-      quantise_span(dst, src, elements, dtype, format, scale);
+      quantise_span(dst, src, elements, dtype, format, scale, recip);
     } else {
       copy_span(dst, src, elements * int64_t(dtype_size(dtype)), reg_count_);
     }
   }
 
+  // ---- x / scale without the division (bit-exact fp8 codes) ------------------------------
+  //
+  // vdivps bounds the fp8 writes (one division per vector, several times the cost of the
+  // memory traffic). With r = RN(1/s) (correctly rounded), q' = RN(x·r) = (x/s)(1 + e),
+  // |e| <= 2^-23 + 2^-48, so q' lies within 2.5 ulp of RN(x/s), the ref's quotient. The fp8
+  // code of an fp32 value changes only where it crosses an fp8 rounding midpoint: in the fp8
+  // normal range, a value whose 23 - M dropped mantissa bits equal exactly half. So wherever
+  // q' is more than kNearUlps ulp from such a midpoint, q' and RN(x/s) get the same code (ties
+  // included: a tie is a midpoint). The other lanes, and those the argument does not cover
+  // (0 < |q'| < the fp8 min normal: the subnormal grid; NaN: x or r NaN), make the whole vector
+  // take the division: a few lanes in 2^16 for real data.
+  static constexpr uint32_t kNearUlps = 8;  // > 2.5 ulp, with room for binade crossings
+
+  // r = RN(1 / s) for load_scaled; an infinite reciprocal (s zero or denormal: x·r would be
+  // inf where x/s is finite) becomes NaN, so that every product takes the division.
+  void scale_reciprocal(const Xmm& r, const Xmm& s) {
+    constexpr uint8_t kInfClass = 0x18;  // vfpclassps: +inf | -inf
+    vmovups(r, cst(1.0f));
+    vdivps(r, r, s);
+    if (avx512()) {
+      vfpclassps(k2, r, kInfClass);
+      vmovups(r | k2, cst_bits(0x7FC00000));
+    } else {
+      vandps(vmm(13), r, cst_bits(0x7FFFFFFF));
+      vcmpps(vmm(13), vmm(13), cst_bits(0x7F800000), 0 /* equal */);
+      vblendvps(r, r, cst_bits(0x7FC00000), vmm(13));
+    }
+  }
+
+  // x = x/s as fp32 for `count` values of `dtype` at `addr`, as the fp8 `format` encoder will
+  // see it: x·r, or the division when a lane is near a rounding midpoint (see above). Uses
+  // vmm13..15 (and k2, k3 on AVX-512).
+  void load_scaled(const Xmm& x, DType dtype, const RegExp& addr, int count, const Xmm& scale,
+                   const Xmm& recip, DType format) {
+    const int dropped = 23 - (format == DType::kFp8E5m2 ? 2 : 3);
+    const uint32_t min_normal = format == DType::kFp8E5m2 ? 113u << 23 : 121u << 23;
+    const uint32_t low = (1u << dropped) - 1, half_minus = (1u << (dropped - 1)) - kNearUlps;
+    Label l_done;
+    load_f32(x, dtype, addr, count);
+    vmulps(x, x, recip);
+    const Xmm a = vmm(13), d = vmm(14), t = vmm(15);
+    uni_vpand(a, x, cst_bits(0x7FFFFFFF));
+    uni_vpand(d, a, cst_bits(low));
+    vpsubd(d, d, cst_bits(half_minus));  // near a midpoint: 0 <= d <= 2 kNearUlps (unsigned)
+    vpsubd(a, a, cst_bits(1));           // a - 1: subnormal grid 0 .. min_normal - 2, NaN above
+    if (avx512()) {
+      constexpr uint8_t kLe = 2, kLt = 1, kGt = 6;  // vpcmpud predicates
+      vpcmpud(k2, d, cst_bits(2 * kNearUlps), kLe);
+      vpcmpud(k3, a, cst_bits(min_normal - 1), kLt);
+      korw(k2, k2, k3);
+      vpcmpud(k3, a, cst_bits(0x7F7FFFFF), kGt);
+      korw(k2, k2, k3);
+      kortestw(k2, k2);
+    } else {
+      // Unsigned a <= b as min(a, b) == a.
+      vpminud(t, d, cst_bits(2 * kNearUlps));
+      vpcmpeqd(d, t, d);
+      vpminud(t, a, cst_bits(min_normal - 2));
+      vpcmpeqd(t, t, a);
+      vpor(d, d, t);
+      vpcmpgtd(t, a, cst_bits(0x7F7FFFFF));  // a >= 0: the signed compare is unsigned here
+      vpor(d, d, t);
+      vptest(d, d);
+    }
+    jz(l_done, T_NEAR);
+    load_f32(x, dtype, addr, count);
+    vdivps(x, x, scale);
+    L(l_done);
+  }
+
   // Quantises `elements` values of `dtype` at [src] into fp8 codes at [dst] (dst, src
-  // advanced): code = fp8(x / scale).
+  // advanced): code = fp8(x / scale), through load_scaled (`recip` = scale_reciprocal(scale)).
   void quantise_span(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype,
-                     DType format, const Xmm& scale) {
+                     DType format, const Xmm& scale, const Xmm& recip) {
     const int esize = int(dtype_size(dtype));
     const int64_t vectors = elements / lanes();
     const int tail = int(elements % lanes());
-    // Four vectors per unit: loads and divisions issue together, encodes follow.
+    // Four vectors per unit: loads and products issue together, encodes follow.
     const int64_t units = vectors / kUnroll;
     auto convert = [&](int64_t first, int count, int n) {
       for (int v = 0; v < n; ++v) {
-        load_f32(vmm(v), dtype, src + int((first + v) * lanes() * esize), count);
+        load_scaled(vmm(v), dtype, src + int((first + v) * lanes() * esize), count, scale, recip,
+                    format);
       }
-      for (int v = 0; v < n; ++v) vdivps(vmm(v), vmm(v), scale);
       for (int v = 0; v < n; ++v) {
         fp8_encode(vmm(v), format);
         store_fp8(vmm(v), dst + int((first + v) * lanes()), count);

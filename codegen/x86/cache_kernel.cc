@@ -6,9 +6,9 @@
 // has checked s < num_blocks * block_size before the launch), b = s / BS, o = s % BS (a shift
 // and mask when BS is a power of two). Per operand (key, then value):
 //   kv=auto  a byte copy of each element (no conversion, NaN payloads kept);
-//   fp8      code = fp8(x / scale): x widened exactly to fp32, an IEEE vdivps (the ref's
-//            division, so the codes are bit-exact; a reciprocal multiply is not), then the
-//            Generator's integer fp8 encoder; codes stored a byte per element.
+//   fp8      code = fp8(x / scale): x widened exactly to fp32, x·(1/scale) where that
+//            provably gives the ref's code, else an IEEE vdivps (CacheGenerator::load_scaled),
+//            then the Generator's integer fp8 encoder; codes stored a byte per element.
 // Layouts (byte offsets, c = cache element size, e = input element size):
 //   flash NHD  token row [H, D] is contiguous in the cache at b·block_stride + o·H·D·c: one
 //              span of H·D elements (per-tensor scale), or per head with a per-head scale;
@@ -35,11 +35,12 @@ namespace {
 using namespace Xbyak;
 
 // Vector registers of the scales (the encoder and the helpers use 13..15; spans use 0..3).
-constexpr int kKScale = 4, kVScale = 5;
+constexpr int kKScale = 4, kVScale = 5, kKRecip = 6, kVRecip = 7;
 
 class FlashWriteGenerator : public CacheGenerator {
  public:
-  /// `scale_reg`: the vector register of k_scale (v_scale in the next one).
+  /// `scale_reg`: the vector register of k_scale (v_scale in the next one, their
+  /// reciprocals two above each).
   FlashWriteGenerator(X86Isa isa, const ir::FlashCacheWriteParams& p, int scale_reg = kKScale)
       : CacheGenerator(isa),
         p_(p),
@@ -65,8 +66,13 @@ class FlashWriteGenerator : public CacheGenerator {
       vbroadcastss(vmm(k_scale_), ptr[rax]);
       mov(rax, ptr[rdi + offsetof(CacheWriteCallArgs, v_scale)]);
       vbroadcastss(vmm(v_scale_), ptr[rax]);
+      scale_reciprocal(recip_of(vmm(k_scale_)), vmm(k_scale_));
+      scale_reciprocal(recip_of(vmm(v_scale_)), vmm(v_scale_));
     }
   }
+
+  // The register of scale_reciprocal(scale).
+  Xmm recip_of(const Xmm& scale) const { return vmm(scale.getIdx() + 2); }
 
   // The token's key and value rows into the caches (b in rax, o in rcx).
   void write_token() {
@@ -104,6 +110,7 @@ class FlashWriteGenerator : public CacheGenerator {
     L(l_head);
     if (p_.per_head_scale) {
       vbroadcastss(scale, ptr[reg_scale_]);
+      scale_reciprocal(recip_of(scale), scale);
       add(reg_scale_, 4);
     }
     mov(reg_p_, reg_src_);
@@ -116,7 +123,7 @@ class FlashWriteGenerator : public CacheGenerator {
   }
 
   void span(const Reg64& dst, const Reg64& src, int64_t elements, const Xmm& scale) {
-    write_span(dst, src, elements, p_.dtype, fp8_, format_, scale);
+    write_span(dst, src, elements, p_.dtype, fp8_, format_, scale, recip_of(scale));
   }
 
   const bool fp8_;
@@ -152,8 +159,9 @@ class RopeFlashGenerator : public FlashWriteGenerator {
   }
 
  private:
-  // The scales live above the rotation's registers (0..7) and the spans' (0..3).
-  static constexpr int kRopeScales = 10;
+  // The scales (8, 9) and their reciprocals (10, 11) live above the rotation's registers
+  // (0..7) and the spans' (0..3).
+  static constexpr int kRopeScales = 8;
 
   void rotate_token(const Label& l_skip) {
     const int64_t esize = int64_t(dtype_size(q_.dtype));
@@ -213,6 +221,8 @@ class PagedWriteGenerator : public CacheGenerator {
       vbroadcastss(vmm(kKScale), ptr[rax]);
       mov(rax, ptr[rdi + offsetof(CacheWriteCallArgs, v_scale)]);
       vbroadcastss(vmm(kVScale), ptr[rax]);
+      scale_reciprocal(vmm(kKRecip), vmm(kKScale));
+      scale_reciprocal(vmm(kVRecip), vmm(kVScale));
     }
     const int64_t block_bytes = p_.head_count_kv * p_.head_size * p_.block_size * csize_;
     token_loop(p_.block_size, [&] {
@@ -256,8 +266,8 @@ class PagedWriteGenerator : public CacheGenerator {
     // 16 codes: one zmm, or two ymm halves of 8.
     for (int half = 0; half < 16 / lanes(); ++half) {
       const Xmm v = vmm(half);
-      load_f32(v, p_.dtype, reg_p_ + src + half * lanes() * int(esize_), lanes());
-      vdivps(v, v, vmm(kKScale));
+      load_scaled(v, p_.dtype, reg_p_ + src + half * lanes() * int(esize_), lanes(), vmm(kKScale),
+                  vmm(kKRecip), format_);
       fp8_encode(v, format_);
       store_fp8(v, reg_q_ + dst + half * lanes(), lanes());
     }
@@ -308,8 +318,8 @@ class PagedWriteGenerator : public CacheGenerator {
       }
       return;
     }
-    load_f32(vmm(0), p_.dtype, reg_p_ + first * int(esize_), count);
-    vdivps(vmm(0), vmm(0), vmm(kVScale));
+    load_scaled(vmm(0), p_.dtype, reg_p_ + first * int(esize_), count, vmm(kVScale), vmm(kVRecip),
+                format_);
     fp8_encode(vmm(0), format_);
     store_fp8(vmm(0), RegExp(rsp) + 64, count);
     for (int i = 0; i < count; ++i) {
@@ -358,6 +368,7 @@ class MlaWriteGenerator : public CacheGenerator {
     if (fp8_) {
       mov(rax, ptr[rdi + offsetof(CacheWriteCallArgs, k_scale)]);
       vbroadcastss(vmm(kKScale), ptr[rax]);
+      scale_reciprocal(vmm(kKRecip), vmm(kKScale));
     }
     token_loop(p_.block_size, [&] {
       // reg_q_ = entry = kv_cache + b * block_stride + o * entry_stride (spans advance their
@@ -379,7 +390,7 @@ class MlaWriteGenerator : public CacheGenerator {
 
  private:
   void span(const Reg64& dst, const Reg64& src, int64_t elements) {
-    write_span(dst, src, elements, p_.dtype, fp8_, format_, vmm(kKScale));
+    write_span(dst, src, elements, p_.dtype, fp8_, format_, vmm(kKScale), vmm(kKRecip));
   }
 
   const ir::MlaCacheWriteParams p_;
@@ -488,6 +499,7 @@ class ConvertFp8Generator : public CacheGenerator {
   void generate() {
     prologue();
     vbroadcastss(vmm(kKScale), ptr[rdi + offsetof(ConvertFp8CallArgs, scale)]);
+    if (quantise_) scale_reciprocal(vmm(kKRecip), vmm(kKScale));
     mov(reg_args_, rdi);
     mov(reg_row_, rsi);
     mov(reg_row_end_, rdx);
@@ -531,8 +543,8 @@ class ConvertFp8Generator : public CacheGenerator {
     const Xmm x = vmm(v);
     const int first = v * lanes();
     if (quantise_) {
-      load_f32(x, p_.src, reg_src_ + first * src_size(), count);
-      vdivps(x, x, vmm(kKScale));
+      load_scaled(x, p_.src, reg_src_ + first * src_size(), count, vmm(kKScale), vmm(kKRecip),
+                  DType::kFp8E4m3);
       fp8_encode(x, DType::kFp8E4m3);
       store_fp8(x, reg_dst_ + first, count);
     } else {

@@ -8,7 +8,8 @@
 //            (bits + 0x7FFFFF) & 0xFF800000 keeps a power of two (mantissa 0: no carry) and
 //            otherwise carries into the exponent and clears the mantissa: the next power of two.
 //            (sc >= 1e-4 / 448 is normal; +inf maps to +inf.)
-//     codes e4m3(x / sc) at block + o·D + g·qbs, sc (fp32) at block + BS·D + 4(o·G + g).
+//     codes e4m3(x / sc) (CacheGenerator::load_scaled) at block + o·D + g·qbs, sc (fp32) at block +
+//     BS·D + 4(o·G + g).
 //   Two passes over each group (max, then quantise); the second reads it from L1. Groups loop at
 //   run time when there are many (small qbs), else they are unrolled.
 // cp_gather_indexer_k_quant_cache: per destination row, D value bytes and 4G scale bytes copied
@@ -25,7 +26,7 @@ using namespace Xbyak;
 constexpr float kE4m3Max = 448.0f;
 constexpr float kAmaxFloor = 1e-4f;
 // Vector register of a group's scale (spans use 0..3, the helpers 13..15).
-constexpr int kGroupScale = 8;
+constexpr int kGroupScale = 8, kGroupRecip = 9;
 // Groups unrolled up to this count; more loop at run time.
 constexpr int64_t kMaxUnrolledGroups = 4;
 
@@ -79,9 +80,11 @@ class IndexerQuantGenerator : public CacheGenerator {
       uni_vpand(sc, sc, cst_bits(0xFF800000));
     }
     vmovss(ptr[reg_o_], Xbyak::Xmm(kGroupScale));
+    scale_reciprocal(vmm(kGroupRecip), sc);
     mov(reg_src_, reg_p_);
     mov(reg_dst_, reg_q_);
-    quantise_span(reg_dst_, reg_src_, p_.quant_block, p_.dtype, DType::kFp8E4m3, sc);
+    quantise_span(reg_dst_, reg_src_, p_.quant_block, p_.dtype, DType::kFp8E4m3, sc,
+                  vmm(kGroupRecip));
     add(reg_p_, int(p_.quant_block * esize_));
     add(reg_q_, int(p_.quant_block));
     add(reg_o_, 4);

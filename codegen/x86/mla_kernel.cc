@@ -5,7 +5,8 @@
 //   kv_cache + b·block_stride + o·entry_stride (bytes). Per 128-element tile k of kv_c:
 //     amax_k  = max |x|        (vmaxps with the accumulator second: NaN ignored, as fmaxf)
 //     scale_k = max(amax_k / 448, FLT_MIN)    (vdivps: the ref's IEEE division)
-//     code_i  = e4m3(x_i / scale_k)           (vdivps, then the integer fp8 encoder)
+//     code_i  = e4m3(x_i / scale_k)           (CacheGenerator::load_scaled: x·(1/scale) where
+//                                               that gives the same code, else vdivps)
 //   codes at bytes 128k.., scale_k (fp32) at byte 512 + 4k, then the 64 rope values copied as
 //   bits (128 bytes) at byte 528. Two passes over each tile (max, then quantise); the second
 //   reads the tile from L1.
@@ -35,7 +36,7 @@ constexpr int64_t kDsMlaRopeOffset = 528;
 constexpr int64_t kDsMlaRopeBytes = 128;  // 64 16-bit values
 constexpr float kE4m3Max = 448.0f;
 // Vector register of a tile's scale (spans use 0..3, the helpers 13..15).
-constexpr int kTileScale = 8;
+constexpr int kTileScale = 8, kTileRecip = 9;
 
 class DsMlaWriteGenerator : public CacheGenerator {
  public:
@@ -58,8 +59,10 @@ class DsMlaWriteGenerator : public CacheGenerator {
         vdivps(scale, scale, cst(kE4m3Max));
         vmaxps(scale, scale, cst(FLT_MIN));
         vmovss(ptr[reg_q_ + int(kDsMlaScaleOffset + 4 * k)], Xbyak::Xmm(kTileScale));
+        scale_reciprocal(vmm(kTileRecip), scale);
         lea(reg_dst_, ptr[reg_q_ + int(k * kDsMlaTile)]);
-        quantise_span(reg_dst_, reg_p_, kDsMlaTile, p_.dtype, DType::kFp8E4m3, scale);
+        quantise_span(reg_dst_, reg_p_, kDsMlaTile, p_.dtype, DType::kFp8E4m3, scale,
+                      vmm(kTileRecip));
       }
       load_row(offsetof(CacheWriteCallArgs, value), offsetof(CacheWriteCallArgs, value_row_stride));
       lea(reg_dst_, ptr[reg_q_ + int(kDsMlaRopeOffset)]);
@@ -90,6 +93,7 @@ class MlaRopeFusedGenerator : public CacheGenerator {
     if (fp8_) {
       mov(rax, ptr[rdi + offsetof(MlaRopeCallArgs, scale)]);
       vbroadcastss(vmm(kScale), ptr[rax]);
+      scale_reciprocal(vmm(kRecip), vmm(kScale));
     }
     token_loop(
         p_.block_size, [&] { write_token(); }, offsetof(MlaRopeCallArgs, slots),
@@ -99,7 +103,7 @@ class MlaRopeFusedGenerator : public CacheGenerator {
 
  private:
   // Vector registers: 0..7 the rotation's, 16..31 its hoisted cos/sin; the scale.
-  static constexpr int kScale = 12;
+  static constexpr int kScale = 12, kRecip = 11;
 
   // reg_cs_ = the token's cos/sin row; every q_pe head rotated.
   void rotate_queries() {
@@ -134,9 +138,10 @@ class MlaRopeFusedGenerator : public CacheGenerator {
     imul(reg_src_, reg_row_);
     add(reg_src_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, kv_c)]);
     mov(reg_dst_, reg_q_);
-    write_span(reg_dst_, reg_src_, p_.kv_lora_rank, p_.dtype, fp8_, format_, vmm(kScale));
+    write_span(reg_dst_, reg_src_, p_.kv_lora_rank, p_.dtype, fp8_, format_, vmm(kScale),
+               vmm(kRecip));
     lea(reg_dst_, ptr[reg_q_ + int(p_.kv_lora_rank * csize_)]);
-    write_span(reg_dst_, reg_p_, p_.rot_dim, p_.dtype, fp8_, format_, vmm(kScale));
+    write_span(reg_dst_, reg_p_, p_.rot_dim, p_.dtype, fp8_, format_, vmm(kScale), vmm(kRecip));
   }
 
   const ir::MlaRopeCacheWriteParams p_;

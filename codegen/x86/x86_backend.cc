@@ -509,7 +509,11 @@ class X86Executable final : public Executable {
       }
     }
     std::vector<int64_t> offsets(size_t(std::max<int64_t>(rows, 0)));
-    int64_t r = 0;
+    const int64_t block_size = table.block_size;
+    const int64_t entry_stride = src.stride(1) * int64_t(src.element_size());
+    // A request's positions run 0, 1, ...: its block-table entry is checked once per block
+    // (at the block's first position, the row the ref would report), then reused.
+    int64_t r = 0, checked_r = -1, checked_column = -1, block_offset = 0;
     for (int64_t o = 0; o < rows; ++o) {
       while (r + 1 < batch && at_i32(starts, r + 1) <= o) ++r;
       const int64_t pos = o - at_i32(starts, r);
@@ -519,7 +523,13 @@ class X86Executable final : public Executable {
                         "(workspace_starts[0] = {}); it must start at 0",
                         op, o, at_i32(starts, 0)));
       }
-      KILN_RETURN_IF_ERROR(table.locate(r, pos, offsets[size_t(o)]));
+      if (r != checked_r || pos / block_size != checked_column) {
+        KILN_RETURN_IF_ERROR(table.locate(r, pos, block_offset));
+        block_offset -= (pos % block_size) * entry_stride;
+        checked_r = r;
+        checked_column = pos / block_size;
+      }
+      offsets[size_t(o)] = block_offset + (pos % block_size) * entry_stride;
     }
     GatherCallArgs call{};
     call.src = static_cast<const uint8_t*>(src.data());
@@ -560,19 +570,25 @@ class X86Executable final : public Executable {
     const int64_t dim = p.head_dim;
     const int64_t scale_bytes = 4 * (dim / p.quant_block);
     std::vector<int64_t> offsets;
+    if (batch > 0) {
+      offsets.reserve(
+          size_t(2 * std::clamp<int64_t>(at_i32(cu, batch) - at_i32(cu, 0), 0, dst_k.size(0))));
+    }
     for (int64_t r = 0; r < batch; ++r) {
       int64_t begin = 0;
       int64_t end = 0;
       KILN_RETURN_IF_ERROR(ir::check_request_rows(op, cu, r, dst_k.size(0), begin, end));
-      for (int64_t row = begin; row < end; ++row) {
-        const int64_t pos = row - begin;
+      // Positions 0, 1, ...: one block-table check per block, at its first position.
+      for (int64_t first = begin; first < end; first += p.block_size) {
         int64_t block = 0;
         KILN_RETURN_IF_ERROR(ir::check_block_table_entry(op, block_table, cache.size(0),
-                                                         p.block_size, r, pos, block));
+                                                         p.block_size, r, first - begin, block));
         const int64_t base = block * cache.stride(0);
-        const int64_t o = pos % p.block_size;
-        offsets.push_back(base + o * dim);
-        offsets.push_back(base + p.block_size * dim + o * scale_bytes);
+        const int64_t last = std::min(end, first + p.block_size);
+        for (int64_t o = 0; o < last - first; ++o) {
+          offsets.push_back(base + o * dim);
+          offsets.push_back(base + p.block_size * dim + o * scale_bytes);
+        }
       }
     }
     if (offsets.empty()) return Status::ok();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "codegen/ref/ref.h"
+#include "ir/numeric.h"
 #include "runtime/runtime.h"
 #include "tests/harness/op_cases.h"
 #include "tests/x86/x86_test_util.h"
@@ -232,6 +233,65 @@ TEST_P(X86CacheIsaTest, ConvertFp8MatchesRefBothDirections) {
       for (int64_t n : {1, 7, 8, 15, 16, 17, 100, 4095, 4096, 4097, 12345}) {
         if (!check_spec(spec, isa, n)) return;
       }
+    }
+  }
+}
+
+// The quantisers multiply by 1/scale and fall back to the division only next to an fp8
+// rounding midpoint (CacheGenerator::load_scaled): every f16 and bf16 value (all 65536 bit
+// patterns, so every midpoint neighbourhood of every binade the scale maps them to) against the
+// ref's division, for scales whose reciprocal is inexact, a power of two, huge and tiny ones,
+// and scales whose reciprocal overflows (denormal, zero: the NaN marker forces the division).
+TEST_P(X86CacheIsaTest, ConvertFp8ReciprocalIsBitExactForEveryInput) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    const OpSpec spec =
+        OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, dtype});
+    const Kernel kernel = compile_x86(spec, isa);
+    for (double scale : {0.1, 1.0 / 3.0, 0.3, 7.0, 0.25, 1e-3, 3e5, 1e-30, 0x1p-140, 0.0}) {
+      auto c = test::make_case(spec, 65536, InputKind::kNormal, 1);
+      ASSERT_TRUE(c.is_ok());
+      for (int64_t i = 0; i < 65536; ++i) {
+        const auto bits = uint16_t(i);
+        c->tensors[1].set(i, dtype == DType::kBF16 ? double(numeric::bf16_to_f32(bits))
+                                                   : double(numeric::f16_to_f32(bits)));
+      }
+      c->scalars[0] = scale;
+      const auto report = check_against_ref(kernel, c.value());
+      EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa)
+                             << " scale=" << scale << "\n"
+                             << report.message;
+    }
+  }
+}
+
+// The same argument inside the cache writers: flash (per-tensor and per-head scales), paged
+// and MLA writes with scales whose reciprocals are inexact, over every bf16 value.
+TEST_P(X86CacheIsaTest, CacheWritesReciprocalIsBitExactForEveryBf16) {
+  const X86Isa isa = GetParam();
+  for (KvCacheDtype kv : {KvCacheDtype::kFp8E4m3, KvCacheDtype::kFp8E5m2}) {
+    const OpSpec specs[] = {flash_spec(DType::kBF16, kv, 8, 128, 16, ir::CacheLayout::kNhd, false),
+                            flash_spec(DType::kBF16, kv, 8, 128, 16, ir::CacheLayout::kHnd, true),
+                            paged_spec(DType::kBF16, kv, 8, 128, 16)};
+    for (const OpSpec& spec : specs) {
+      const Kernel kernel = compile_x86(spec, isa);
+      auto c = test::make_case(spec, 64, InputKind::kNormal, 3);  // 64 x 1024 = 65536 values
+      ASSERT_TRUE(c.is_ok());
+      for (int operand = 0; operand < 2; ++operand) {
+        test::HostTensor& t = c->tensors[size_t(operand)];
+        for (int64_t i = 0; i < 65536; ++i) {
+          const int64_t row = i / 1024, col = i % 1024;
+          t.set(row * (t.numel() / t.sizes()[0]) + col,
+                double(numeric::bf16_to_f32(uint16_t(i * (operand + 1)))));
+        }
+      }
+      for (int scale : {5, 6}) {
+        test::HostTensor& s = c->tensors[size_t(scale)];
+        for (int64_t i = 0; i < s.numel(); ++i) s.set(i, 0.1 * double(i + scale));
+      }
+      const auto report = check_against_ref(kernel, c.value());
+      EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa) << "\n"
+                             << report.message;
     }
   }
 }

@@ -8,8 +8,10 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
+#include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -191,6 +193,9 @@ Result<std::string> disassemble(const std::vector<uint8_t>& object) {
 
 namespace {
 
+// Below this many bytes moved per call, kernels run on the calling thread (x86's default).
+constexpr double kMinParallelBytes = 256 * 1024;
+
 // A kernel linked into this process (AArch64 hosts).
 class ArmExecutable final : public Executable {
  public:
@@ -200,11 +205,33 @@ class ArmExecutable final : public Executable {
   Status run(const KernelArgs& args) const override {
     Result<CallPlan> plan = plan_call(spec_, args);
     if (!plan.is_ok()) return plan.status();
-    if (plan->rows > 0) fn_(plan->block.words.data(), 0, plan->rows);
+    const int64_t rows = plan->rows;
+    if (rows <= 0) return Status::ok();
+    // Rows split over OpenMP threads as on x86 (a region costs microseconds: small calls
+    // run on the calling thread).
+    const double bytes = estimates(spec_, {.tokens = rows}).bytes;
+    const int threads = int(std::min<int64_t>(omp_get_max_threads(), rows));
+    if (!plan->parallel || threads <= 1 || bytes < kMinParallelBytes) {
+      fn_(plan->block.words.data(), 0, rows);
+      return Status::ok();
+    }
+    const uint64_t* words = plan->block.words.data();
+#pragma omp parallel num_threads(threads)
+    {
+      const int64_t t = omp_get_thread_num();
+      const int64_t n = omp_get_num_threads();
+      const int64_t begin = rows * t / n;
+      const int64_t end = rows * (t + 1) / n;
+      if (begin < end) fn_(words, begin, end);
+    }
     return Status::ok();
   }
-  const void* code_address() const override { return reinterpret_cast<const void*>(fn_); }
-  size_t code_size() const override { return size_; }
+  const void* code_address() const override {
+    return reinterpret_cast<const void*>(fn_);
+  }
+  size_t code_size() const override {
+    return size_;
+  }
 
  private:
   OpSpec spec_;

@@ -158,7 +158,9 @@ TEST(ArmRuntime, ExplicitArmTargetCompilesAndIsCachedPerTarget) {
   CompileOptions x86;
   x86.backend = BackendKind::kX86;
   auto host = runtime_with_cache(dir).compile(spec, x86);
-  if (host.is_ok()) EXPECT_NE(host->info().cache_key, first->info().cache_key);
+  if (host.is_ok()) {
+    EXPECT_NE(host->info().cache_key, first->info().cache_key);
+  }
   std::filesystem::remove_all(dir);
 }
 

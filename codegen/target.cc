@@ -1,6 +1,10 @@
 #include "codegen/target.h"
 
 #include <fmt/format.h>
+#if defined(__aarch64__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 namespace jit {
 
@@ -50,9 +54,12 @@ Target host_target(BackendKind backend, X86Isa isa_cap) {
     // fingerprint: two machines at the same level can share cache entries.
     target.fingerprint = fmt::format("x86-{}", x86_isa_name(target.isa));
   } else if (backend == BackendKind::kArm) {
-    // arm kernels are generated for one CPU class whatever the host (AArch64 objects for
-    // Neoverse V1: NEON + bf16 + i8mm), so that is the fingerprint.
+    // The CPU class the arm objects are generated for (codegen/arm: ArmCpu): on an AArch64
+    // host the host's (bf16 or not); elsewhere cross objects for Neoverse V1.
     target.fingerprint = "aarch64-neoverse-v1";
+#if defined(__aarch64__)
+    if ((getauxval(AT_HWCAP2) & HWCAP2_BF16) == 0) target.fingerprint = "aarch64-neoverse-n1";
+#endif
   } else {
     target.fingerprint = std::string(backend_name(backend));
   }

@@ -159,9 +159,9 @@ Result<std::string> disassembly_of(const Kernel& kernel) {
 #ifdef KILN_HAVE_ARM
   if (kernel.info().backend == BackendKind::kArm) {
     const Config& config = kernel.info().config;
-    auto object =
-        codegen::arm::compile_object(kernel.spec(), int(config.get(codegen::arm::kOptKnob, 3)),
-                                     config.get(codegen::arm::kBf16Knob, 1) != 0);
+    auto object = codegen::arm::compile_object(
+        kernel.spec(), int(config.get(codegen::arm::kOptKnob, 3)),
+        config.get(codegen::arm::kBf16Knob, 1) != 0, codegen::arm::arm_cpu(kernel.info().target));
     if (!object.is_ok()) return object.status();
     return codegen::arm::disassemble(object->object);
   }

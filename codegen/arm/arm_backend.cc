@@ -8,8 +8,10 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
+#include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -83,11 +85,16 @@ Status generate(KernelBuilder& k, const OpSpec& spec, bool bf16_dot) {
 
 }  // namespace
 
+ArmCpu arm_cpu(const Target& target) {
+  return target.fingerprint == kNeoverseN1.fingerprint ? kNeoverseN1 : kNeoverseV1;
+}
+
 std::string_view llvm_version() {
   return "llvm-" LLVM_VERSION_STRING;
 }
 
-Result<ObjectCode> compile_object(const OpSpec& spec, int opt_level, bool bf16_dot) {
+Result<ObjectCode> compile_object(const OpSpec& spec, int opt_level, bool bf16_dot,
+                                  const ArmCpu& cpu) {
   if (opt_level != 2 && opt_level != 3) {
     return invalid_argument(
         fmt::format("arm backend: config 'opt' is {}; allowed: 2, 3", opt_level));
@@ -103,14 +110,15 @@ Result<ObjectCode> compile_object(const OpSpec& spec, int opt_level, bool bf16_d
   // Kernels follow the contract's IEEE rounding: no fused multiply-add unless the IR asks.
   options.AllowFPOpFusion = llvm::FPOpFusion::Strict;
   std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
-      std::string(kTriple), std::string(kCpu), std::string(kFeatures), options, llvm::Reloc::PIC_,
-      std::nullopt, opt_level == 3 ? llvm::CodeGenOpt::Aggressive : llvm::CodeGenOpt::Default));
+      std::string(kTriple), std::string(cpu.name), std::string(cpu.features), options,
+      llvm::Reloc::PIC_, std::nullopt,
+      opt_level == 3 ? llvm::CodeGenOpt::Aggressive : llvm::CodeGenOpt::Default));
 
   auto start = Clock::now();
   KernelBuilder k(out.symbol);
-  k.function()->addFnAttr("target-cpu", kCpu);
-  k.function()->addFnAttr("target-features", kFeatures);
-  KILN_RETURN_IF_ERROR(generate(k, spec, bf16_dot));
+  k.function()->addFnAttr("target-cpu", cpu.name);
+  k.function()->addFnAttr("target-features", cpu.features);
+  KILN_RETURN_IF_ERROR(generate(k, spec, bf16_dot && cpu.bf16));
   if (std::string broken = k.finish(); !broken.empty()) {
     return Status(StatusCode::kInternal,
                   fmt::format("arm backend built invalid IR for {}: {}", to_string(spec), broken));
@@ -191,6 +199,9 @@ Result<std::string> disassemble(const std::vector<uint8_t>& object) {
 
 namespace {
 
+// Below this many bytes moved per call, kernels run on the calling thread (x86's default).
+constexpr double kMinParallelBytes = 256 * 1024;
+
 // A kernel linked into this process (AArch64 hosts).
 class ArmExecutable final : public Executable {
  public:
@@ -200,11 +211,33 @@ class ArmExecutable final : public Executable {
   Status run(const KernelArgs& args) const override {
     Result<CallPlan> plan = plan_call(spec_, args);
     if (!plan.is_ok()) return plan.status();
-    if (plan->rows > 0) fn_(plan->block.words.data(), 0, plan->rows);
+    const int64_t rows = plan->rows;
+    if (rows <= 0) return Status::ok();
+    // Rows split over OpenMP threads as on x86 (a region costs microseconds: small calls
+    // run on the calling thread).
+    const double bytes = estimates(spec_, {.tokens = rows}).bytes;
+    const int threads = int(std::min<int64_t>(omp_get_max_threads(), rows));
+    if (!plan->parallel || threads <= 1 || bytes < kMinParallelBytes) {
+      fn_(plan->block.words.data(), 0, rows);
+      return Status::ok();
+    }
+    const uint64_t* words = plan->block.words.data();
+#pragma omp parallel num_threads(threads)
+    {
+      const int64_t t = omp_get_thread_num();
+      const int64_t n = omp_get_num_threads();
+      const int64_t begin = rows * t / n;
+      const int64_t end = rows * (t + 1) / n;
+      if (begin < end) fn_(words, begin, end);
+    }
     return Status::ok();
   }
-  const void* code_address() const override { return reinterpret_cast<const void*>(fn_); }
-  size_t code_size() const override { return size_; }
+  const void* code_address() const override {
+    return reinterpret_cast<const void*>(fn_);
+  }
+  size_t code_size() const override {
+    return size_;
+  }
 
  private:
   OpSpec spec_;
@@ -265,23 +298,24 @@ class ArmBackend final : public Backend {
     return Support::yes();
   }
 
-  std::vector<Config> configs(const OpSpec& spec, const Target&) const override {
+  std::vector<Config> configs(const OpSpec& spec, const Target& target) const override {
     // Attention defaults to O2: at O3 LLVM unrolls the fp32 q.k loop into ~11 KB of code and
     // takes ~7x longer to compile (kiln_arm_latency, docs/arm.md); the loops are already
     // vectorised by hand, so O2 loses nothing the generator did not do itself.
     const bool attention = spec.op == OpKind::kCpuAttentionWithKvCache;
     std::vector<Config> space = {Config().set(std::string(kOptKnob), attention ? 2 : 3),
                                  Config().set(std::string(kOptKnob), attention ? 3 : 2)};
-    if (spec.op == OpKind::kCpuAttentionWithKvCache &&
+    if (spec.op == OpKind::kCpuAttentionWithKvCache && arm_cpu(target).bf16 &&
         spec.get<ir::CpuAttentionParams>().dtype == DType::kBF16) {
       space.push_back(Config().set(std::string(kOptKnob), 2).set(std::string(kBf16Knob), 0));
     }
     return space;
   }
 
-  Result<Artifact> lower(const OpSpec& spec, const Config& config, const Target&) const override {
-    Result<ObjectCode> object =
-        compile_object(spec, int(config.get(kOptKnob, 3)), config.get(kBf16Knob, 1) != 0);
+  Result<Artifact> lower(const OpSpec& spec, const Config& config,
+                         const Target& target) const override {
+    Result<ObjectCode> object = compile_object(spec, int(config.get(kOptKnob, 3)),
+                                               config.get(kBf16Knob, 1) != 0, arm_cpu(target));
     if (!object.is_ok()) return object.status();
     Artifact artifact;
     artifact.code = std::move(object->object);

@@ -18,9 +18,23 @@ namespace jit::codegen::arm {
 inline constexpr std::string_view kCodegenVersion = "arm-3";
 /// What the objects are generated for.
 inline constexpr std::string_view kTriple = "aarch64-unknown-linux-gnu";
-inline constexpr std::string_view kCpu = "neoverse-v1";
-/// NEON plus the bf16 and i8mm extensions of Armv8.6 (bfdot, bfmmla) that Neoverse V1 has.
-inline constexpr std::string_view kFeatures = "+neon,+bf16,+i8mm,+fullfp16";
+
+/// An AArch64 CPU class the objects are tuned and restricted to.
+struct ArmCpu {
+  std::string_view name;         ///< LLVM -mcpu
+  std::string_view features;     ///< LLVM target features
+  bool bf16 = false;             ///< FEAT_BF16: bfdot, bfmlalb/t, bfmmla
+  std::string_view fingerprint;  ///< Target::fingerprint of this class
+};
+/// Neoverse V1 (Graviton 3, ...): NEON, fp16 arithmetic, and the bf16 and i8mm extensions.
+inline constexpr ArmCpu kNeoverseV1 = {"neoverse-v1", "+neon,+bf16,+i8mm,+fullfp16", true,
+                                       "aarch64-neoverse-v1"};
+/// Neoverse N1 (Graviton 2, Ampere Altra): NEON and fp16 arithmetic, no bf16.
+inline constexpr ArmCpu kNeoverseN1 = {"neoverse-n1", "+neon,+fullfp16", false,
+                                       "aarch64-neoverse-n1"};
+/// The CPU class of an arm target (its fingerprint, as codegen/target.cc sets it); Neoverse
+/// V1 for an unknown one.
+ArmCpu arm_cpu(const Target& target);
 /// The LLVM the objects come from (part of the disk-cache key).
 std::string_view llvm_version();
 
@@ -44,9 +58,11 @@ struct ObjectCode {
   double emit_us = 0;           ///< instruction selection to object bytes
 };
 
-/// Generates the AArch64 object of `spec` at LLVM level `opt_level` (2 or 3); `bf16_dot`
-/// selects the bf16 dot-product instructions where an op has them (attention).
-Result<ObjectCode> compile_object(const OpSpec& spec, int opt_level = 3, bool bf16_dot = true);
+/// Generates the AArch64 object of `spec` for `cpu` at LLVM level `opt_level` (2 or 3);
+/// `bf16_dot` selects the bf16 dot-product instructions where an op has them (attention) and
+/// the CPU has them (else the fp32 path).
+Result<ObjectCode> compile_object(const OpSpec& spec, int opt_level = 3, bool bf16_dot = true,
+                                  const ArmCpu& cpu = kNeoverseV1);
 
 /// The disassembly of an AArch64 object (llvm-objdump-16, with the bf16/i8mm mnemonics).
 Result<std::string> disassemble(const std::vector<uint8_t>& object);

@@ -217,6 +217,7 @@ Result<CallPlan> plan_swap_blocks(const OpSpec& spec, const KernelArgs& args) {
   // In mapping order on one thread (the runner never splits swap_blocks): a later pair may
   // read what an earlier one wrote, as with vLLM's stream-ordered copies.
   plan.rows = pairs;
+  plan.parallel = false;
   return plan;
 }
 

@@ -31,6 +31,9 @@ struct CallBlock {
 struct CallPlan {
   CallBlock block;
   int64_t rows = 0;
+  /// false when rows must run in order on one thread (swap_blocks: a later pair may read what
+  /// an earlier one wrote).
+  bool parallel = true;
   std::vector<std::vector<uint8_t>> side;
 };
 

@@ -99,6 +99,24 @@ TEST(ArmCodegen, Bf16AttentionUsesBfmlalAndBfdotAndFp32UsesFmla) {
   }
 }
 
+TEST(ArmCodegen, TheNeoverseN1ProfileNeverEmitsBf16Instructions) {
+  const OpSpec spec =
+      OpSpec::make(OpKind::kCpuAttentionWithKvCache,
+                   ir::CpuAttentionParams{ir::CpuAttnIsa::kNeon, DType::kBF16, 64, 32, 4, 2, true,
+                                          false, false, false, false});
+  auto object = compile_object(spec, 2, /*bf16_dot=*/true, codegen::arm::kNeoverseN1);
+  ASSERT_TRUE(object.is_ok()) << object.status().to_string();
+  const std::string text = disassemble(object->object).value();
+  EXPECT_EQ(count(text, R"(\bbf(mlal[bt]|dot|mmla|cvtn?2?)\s)"), 0) << text;
+  EXPECT_GT(count(text, R"(\bfmla\s+v\d+\.4s)"), 0) << text;
+  // The runtime's target for such a host offers no bf16 configs.
+  Target n1 = host_target(BackendKind::kArm);
+  n1.fingerprint = std::string(codegen::arm::kNeoverseN1.fingerprint);
+  for (const Config& config : codegen::arm::make_backend()->configs(spec, n1)) {
+    EXPECT_EQ(config.get("bf16", 0), 0) << config.to_string();
+  }
+}
+
 TEST(ArmCodegen, Fp8QuantiseUsesVectorDivideAndNarrowing) {
   const OpSpec spec =
       OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16});
@@ -158,7 +176,9 @@ TEST(ArmRuntime, ExplicitArmTargetCompilesAndIsCachedPerTarget) {
   CompileOptions x86;
   x86.backend = BackendKind::kX86;
   auto host = runtime_with_cache(dir).compile(spec, x86);
-  if (host.is_ok()) EXPECT_NE(host->info().cache_key, first->info().cache_key);
+  if (host.is_ok()) {
+    EXPECT_NE(host->info().cache_key, first->info().cache_key);
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   const auto dir = std::filesystem::temp_directory_path() / fmt::format("kiln-arm-ll-{}", getpid());
   std::filesystem::create_directories(dir);
   fmt::print("x86 host -> AArch64 ({}), median of {} compiles, microseconds\n",
-             jit::codegen::arm::kCpu, reps);
+             jit::codegen::arm::kNeoverseV1.name, reps);
   fmt::print("{:<36} {:>4} {:>8} {:>9} {:>8} {:>9} {:>8}\n", "kernel", "opt", "build", "optimise",
              "emit", "total", "bytes");
   std::string files;

@@ -81,5 +81,21 @@ TEST_F(NeonAttentionTest, FeatureFlagsMatchRef) {
   }
 }
 
+// A CPU without bf16: the backend's Neoverse N1 profile compiles bf16 data on the fp32 path,
+// and the object runs on qemu's neoverse-n1 model, which traps bf16 instructions as illegal
+// (this test caught a lower() that ignored the target's CPU class).
+TEST_F(NeonAttentionTest, Bf16DataOnACpuWithoutBf16TakesTheFp32Path) {
+  const OpSpec spec = attention_spec(DType::kBF16, 64, 32, 4, 2, true, true, false, false, true);
+  auto kernel = test::compile_for_qemu(spec, Config().set("opt", 2), "aarch64-neoverse-n1",
+                                       /*emulate_n1=*/true);
+  ASSERT_TRUE(kernel.is_ok()) << kernel.status().to_string();
+  for (InputKind kind : test::input_kinds_for(spec.op)) {
+    auto c = test::make_case(spec, 3, kind, 19);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    const auto report = test::check_against_ref(kernel.value(), c.value());
+    EXPECT_TRUE(report.ok) << test::input_kind_name(kind) << "\n" << report.message;
+  }
+}
+
 }  // namespace
 }  // namespace jit

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <vector>
 
 #include "codegen/arm/arm_backend.h"
 #include "codegen/arm/call_block.h"
@@ -87,12 +88,12 @@ class QemuExecutable final : public Executable {
 
 }  // namespace
 
-Result<QemuDriver*> QemuDriver::get() {
+Result<QemuDriver*> QemuDriver::get(const std::string& qemu_cpu) {
   static std::mutex mutex;
-  static QemuDriver* driver = nullptr;
+  static std::map<std::string, QemuDriver*> drivers;
   static Status failure;
   std::lock_guard lock(mutex);
-  if (driver != nullptr) return driver;
+  if (auto it = drivers.find(qemu_cpu); it != drivers.end()) return it->second;
   if (!failure.is_ok()) return failure;
 #ifdef KILN_NEON_UNAVAILABLE
   failure = Status(StatusCode::kUnavailable, KILN_NEON_UNAVAILABLE);
@@ -115,10 +116,12 @@ Result<QemuDriver*> QemuDriver::get() {
   posix_spawn_file_actions_addclose(&actions, to_child[1]);
   posix_spawn_file_actions_addclose(&actions, from_child[0]);
   std::string qemu = KILN_QEMU, sysroot = KILN_AARCH64_SYSROOT, program = KILN_NEON_DRIVER;
-  std::string flag = "-L";
-  char* argv[] = {qemu.data(), flag.data(), sysroot.data(), program.data(), nullptr};
+  std::string flag = "-L", cpu_flag = "-cpu", cpu = qemu_cpu;
+  std::vector<char*> argv = {qemu.data(), flag.data(), sysroot.data()};
+  if (!cpu.empty()) argv.insert(argv.end(), {cpu_flag.data(), cpu.data()});
+  argv.insert(argv.end(), {program.data(), nullptr});
   pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, qemu.c_str(), &actions, nullptr, argv, environ);
+  const int rc = posix_spawnp(&pid, qemu.c_str(), &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   ::close(to_child[0]);
   ::close(from_child[1]);
@@ -129,7 +132,8 @@ Result<QemuDriver*> QemuDriver::get() {
   }
   // A driver that dies must not kill the test program with SIGPIPE: writes then fail.
   signal(SIGPIPE, SIG_IGN);
-  driver = new QemuDriver(pid, to_child[1], from_child[0]);
+  auto* driver = new QemuDriver(pid, to_child[1], from_child[0]);
+  drivers.emplace(qemu_cpu, driver);
   return driver;
 #endif
 }
@@ -240,17 +244,20 @@ Status QemuDriver::run(uint32_t handle, const OpSpec& spec, const KernelArgs& ar
   return Status::ok();
 }
 
-Result<Kernel> compile_for_qemu(const OpSpec& spec, const Config& config) {
+Result<Kernel> compile_for_qemu(const OpSpec& spec, const Config& config,
+                                const std::string& fingerprint, bool emulate_n1) {
   // One object per spec and config: the driver's ORC session keeps every symbol it linked.
   static std::mutex mutex;
   static std::map<std::string, Kernel> loaded;
-  const std::string key = to_string(spec) + "/" + config.to_string();
+  const std::string key =
+      to_string(spec) + "/" + config.to_string() + "/" + fingerprint + (emulate_n1 ? "/n1" : "");
   std::lock_guard lock(mutex);
   if (auto it = loaded.find(key); it != loaded.end()) return it->second;
-  Result<QemuDriver*> driver = QemuDriver::get();
+  Result<QemuDriver*> driver = QemuDriver::get(emulate_n1 ? "neoverse-n1" : "");
   if (!driver.is_ok()) return driver.status();
   const auto backend = codegen::arm::make_backend();
-  const Target target = host_target(BackendKind::kArm);
+  Target target = host_target(BackendKind::kArm);
+  target.fingerprint = fingerprint;
   const Support support = backend->supports(spec, target);
   if (!support.ok) return Status(StatusCode::kUnsupported, support.reason);
   const Config chosen = config.knobs.empty() ? backend->configs(spec, target).front() : config;

@@ -20,8 +20,10 @@ namespace jit::test {
 /// The driver process (started on first use, shared by the test program).
 class QemuDriver {
  public:
-  /// The shared driver, or an error saying why it cannot run (no qemu, no driver binary).
-  static Result<QemuDriver*> get();
+  /// The shared driver emulating `qemu_cpu` (qemu's -cpu; empty: qemu's default "max", which
+  /// has every extension the Neoverse V1 profile uses), or an error saying why it cannot run
+  /// (no qemu, no driver binary).
+  static Result<QemuDriver*> get(const std::string& qemu_cpu = "");
   ~QemuDriver();
 
   /// Links `object` in the driver; returns its handle.
@@ -39,8 +41,12 @@ class QemuDriver {
   int from_;
 };
 
-/// Compiles `spec` with the arm backend (no disk cache, config `config`) and returns a Kernel
-/// that runs under qemu-aarch64.
-Result<Kernel> compile_for_qemu(const OpSpec& spec, const Config& config = {});
+/// Compiles `spec` with the arm backend (no disk cache, config `config`) for the CPU class
+/// `fingerprint` ("aarch64-neoverse-v1" or "aarch64-neoverse-n1") and returns a Kernel that
+/// runs under qemu-aarch64: on qemu's default CPU, or with `emulate_n1` on its neoverse-n1
+/// model (no bf16: a bf16 instruction there is an illegal instruction).
+Result<Kernel> compile_for_qemu(const OpSpec& spec, const Config& config = {},
+                                const std::string& fingerprint = "aarch64-neoverse-v1",
+                                bool emulate_n1 = false);
 
 }  // namespace jit::test

@@ -110,7 +110,11 @@ int serve() {
         reply_error(error);
         continue;
       }
-      if (rows > 0) kernels[handle](words.data(), 0, rows);
+      // Two calls over the halves of the rows, as a row-splitting runner makes them: every
+      // kernel must honour row_begin != 0 (in order, so order-dependent ops stay correct).
+      const int64_t mid = rows / 2;
+      if (mid > 0) kernels[handle](words.data(), 0, mid);
+      if (rows > mid) kernels[handle](words.data(), mid, rows);
       write_value<uint32_t>(0);
       for (const auto& region : regions) write_all(region.data(), region.size() - 64);
       std::fflush(stdout);

@@ -12,8 +12,9 @@
 //     BS·D + 4(o·G + g).
 //   Two passes over each group (max, then quantise); the second reads it from L1. Groups loop at
 //   run time when there are many (small qbs), else they are unrolled.
-// cp_gather_indexer_k_quant_cache: per destination row, D value bytes and 4G scale bytes copied
-//   from the offsets the runner resolved and checked.
+// cp_gather_indexer_k_quant_cache: per run of destination rows that read consecutive positions
+//   of one cache block (resolved and checked by the runner), D value bytes and 4G scale bytes
+//   copied per row.
 #include <cstddef>
 
 #include "codegen/x86/cache_generator.h"
@@ -101,36 +102,70 @@ class IndexerGatherGenerator : public CacheGenerator {
 
   void generate() {
     prologue();
-    const int64_t scale_bytes = 4 * (p_.head_dim / p_.quant_block);
+    const int64_t dim = p_.head_dim;
+    const int64_t scale_bytes = 4 * (dim / p_.quant_block);
     mov(reg_args_, rdi);
     mov(reg_row_, rsi);
     mov(reg_row_end_, rdx);
-    mov(reg_slots_, ptr[rdi + offsetof(IndexerGatherCallArgs, offsets)]);
-    Label l_row, l_done;
-    L(l_row);
+    mov(reg_slots_, ptr[rdi + offsetof(IndexerGatherCallArgs, runs)]);
+    Label l_run, l_row, l_next, l_done;
+    L(l_run);
     cmp(reg_row_, reg_row_end_);
     jge(l_done, T_NEAR);
-    mov(reg_p_, reg_row_);
-    shl(reg_p_, 4);  // two offsets per row
-    operand(reg_p_, 0, offsetof(IndexerGatherCallArgs, dst_k),
-            offsetof(IndexerGatherCallArgs, dst_k_row_stride), p_.head_dim);
-    operand(reg_p_, 8, offsetof(IndexerGatherCallArgs, dst_scale),
-            offsetof(IndexerGatherCallArgs, dst_scale_row_stride), scale_bytes);
+    // reg_o_ = this run's 4 fields
+    mov(reg_o_, reg_row_);
+    shl(reg_o_, 5);
+    add(reg_o_, reg_slots_);
+    // reg_p_ / reg_q_ = the first destination rows of dst_k / dst_scale
+    row_pointer(reg_p_, offsetof(IndexerGatherCallArgs, dst_k),
+                offsetof(IndexerGatherCallArgs, dst_k_row_stride));
+    row_pointer(reg_q_, offsetof(IndexerGatherCallArgs, dst_scale),
+                offsetof(IndexerGatherCallArgs, dst_scale_row_stride));
+    // reg_offset_ = block + o·D (values), reg_scale_ = block + BS·D + o·4G (scales)
+    mov(reg_offset_, ptr[reg_o_ + 16]);
+    add(reg_offset_, ptr[reg_args_ + offsetof(IndexerGatherCallArgs, cache)]);
+    lea(reg_scale_, ptr[reg_offset_ + int(p_.block_size * dim)]);
+    mov(rax, ptr[reg_o_ + 24]);
+    imul(rcx, rax, int(scale_bytes));
+    add(reg_scale_, rcx);
+    imul(rax, rax, int(dim));
+    add(reg_offset_, rax);
+    mov(reg_heads_, ptr[reg_o_ + 8]);
+    test(reg_heads_, reg_heads_);
+    jz(l_next, T_NEAR);
+    L(l_row);
+    mov(reg_dst_, reg_p_);
+    mov(reg_src_, reg_offset_);
+    copy_span(reg_dst_, reg_src_, dim, reg_count_);
+    if (scale_bytes == 4) {
+      // One group (DeepSeek's D = quant_block = 128): a 4-byte scalar move, cheaper than the
+      // masked vector tail copy_span would use.
+      mov(eax, ptr[reg_scale_]);
+      mov(ptr[reg_q_], eax);
+    } else {
+      mov(reg_dst_, reg_q_);
+      mov(reg_src_, reg_scale_);
+      copy_span(reg_dst_, reg_src_, scale_bytes, reg_count_);
+    }
+    add(reg_p_, ptr[reg_args_ + offsetof(IndexerGatherCallArgs, dst_k_row_stride)]);
+    add(reg_q_, ptr[reg_args_ + offsetof(IndexerGatherCallArgs, dst_scale_row_stride)]);
+    add(reg_offset_, int(dim));
+    add(reg_scale_, int(scale_bytes));
+    dec(reg_heads_);
+    jnz(l_row, T_NEAR);
+    L(l_next);
     inc(reg_row_);
-    jmp(l_row, T_NEAR);
+    jmp(l_run, T_NEAR);
     L(l_done);
     epilogue();
   }
 
  private:
-  // `bytes` bytes from cache + offsets[row·2 + which] to dst + row·stride.
-  void operand(const Reg64& pair, int which, size_t dst, size_t stride, int64_t bytes) {
-    mov(reg_src_, ptr[reg_slots_ + pair + which]);
-    add(reg_src_, ptr[reg_args_ + offsetof(IndexerGatherCallArgs, cache)]);
-    mov(reg_dst_, ptr[reg_args_ + stride]);
-    imul(reg_dst_, reg_row_);
-    add(reg_dst_, ptr[reg_args_ + dst]);
-    copy_span(reg_dst_, reg_src_, bytes, reg_count_);
+  // r = dst + runs[i].first_row · row stride.
+  void row_pointer(const Reg64& r, size_t dst, size_t stride) {
+    mov(r, ptr[reg_o_]);
+    imul(r, ptr[reg_args_ + stride]);
+    add(r, ptr[reg_args_ + dst]);
   }
 
   const ir::IndexerGatherParams p_;

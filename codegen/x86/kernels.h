@@ -137,14 +137,16 @@ struct IndexerQuantCallArgs {
   const int64_t* slots;
 };
 
-/// cp_gather_indexer_k_quant_cache. Rows are destination rows: row i copies head_dim value
-/// bytes from cache + offsets[2i] and 4·groups scale bytes from cache + offsets[2i + 1] (the
-/// runner resolved and checked both) to dst_k / dst_scale + i·row stride.
+/// cp_gather_indexer_k_quant_cache. Rows are runs: run i (runs[4i .. 4i+3] = first destination
+/// row, row count <= block_size, byte offset of its cache block, first position in the block)
+/// copies, per row, head_dim value bytes and 4·groups scale bytes of consecutive block positions
+/// to consecutive destination rows. The runner resolved and checked every run's block (one
+/// block-table read per block instead of per-row offsets).
 struct IndexerGatherCallArgs {
   const uint8_t* cache;
-  uint8_t* dst_k;      ///< the first row of the call's rows
-  uint8_t* dst_scale;  ///< likewise
-  const int64_t* offsets;
+  uint8_t* dst_k;
+  uint8_t* dst_scale;
+  const int64_t* runs;
   int64_t dst_k_row_stride;  ///< bytes
   int64_t dst_scale_row_stride;
 };

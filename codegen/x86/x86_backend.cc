@@ -567,13 +567,9 @@ class X86Executable final : public Executable {
     const Tensor& block_table = args.tensor(3);
     const Tensor& cu = args.tensor(4);
     const int64_t batch = block_table.size(0);
-    const int64_t dim = p.head_dim;
-    const int64_t scale_bytes = 4 * (dim / p.quant_block);
-    std::vector<int64_t> offsets;
-    if (batch > 0) {
-      offsets.reserve(
-          size_t(2 * std::clamp<int64_t>(at_i32(cu, batch) - at_i32(cu, 0), 0, dst_k.size(0))));
-    }
+    // Runs of rows inside one block: {first row, count, block byte offset, first position}.
+    std::vector<int64_t> runs;
+    int64_t rows = 0;
     for (int64_t r = 0; r < batch; ++r) {
       int64_t begin = 0;
       int64_t end = 0;
@@ -583,25 +579,22 @@ class X86Executable final : public Executable {
         int64_t block = 0;
         KILN_RETURN_IF_ERROR(ir::check_block_table_entry(op, block_table, cache.size(0),
                                                          p.block_size, r, first - begin, block));
-        const int64_t base = block * cache.stride(0);
-        const int64_t last = std::min(end, first + p.block_size);
-        for (int64_t o = 0; o < last - first; ++o) {
-          offsets.push_back(base + o * dim);
-          offsets.push_back(base + p.block_size * dim + o * scale_bytes);
-        }
+        const int64_t count = std::min(end, first + p.block_size) - first;
+        runs.insert(runs.end(), {first, count, block * cache.stride(0), 0});
+        rows += count;
       }
     }
-    if (offsets.empty()) return Status::ok();
-    const int64_t first = at_i32(cu, 0);
+    if (runs.empty()) return Status::ok();
     IndexerGatherCallArgs call{};
     call.cache = static_cast<const uint8_t*>(cache.data());
-    call.dst_k = static_cast<uint8_t*>(dst_k.data()) + first * dst_k.stride(0);
-    call.dst_scale = static_cast<uint8_t*>(dst_scale.data()) + first * dst_scale.stride(0);
-    call.offsets = offsets.data();
+    call.dst_k = static_cast<uint8_t*>(dst_k.data());
+    call.dst_scale = static_cast<uint8_t*>(dst_scale.data());
+    call.runs = runs.data();
     call.dst_k_row_stride = dst_k.stride(0);
     call.dst_scale_row_stride = dst_scale.stride(0);
-    const auto rows = int64_t(offsets.size() / 2);
-    run_rows(fn, &call, rows, estimates(spec_, {.tokens = rows, .batch = batch}).bytes, config_);
+    const auto run_count = int64_t(runs.size() / 4);
+    run_rows(fn, &call, run_count, estimates(spec_, {.tokens = rows, .batch = batch}).bytes,
+             config_);
     return Status::ok();
   }
 

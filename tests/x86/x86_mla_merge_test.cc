@@ -387,6 +387,38 @@ TEST(X86MlaMergeChecked, BlockTableOutsideTheCacheIsAnErrorAndWritesNothing) {
   });
 }
 
+// An unknown kv_cache_dtype (or indexer scale format) string never reaches a kernel: the spec
+// text is rejected naming the field, the value and the allowed values; and kv modes an op does
+// not take (fp8_ds_mla outside concat_and_cache_mla) are rejected by the spec's validation.
+TEST(X86MlaMergeChecked, UnknownKvCacheDtypeStringsAreRejected) {
+  const char* bad[] = {
+      "concat_and_cache_mla(dtype=bf16,kv=fp8_inc,kv_lora_rank=512,pe_dim=64,block_size=16)",
+      "concat_and_cache_mla_rope_fused(dtype=bf16,kv=nvfp4,kv_lora_rank=512,rot_dim=64,"
+      "heads_q=16,block_size=64)",
+      "rotary_embedding_and_cache_flash(dtype=bf16,kv=int8,heads_q=8,heads_kv=2,head_size=64,"
+      "rot_dim=64,block_size=16)",
+      "indexer_k_quant_and_cache(dtype=bf16,head_dim=128,quant_block=128,block_size=64,"
+      "scale_fmt=e8m0)",
+  };
+  for (const char* text : bad) {
+    const Result<OpSpec> spec = parse_spec(text);
+    ASSERT_FALSE(spec.is_ok()) << text;
+    EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(spec.status().message().find("allowed"), std::string::npos)
+        << spec.status().message();
+  }
+  for (const char* text :
+       {"rotary_embedding_and_cache_flash(dtype=bf16,kv=fp8_ds_mla,heads_q=8,heads_kv=2,"
+        "head_size=64,rot_dim=64,block_size=16)",
+        "concat_and_cache_mla_rope_fused(dtype=bf16,kv=fp8_ds_mla,kv_lora_rank=512,rot_dim=64,"
+        "heads_q=16,block_size=64)"}) {
+    const Result<OpSpec> spec = parse_spec(text);
+    ASSERT_FALSE(spec.is_ok()) << text;
+    EXPECT_NE(spec.status().message().find("fp8_ds_mla"), std::string::npos)
+        << spec.status().message();
+  }
+}
+
 // Wrong dtypes and shapes are rejected by the argument checks, naming the argument.
 TEST(X86MlaMergeChecked, WrongDtypesAndShapesAreRejected) {
   struct Bad {

@@ -55,6 +55,12 @@ std::vector<OpSpec> kernels() {
   ir::MergeAttnStatesParams merge;
   merge.dtype = merge.out_dtype = DType::kBF16, merge.head_count = 32, merge.head_size = 128;
   merge.output_lse = true;
+  ir::IndexerQuantParams indexer;
+  indexer.dtype = DType::kBF16, indexer.head_dim = 128, indexer.quant_block = 128;
+  indexer.block_size = 64;
+  ir::GatherCacheParams gather;
+  gather.dtype = DType::kBF16, gather.kv = ir::KvCacheDtype::kFp8E4m3, gather.head_dim = 576;
+  gather.block_size = 64;
   return {OpSpec::make(OpKind::kRmsNorm, ir::NormParams{DType::kBF16, 4096, true}),
           OpSpec::make(OpKind::kFusedAddRmsNorm, ir::NormParams{DType::kBF16, 4096, true}),
           OpSpec::make(OpKind::kSiluAndMul, ir::ActivationParams{DType::kBF16, 14336}),
@@ -62,7 +68,11 @@ std::vector<OpSpec> kernels() {
           OpSpec::make(OpKind::kRotaryEmbedding, rope),
           OpSpec::make(OpKind::kReshapeAndCacheFlash, flash),
           OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16}),
-          OpSpec::make(OpKind::kMergeAttnStates, merge)};
+          OpSpec::make(OpKind::kMergeAttnStates, merge),
+          OpSpec::make(OpKind::kTopKPerRowDecode, ir::TopKParams{2048}),
+          OpSpec::make(OpKind::kConvertVerticalSlashIndexes, ir::VerticalSlashParams{64, 64, true}),
+          OpSpec::make(OpKind::kIndexerKQuantAndCache, indexer),
+          OpSpec::make(OpKind::kGatherAndMaybeDequantCache, gather)};
 }
 
 std::string toolkit_include() {

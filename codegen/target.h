@@ -33,7 +33,7 @@ struct Target {
   BackendKind backend = BackendKind::kX86;
   X86Isa isa = X86Isa::kNone;
   std::string fingerprint;
-  std::string arch;  ///< cuda: the sm arch generated for ("sm_90", "sm_90a"); empty otherwise
+  std::string arch = {};  ///< cuda: the sm arch generated for ("sm_90", "sm_90a"); empty otherwise
 
   /// "x86:avx512_bf16", "cuda:sm_90", "ref", ...
   std::string name() const;

@@ -14,6 +14,7 @@
 #include "codegen/cuda/cuda_backend.h"
 #include "codegen/cuda/simt/simt.h"
 #include "codegen/cuda/simt/simt_runtime.h"
+#include "codegen/ref/ref.h"
 #include "ir/numeric.h"
 #include "kiln_common.cuh"
 #include "runtime/runtime.h"
@@ -170,6 +171,53 @@ TEST(CudaEmulated, RopePositionOutsideTheCacheIsRejectedBeforeWriting) {
   const Status s = kernel->run(c->args());
   ASSERT_FALSE(s.is_ok());
   EXPECT_EQ(c->tensors[1].storage(), before) << "query was written";
+}
+
+// A vector config on rows that break its alignment (row stride 1001 bf16 elements) takes the
+// kernel's one-element path at run time and still matches ref.
+TEST(CudaEmulated, UnalignedRowsFallBackToScalarAccesses) {
+  const OpSpec spec = OpSpec::make(OpKind::kRmsNorm, ir::NormParams{DType::kBF16, 1000, true});
+  const Config config = cu::cuda_configs(spec).front();
+  ASSERT_EQ(config.get("vec", 1), 8);
+  auto kernel = emulated_kernel(spec, config);
+  ASSERT_TRUE(kernel.is_ok()) << kernel.status().to_string();
+  test::HostTensor input = test::HostTensor::row_strided(DType::kBF16, {3, 1000}, 1001);
+  test::HostTensor weight = test::HostTensor::zeros(DType::kBF16, {1000});
+  test::fill_normal(input, 7);
+  test::fill_normal(weight, 8, 1.0, 0.25);
+  test::HostTensor out = test::HostTensor::zeros(DType::kBF16, {3, 1000});
+  test::HostTensor expected = out;
+  ASSERT_TRUE(
+      kernel->run(KernelArgs({out.tensor(), input.tensor(), weight.tensor()}, {1e-6})).is_ok());
+  ASSERT_TRUE(codegen::ref::run(
+                  spec, KernelArgs({expected.tensor(), input.tensor(), weight.tensor()}, {1e-6}))
+                  .is_ok());
+  const auto r = test::compare(out, expected, test::tolerance_for(spec.op, DType::kBF16));
+  EXPECT_TRUE(r.ok()) << r.message;
+}
+
+// Checked mode: a slot outside the cache is refused before anything is written.
+TEST(CudaEmulated, SlotOutsideTheCacheIsRejectedBeforeWriting) {
+  const OpSpec spec = [] {
+    for (const OpSpec& s : test::cuda::emulator_specs()) {
+      if (s.op == OpKind::kReshapeAndCacheFlash) return s;
+    }
+    return OpSpec{};
+  }();
+  auto kernel = emulated_kernel(spec, cu::cuda_configs(spec).front());
+  ASSERT_TRUE(kernel.is_ok());
+  auto c = test::make_case(spec, 3, test::InputKind::kNormal, 5);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  const auto& cache = c->tensors[2];
+  const int64_t capacity = cache.sizes()[0] * spec.get<ir::FlashCacheWriteParams>().block_size;
+  c->tensors[4].set(1, double(capacity));
+  const auto key_cache = c->tensors[2].storage();
+  const auto value_cache = c->tensors[3].storage();
+  const Status s = kernel->run(c->args());
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("slot_mapping"), std::string::npos) << s.message();
+  EXPECT_EQ(c->tensors[2].storage(), key_cache);
+  EXPECT_EQ(c->tensors[3].storage(), value_cache);
 }
 
 // The templates' software conversions (what the emulator runs; NVRTC uses cvt.rn, which

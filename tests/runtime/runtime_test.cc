@@ -71,9 +71,11 @@ TEST(Runtime, ForcedBackendThatCannotServeIsAnError) {
   Runtime runtime(RuntimeOptions{});
   CompileOptions options;
   options.backend = BackendKind::kCuda;
-  // The cuda backend serves silu_and_mul; swap_blocks has no cuda template.
-  auto kernel = runtime.compile(OpSpec::make(OpKind::kSwapBlocks, ir::SwapBlocksParams{4096}),
-                                options);
+  // The cuda backend serves silu_and_mul; paged attention has no cuda template.
+  auto spec = parse_spec(
+      "paged_attention_v1(dtype=bf16,kv=auto,head_size=128,block_size=16,heads_q=64,heads_kv=8)");
+  ASSERT_TRUE(spec.is_ok()) << spec.status().to_string();
+  auto kernel = runtime.compile(spec.value(), options);
   ASSERT_FALSE(kernel.is_ok());
   EXPECT_EQ(kernel.status().code(), StatusCode::kUnsupported);
   EXPECT_NE(kernel.status().message().find("cuda"), std::string::npos);

@@ -358,9 +358,10 @@ using Obj = const py::object&;
 void expect_gemm_float(std::string_view op, std::string_view arg, DType dtype,
                        std::string_view what) {
   if (dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16) return;
-  PyErr_SetString(g_dtype_error, fmt::format("{}: argument '{}' {} {} (allowed: f32, f16, bf16)",
-                                             op, arg, what, dtype_name(dtype))
-                                     .c_str());
+  PyErr_SetString(g_dtype_error,
+                  fmt::format("invalid argument: {}: argument '{}' {} {} (allowed: f32, f16, bf16)",
+                              op, arg, what, dtype_name(dtype))
+                      .c_str());
   throw py::error_already_set();
 }
 
@@ -782,7 +783,7 @@ void bind_ops(py::module_& m) {
         Borrow bw;
         const Tensor w = bw("b", b), s = bw("b_scales", b_scales);
         const DType out = parse_dtype_arg("output_type", output_type);
-        expect_gemm_float("create_onednn_scaled_mm", "output_type", out, "=");
+        expect_gemm_float("create_onednn_scaled_mm", "output_type", out, "is");
         int64_t handler = 0;
         call_op([&] {
           handler = ops::create_onednn_scaled_mm(w, s, out, dynamic_act_quant, use_azp,

@@ -571,11 +571,13 @@ def test_onednn_scaled_mm_matches_spec(dynamic, per_channel, use_azp, out, handl
     output_type = np.float32 if out == "f32" else "bf16"
     h = kiln.ops.create_onednn_scaled_mm(w.T, s_b, output_type, dynamic, use_azp, 2)
     handlers.append(h)
+    # The dynamic epilogue needs azp_adj = s_b * colsum(b); the static path folds the zero point
+    # into the integer product, and vLLM layers may still pass azp_adj (ignored, second call).
     azp_adj = None
-    if use_azp and dynamic:
+    if use_azp:
         azp_adj = (s_b.astype(np.float32) * w.astype(np.float32).sum(axis=1)).astype(np.float32)
 
-    def run(bias_f):
+    def run(bias_f, azp_adj):
         if out == "f32":
             c_raw = np.full((m, n), np.nan, np.float32)
             c, bias = c_raw, bias_f
@@ -593,8 +595,8 @@ def test_onednn_scaled_mm_matches_spec(dynamic, per_channel, use_azp, out, handl
         rtol = 1e-5 if out == "f32" else 2.0 ** -7
         np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-5 * largest)
 
-    run(bias_f)
-    run(None)  # bias may differ from call to call on one handler
+    run(bias_f, azp_adj if dynamic else None)
+    run(None, azp_adj)  # bias may differ from call to call on one handler
 
 
 def test_onednn_scaled_mm_output_type_names(handlers):
@@ -635,6 +637,8 @@ def expect_untouched(c):
     ("a_dtype", TypeError, "'a'"),
     ("bias_dtype", TypeError, "'bias'"),
     ("a_not_array", TypeError, "'a'"),
+    ("a_col_stride", ValueError, "'a'"),  # a needs a unit last stride
+    ("c_strided", ValueError, "'c'"),     # c must be contiguous
 ])
 def test_onednn_mm_rejects_bad_input(mm_setup, bad, exc, arg):
     h, a, c = mm_setup
@@ -653,6 +657,10 @@ def test_onednn_mm_rejects_bad_input(mm_setup, bad, exc, arg):
         bias = bias.astype(np.float64)
     elif bad == "a_not_array":
         a = a.tolist()
+    elif bad == "a_col_stride":
+        a = np.zeros((3, 16), np.float32)[:, ::2]
+    elif bad == "c_strided":
+        c = np.full((3, 12), -5, np.float32)[:, ::2]
     with pytest.raises(exc, match=arg):
         kiln.ops.onednn_mm(c, a, bias, h)
     expect_untouched(c)
@@ -753,3 +761,26 @@ def test_onednn_scaled_mm_rejects_bad_input(bad, exc, arg, handlers):
                               np.zeros((3, 1), np.int32), np.full(6, 8, np.float32),
                               np.zeros(6, np.float32), h)
     np.testing.assert_array_equal(c, np.full((3, 6), 8, np.float32))
+
+
+def test_onednn_mm_one_handler_from_several_threads(handlers):
+    # The ops run without the GIL and a handler may be shared between threads (runtime/ops.h).
+    from concurrent.futures import ThreadPoolExecutor
+
+    r = rng()
+    k, n = 32, 24
+    w = small_ints(r, (n, k))
+    h = kiln.ops.create_onednn_mm(w.T, 2)
+    handlers.append(h)
+    inputs = [small_ints(r, (rows, k)) for rows in (1, 5, 16, 33, 2, 7, 64, 3)]
+
+    def work(a):
+        c = np.zeros((a.shape[0], n), np.float32)
+        for _ in range(5):
+            kiln.ops.onednn_mm(c, a, None, h)
+        return c
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(work, inputs))
+    for a, c in zip(inputs, results):
+        np.testing.assert_array_equal(c, a @ w.T, err_msg=f"M={a.shape[0]}")

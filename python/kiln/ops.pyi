@@ -142,3 +142,38 @@ def cpu_attention_with_kv_cache(query: Array, key_cache: Array, value_cache: Arr
                                 softcap: float, scheduler_metadata: Array,
                                 s_aux: OptArray = None) -> None:
     """Varlen CPU attention; sliding_window = (left, right), -1 = unbounded."""
+
+# ---- oneDNN GEMM (vLLM's handler model; a handler is an int, free it with
+# release_onednn_handler)
+def create_onednn_mm(b: Array, primitive_cache_size: int = 128) -> int:
+    """Packs b [K, N] (f32/f16/bf16, any strides; vLLM passes weight.t()) and returns the handler.
+
+    ``primitive_cache_size`` (>= 1) bounds the oneDNN primitives kept for the (K, N, dtype)
+    class. The handler owns a copy of the weight: ``b`` may be freed afterwards.
+    """
+def onednn_mm(c: Array, a: Array, bias: OptArray, handler: int) -> None:
+    """c [M, N] = a [M, K] @ b + bias, fp32 accumulation and one rounding to b's dtype.
+
+    ``a`` has b's dtype and a unit last stride (any row stride); ``c`` is contiguous;
+    ``bias`` [N] of the same dtype or None.
+    """
+def create_onednn_scaled_mm(b: Array, b_scales: Array, output_type: Any,
+                            dynamic_act_quant: bool, use_azp: bool,
+                            primitive_cache_size: int = 128) -> int:
+    """Packs an int8 b [K, N] (column-major: weight.t()) for onednn_scaled_mm.
+
+    ``b_scales``: fp32, 1 element (per tensor) or N (per output channel). ``output_type``:
+    "f32"/"f16"/"bf16" (kiln or torch names) or a NumPy dtype (float32, float16).
+    ``dynamic_act_quant``: per-token activation scales; ``use_azp``: activation zero points.
+    """
+def onednn_scaled_mm(c: Array, a: Array, a_scales: Array, azp: OptArray, azp_adj: OptArray,
+                     bias: OptArray, handler: int) -> None:
+    """int8 a [M, K] (contiguous) times the handler's b, exact in int32, then in fp32:
+
+    static:  c = rnd(s_a * s_b[n] * sum_k (a - azp) * b + bias[n])   (a_scales, azp: 1 element)
+    dynamic: c = rnd(s_a[m] * s_b[n] * sum_k a * b - s_a[m] * azp[m] * azp_adj[n] + bias[n])
+    (a_scales, azp [M] or [M, 1]; azp_adj [N] or [1, N], required with azp); c [M, N] of the
+    handler's output_type, bias [N] of that dtype or None.
+    """
+def release_onednn_handler(handler: int) -> None:
+    """Frees a handler (vLLM's release_dnnl_matmul_handler); using it afterwards is an error."""

@@ -86,6 +86,24 @@ SCHEMAS = {
     "Tensor! output, Tensor query_start_loc, Tensor seq_lens, float scale, bool causal, "
     "Tensor? alibi_slopes, SymInt sliding_window_left, SymInt sliding_window_right, "
     "Tensor block_table, float softcap, Tensor sheduler_metadata, Tensor? s_aux) -> ()",
+    # oneDNN GEMM: a handler is an int naming a kiln object (not vLLM's pointer).
+    "create_onednn_mm": "(Tensor b, int primitive_cache_size) -> int",
+    "onednn_mm": "(Tensor! c, Tensor a, Tensor? bias, int handler) -> ()",
+    "create_onednn_scaled_mm": "(Tensor b, Tensor b_scales, ScalarType output_type, "
+    "bool dynamic_act_quant, bool use_azp, int primitive_cache_size) -> int",
+    "onednn_scaled_mm": "(Tensor! c, Tensor a, Tensor a_scales, Tensor? azp, Tensor? azp_adj, "
+    "Tensor? bias, int handler) -> ()",
+    "release_onednn_handler": "(int handler) -> ()",
+}
+
+# vLLM's torch.ops._C names of the GEMM handler ops where kiln's differ. The five are
+# overridden together or not at all: a handler made by one side means nothing to the other.
+_VLLM_GEMM_NAMES = {
+    "create_onednn_mm": "create_onednn_mm_handler",
+    "onednn_mm": "onednn_mm",
+    "create_onednn_scaled_mm": "create_onednn_scaled_mm_handler",
+    "onednn_scaled_mm": "onednn_scaled_mm",
+    "release_onednn_handler": "release_dnnl_matmul_handler",
 }
 
 
@@ -134,8 +152,13 @@ def register(override_vllm=False):
     if override_vllm:
         vllm_ops = getattr(torch.ops, "_C", None)
         impl = library.Library("_C", "IMPL")
+        gemm = vllm_ops is not None and all(hasattr(vllm_ops, v)
+                                             for v in _VLLM_GEMM_NAMES.values())
         for name in SCHEMAS:
-            if vllm_ops is not None and hasattr(vllm_ops, name):
+            if name in _VLLM_GEMM_NAMES:
+                if gemm:
+                    impl.impl(_VLLM_GEMM_NAMES[name], implementation(name), "CPU")
+            elif vllm_ops is not None and hasattr(vllm_ops, name):
                 impl.impl(name, implementation(name), "CPU")
         _libraries.append(impl)
     return names

@@ -352,6 +352,19 @@ void call_op(F&& f) {
 
 using Obj = const py::object&;
 
+// The GEMM ops take their float dtype from an argument (b's dtype, output_type), which kiln's
+// spec validation reports as a spec field ("dtype=i32 is not supported"); this names the
+// Python argument instead.
+void expect_gemm_float(std::string_view op, std::string_view arg, DType dtype,
+                       std::string_view what) {
+  if (dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16) return;
+  PyErr_SetString(g_dtype_error,
+                  fmt::format("invalid argument: {}: argument '{}' {} {} (allowed: f32, f16, bf16)",
+                              op, arg, what, dtype_name(dtype))
+                      .c_str());
+  throw py::error_already_set();
+}
+
 // T(x): the tensor view of the Python argument named x.
 #define T(x) b(#x, x)
 
@@ -738,6 +751,64 @@ void bind_ops(py::module_& m) {
       "scale"_a, "causal"_a, "alibi_slopes"_a, "sliding_window"_a, "block_table"_a, "softcap"_a,
       "scheduler_metadata"_a, "s_aux"_a = py::none(),
       "Varlen CPU attention (vLLM's wrapper: sliding_window=(left, right)).");
+
+  // ---- oneDNN GEMM (vLLM's handler model: a handler is a Python int naming a live kiln
+  // object that owns the packed weight; release_onednn_handler frees it).
+  m.def(
+      "create_onednn_mm",
+      [](Obj b, int64_t primitive_cache_size) {
+        Borrow bw;
+        const Tensor w = bw("b", b);
+        if (w.defined()) expect_gemm_float("create_onednn_mm", "b", w.dtype(), "has dtype");
+        int64_t handler = 0;
+        call_op([&] { handler = ops::create_onednn_mm(w, primitive_cache_size); });
+        return handler;
+      },
+      "b"_a, "primitive_cache_size"_a = 128,
+      "Packs b [K, N] (f32/f16/bf16, any strides; vLLM passes weight.t()) for onednn_mm and "
+      "returns the handler (an int).");
+  m.def(
+      "onednn_mm",
+      [](Obj c, Obj a, Obj bias, int64_t handler) {
+        Borrow b;
+        Tensor cc = T(c), aa = T(a), bb = T(bias);
+        call_op([&] { ops::onednn_mm(cc, aa, bb, handler); });
+      },
+      "c"_a, "a"_a, "bias"_a, "handler"_a,
+      "c [M, N] = a [M, K] @ b + bias (fp32 accumulation, one rounding); bias [N] or None.");
+  m.def(
+      "create_onednn_scaled_mm",
+      [](Obj b, Obj b_scales, Obj output_type, bool dynamic_act_quant, bool use_azp,
+         int64_t primitive_cache_size) {
+        Borrow bw;
+        const Tensor w = bw("b", b), s = bw("b_scales", b_scales);
+        const DType out = parse_dtype_arg("output_type", output_type);
+        expect_gemm_float("create_onednn_scaled_mm", "output_type", out, "is");
+        int64_t handler = 0;
+        call_op([&] {
+          handler = ops::create_onednn_scaled_mm(w, s, out, dynamic_act_quant, use_azp,
+                                                 primitive_cache_size);
+        });
+        return handler;
+      },
+      "b"_a, "b_scales"_a, "output_type"_a, "dynamic_act_quant"_a, "use_azp"_a,
+      "primitive_cache_size"_a = 128,
+      "Packs an int8 b [K, N] (column-major: weight.t()) with fp32 b_scales (1 or N) for "
+      "onednn_scaled_mm; output_type f32/f16/bf16 (name or NumPy dtype). Returns the handler.");
+  m.def(
+      "onednn_scaled_mm",
+      [](Obj c, Obj a, Obj a_scales, Obj azp, Obj azp_adj, Obj bias, int64_t handler) {
+        Borrow b;
+        Tensor cc = T(c), aa = T(a), as = T(a_scales), z = T(azp), za = T(azp_adj), bb = T(bias);
+        call_op([&] { ops::onednn_scaled_mm(cc, aa, as, z, za, bb, handler); });
+      },
+      "c"_a, "a"_a, "a_scales"_a, "azp"_a, "azp_adj"_a, "bias"_a, "handler"_a,
+      "int8 a [M, K] times the handler's b, exact in int32, scaled (per tensor or per token), "
+      "zero points and bias applied in fp32, one rounding into c [M, N].");
+  m.def(
+      "release_onednn_handler",
+      [](int64_t handler) { call_op([&] { ops::release_onednn_handler(handler); }); }, "handler"_a,
+      "Frees a handler (vLLM's release_dnnl_matmul_handler); later use is an error.");
 }
 
 #undef T

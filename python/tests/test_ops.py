@@ -440,6 +440,347 @@ def test_op_matches_ref(name):
 
 def test_every_exposed_op_has_a_case():
     exposed = {n for n in kiln.ops.__all__ if not n.startswith("_")} - HELPERS
-    covered = {CASES[n]().op for n in CASES}
+    covered = {CASES[n]().op for n in CASES} | GEMM_OPS
     assert exposed - covered == set()
     assert len(exposed) >= 30
+
+
+# ---- oneDNN GEMM ------------------------------------------------------------------------------
+# Handler ops do not fit Case (the handler tensor lives inside kiln), so they are checked
+# against NumPy references written from the spec (norm_act_cpu_ops.md §4): exact on
+# small-integer inputs, and the scaled-mm formulas in float64 for int8.
+
+GEMM_OPS = {"create_onednn_mm", "onednn_mm", "create_onednn_scaled_mm", "onednn_scaled_mm",
+            "release_onednn_handler"}
+
+
+def ptr(a):
+    return raw(a).__array_interface__["data"][0]
+
+
+def small_ints(r, shape, lo=-4, hi=4):
+    return r.integers(lo, hi + 1, shape).astype(np.float32)
+
+
+@pytest.fixture
+def handlers():
+    """Handlers a test creates; those it did not release itself are released afterwards."""
+    made = []
+    yield made
+    for h in made:
+        try:
+            kiln.ops.release_onednn_handler(h)
+        except ValueError:
+            pass  # the test released it
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_onednn_mm_matches_numpy_exactly(dtype, handlers):
+    # Small integers: every product and partial sum is exact in fp32 (and, at these sizes, in
+    # f16: |sum| <= 33 * 16 + 4 < 2048), so any summation order gives numpy's result.
+    np_dtype = np.float32 if dtype == "f32" else np.float16
+    r = rng()
+    m, k, n = 5, 33, 17
+    w = small_ints(r, (n, k))  # the layer's weight [N, K]
+    a = small_ints(r, (m, k))
+    bias = small_ints(r, n)
+    b = w.astype(np_dtype).T  # vLLM passes weight.t(): [K, N] with strides (1, K)
+    assert not b.flags.c_contiguous
+    h = kiln.ops.create_onednn_mm(b, 4)
+    handlers.append(h)
+    assert isinstance(h, int)
+    b[...] = 0  # the handler owns its copy of the weight
+    c = np.full((m, n), -99, np_dtype)
+    before = ptr(c)
+    kiln.ops.onednn_mm(c, a.astype(np_dtype), bias.astype(np_dtype), h)
+    assert ptr(c) == before  # written in place
+    np.testing.assert_array_equal(c.astype(np.float32), a @ w.T + bias)
+    # Same handler, no bias, another M, and a row stride (a [:, :k] view of [M, 2K]).
+    wide = small_ints(r, (3, 2 * k)).astype(np_dtype)
+    c2 = np.full((3, n), -99, np_dtype)
+    kiln.ops.onednn_mm(c2, wide[:, :k], None, h)
+    np.testing.assert_array_equal(c2.astype(np.float32),
+                                  wide[:, :k].astype(np.float32) @ w.T)
+
+
+def test_onednn_mm_bf16_through_uint16_views(handlers):
+    # bf16 holds integers up to 256 exactly: |sum| <= 24 * 4 + 2 with values in [-2, 2].
+    r = rng()
+    m, k, n = 7, 24, 9
+    w = small_ints(r, (n, k), -2, 2)
+    a = small_ints(r, (m, k), -2, 2)
+    bias = small_ints(r, n, -2, 2)
+    b = kiln.Tensor(kiln.bf16_bits(w).T, "bf16")
+    h = kiln.ops.create_onednn_mm(b, primitive_cache_size=2)
+    handlers.append(h)
+    c_bits = np.zeros((m, n), np.uint16)
+    c = kiln.Tensor(c_bits, "bf16")
+    kiln.ops.onednn_mm(c, kiln.Tensor(kiln.bf16_bits(a), "bf16"),
+                       kiln.Tensor(kiln.bf16_bits(bias), "bf16"), h)
+    assert c.data_ptr == ptr(c_bits)
+    np.testing.assert_array_equal(kiln.from_bf16_bits(c_bits), a @ w.T + bias)
+    # vLLM's M sequence on one handler with a primitive cache of 2 (evictions, re-use).
+    for rows in (1, 17, 1, 31, 17):
+        x = small_ints(r, (rows, k), -2, 2)
+        out = np.zeros((rows, n), np.uint16)
+        kiln.ops.onednn_mm(kiln.Tensor(out, "bf16"), kiln.Tensor(kiln.bf16_bits(x), "bf16"),
+                           None, h)
+        np.testing.assert_array_equal(kiln.from_bf16_bits(out), x @ w.T, err_msg=f"M={rows}")
+
+
+def scaled_mm_reference(a, w, s_a, s_b, zp, bias, dynamic):
+    """The spec's formulas in float64 (w is the int8 weight [N, K]) and the magnitude of their
+    largest term, the scale of the fp32 epilogue's rounding error."""
+    acc = a.astype(np.int64) @ w.T.astype(np.int64)  # exact sum_k a*b
+    s_b = np.broadcast_to(np.asarray(s_b, np.float64).reshape(1, -1), acc.shape)
+    s_a = np.asarray(s_a, np.float64).reshape(-1, 1)
+    bias = np.zeros(acc.shape[1]) if bias is None else bias.astype(np.float64)
+    colsum = w.astype(np.int64).sum(axis=1)  # sum_k b[k, n]
+    zp = np.zeros((1, 1)) if zp is None else zp.reshape(-1, 1).astype(np.float64)
+    if not dynamic:
+        # c = s_a * s_b[n] * sum_k (a - zp) * b + bias[n]
+        zp_term = s_a * s_b * zp * colsum[None, :]
+        main = s_a * s_b * acc
+    else:
+        # c = s_a[m] * (s_b[n] * sum_k a*b) - s_a[m] * zp[m] * azp_adj[n] + bias[n]
+        azp_adj = s_b[0] * colsum
+        zp_term = (s_a * zp) * azp_adj[None, :]
+        main = s_a * (s_b * acc)
+    largest = np.abs(main).max() + np.abs(zp_term).max() + np.abs(bias).max()
+    return main - zp_term + bias[None, :], largest
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+@pytest.mark.parametrize("use_azp", [False, True], ids=["sym", "azp"])
+@pytest.mark.parametrize("out", ["f32", "bf16"])
+def test_onednn_scaled_mm_matches_spec(dynamic, per_channel, use_azp, out, handlers):
+    r = rng()
+    m, k, n = 6, 40, 13
+    w = np.clip(np.rint(r.standard_normal((n, k)) * 5), -128, 127).astype(np.int8)
+    a = np.clip(np.rint(r.standard_normal((m, k)) * 5), -128, 127).astype(np.int8)
+    s_b = (r.random(n if per_channel else 1) * 0.1 + 0.01).astype(np.float32)
+    if dynamic:
+        s_a = (r.standard_normal((m, 1)) * 0.05).astype(np.float32)  # may be negative
+        zp = r.integers(-20, 20, (m, 1)).astype(np.int32) if use_azp else None
+    else:
+        s_a = np.array([0.037], np.float32)
+        zp = np.array([7], np.int32) if use_azp else None
+    bias_f = (r.random(n) * 10).astype(np.float32)
+    # output_type as a kiln name, or as a NumPy dtype where NumPy has one.
+    output_type = np.float32 if out == "f32" else "bf16"
+    h = kiln.ops.create_onednn_scaled_mm(w.T, s_b, output_type, dynamic, use_azp, 2)
+    handlers.append(h)
+    # The dynamic epilogue needs azp_adj = s_b * colsum(b); the static path folds the zero point
+    # into the integer product, and vLLM layers may still pass azp_adj (ignored, second call).
+    azp_adj = None
+    if use_azp:
+        azp_adj = (s_b.astype(np.float32) * w.astype(np.float32).sum(axis=1)).astype(np.float32)
+
+    def run(bias_f, azp_adj):
+        if out == "f32":
+            c_raw = np.full((m, n), np.nan, np.float32)
+            c, bias = c_raw, bias_f
+        else:
+            c_raw = np.zeros((m, n), np.uint16)
+            c = kiln.Tensor(c_raw, "bf16")
+            bias = None if bias_f is None else kiln.Tensor(kiln.bf16_bits(bias_f), "bf16")
+            bias_f = None if bias_f is None else kiln.from_bf16_bits(kiln.bf16_bits(bias_f))
+        before = ptr(c_raw)
+        kiln.ops.onednn_scaled_mm(c, a, s_a, zp, azp_adj, bias, h)
+        assert ptr(c_raw) == before
+        got = c_raw if out == "f32" else kiln.from_bf16_bits(c_raw)
+        want, largest = scaled_mm_reference(a, w, s_a, s_b, zp, bias_f, dynamic)
+        # kiln's epilogue is fp32 (one rounding into c): atol relative to the largest term.
+        rtol = 1e-5 if out == "f32" else 2.0 ** -7
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-5 * largest)
+
+    run(bias_f, azp_adj if dynamic else None)
+    run(None, azp_adj)  # bias may differ from call to call on one handler
+
+
+def test_onednn_scaled_mm_output_type_names(handlers):
+    r = rng()
+    w = r.integers(-5, 6, (8, 16)).astype(np.int8)
+    a = r.integers(-5, 6, (3, 16)).astype(np.int8)
+    s_b = np.array([0.5], np.float32)
+    s_a = np.array([0.25], np.float32)
+    want = (a.astype(np.int64) @ w.T.astype(np.int64)) * 0.125  # exact in f16
+    for output_type in ("f16", "float16", np.float16, np.dtype("float16")):
+        h = kiln.ops.create_onednn_scaled_mm(w.T, s_b, output_type, False, False)
+        handlers.append(h)
+        c = np.zeros((3, 8), np.float16)
+        kiln.ops.onednn_scaled_mm(c, a, s_a, None, None, None, h)
+        np.testing.assert_array_equal(c.astype(np.float64), want, err_msg=str(output_type))
+
+
+# ---- oneDNN GEMM: bad input -------------------------------------------------------------------
+
+@pytest.fixture
+def mm_setup(handlers):
+    r = rng()
+    w = small_ints(r, (6, 8))
+    h = kiln.ops.create_onednn_mm(w.T)
+    handlers.append(h)
+    return h, small_ints(r, (3, 8)), np.full((3, 6), -5, np.float32)
+
+
+def expect_untouched(c):
+    assert np.all(c == -5), "nothing is written when an argument is rejected"
+
+
+@pytest.mark.parametrize("bad, exc, arg", [
+    ("a_k", ValueError, "'a'"),
+    ("c_n", ValueError, "'c'"),
+    ("m_mismatch", ValueError, "'a'"),  # a's rows must match c's
+    ("bias_len", ValueError, "'bias'"),
+    ("a_dtype", TypeError, "'a'"),
+    ("bias_dtype", TypeError, "'bias'"),
+    ("a_not_array", TypeError, "'a'"),
+    ("a_col_stride", ValueError, "'a'"),  # a needs a unit last stride
+    ("c_strided", ValueError, "'c'"),     # c must be contiguous
+])
+def test_onednn_mm_rejects_bad_input(mm_setup, bad, exc, arg):
+    h, a, c = mm_setup
+    bias = np.zeros(6, np.float32)
+    if bad == "a_k":
+        a = np.zeros((3, 9), np.float32)
+    elif bad == "c_n":
+        c = np.full((3, 7), -5, np.float32)
+    elif bad == "m_mismatch":
+        c = np.full((4, 6), -5, np.float32)
+    elif bad == "bias_len":
+        bias = np.zeros(5, np.float32)
+    elif bad == "a_dtype":
+        a = a.astype(np.float16)
+    elif bad == "bias_dtype":
+        bias = bias.astype(np.float64)
+    elif bad == "a_not_array":
+        a = a.tolist()
+    elif bad == "a_col_stride":
+        a = np.zeros((3, 16), np.float32)[:, ::2]
+    elif bad == "c_strided":
+        c = np.full((3, 12), -5, np.float32)[:, ::2]
+    with pytest.raises(exc, match=arg):
+        kiln.ops.onednn_mm(c, a, bias, h)
+    expect_untouched(c)
+
+
+def test_onednn_handlers_unknown_released_and_foreign(handlers):
+    r = rng()
+    w = small_ints(r, (6, 8))
+    a = small_ints(r, (3, 8))
+    c = np.full((3, 6), -5, np.float32)
+    with pytest.raises(ValueError, match="'handler'"):
+        kiln.ops.onednn_mm(c, a, None, 12345)
+    h = kiln.ops.create_onednn_mm(w.T)
+    kiln.ops.onednn_mm(c, a, None, h)
+    np.testing.assert_array_equal(c, a @ w.T)
+    kiln.ops.release_onednn_handler(h)
+    c[...] = -5
+    with pytest.raises(ValueError, match="'handler'"):
+        kiln.ops.onednn_mm(c, a, None, h)
+    expect_untouched(c)
+    with pytest.raises(ValueError, match="'handler'"):
+        kiln.ops.release_onednn_handler(h)  # twice
+    # An mm handler is not a scaled-mm handler.
+    h2 = kiln.ops.create_onednn_mm(w.T)
+    handlers.append(h2)
+    with pytest.raises(ValueError, match="'handler'"):
+        kiln.ops.onednn_scaled_mm(c, a.astype(np.int8), np.ones(1, np.float32), None, None,
+                                  None, h2)
+    expect_untouched(c)
+
+
+def test_create_onednn_mm_rejects_bad_input():
+    with pytest.raises(TypeError, match="'b'"):
+        kiln.ops.create_onednn_mm(np.zeros((8, 6), np.int32))
+    with pytest.raises(ValueError, match="'b'"):
+        kiln.ops.create_onednn_mm(np.zeros(8, np.float32))
+    with pytest.raises(ValueError, match="primitive_cache_size"):
+        kiln.ops.create_onednn_mm(np.zeros((8, 6), np.float32), 0)
+
+
+def test_create_onednn_scaled_mm_rejects_bad_input():
+    w = np.zeros((6, 8), np.int8)  # [N, K]; w.T is vLLM's column-major [K, N]
+    s = np.ones(1, np.float32)
+    with pytest.raises(ValueError, match="'b_scales'"):
+        kiln.ops.create_onednn_scaled_mm(w.T, np.ones(5, np.float32), "f32", True, False)
+    with pytest.raises(TypeError, match="'b_scales'"):
+        kiln.ops.create_onednn_scaled_mm(w.T, np.ones(6, np.float64), "f32", True, False)
+    with pytest.raises(TypeError, match="'b'"):
+        kiln.ops.create_onednn_scaled_mm(w.T.astype(np.float32), s, "f32", True, False)
+    with pytest.raises(ValueError, match="'b'"):
+        kiln.ops.create_onednn_scaled_mm(np.ascontiguousarray(w.T), s, "f32", True, False)
+    with pytest.raises(TypeError, match="'output_type'"):
+        kiln.ops.create_onednn_scaled_mm(w.T, s, "f99", True, False)
+    with pytest.raises(ValueError, match="'output_type'"):
+        kiln.ops.create_onednn_scaled_mm(w.T, s, "i32", True, False)
+
+
+@pytest.mark.parametrize("bad, exc, arg", [
+    ("a_scales_len", ValueError, "'a_scales'"),
+    ("a_scales_dtype", TypeError, "'a_scales'"),
+    ("azp_len", ValueError, "'azp'"),
+    ("azp_missing_adj", ValueError, "'azp_adj'"),
+    ("azp_adj_len", ValueError, "'azp_adj'"),
+    ("a_dtype", TypeError, "'a'"),
+    ("c_dtype", TypeError, "'c'"),
+    ("bias_len", ValueError, "'bias'"),
+])
+def test_onednn_scaled_mm_rejects_bad_input(bad, exc, arg, handlers):
+    w = np.ones((6, 8), np.int8)
+    h = kiln.ops.create_onednn_scaled_mm(w.T, np.ones(6, np.float32), "f32", True, True)
+    handlers.append(h)
+    a = np.ones((3, 8), np.int8)
+    c = np.full((3, 6), -5, np.float32)
+    a_scales, azp = np.ones((3, 1), np.float32), np.zeros((3, 1), np.int32)
+    azp_adj, bias = np.full(6, 8, np.float32), np.zeros(6, np.float32)
+    if bad == "a_scales_len":
+        a_scales = np.ones(2, np.float32)
+    elif bad == "a_scales_dtype":
+        a_scales = a_scales.astype(np.float64)
+    elif bad == "azp_len":
+        azp = np.zeros(4, np.int32)
+    elif bad == "azp_missing_adj":
+        azp_adj = None
+    elif bad == "azp_adj_len":
+        azp_adj = np.ones(7, np.float32)
+    elif bad == "a_dtype":
+        a = a.astype(np.uint8)
+    elif bad == "c_dtype":
+        c = np.full((3, 6), -5, np.float16)
+    elif bad == "bias_len":
+        bias = np.zeros(7, np.float32)
+    with pytest.raises(exc, match=arg):
+        kiln.ops.onednn_scaled_mm(c, a, a_scales, azp, azp_adj, bias, h)
+    expect_untouched(c)
+    # The same call with good arguments passes (the fixture is valid).
+    c = np.zeros((3, 6), np.float32)
+    kiln.ops.onednn_scaled_mm(c, np.ones((3, 8), np.int8), np.ones((3, 1), np.float32),
+                              np.zeros((3, 1), np.int32), np.full(6, 8, np.float32),
+                              np.zeros(6, np.float32), h)
+    np.testing.assert_array_equal(c, np.full((3, 6), 8, np.float32))
+
+
+def test_onednn_mm_one_handler_from_several_threads(handlers):
+    # The ops run without the GIL and a handler may be shared between threads (runtime/ops.h).
+    from concurrent.futures import ThreadPoolExecutor
+
+    r = rng()
+    k, n = 32, 24
+    w = small_ints(r, (n, k))
+    h = kiln.ops.create_onednn_mm(w.T, 2)
+    handlers.append(h)
+    inputs = [small_ints(r, (rows, k)) for rows in (1, 5, 16, 33, 2, 7, 64, 3)]
+
+    def work(a):
+        c = np.zeros((a.shape[0], n), np.float32)
+        for _ in range(5):
+            kiln.ops.onednn_mm(c, a, None, h)
+        return c
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(work, inputs))
+    for a, c in zip(inputs, results):
+        np.testing.assert_array_equal(c, a @ w.T, err_msg=f"M={a.shape[0]}")

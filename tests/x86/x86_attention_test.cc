@@ -346,6 +346,40 @@ TEST_P(X86AttentionTest, Fp8NanPastSequenceNeverRead) {
                          << report.message;
 }
 
+// vLLM's own fp8 test (spec §3.6): the fp8 cache's output against the same op over the bf16
+// cache it was quantised from, atol 0.2 (e4m3) / 0.3 (e5m2), rtol 0.1. The quantisation is
+// element-wise, so it is applied to the slabs directly (the layout is a permutation).
+TEST_P(X86AttentionTest, Fp8CloseToTheBf16CacheAsInVllmsTest) {
+  const double k_scale = 0.5, v_scale = 0.25;
+  for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
+    const OpSpec bf16 = attention_spec(CpuAttnIsa::kVec, DType::kBF16, 128, 32, 8, 2);
+    const OpSpec fp8 = fp8_spec(kv, DType::kBF16, 128, 32, 8, 2);
+    auto made = test::make_case(bf16, 6, InputKind::kNormal, 17);
+    ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+    test::OpCase c = std::move(made).value();
+    test::OpCase c8 = c;
+    for (int t : {1, 2}) {
+      const test::HostTensor& src = c.tensors[size_t(t)];
+      test::HostTensor q = test::HostTensor::strided(ir::cpu_attn_cache_dtype(DType::kBF16, kv),
+                                                     src.sizes(), src.strides());
+      const float scale = float(t == 1 ? k_scale : v_scale);
+      for (int64_t i = 0; i < src.numel(); ++i) q.set(i, src.get_float(i) / scale);
+      c8.tensors[size_t(t)] = q;
+    }
+    c8.scalars.push_back(k_scale);
+    c8.scalars.push_back(v_scale);
+    ASSERT_TRUE(compile_x86(bf16, GetParam()).run(c.args()).is_ok());
+    ASSERT_TRUE(compile_x86(fp8, GetParam()).run(c8.args()).is_ok());
+    const double atol = kv == ir::KvCacheDtype::kFp8E4m3 ? 0.2 : 0.3;
+    const test::CompareResult r =
+        test::compare(c8.tensors[3], c.tensors[3], test::Tolerance::abs_rel(atol, 0.1));
+    EXPECT_TRUE(r.ok()) << enum_name(kv) << " isa=" << x86_isa_name(GetParam()) << ": "
+                        << r.message;
+    // Not vacuous: the fp8 output does differ from the bf16 one.
+    EXPECT_GT(test::compare(c8.tensors[3], c.tensors[3], test::Tolerance::exact()).mismatches, 0);
+  }
+}
+
 // fp8 with the amx layout is valid IR (vLLM has it) but not generated here: a clear no.
 TEST(X86AttentionFp8, AmxLayoutRejectedWithReason) {
   for (OpKind op : {OpKind::kCpuAttentionWithKvCache, OpKind::kCpuAttnReshapeAndCache}) {

@@ -48,9 +48,21 @@ constexpr double kMaxExactInt = 9007199254740992.0;  // 2^53
 // key_cache / value_cache: [num_blocks, heads_kv, block_size, head_size] whose (block, head)
 // slab of block_size·head_size elements is contiguous (its inner arrangement is the ISA's);
 // only the block and head strides are free (vLLM's test uses a head stride of 2·BS·D).
+// With an fp8 kv the cache holds fp8 codes: uint8 (what vLLM allocates) or the fp8 dtype.
 Status check_kv_cache(std::string_view op, std::string_view arg, const Tensor& t, DType dtype,
-                      int64_t heads_kv, int64_t block_size, int64_t head_size) {
-  KILN_RETURN_IF_ERROR(expect_tensor(op, arg, t, dtype, 4));
+                      KvCacheDtype kv, int64_t heads_kv, int64_t block_size, int64_t head_size) {
+  if (kv == KvCacheDtype::kAuto) {
+    KILN_RETURN_IF_ERROR(expect_tensor(op, arg, t, dtype, 4));
+  } else {
+    const DType fp8 = cpu_attn_cache_dtype(dtype, kv);
+    KILN_RETURN_IF_ERROR(expect_defined(op, arg, t));
+    if (t.dtype() != DType::kU8 && t.dtype() != fp8) {
+      return invalid_argument(
+          fmt::format("{}: argument '{}' has dtype {}; expected u8 or {} for a spec with kv={}", op,
+                      arg, dtype_name(t.dtype()), dtype_name(fp8), enum_name(kv)));
+    }
+    KILN_RETURN_IF_ERROR(expect_rank(op, arg, t, {4}));
+  }
   KILN_RETURN_IF_ERROR(expect_size(op, arg, t, 1, heads_kv));
   KILN_RETURN_IF_ERROR(expect_size(op, arg, t, 2, block_size));
   KILN_RETURN_IF_ERROR(expect_size(op, arg, t, 3, head_size));
@@ -102,21 +114,37 @@ Status check_scheduler(const OpSpec& spec, const KernelArgs& args) {
   return expect_int_scalar(op, "enable_kv_split", args.scalar(2), 0, 1);
 }
 
-// cpu_attn_reshape_and_cache: tensors {key, value, key_cache, value_cache, slot_mapping}.
+// k_scale / v_scale of an fp8 cache (spec §3.6: > 0), scalars `first` and `first + 1`.
+Status check_kv_scales(std::string_view op, const KernelArgs& args, int first) {
+  const char* names[] = {"k_scale", "v_scale"};
+  for (int i = 0; i < 2; ++i) {
+    const double v = args.scalar(first + i);
+    if (!(std::isfinite(v) && v > 0)) {
+      return invalid_argument(fmt::format(
+          "{}: argument '{}' = {} must be finite and > 0 for an fp8 KV cache", op, names[i], v));
+    }
+  }
+  return Status::ok();
+}
+
+// cpu_attn_reshape_and_cache: tensors {key, value, key_cache, value_cache, slot_mapping};
+// scalars {} for kv=auto, {k_scale, v_scale} for an fp8 kv.
 Status check_cache_write(const OpSpec& spec, const KernelArgs& args) {
   const auto& p = spec.get<CpuAttnCacheWriteParams>();
   const std::string_view op = op_name(spec.op);
-  KILN_RETURN_IF_ERROR(expect_count(op, args, 5, 0));
+  const bool fp8 = p.kv != KvCacheDtype::kAuto;
+  KILN_RETURN_IF_ERROR(expect_count(op, args, 5, fp8 ? 2 : 0));
+  if (fp8) KILN_RETURN_IF_ERROR(check_kv_scales(op, args, 0));
   const Tensor& key = args.tensor(0);
   const Tensor& value = args.tensor(1);
   KILN_RETURN_IF_ERROR(check_token_heads(op, "key", key, p.dtype, p.head_count_kv, p.head_size));
   KILN_RETURN_IF_ERROR(
       check_token_heads(op, "value", value, p.dtype, p.head_count_kv, p.head_size));
   KILN_RETURN_IF_ERROR(expect_size(op, "value", value, 0, key.size(0)));
-  KILN_RETURN_IF_ERROR(check_kv_cache(op, "key_cache", args.tensor(2), p.dtype, p.head_count_kv,
-                                      p.block_size, p.head_size));
-  KILN_RETURN_IF_ERROR(check_kv_cache(op, "value_cache", args.tensor(3), p.dtype, p.head_count_kv,
-                                      p.block_size, p.head_size));
+  KILN_RETURN_IF_ERROR(check_kv_cache(op, "key_cache", args.tensor(2), p.dtype, p.kv,
+                                      p.head_count_kv, p.block_size, p.head_size));
+  KILN_RETURN_IF_ERROR(check_kv_cache(op, "value_cache", args.tensor(3), p.dtype, p.kv,
+                                      p.head_count_kv, p.block_size, p.head_size));
   KILN_RETURN_IF_ERROR(check_same_cache(op, args.tensor(2), args.tensor(3)));
   // The token count is key.size(0); slot_mapping may be longer (padding that is not read).
   const Tensor& slots = args.tensor(4);
@@ -131,17 +159,19 @@ Status check_cache_write(const OpSpec& spec, const KernelArgs& args) {
 
 // cpu_attention_with_kv_cache: tensors {query, key_cache, value_cache, output, query_start_loc,
 // seq_lens, alibi_slopes, block_table, scheduler_metadata, s_aux}; scalars {scale,
-// sliding_window_left, sliding_window_right, softcap}.
+// sliding_window_left, sliding_window_right, softcap}, then {k_scale, v_scale} for an fp8 kv.
 Status check_attention(const OpSpec& spec, const KernelArgs& args) {
   const auto& p = spec.get<CpuAttentionParams>();
   const std::string_view op = op_name(spec.op);
-  KILN_RETURN_IF_ERROR(expect_count(op, args, 10, 4));
+  const bool fp8 = p.kv != KvCacheDtype::kAuto;
+  KILN_RETURN_IF_ERROR(expect_count(op, args, 10, fp8 ? 6 : 4));
+  if (fp8) KILN_RETURN_IF_ERROR(check_kv_scales(op, args, 4));
   const Tensor& query = args.tensor(0);
   KILN_RETURN_IF_ERROR(check_token_heads(op, "query", query, p.dtype, p.head_count_q, p.head_size));
-  KILN_RETURN_IF_ERROR(check_kv_cache(op, "key_cache", args.tensor(1), p.dtype, p.head_count_kv,
-                                      p.block_size, p.head_size));
-  KILN_RETURN_IF_ERROR(check_kv_cache(op, "value_cache", args.tensor(2), p.dtype, p.head_count_kv,
-                                      p.block_size, p.head_size));
+  KILN_RETURN_IF_ERROR(check_kv_cache(op, "key_cache", args.tensor(1), p.dtype, p.kv,
+                                      p.head_count_kv, p.block_size, p.head_size));
+  KILN_RETURN_IF_ERROR(check_kv_cache(op, "value_cache", args.tensor(2), p.dtype, p.kv,
+                                      p.head_count_kv, p.block_size, p.head_size));
   KILN_RETURN_IF_ERROR(check_same_cache(op, args.tensor(1), args.tensor(2)));
   // The output is written densely at (token * heads + head) * head_size.
   const Tensor& output = args.tensor(3);

@@ -44,7 +44,31 @@ Status check_isa_block(CpuAttnIsa isa, int64_t block_size) {
   return Status::ok();
 }
 
+// fp8 KV caches (spec §3.6): kv_cache_dtype fp8 / fp8_e4m3 / fp8_e5m2, on the x86 ISAs
+// VEC and AMX only (vLLM has no fp8 kernels for VEC16 or NEON).
+Status check_isa_kv(CpuAttnIsa isa, KvCacheDtype kv) {
+  KILN_RETURN_IF_ERROR(check_field_kv_plain(kv));
+  if (kv != KvCacheDtype::kAuto && isa != CpuAttnIsa::kVec && isa != CpuAttnIsa::kAmx) {
+    return invalid_argument(
+        fmt::format("kv={} is not supported with isa={} (fp8 KV caches exist for isa=vec and "
+                    "isa=amx only; use kv=auto){}",
+                    enum_name(kv), enum_name(isa),
+                    isa == CpuAttnIsa::kVec16
+                        ? " (head sizes that are multiples of 16 but not 32 always run as vec16)"
+                        : ""));
+  }
+  return Status::ok();
+}
+
 }  // namespace
+
+DType cpu_attn_cache_dtype(DType dtype, KvCacheDtype kv) {
+  switch (kv) {
+    case KvCacheDtype::kAuto: return dtype;
+    case KvCacheDtype::kFp8E5m2: return DType::kFp8E5m2;
+    default: return DType::kFp8E4m3;
+  }
+}
 
 int64_t cpu_attn_block_alignment(CpuAttnIsa isa) {
   return isa == CpuAttnIsa::kVec16 ? 16 : 32;
@@ -63,14 +87,18 @@ Status validate(OpKind, const CpuAttnCacheWriteParams& p) {
   KILN_RETURN_IF_ERROR(check_isa_dtype_head(p.isa, p.dtype, p.head_size));
   KILN_RETURN_IF_ERROR(check_field_range("heads_kv", p.head_count_kv, 1, kMaxHeads));
   KILN_RETURN_IF_ERROR(check_isa_block(p.isa, p.block_size));
-  return check_block_extent(p.head_count_kv, p.head_size, p.block_size, dtype_size(p.dtype));
+  KILN_RETURN_IF_ERROR(check_isa_kv(p.isa, p.kv));
+  return check_block_extent(p.head_count_kv, p.head_size, p.block_size,
+                            cache_element_size(p.dtype, p.kv));
 }
 
 Status validate(OpKind, const CpuAttentionParams& p) {
   KILN_RETURN_IF_ERROR(check_isa_dtype_head(p.isa, p.dtype, p.head_size));
   KILN_RETURN_IF_ERROR(check_isa_block(p.isa, p.block_size));
   KILN_RETURN_IF_ERROR(check_head_counts(p.head_count_q, p.head_count_kv));
-  return check_block_extent(p.head_count_kv, p.head_size, p.block_size, dtype_size(p.dtype));
+  KILN_RETURN_IF_ERROR(check_isa_kv(p.isa, p.kv));
+  return check_block_extent(p.head_count_kv, p.head_size, p.block_size,
+                            cache_element_size(p.dtype, p.kv));
 }
 
 Status validate(OpKind, const GemmParams& p) {
@@ -92,8 +120,11 @@ Estimate estimate(OpKind, const CpuAttnSchedulerParams&, const ProblemSize& size
 
 Estimate estimate(OpKind, const CpuAttnCacheWriteParams& p, const ProblemSize& size) {
   const double elems = double(size.tokens) * double(p.head_count_kv) * double(p.head_size);
-  // key and value read, both caches written, one int64 slot per token.
-  return {4.0 * elems * double(dtype_size(p.dtype)) + 8.0 * double(size.tokens), 0.0};
+  // key and value read, both caches written (fp8: one byte per element and one divide each),
+  // one int64 slot per token.
+  const double per_elem = double(dtype_size(p.dtype) + cache_element_size(p.dtype, p.kv));
+  const bool fp8 = p.kv != KvCacheDtype::kAuto;
+  return {2.0 * elems * per_elem + 8.0 * double(size.tokens), fp8 ? 2.0 * elems : 0.0};
 }
 
 Estimate estimate(OpKind, const CpuAttentionParams& p, const ProblemSize& size) {
@@ -103,10 +134,11 @@ Estimate estimate(OpKind, const CpuAttentionParams& p, const ProblemSize& size) 
   const double d = double(p.head_size);
   const double hq = double(p.head_count_q);
   const double elem = double(dtype_size(p.dtype));
+  const double kv_elem = double(cache_element_size(p.dtype, p.kv));  // 1 for fp8 codes
   double bytes =
-      requests * context * double(p.head_count_kv) * d * 2.0 * elem + 2.0 * tokens * hq * d * elem +
-      4.0 * requests * ceil_div(size.context, p.block_size) + 4.0 * double(2 * size.batch + 1) +
-      (p.alibi ? 4.0 * hq : 0.0) + (p.sinks ? 2.0 * hq : 0.0);
+      requests * context * double(p.head_count_kv) * d * 2.0 * kv_elem +
+      2.0 * tokens * hq * d * elem + 4.0 * requests * ceil_div(size.context, p.block_size) +
+      4.0 * double(2 * size.batch + 1) + (p.alibi ? 4.0 * hq : 0.0) + (p.sinks ? 2.0 * hq : 0.0);
   // (query, key) pairs attended per request: all of them, or, causally, query i of q sees the
   // first context - q + i + 1 keys (the window only trims further).
   const double q = requests > 0 ? tokens / requests : 0.0;

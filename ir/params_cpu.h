@@ -22,6 +22,7 @@
 #include <array>
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 #include "ir/estimate.h"
 #include "ir/field.h"
@@ -47,6 +48,18 @@ int64_t cpu_attn_block_alignment(CpuAttnIsa isa);
 /// Head dims per HeadDimAlignment unit of `isa` (head sizes must be multiples of it).
 int64_t cpu_attn_head_alignment(CpuAttnIsa isa);
 
+/// Visits the optional `kv` field of the CPU-attention params: always when `Self` is mutable
+/// (parsing, so `kv=fp8_e4m3` is accepted), and only when it differs from kv=auto when `Self`
+/// is const (canonical text and hashing). The field arrived after the specs without it were
+/// pinned; omitting the default keeps their canonical text and hashes unchanged.
+template <class Self, class V>
+void visit_optional_kv(Self& s, V&& v) {
+  if constexpr (std::is_const_v<Self>) {
+    if (s.kv == KvCacheDtype::kAuto) return;
+  }
+  v("kv", s.kv);
+}
+
 /// cpu_attn_get_scheduler_metadata: partitions (request, query, kv) work across threads.
 struct CpuAttnSchedulerParams {
   CpuAttnIsa isa = CpuAttnIsa::kVec;  ///< ISA of the attention it schedules
@@ -69,13 +82,15 @@ struct CpuAttnSchedulerParams {
 };
 
 /// cpu_attn_reshape_and_cache: writes key/value [T, Hkv, D] into [NB, Hkv, BS, D] caches whose
-/// (block, head) slabs are arranged for `isa`.
+/// (block, head) slabs are arranged for `isa`. With an fp8 `kv` (spec §3.6) the caches hold
+/// fp8 codes: stored = fp8(x / scale) with the run-time k_scale / v_scale.
 struct CpuAttnCacheWriteParams {
-  CpuAttnIsa isa = CpuAttnIsa::kVec;  ///< slab layout
-  DType dtype = DType::kBF16;         ///< key/value and cache type
-  int64_t head_count_kv = 0;          ///< Hkv
-  int64_t head_size = 0;              ///< D
-  int64_t block_size = 0;             ///< BS
+  CpuAttnIsa isa = CpuAttnIsa::kVec;      ///< slab layout
+  DType dtype = DType::kBF16;             ///< key/value type (and the cache's when kv=auto)
+  int64_t head_count_kv = 0;              ///< Hkv
+  int64_t head_size = 0;                  ///< D
+  int64_t block_size = 0;                 ///< BS
+  KvCacheDtype kv = KvCacheDtype::kAuto;  ///< cache storage: auto (= dtype), fp8_e4m3, fp8_e5m2
 
   template <class Self, class V>
   static void fields(Self& s, V&& v) {
@@ -84,23 +99,27 @@ struct CpuAttnCacheWriteParams {
     v("heads_kv", s.head_count_kv);
     v("head_size", s.head_size);
     v("block_size", s.block_size);
+    visit_optional_kv(s, v);
   }
   bool operator==(const CpuAttnCacheWriteParams&) const = default;
 };
 
 /// cpu_attention_with_kv_cache: varlen prefill/decode attention over the ISA-specific cache.
+/// With an fp8 `kv` (spec §3.6) the caches hold fp8 codes and k = fp8·k_scale, v = fp8·v_scale
+/// with the run-time k_scale / v_scale.
 struct CpuAttentionParams {
-  CpuAttnIsa isa = CpuAttnIsa::kVec;  ///< cache layout and kernel family
-  DType dtype = DType::kBF16;         ///< query, cache and output type
-  int64_t head_size = 0;              ///< D
-  int64_t block_size = 0;             ///< BS
-  int64_t head_count_q = 0;           ///< query heads
-  int64_t head_count_kv = 0;          ///< kv heads
-  bool causal = true;                 ///< right window edge forced to 0
-  bool sliding_window = false;        ///< window_left/right may be bounded (else both -1)
-  bool alibi = false;                 ///< alibi_slopes given
-  bool softcap = false;               ///< softcap != 0
-  bool sinks = false;                 ///< s_aux given
+  CpuAttnIsa isa = CpuAttnIsa::kVec;      ///< cache layout and kernel family
+  DType dtype = DType::kBF16;             ///< query and output type (and the cache's when kv=auto)
+  int64_t head_size = 0;                  ///< D
+  int64_t block_size = 0;                 ///< BS
+  int64_t head_count_q = 0;               ///< query heads
+  int64_t head_count_kv = 0;              ///< kv heads
+  bool causal = true;                     ///< right window edge forced to 0
+  bool sliding_window = false;            ///< window_left/right may be bounded (else both -1)
+  bool alibi = false;                     ///< alibi_slopes given
+  bool softcap = false;                   ///< softcap != 0
+  bool sinks = false;                     ///< s_aux given
+  KvCacheDtype kv = KvCacheDtype::kAuto;  ///< cache storage: auto (= dtype), fp8_e4m3, fp8_e5m2
 
   template <class Self, class V>
   static void fields(Self& s, V&& v) {
@@ -115,6 +134,7 @@ struct CpuAttentionParams {
     v("alibi", s.alibi);
     v("softcap", s.softcap);
     v("sinks", s.sinks);
+    visit_optional_kv(s, v);
   }
   bool operator==(const CpuAttentionParams&) const = default;
 };
@@ -154,6 +174,10 @@ struct ScaledGemmParams {
   }
   bool operator==(const ScaledGemmParams&) const = default;
 };
+
+/// The element type the caches of a CPU-attention spec hold: `dtype` for kv=auto, else the
+/// fp8 format (DType::kFp8E4m3 / kFp8E5m2).
+DType cpu_attn_cache_dtype(DType dtype, KvCacheDtype kv);
 
 /// Checks the params of `op` against its contract (target-independent); an invalid-argument
 /// Status names the field and the allowed values or range.

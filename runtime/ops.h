@@ -174,18 +174,24 @@ void cpu_attn_get_scheduler_metadata(Tensor metadata, int64_t num_reqs, int64_t 
                                      int64_t sliding_window_size, std::string_view isa,
                                      bool enable_kv_split);
 
-/// Writes key/value [T, Hkv, D] into caches [NB, Hkv, BS, D] in `isa`'s slab layout.
+/// Writes key/value [T, Hkv, D] into caches [NB, Hkv, BS, D] in `isa`'s slab layout. With
+/// kv_cache_dtype "fp8"/"fp8_e4m3"/"fp8_e5m2" (newest vLLM; isa vec, caches u8 or the fp8
+/// dtype) the caches get fp8(x / k_scale) and fp8(x / v_scale); with "auto" a cache of an fp8
+/// dtype selects that format.
 void cpu_attn_reshape_and_cache(Tensor key, Tensor value, Tensor key_cache, Tensor value_cache,
-                                Tensor slot_mapping, std::string_view isa);
+                                Tensor slot_mapping, std::string_view isa, double k_scale = 1.0,
+                                double v_scale = 1.0, std::string_view kv_cache_dtype = "auto");
 
 /// Varlen attention over the caches written by cpu_attn_reshape_and_cache, planned by
 /// scheduler_metadata (whose ISA it uses). sliding_window_left/right -1 = unbounded; softcap 0
-/// = none; alibi_slopes and s_aux may be absent.
+/// = none; alibi_slopes and s_aux may be absent. An fp8 cache (kv_cache_dtype as for
+/// cpu_attn_reshape_and_cache) is read as k = fp8·k_scale, v = fp8·v_scale.
 void cpu_attention_with_kv_cache(Tensor query, Tensor key_cache, Tensor value_cache, Tensor output,
                                  Tensor query_start_loc, Tensor seq_lens, double scale, bool causal,
                                  Tensor alibi_slopes, int64_t sliding_window_left,
                                  int64_t sliding_window_right, Tensor block_table, double softcap,
-                                 Tensor scheduler_metadata, Tensor s_aux);
+                                 Tensor scheduler_metadata, Tensor s_aux, double k_scale = 1.0,
+                                 double v_scale = 1.0, std::string_view kv_cache_dtype = "auto");
 // ---- GEMM (vLLM's oneDNN ops; runtime/ops_gemm.cc) ---------------------------------------------
 //
 // A handler is an opaque int64 (vLLM's model) naming a kiln object that owns the handler tensor

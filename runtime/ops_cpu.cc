@@ -50,6 +50,20 @@ ir::CpuAttnIsa metadata_isa(std::string_view op, const Tensor& metadata) {
   return static_cast<ir::CpuAttnIsa>(isa);
 }
 
+// The cache storage of a CPU-attention call: vLLM's kv_cache_dtype string ("auto", "float16",
+// "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"); with "auto", a cache tensor of an fp8 dtype
+// (torch.float8_e4m3fn / float8_e5m2) names its format. A u8 cache needs the string (vLLM
+// allocates fp8 caches as uint8). Mismatches of string and tensor dtype are left to the
+// argument checks, which name the cache and the dtypes allowed.
+ir::KvCacheDtype cpu_attn_kv(std::string_view op, std::string_view kv_cache_dtype,
+                             const Tensor& key_cache) {
+  const ir::KvCacheDtype kv = detail::parse_kv_cache_dtype(op, kv_cache_dtype, false);
+  if (kv != ir::KvCacheDtype::kAuto || !key_cache.defined()) return kv;
+  if (key_cache.dtype() == DType::kFp8E4m3) return ir::KvCacheDtype::kFp8E4m3;
+  if (key_cache.dtype() == DType::kFp8E5m2) return ir::KvCacheDtype::kFp8E5m2;
+  return kv;
+}
+
 }  // namespace
 
 int64_t cpu_attn_metadata_bytes() {
@@ -80,7 +94,8 @@ void cpu_attn_get_scheduler_metadata(Tensor metadata, int64_t num_reqs, int64_t 
 }
 
 void cpu_attn_reshape_and_cache(Tensor key, Tensor value, Tensor key_cache, Tensor value_cache,
-                                Tensor slot_mapping, std::string_view isa) {
+                                Tensor slot_mapping, std::string_view isa, double k_scale,
+                                double v_scale, std::string_view kv_cache_dtype) {
   constexpr std::string_view op = "cpu_attn_reshape_and_cache";
   expect_float(op, "key", key);
   expect_tensor_rank(op, "key", key, {3});
@@ -91,15 +106,18 @@ void cpu_attn_reshape_and_cache(Tensor key, Tensor value, Tensor key_cache, Tens
   p.dtype = key.dtype();
   p.head_count_kv = key.size(1);
   p.block_size = key_cache.size(2);  // [NB, Hkv, BS, D]
-  run(OpSpec::make(OpKind::kCpuAttnReshapeAndCache, p),
-      KernelArgs({key, value, key_cache, value_cache, slot_mapping}), key.size(0));
+  p.kv = cpu_attn_kv(op, kv_cache_dtype, key_cache);
+  KernelArgs args({key, value, key_cache, value_cache, slot_mapping});
+  if (p.kv != ir::KvCacheDtype::kAuto) args.add_scalar(k_scale).add_scalar(v_scale);
+  run(OpSpec::make(OpKind::kCpuAttnReshapeAndCache, p), args, key.size(0));
 }
 
 void cpu_attention_with_kv_cache(Tensor query, Tensor key_cache, Tensor value_cache, Tensor output,
                                  Tensor query_start_loc, Tensor seq_lens, double scale, bool causal,
                                  Tensor alibi_slopes, int64_t sliding_window_left,
                                  int64_t sliding_window_right, Tensor block_table, double softcap,
-                                 Tensor scheduler_metadata, Tensor s_aux) {
+                                 Tensor scheduler_metadata, Tensor s_aux, double k_scale,
+                                 double v_scale, std::string_view kv_cache_dtype) {
   constexpr std::string_view op = "cpu_attention_with_kv_cache";
   expect_float(op, "query", query);
   expect_tensor_rank(op, "query", query, {3});
@@ -117,11 +135,12 @@ void cpu_attention_with_kv_cache(Tensor query, Tensor key_cache, Tensor value_ca
   p.alibi = alibi_slopes.defined();
   p.softcap = softcap != 0.0;
   p.sinks = s_aux.defined();
-  run(OpSpec::make(OpKind::kCpuAttentionWithKvCache, p),
-      KernelArgs({query, key_cache, value_cache, output, query_start_loc, seq_lens, alibi_slopes,
-                  block_table, scheduler_metadata, s_aux},
-                 {scale, double(sliding_window_left), double(sliding_window_right), softcap}),
-      query.size(0));
+  p.kv = cpu_attn_kv(op, kv_cache_dtype, key_cache);
+  KernelArgs args({query, key_cache, value_cache, output, query_start_loc, seq_lens, alibi_slopes,
+                   block_table, scheduler_metadata, s_aux},
+                  {scale, double(sliding_window_left), double(sliding_window_right), softcap});
+  if (p.kv != ir::KvCacheDtype::kAuto) args.add_scalar(k_scale).add_scalar(v_scale);
+  run(OpSpec::make(OpKind::kCpuAttentionWithKvCache, p), args, query.size(0));
 }
 
 }  // namespace jit::ops

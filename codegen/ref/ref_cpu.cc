@@ -14,6 +14,10 @@
 //   scaled mm   Σ_k (a − zp)·b exact in int64 (vLLM: int32; equal whenever int32 does not
 //               overflow), then the scales and bias in double, one rounding to out_dtype.
 //
+// fp8 KV caches (spec §3.6, kv=fp8_e4m3/fp8_e5m2): the cache write stores the code
+// fp8(float(x) / scale) (the fp32 quotient, then ir/numeric.h's saturating RNE encoder); the
+// attention reads k = fp8·k_scale and v = fp8·v_scale, exact in double.
+//
 // KILN: a row with no allowed key and no sink (a sliding window that masks it fully) is
 // written as zeros; vLLM's kernel computes 0 · (1/0) there.
 //
@@ -62,6 +66,7 @@
 #include "codegen/ref/ref_elements.h"
 #include "codegen/ref/ref_families.h"
 #include "ir/numeric.h"
+#include "ir/params_cache.h"
 #include "ir/params_cpu.h"
 
 namespace jit::codegen::ref {
@@ -73,6 +78,24 @@ using ir::CpuAttnIsa;
 
 int64_t align_up(int64_t v, int64_t a) {
   return (v + a - 1) / a * a;
+}
+
+// fp8 code of the fp32 value x / scale (spec §3.6: stored = fp8(x / scale)).
+uint8_t encode_fp8(ir::KvCacheDtype kv, float x, float scale) {
+  const float q = x / scale;
+  return kv == ir::KvCacheDtype::kFp8E5m2 ? numeric::f32_to_fp8_e5m2(q)
+                                          : numeric::f32_to_fp8_e4m3(q);
+}
+
+// Cache element `index` of a CPU-attention cache as a double: the element of `dtype` for
+// kv=auto, else the fp8 code's value times `scale` (exact in double).
+double load_kv(ir::KvCacheDtype kv, DType dtype, const std::byte* base, int64_t index,
+               float scale) {
+  if (kv == ir::KvCacheDtype::kAuto) return load(dtype, base, index);
+  const auto code = load_as<uint8_t>(base, index);
+  const float v = kv == ir::KvCacheDtype::kFp8E5m2 ? numeric::fp8_e5m2_to_f32(code)
+                                                   : numeric::fp8_e4m3_to_f32(code);
+  return double(v) * double(scale);
 }
 
 // ---- CPU attention: slab layouts (§3.3) ----------------------------------------------------
@@ -235,6 +258,10 @@ Status reshape_and_cache(const OpSpec& spec, const KernelArgs& args) {
     }
   }
   const int64_t esize = int64_t(dtype_size(p.dtype));
+  const int64_t csize = int64_t(ir::cache_element_size(p.dtype, p.kv));
+  const bool fp8 = p.kv != ir::KvCacheDtype::kAuto;
+  const float k_scale = fp8 ? float(args.scalar(0)) : 1.0f;  // vLLM's scales are fp32
+  const float v_scale = fp8 ? float(args.scalar(1)) : 1.0f;
   for (int64_t t = 0; t < tokens; ++t) {
     if (slots[t] < 0) continue;
     const int64_t block = slots[t] / p.block_size;
@@ -246,8 +273,15 @@ Status reshape_and_cache(const OpSpec& spec, const KernelArgs& args) {
       for (int64_t d = 0; d < p.head_size; ++d) {
         const int64_t fk = key_slab_index(p.isa, offset, d, p.block_size, p.head_size);
         const int64_t fv = value_slab_index(p.isa, offset, d, p.block_size, p.head_size);
-        std::memcpy(bytes(key_cache) + (slab + fk) * esize, k_src + d * esize, size_t(esize));
-        std::memcpy(bytes(value_cache) + (slab + fv) * esize, v_src + d * esize, size_t(esize));
+        if (fp8) {
+          const uint8_t kc = encode_fp8(p.kv, load(p.dtype, k_src, d), k_scale);
+          const uint8_t vc = encode_fp8(p.kv, load(p.dtype, v_src, d), v_scale);
+          std::memcpy(bytes(key_cache) + (slab + fk) * csize, &kc, 1);
+          std::memcpy(bytes(value_cache) + (slab + fv) * csize, &vc, 1);
+        } else {
+          std::memcpy(bytes(key_cache) + (slab + fk) * esize, k_src + d * esize, size_t(esize));
+          std::memcpy(bytes(value_cache) + (slab + fv) * esize, v_src + d * esize, size_t(esize));
+        }
       }
     }
   }
@@ -274,6 +308,8 @@ struct AttentionCall {
   const float* slopes = nullptr;
   float scale = 0;
   float softcap = 0;
+  float k_scale = 1;  // fp8 caches: k = fp8·k_scale, v = fp8·v_scale
+  float v_scale = 1;
   int64_t left = -1;
   int64_t right = -1;
 };
@@ -292,7 +328,7 @@ double logit(const AttentionCall& c, int64_t token, int64_t pos, int64_t h, int6
   double dot = 0;
   for (int64_t d = 0; d < p.head_size; ++d) {
     const int64_t f = key_slab_index(p.isa, j % p.block_size, d, p.block_size, p.head_size);
-    dot += load(p.dtype, q, d) * load(p.dtype, bytes(*c.key_cache), slab + f);
+    dot += load(p.dtype, q, d) * load_kv(p.kv, p.dtype, bytes(*c.key_cache), slab + f, c.k_scale);
   }
   double s = double(c.scale) * dot;
   if (p.softcap) s = double(c.softcap) * std::tanh(s / double(c.softcap));
@@ -321,7 +357,7 @@ SoftmaxState partial(const AttentionCall& c, int64_t token, int64_t pos, int64_t
     const int64_t slab = block * c.value_cache->stride(0) + g * c.value_cache->stride(1);
     for (int64_t d = 0; d < p.head_size; ++d) {
       const int64_t f = value_slab_index(p.isa, j % p.block_size, d, p.block_size, p.head_size);
-      st.acc[size_t(d)] += w * load(p.dtype, bytes(*c.value_cache), slab + f);
+      st.acc[size_t(d)] += w * load_kv(p.kv, p.dtype, bytes(*c.value_cache), slab + f, c.v_scale);
     }
   }
   return st;
@@ -389,6 +425,10 @@ Status attention(const OpSpec& spec, const KernelArgs& args) {
   c.softcap = float(args.scalar(3));
   c.left = int64_t(args.scalar(1));
   c.right = p.causal ? 0 : int64_t(args.scalar(2));  // causal forces the right edge to 0
+  if (p.kv != ir::KvCacheDtype::kAuto) {
+    c.k_scale = float(args.scalar(4));
+    c.v_scale = float(args.scalar(5));
+  }
 
   // Data-dependent checks, all before the first write.
   KILN_RETURN_IF_ERROR(check_lengths(op, seq_lens, qsl, num_req, p.causal, query.size(0)));

@@ -3,6 +3,11 @@
 // contiguous copy of the head's D elements). amx slabs (bf16): K[(t/16)·16D + (d/2)·32 +
 // (t%16)·2 + d%2] (one dword store per dim pair) and V[(d/16)·16bs + (t/2)·32 + (d%16)·2 + t%2]
 // (one word store per dim). Raw element copies, so the result is bit-exact for every value.
+// fp8 caches (kv=fp8_e4m3/fp8_e5m2, spec §3.6; vec layout only, supports() rejects amx): each
+// head row is widened to fp32, divided by k_scale / v_scale (vdivps: the fp32 quotient of the
+// spec's fp8(x / scale), bit-exact with the ref) and encoded (Generator::fp8_encode); V codes
+// are stored as one contiguous row, K codes go through a D-byte stack buffer and are stored
+// one byte per dim, bs bytes apart.
 #include <fmt/format.h>
 #include <omp.h>
 #include <xbyak/xbyak.h>
@@ -13,6 +18,7 @@
 #include "codegen/x86/attention_kernel.h"
 #include "codegen/x86/generator.h"
 #include "ir/estimate.h"
+#include "ir/params_cache.h"
 #include "ir/params_cpu.h"
 
 namespace jit::codegen::x86 {
@@ -34,6 +40,8 @@ struct CpuAttnCacheWriteArgs {
   int64_t value_head_stride;
   int64_t block_stride;  ///< cache stride(0) (key_cache and value_cache alike)
   int64_t head_stride;   ///< cache stride(1)
+  float k_scale;         ///< fp8 caches: stored = fp8(key / k_scale)
+  float v_scale;         ///< fp8 caches: stored = fp8(value / v_scale)
 };
 
 #define ARG(field) (rdi + int(offsetof(CpuAttnCacheWriteArgs, field)))
@@ -48,7 +56,13 @@ class CacheWriteGenerator : public Generator {
     const int esize = int(dtype_size(p_.dtype));
     const int64_t d = p_.head_size;
     const bool amx = p_.isa == ir::CpuAttnIsa::kAmx;
+    const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
+    const int csize = fp8 ? 1 : esize;  // bytes per cache element
     prologue();
+    // fp8: the K codes of one head row, staged at [rsp] (D bytes, a multiple of 64). Nothing
+    // below uses the Generator's tail staging (every vector is full: D % lanes == 0).
+    const int64_t stage = (d + 63) / 64 * 64;
+    if (fp8) sub(rsp, stage);
     Label l_token, l_next, l_done, l_head, l_dim;
     L(l_token);
     cmp(rsi, rdx);
@@ -85,9 +99,9 @@ class CacheWriteGenerator : public Generator {
       and_(rcx, 1);
       lea(r9, ptr[r9 + rcx * 2]);
     } else {
-      lea(r8, ptr[r8 + r14 * esize]);
+      lea(r8, ptr[r8 + r14 * csize]);
       mov(rcx, r14);
-      imul(rcx, rcx, d * esize);
+      imul(rcx, rcx, d * csize);
       add(r9, rcx);
     }
     mov(r10, rsi);
@@ -100,6 +114,8 @@ class CacheWriteGenerator : public Generator {
     L(l_head);
     if (amx) {
       emit_amx_token();
+    } else if (fp8) {
+      emit_fp8_token();
     } else {
       // K: d·bs·esize apart in the slab; unrolled by 4 (D % 16 == 0).
       mov(r15, r8);
@@ -134,10 +150,57 @@ class CacheWriteGenerator : public Generator {
     inc(rsi);
     jmp(l_token, T_NEAR);
     L(l_done);
+    if (fp8) add(rsp, stage);
     epilogue();
   }
 
  private:
+  // One token of one head into fp8 vec slabs: r8/r9 point at the token's K/V slot, r10/r11 at
+  // its key/value row. V: codes of fp8(v / v_scale) stored as one contiguous row of D bytes.
+  // K: codes staged at [rsp], then one byte per dim at r8 + d·bs. Uses vmm0..1 (the fp8
+  // helpers use vmm13..15), r13, r15, rbx, rax.
+  void emit_fp8_token() {
+    const int64_t d = p_.head_size;
+    const int esize = int(dtype_size(p_.dtype));
+    const DType format = ir::cpu_attn_cache_dtype(p_.dtype, p_.kv);
+    const Xmm x = vmm(0), scale = vmm(1);
+    // Encodes D elements at [src] to codes at [dst] (both advanced by the loop).
+    auto encode_row = [&](const Reg64& dst, const Reg64& src, const Address& scale_arg) {
+      vbroadcastss(scale, scale_arg);
+      mov(r13, d / lanes());
+      Label l_vec;
+      L(l_vec);
+      load_f32(x, p_.dtype, src, lanes());
+      vdivps(x, x, scale);
+      fp8_encode(x, format);
+      store_fp8(x, dst, lanes());
+      add(src, lanes() * esize);
+      add(dst, lanes());
+      dec(r13);
+      jnz(l_vec, T_NEAR);
+    };
+    mov(r15, r9);
+    mov(rbx, r11);
+    encode_row(r15, rbx, ptr[ARG(v_scale)]);
+    mov(r15, rsp);
+    mov(rbx, r10);
+    encode_row(r15, rbx, ptr[ARG(k_scale)]);
+    // Transposed K: code d to r8 + d·bs, unrolled by 4 (D % 16 == 0).
+    mov(r15, r8);
+    mov(rbx, rsp);
+    mov(r13, d / 4);
+    Label l_dim;
+    L(l_dim);
+    for (int u = 0; u < 4; ++u) {
+      movzx(eax, byte[rbx + u]);
+      mov(byte[r15 + u * p_.block_size], al);
+    }
+    add(rbx, 4);
+    add(r15, 4 * p_.block_size);
+    dec(r13);
+    jnz(l_dim, T_NEAR);
+  }
+
   // One token of one head in the amx slabs (bf16): K dim pairs (d, d+1) are one dword, 64 bytes
   // apart (a VNNI row of 16 keys); V dims are words 4 bytes apart (interleaved with the other
   // key of the pair), groups of 16 dims 16·bs elements apart. r8/r9 point at the token's first
@@ -214,8 +277,13 @@ class CacheWriteExecutable final : public Executable {
     call.key_head_stride = key.stride(1) * esize;
     call.value_token_stride = value.stride(0) * esize;
     call.value_head_stride = value.stride(1) * esize;
-    call.block_stride = key_cache.stride(0) * esize;
-    call.head_stride = key_cache.stride(1) * esize;
+    const int64_t csize = int64_t(key_cache.element_size());  // 1 for fp8 codes
+    call.block_stride = key_cache.stride(0) * csize;
+    call.head_stride = key_cache.stride(1) * csize;
+    if (p.kv != ir::KvCacheDtype::kAuto) {
+      call.k_scale = float(args.scalar(0));  // vLLM's scales are fp32
+      call.v_scale = float(args.scalar(1));
+    }
     const auto fn = reinterpret_cast<KernelFn>(const_cast<void*>(code_));
     int threads = int(config_.get("threads", 0));
     if (threads <= 0) threads = omp_get_max_threads();

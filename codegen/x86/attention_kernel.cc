@@ -25,8 +25,11 @@
 //     pair (p[t], p[t+1]) rounded to bf16 (vcvtneps2bf16) and broadcast. As in vLLM's AMX
 //     path, probabilities are bf16 in P·V while l sums the fp32 values. An odd last key is
 //     paired with a zero row, so no V row past kv_end is ever read.
-//   fp32 (f32/f16 always, bf16 without AVX512_BF16, every dtype at AVX2): K and V widened to
-//     fp32 on load, FMA with the broadcast fp32 query / probability.
+//   fp32 (f32/f16 always, bf16 without AVX512_BF16, every dtype at AVX2, every fp8 cache): K
+//     and V widened to fp32 on load, FMA with the broadcast fp32 query / probability. An fp8
+//     cache (kv=fp8_e4m3/fp8_e5m2, spec §3.6) holds one byte per element: the load decodes the
+//     codes exactly (Generator::fp8_decode) and the runner folds the scales in, k_scale into
+//     the logit scale and v_scale into the final 1/l.
 //   amx (isa=amx cache layout, AMX-BF16): the same steps on tiles. The amx K slab is the B-tile
 //     layout of Q·Kᵀ (16 dim pairs x 16 keys x 2 per 1024-byte tile) and the amx V slab the
 //     B-tile layout of P·V (16 key pairs x 16 dims x 2), so no interleaving is needed:
@@ -53,6 +56,7 @@
 #include <limits>
 
 #include "codegen/x86/generator.h"
+#include "ir/params_cache.h"
 #include "ir/params_cpu.h"
 
 namespace jit::codegen::x86 {
@@ -77,6 +81,7 @@ class AttentionGenerator : public Generator {
         group_(group),
         max_rows_(max_rows),
         esize_(int(dtype_size(p.dtype))),
+        kv_esize_(int(ir::cache_element_size(p.dtype, p.kv))),
         nv_(group / lanes()) {}
 
   void generate() {
@@ -153,9 +158,9 @@ class AttentionGenerator : public Generator {
       emit_softmax(rows);
       emit_pv_amx(rows);
     } else {
-      lea(r8, ptr[r8 + r12 * esize_]);  // K: key offset t0 inside each dim row
+      lea(r8, ptr[r8 + r12 * kv_esize_]);  // K: key offset t0 inside each dim row
       mov(rcx, r12);
-      imul(rcx, rcx, p_.head_size * esize_);  // V: row t0
+      imul(rcx, rcx, p_.head_size * kv_esize_);  // V: row t0
       add(r9, rcx);
       if (dpbf16_) {
         emit_qk_dpbf16(rows);
@@ -507,7 +512,7 @@ class AttentionGenerator : public Generator {
 
   void emit_qk_fp32(int rows) {
     const int64_t d = p_.head_size;
-    const int64_t row_bytes = int64_t(p_.block_size) * esize_;
+    const int64_t row_bytes = int64_t(p_.block_size) * kv_esize_;
     constexpr int kUnroll = 4;  // dims per loop step; D % 16 == 0
     for (int k = 0; k < rows * nv_; ++k) uni_vpxor(acc_reg(k), acc_reg(k), acc_reg(k));
     mov(r13, r8);
@@ -517,7 +522,7 @@ class AttentionGenerator : public Generator {
     L(l_loop);
     for (int u = 0; u < kUnroll; ++u) {
       for (int v = 0; v < nv_; ++v) {
-        load_f32(work(v), p_.dtype, r13 + u * row_bytes + v * lanes() * esize_, lanes());
+        load_kv(work(v), r13 + u * row_bytes + v * lanes() * kv_esize_);
       }
       for (int r = 0; r < rows; ++r) {
         const int64_t q_off = (r * d + u) * 4;
@@ -762,7 +767,7 @@ class AttentionGenerator : public Generator {
       Label l_token;
       L(l_token);
       for (int c = 0; c < count; ++c) {
-        load_f32(work(c), p_.dtype, r13 + (c0 + c * lanes()) * esize_, lanes());
+        load_kv(work(c), r13 + (c0 + c * lanes()) * kv_esize_);
       }
       for (int r = 0; r < rows; ++r) {
         const Address prob = ptr[r14 + prob_offset + r * kGroupMax * 4];
@@ -777,13 +782,24 @@ class AttentionGenerator : public Generator {
           }
         }
       }
-      add(r13, d * esize_);
+      add(r13, d * kv_esize_);
       add(r14, 4);
       dec(r15);
       jnz(l_token, T_NEAR);
       store_acc(rows, c0, count);
       c0 += count * lanes();
     }
+  }
+
+  // A full vector of cache elements at `addr` as fp32: widened from the query dtype (kv=auto)
+  // or decoded from fp8 codes (exact; the scale is applied by the runner).
+  void load_kv(const Xmm& dst, const RegExp& addr) {
+    if (p_.kv == ir::KvCacheDtype::kAuto) {
+      load_f32(dst, p_.dtype, addr, lanes());
+      return;
+    }
+    load_fp8(dst, addr, lanes());
+    fp8_decode(dst, ir::cpu_attn_cache_dtype(p_.dtype, p_.kv));
   }
 
   ir::CpuAttentionParams p_;
@@ -793,6 +809,7 @@ class AttentionGenerator : public Generator {
   int group_;
   int max_rows_;
   int esize_;
+  int kv_esize_;  // bytes per cache element: esize_, or 1 for fp8 codes
   int nv_;
 };
 
@@ -802,6 +819,8 @@ class AttentionGenerator : public Generator {
 
 bool attention_uses_dpbf16(const OpSpec& spec, X86Isa isa) {
   const auto& p = spec.get<ir::CpuAttentionParams>();
+  // fp8 caches take the fp32 path (decode to fp32 on load; the amx layout rejects fp8).
+  if (p.isa != ir::CpuAttnIsa::kAmx && p.kv != ir::KvCacheDtype::kAuto) return false;
   return p.isa == ir::CpuAttnIsa::kAmx || (isa >= X86Isa::kAvx512Bf16 && p.dtype == DType::kBF16);
 }
 

@@ -375,7 +375,10 @@ class CpuAttentionExecutable final : public Executable {
       c.block_stride = key_cache.stride(0) * cache_elem;
       c.rows = n;
       c.scratch = scratch;
-      c.scale = float(args.scalar(0));
+      // fp8 caches (k = fp8·k_scale): the kernel decodes the codes exactly and k_scale is
+      // folded into the logit scale, scale·<q, fp8·k_scale> = (scale·k_scale)·<q, fp8>.
+      c.scale = p.kv == ir::KvCacheDtype::kAuto ? float(args.scalar(0))
+                                                : float(args.scalar(0)) * float(args.scalar(4));
       c.softcap = float(args.scalar(3));
       for (int64_t i = 0; i < n; ++i) {
         const int64_t row = t.row_begin + r0 + i;
@@ -442,7 +445,10 @@ class CpuAttentionExecutable final : public Executable {
     const int64_t d = p.head_size;
     void* out = static_cast<uint8_t*>(args.tensor(3).data()) +
                 (token * p.head_count_q + head) * d * int64_t(dtype_size(p.dtype));
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    // fp8 caches (v = fp8·v_scale): acc sums p·fp8, so v_scale joins the normalisation,
+    // out = v_scale·acc / l.
+    const float v_scale = p.kv == ir::KvCacheDtype::kAuto ? 1.0f : float(args.scalar(5));
+    const float inv = l > 0.0f ? v_scale / l : 0.0f;
     for (int64_t e = 0; e < d; ++e) store_rounded(p.dtype, out, e, acc[e] * inv);
   }
 
@@ -488,6 +494,17 @@ Support cpu_attention_support(const OpSpec& spec, const Target& target) {
   const CpuAttnIsa layout = spec.op == OpKind::kCpuAttentionWithKvCache
                                 ? spec.get<ir::CpuAttentionParams>().isa
                                 : spec.get<ir::CpuAttnCacheWriteParams>().isa;
+  const ir::KvCacheDtype kv = spec.op == OpKind::kCpuAttentionWithKvCache
+                                  ? spec.get<ir::CpuAttentionParams>().kv
+                                  : spec.get<ir::CpuAttnCacheWriteParams>().kv;
+  // fp8 caches (spec §3.6) are served in the vec layout: the cache write quantises, the
+  // kernel's fp32 path decodes. The amx layout would need fp8 -> bf16 B tiles.
+  if (kv != ir::KvCacheDtype::kAuto && layout == CpuAttnIsa::kAmx) {
+    return Support::no(fmt::format(
+        "{} with isa=amx and kv={} is not implemented on x86 (fp8 KV is served for isa=vec; the "
+        "amx path would need fp8 -> bf16 tile conversion)",
+        op_name(spec.op), enum_name(kv)));
+  }
   // The amx slab write is plain moves (any x86 target); the attention needs the tiles.
   if (layout != CpuAttnIsa::kAmx || spec.op == OpKind::kCpuAttnReshapeAndCache) {
     return Support::yes();

@@ -11,7 +11,13 @@
 // Tolerances (OpCase::tolerances, from spec/testing.md against a double-accumulating ref):
 //   scheduler metadata, cache write, create_*: exact (byte copies / a deterministic blob);
 //   attention: bf16 1e-2/1e-2, f16 1e-3/1e-3, f32 1e-5/1e-5 (vLLM's own test uses 1.5e-2/1e-2
-//     against an fp32 reference);
+//     against an fp32 reference); with an fp8 KV cache the same, tighter than testing.md's
+//     3e-2/1e-2: the ref reads the same fp8 codes, so only the kernel's fp32 arithmetic (and
+//     the runner's folding of k_scale / v_scale into scale and 1/l) differs;
+//   fp8 KV caches (kv=fp8_e4m3/fp8_e5m2): the caches have the fp8 dtype (the checks also accept
+//     u8, as vLLM allocates), filled N(0, 1) (fp8 has no adversarial table here: the query /
+//     key / value inputs carry the specials), scales k_scale = 0.37, v_scale = 1.7 (not powers
+//     of two, so the cache write's division rounds).
 //   onednn_mm: exact on small-integer inputs (every partial sum is an integer below 2^24, so
 //     fp32 accumulation is exact and one rounding remains); otherwise rtol 1e-2 (bf16),
 //     2e-3 (f16: one ulp is 2^-10 relative), 1e-5 (f32), plus atol K·1e-6 for sums that
@@ -85,6 +91,10 @@ OpCase scheduler_case(const OpSpec& spec, int64_t requests, uint64_t seed) {
   return c;
 }
 
+// k_scale / v_scale of the fp8 cases.
+constexpr double kKScale = 0.37;
+constexpr double kVScale = 1.7;
+
 // A [blocks, heads_kv, block_size, head_size] cache view whose slabs are two slabs apart, as in
 // vLLM's test (head stride 2·BS·D, not BS·D).
 HostTensor padded_cache(DType dtype, int64_t blocks, int64_t heads_kv, int64_t block_size,
@@ -105,7 +115,9 @@ OpCase cache_write_case(const OpSpec& spec, int64_t tokens, InputKind kind, uint
   fill(key, kind, seed);
   fill(value, kind, seed + 1);
   // Caches start filled, so a slot that must not be written is visible.
-  HostTensor key_cache = padded_cache(p.dtype, blocks, p.head_count_kv, p.block_size, p.head_size);
+  const bool fp8 = p.kv != ir::KvCacheDtype::kAuto;
+  HostTensor key_cache = padded_cache(ir::cpu_attn_cache_dtype(p.dtype, p.kv), blocks,
+                                      p.head_count_kv, p.block_size, p.head_size);
   HostTensor value_cache = key_cache;
   fill_normal(key_cache, seed + 2);
   fill_normal(value_cache, seed + 3);
@@ -122,6 +134,7 @@ OpCase cache_write_case(const OpSpec& spec, int64_t tokens, InputKind kind, uint
   c.names = {"key", "value", "key_cache", "value_cache", "slot_mapping"};
   c.outputs = {2, 3};
   c.tolerances = {Tolerance::exact(), Tolerance::exact()};
+  if (fp8) c.scalars = {kKScale, kVScale};
   return c;
 }
 
@@ -157,10 +170,13 @@ Result<OpCase> attention_case(const OpSpec& spec, int64_t requests, InputKind ki
   HostTensor query = HostTensor::strided(p.dtype, {l.tokens, p.head_count_q, p.head_size},
                                          {(p.head_count_q + 1) * p.head_size, p.head_size, 1});
   fill(query, kind, seed + 2);
-  HostTensor key_cache = padded_cache(p.dtype, blocks, p.head_count_kv, p.block_size, p.head_size);
+  const bool fp8 = p.kv != ir::KvCacheDtype::kAuto;
+  HostTensor key_cache = padded_cache(ir::cpu_attn_cache_dtype(p.dtype, p.kv), blocks,
+                                      p.head_count_kv, p.block_size, p.head_size);
   HostTensor value_cache = key_cache;
-  fill(key_cache, kind, seed + 3);
-  fill(value_cache, kind, seed + 4);
+  const InputKind cache_kind = fp8 && kind == InputKind::kAdversarial ? InputKind::kNormal : kind;
+  fill(key_cache, cache_kind, seed + 3);
+  fill(value_cache, cache_kind, seed + 4);
   HostTensor slopes, sinks;
   if (p.alibi) {
     // The power-of-two ALiBi slopes 2^(-8 (h + 1) / heads).
@@ -202,6 +218,10 @@ Result<OpCase> attention_case(const OpSpec& spec, int64_t requests, InputKind ki
   c.outputs = {3};
   c.tolerances = {attention_tolerance(p.dtype)};
   c.scalars = {1.0 / std::sqrt(double(p.head_size)), left, right, p.softcap ? 10.0 : 0.0};
+  if (fp8) {
+    c.scalars.push_back(kKScale);
+    c.scalars.push_back(kVScale);
+  }
   return c;
 }
 

@@ -7,14 +7,12 @@
 #include <vector>
 
 #include "ir/op_spec.h"
-
 #include "tests/harness/example_specs.h"
 
 namespace jit {
 namespace {
 
 using test::valid_examples;
-
 
 OpSpec parse_ok(const std::string& text) {
   Result<OpSpec> r = parse_spec(text);
@@ -63,6 +61,20 @@ TEST(SpecText, CanonicalFormIsExact) {
             "cpu_attention_with_kv_cache(isa=vec16,dtype=bf16,head_size=80,block_size=48,"
             "heads_q=9,heads_kv=3,causal=true,sliding_window=false,alibi=false,softcap=true,"
             "sinks=false)");
+  // The CPU-attention kv field (fp8 KV caches, spec §3.6) prints only when not auto, so the
+  // specs written before it keep their text and hashes; an explicit kv=auto canonicalises away.
+  EXPECT_EQ(to_string(parse_ok("cpu_attention_with_kv_cache(isa=vec,kv=fp8_e5m2,head_size=64,"
+                               "block_size=32,heads_q=8,heads_kv=2)")),
+            "cpu_attention_with_kv_cache(isa=vec,dtype=bf16,head_size=64,block_size=32,"
+            "heads_q=8,heads_kv=2,causal=true,sliding_window=false,alibi=false,softcap=false,"
+            "sinks=false,kv=fp8_e5m2)");
+  EXPECT_EQ(to_string(parse_ok("cpu_attn_reshape_and_cache(isa=vec,dtype=f16,heads_kv=2,"
+                               "head_size=64,block_size=32,kv=auto)")),
+            "cpu_attn_reshape_and_cache(isa=vec,dtype=f16,heads_kv=2,head_size=64,block_size=32)");
+  EXPECT_EQ(to_string(parse_ok("cpu_attn_reshape_and_cache(isa=amx,dtype=bf16,heads_kv=2,"
+                               "head_size=64,block_size=32,kv=fp8_e4m3)")),
+            "cpu_attn_reshape_and_cache(isa=amx,dtype=bf16,heads_kv=2,head_size=64,block_size=32,"
+            "kv=fp8_e4m3)");
   // A boolean written as 0/1 prints as false/true.
   EXPECT_EQ(parse_ok("rms_norm(dtype=bf16,hidden=8,weight=0)"),
             parse_ok("rms_norm(dtype=bf16,hidden=8,weight=false)"));
@@ -247,6 +259,19 @@ const InvalidCase kInvalid[] = {
     {"cpu_attention_with_kv_cache(isa=vec,dtype=bf16,head_size=128,block_size=32,heads_q=9,"
      "heads_kv=2)",
      "heads_q=9 must be a multiple of heads_kv=2"},
+    // fp8 KV caches: isa=vec and amx only (spec §3.6); fp8_ds_mla is an MLA layout.
+    {"cpu_attention_with_kv_cache(isa=vec16,dtype=bf16,head_size=80,block_size=16,heads_q=8,"
+     "heads_kv=2,kv=fp8_e4m3)",
+     "kv=fp8_e4m3 is not supported with isa=vec16"},
+    {"cpu_attention_with_kv_cache(isa=neon,dtype=bf16,head_size=64,block_size=32,heads_q=8,"
+     "heads_kv=2,kv=fp8_e5m2)",
+     "kv=fp8_e5m2 is not supported with isa=neon"},
+    {"cpu_attn_reshape_and_cache(isa=vec,dtype=bf16,heads_kv=2,head_size=64,block_size=32,"
+     "kv=fp8_ds_mla)",
+     "kv=fp8_ds_mla is not supported"},
+    {"cpu_attn_reshape_and_cache(isa=vec,dtype=bf16,heads_kv=2,head_size=64,block_size=32,"
+     "kv=fp9)",
+     "field 'kv' has value 'fp9'"},
     {"create_onednn_mm(dtype=bf16,k=0,n=16)", "k=0 is out of range"},
     {"onednn_mm(dtype=i8,k=16,n=16)", "dtype=i8 is not supported"},
     {"create_onednn_scaled_mm(out_dtype=i32,k=16,n=16)", "out_dtype=i32 is not supported"},
@@ -319,6 +344,15 @@ TEST(SpecHash, DistinctSpecsHaveDistinctHashesAndEqualSpecsEqualHashes) {
             hash64(parse_ok("top_k_per_row_decode(top_k=2048)")));
   EXPECT_NE(hash64(parse_ok("onednn_mm(dtype=bf16,k=128,n=256)")),
             hash64(parse_ok("onednn_mm(dtype=bf16,k=256,n=128)")));
+  // The CPU-attention kv field: kv=auto hashes as the spec without the field, fp8 differs.
+  const char* attn =
+      "cpu_attention_with_kv_cache(isa=vec,dtype=bf16,head_size=64,block_size=32,"
+      "heads_q=8,heads_kv=2";
+  const OpSpec plain = parse_ok(std::string(attn) + ")");
+  EXPECT_EQ(hash128(parse_ok(std::string(attn) + ",kv=auto)")), hash128(plain));
+  EXPECT_NE(hash128(parse_ok(std::string(attn) + ",kv=fp8_e4m3)")), hash128(plain));
+  EXPECT_NE(hash128(parse_ok(std::string(attn) + ",kv=fp8_e4m3)")),
+            hash128(parse_ok(std::string(attn) + ",kv=fp8_e5m2)")));
   // Differently spelled, equal specs.
   const OpSpec a = parse_ok("rms_norm(dtype=bfloat16,hidden=4096)");
   const OpSpec b = parse_ok("rms_norm( weight=1, hidden=4096, dtype=bf16 )");
@@ -389,6 +423,20 @@ TEST(SpecEstimate, KnownValues) {
       {.tokens = 4, .batch = 1, .context = 10});
   EXPECT_DOUBLE_EQ(e.flops, 4.0 * 34 * 8 * 128);
   EXPECT_DOUBLE_EQ(e.bytes, 10.0 * 2 * 128 * 2 * 2 + 2.0 * 4 * 8 * 128 * 2 + 4 + 12);
+  // fp8 KV: the cache bytes are one per element, the query/output stay bf16.
+  e = estimate_of(
+      "cpu_attention_with_kv_cache(isa=vec,dtype=bf16,head_size=128,block_size=32,heads_q=8,"
+      "heads_kv=2,kv=fp8_e4m3)",
+      {.tokens = 4, .batch = 1, .context = 10});
+  EXPECT_DOUBLE_EQ(e.flops, 4.0 * 34 * 8 * 128);
+  EXPECT_DOUBLE_EQ(e.bytes, 10.0 * 2 * 128 * 2 * 1 + 2.0 * 4 * 8 * 128 * 2 + 4 + 12);
+  // fp8 cache write: bf16 key/value read (2 B), fp8 codes written (1 B), a divide each.
+  e = estimate_of(
+      "cpu_attn_reshape_and_cache(isa=vec,dtype=bf16,heads_kv=2,head_size=64,block_size=32,"
+      "kv=fp8_e5m2)",
+      {.tokens = 3});
+  EXPECT_DOUBLE_EQ(e.bytes, 2.0 * 3 * 2 * 64 * (2 + 1) + 8 * 3);
+  EXPECT_DOUBLE_EQ(e.flops, 2.0 * 3 * 2 * 64);
 
   // onednn_mm: M = 16, K = N = 4096, bf16: a, b, c once each; 2MNK flops.
   e = estimate_of("onednn_mm(dtype=bf16,k=4096,n=4096)", {.tokens = 16});

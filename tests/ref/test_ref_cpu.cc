@@ -59,13 +59,16 @@ struct AttnProblem {
   OpSpec spec;
   HostTensor query, key_cache, value_cache, output, qsl, seq_lens, slopes, table, metadata, sinks;
   double scale = 1.0, left = -1.0, right = -1.0, softcap = 0.0;
+  double k_scale = 1.0, v_scale = 1.0;  // fp8 caches only
 
   KernelArgs args() const {
     const auto& p = spec.get<ir::CpuAttentionParams>();
-    return KernelArgs({query.tensor(), key_cache.tensor(), value_cache.tensor(), output.tensor(),
-                       qsl.tensor(), seq_lens.tensor(), p.alibi ? slopes.tensor() : Tensor(),
-                       table.tensor(), metadata.tensor(), p.sinks ? sinks.tensor() : Tensor()},
-                      {scale, left, right, softcap});
+    KernelArgs a({query.tensor(), key_cache.tensor(), value_cache.tensor(), output.tensor(),
+                  qsl.tensor(), seq_lens.tensor(), p.alibi ? slopes.tensor() : Tensor(),
+                  table.tensor(), metadata.tensor(), p.sinks ? sinks.tensor() : Tensor()},
+                 {scale, left, right, softcap});
+    if (p.kv != ir::KvCacheDtype::kAuto) a.add_scalar(k_scale).add_scalar(v_scale);
+    return a;
   }
   // Builds the metadata for `window` (−1: none) and `kv_split`.
   void schedule(int64_t window, bool kv_split) {
@@ -88,12 +91,17 @@ struct AttnProblem {
 };
 
 // `keys`/`values`: [Σ seq_lens, Hkv, D], the requests' KV tokens in order. `placement` maps the
-// requests' logical blocks (request-major) to physical ids; empty = identity.
+// requests' logical blocks (request-major) to physical ids; empty = identity. With an fp8
+// p.kv the caches are u8 and written with k_scale / v_scale.
 AttnProblem make_problem(const ir::CpuAttentionParams& p, const std::vector<int64_t>& q_lens,
                          const std::vector<int64_t>& seq_lens, const HostTensor& query,
                          const HostTensor& keys, const HostTensor& values,
-                         std::vector<int64_t> placement = {}) {
+                         std::vector<int64_t> placement = {}, double k_scale = 1.0,
+                         double v_scale = 1.0) {
   AttnProblem a;
+  a.k_scale = k_scale;
+  a.v_scale = v_scale;
+  const bool fp8 = p.kv != ir::KvCacheDtype::kAuto;
   a.spec = OpSpec::make(OpKind::kCpuAttentionWithKvCache, p);
   const auto requests = int64_t(q_lens.size());
   std::vector<double> qsl = {0}, lens;
@@ -121,15 +129,18 @@ AttnProblem make_problem(const ir::CpuAttentionParams& p, const std::vector<int6
     logical += (seq_lens[size_t(r)] + p.block_size - 1) / p.block_size;
   }
   const int64_t slab = p.block_size * p.head_size;
-  a.key_cache = HostTensor::strided(p.dtype, {blocks, p.head_count_kv, p.block_size, p.head_size},
+  a.key_cache = HostTensor::strided(fp8 ? DType::kU8 : p.dtype,
+                                    {blocks, p.head_count_kv, p.block_size, p.head_size},
                                     {p.head_count_kv * 2 * slab, 2 * slab, p.head_size, 1});
   a.value_cache = a.key_cache;
-  const OpSpec write = OpSpec::make(
-      OpKind::kCpuAttnReshapeAndCache,
-      ir::CpuAttnCacheWriteParams{p.isa, p.dtype, p.head_count_kv, p.head_size, p.block_size});
+  const OpSpec write = OpSpec::make(OpKind::kCpuAttnReshapeAndCache,
+                                    ir::CpuAttnCacheWriteParams{p.isa, p.dtype, p.head_count_kv,
+                                                                p.head_size, p.block_size, p.kv});
   HostTensor slot_mapping = HostTensor::from_values(DType::kI64, {int64_t(slots.size())}, slots);
-  run_ok(write, {keys.tensor(), values.tensor(), a.key_cache.tensor(), a.value_cache.tensor(),
-                 slot_mapping.tensor()});
+  KernelArgs write_args({keys.tensor(), values.tensor(), a.key_cache.tensor(),
+                         a.value_cache.tensor(), slot_mapping.tensor()});
+  if (fp8) write_args.add_scalar(k_scale).add_scalar(v_scale);
+  run_ok(write, write_args);
   a.query = query;
   a.output = HostTensor::zeros(p.dtype, query.sizes());
   a.qsl = HostTensor::from_values(DType::kI32, {requests + 1}, qsl);
@@ -340,6 +351,147 @@ TEST(CpuAttentionKnown, NegativeSlotIsSkipped) {
   for (int64_t i = 0; i < kc.numel(); ++i) changed += kc.get(i) != kc_before.get(i);
   EXPECT_LE(changed, 2 * 16);
   for (int64_t d = 0; d < 16; ++d) EXPECT_EQ(kc.get(d * 16 + 3), key.get(32 + d)) << d;
+}
+
+// ---- fp8 KV caches (spec §3.6): stored = fp8(x / scale), read as fp8·scale ------------------
+
+// One token at offset 5 of block 1 into u8 caches (vLLM's allocation), codes checked by hand.
+// e4m3: 1.0 = 0x38, -1.5 = 0xBC, 2.0 = 0x40, max 448 = 0x7E; ties to even: 1.0625 (between
+// 1.0 and 1.125) -> 0x38, 1.1875 (between 1.125 and 1.25) -> 0x3A. e5m2: 1.0 = 0x3C,
+// -1.5 = 0xBE, 2.0 = 0x40, max 57344 = 0x7B; 1.0625 and 1.1875 -> 1.0 (0x3C) and 1.25 (0x3D).
+TEST(CpuAttentionFp8Known, CacheWriteQuantisesByHand) {
+  const int64_t bs = 32, d_max = 32, t = 5;
+  const DType dt = DType::kBF16;
+  const double k_scale = 0.5, v_scale = 2.0;
+  for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
+    const bool e4m3 = kv == ir::KvCacheDtype::kFp8E4m3;
+    const OpSpec spec =
+        OpSpec::make(OpKind::kCpuAttnReshapeAndCache,
+                     ir::CpuAttnCacheWriteParams{CpuAttnIsa::kVec, dt, 1, d_max, bs, kv});
+    // key: 0.5 / -0.75 alternating (-> 1.0, -1.5); value: 1e6 (saturates), 2.125, 2.375
+    // (ties), then 4 (-> 2.0).
+    std::vector<double> kvals, vvals;
+    std::vector<int> kcodes, vcodes;
+    for (int64_t d = 0; d < d_max; ++d) {
+      kvals.push_back(d % 2 == 0 ? 0.5 : -0.75);
+      kcodes.push_back(d % 2 == 0 ? (e4m3 ? 0x38 : 0x3C) : (e4m3 ? 0xBC : 0xBE));
+      const double v = d == 0 ? 1e6 : d == 1 ? 2.125 : d == 2 ? 2.375 : 4.0;
+      vvals.push_back(v);
+      vcodes.push_back(d == 0   ? (e4m3 ? 0x7E : 0x7B)
+                       : d == 1 ? (e4m3 ? 0x38 : 0x3C)
+                       : d == 2 ? (e4m3 ? 0x3A : 0x3D)
+                                : 0x40);
+    }
+    HostTensor key = HostTensor::from_values(dt, {1, 1, d_max}, kvals);
+    HostTensor value = HostTensor::from_values(dt, {1, 1, d_max}, vvals);
+    HostTensor kc = HostTensor::zeros(DType::kU8, {2, 1, bs, d_max}), vc = kc;
+    HostTensor slot = HostTensor::from_values(DType::kI64, {1}, {double(bs + t)});
+    run_ok(spec, KernelArgs({key.tensor(), value.tensor(), kc.tensor(), vc.tensor(), slot.tensor()},
+                            {k_scale, v_scale}));
+    const int64_t slab = bs * d_max;
+    for (int64_t d = 0; d < d_max; ++d) {
+      EXPECT_EQ(kc.get(slab + d * bs + t), double(kcodes[size_t(d)])) << enum_name(kv) << d;
+      EXPECT_EQ(vc.get(slab + t * d_max + d), double(vcodes[size_t(d)])) << enum_name(kv) << d;
+    }
+    int64_t written = 0;
+    for (double x : kc.values()) written += x != 0;
+    for (double x : vc.values()) written += x != 0;
+    EXPECT_EQ(written, 2 * d_max) << enum_name(kv);
+  }
+}
+
+// q = e0, k0 = 0, k1 = e0 (stored as 2.0 with k_scale 0.5, read back as 1.0): logits 0 and 1;
+// v0 = 2, v1 = -1 stored as 8 and -4 with v_scale 0.25. out = (2 − e) / (1 + e), as in the
+// bf16 case above: the scales cancel exactly.
+TEST(CpuAttentionFp8Known, OneQueryOverTwoKeysByHand) {
+  for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
+    auto p = attn_params(DType::kF32, kD, 1, 1, true);
+    p.kv = kv;
+    HostTensor q = rows_of(DType::kF32, 1, 1, unit(kD, 0));
+    HostTensor k = HostTensor::from_values(DType::kF32, {2, 1, kD}, [] {
+      std::vector<double> v(2 * kD, 0.0);
+      v[kD] = 1.0;
+      return v;
+    }());
+    AttnProblem a =
+        make_problem(p, {1}, {2}, q, k, const_rows(DType::kF32, kD, {2.0, -1.0}), {}, 0.5, 0.25);
+    EXPECT_EQ(a.key_cache.get(1), 0x40);  // key 1, dim 0: 1.0 / 0.5 = 2.0 in both formats
+    a.scale = 1.0;
+    const HostTensor out = a.run();
+    const double e = std::exp(1.0);
+    const double want = (2.0 - e) / (1.0 + e);
+    for (int64_t d = 0; d < kD; ++d) EXPECT_NEAR(out.get(d), want, 1e-7) << enum_name(kv) << d;
+  }
+}
+
+// With power-of-two scales fp8·scale is exact in f32, so the fp8 attention equals the kv=auto
+// f32 attention over caches holding the dequantised values (GQA, causal prefill + decodes).
+TEST(CpuAttentionFp8Property, EqualsF32OverTheDequantisedValues) {
+  for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
+    const int64_t d = 64, hkv = 2, hq = 8, total_kv = 45 + 7;
+    auto p8 = attn_params(DType::kF32, d, hq, hkv, true);
+    p8.kv = kv;
+    HostTensor q = filled(DType::kF32, {5 + 1, hq, d}, 3);
+    HostTensor keys = filled(DType::kF32, {total_kv, hkv, d}, 4);
+    HostTensor values = filled(DType::kF32, {total_kv, hkv, d}, 5);
+    const double k_scale = 0.25, v_scale = 2.0;
+    AttnProblem a8 = make_problem(p8, {5, 1}, {45, 7}, q, keys, values, {}, k_scale, v_scale);
+    // The values the fp8 cache holds: decode(fp8(x / scale)) · scale, exact in f32.
+    HostTensor keys_q = keys, values_q = values;
+    const DType fmt = ir::cpu_attn_cache_dtype(DType::kF32, kv);
+    for (int64_t i = 0; i < keys.numel(); ++i) {
+      HostTensor one = HostTensor::zeros(fmt, {1});
+      one.set(0, float(keys.get(i)) / float(k_scale));
+      keys_q.set(i, one.get(0) * k_scale);
+      one.set(0, float(values.get(i)) / float(v_scale));
+      values_q.set(i, one.get(0) * v_scale);
+    }
+    AttnProblem a32 = make_problem(attn_params(DType::kF32, d, hq, hkv, true), {5, 1}, {45, 7}, q,
+                                   keys_q, values_q);
+    const HostTensor o8 = a8.run(), o32 = a32.run();
+    for (int64_t i = 0; i < o8.numel(); ++i) {
+      ASSERT_NEAR(o8.get(i), o32.get(i), 1e-6) << enum_name(kv) << " element " << i;
+    }
+  }
+}
+
+TEST(CpuAttentionFp8BadInput, ScalesAndCacheDtype) {
+  const DType dt = DType::kBF16;
+  const OpSpec write = OpSpec::make(
+      OpKind::kCpuAttnReshapeAndCache,
+      ir::CpuAttnCacheWriteParams{CpuAttnIsa::kVec, dt, 2, 32, 32, ir::KvCacheDtype::kFp8E4m3});
+  HostTensor key = filled(dt, {3, 2, 32}), value = filled(dt, {3, 2, 32});
+  HostTensor kc = HostTensor::zeros(DType::kU8, {2, 2, 32, 32}), vc = kc;
+  HostTensor kc_bf16 = filled(dt, {2, 2, 32, 32}, 5);
+  HostTensor kc_e5m2 = HostTensor::zeros(DType::kFp8E5m2, {2, 2, 32, 32});
+  HostTensor slots = HostTensor::from_values(DType::kI64, {3}, {0, 33, 63});
+  const auto args = [&](const HostTensor& kcache, double ks, double vs) {
+    return KernelArgs({key.tensor(), value.tensor(), kcache.tensor(), vc.tensor(), slots.tensor()},
+                      {ks, vs});
+  };
+  expect_rejected(write, args(kc, 0.0, 1.0), "k_scale", {&kc, &vc});
+  expect_rejected(write, args(kc, 1.0, -2.0), "v_scale", {&kc, &vc});
+  expect_rejected(write, args(kc, 1.0, std::nan("")), "v_scale", {&kc, &vc});
+  expect_rejected(write, args(kc_bf16, 1.0, 1.0), "key_cache", {&kc_bf16, &vc});
+  expect_rejected(write, args(kc_e5m2, 1.0, 1.0), "key_cache", {&kc_e5m2, &vc});
+  // An fp8 spec without its two scales: the count check says what is expected.
+  const Status missing = ref::run(
+      write, KernelArgs({key.tensor(), value.tensor(), kc.tensor(), vc.tensor(), slots.tensor()}));
+  EXPECT_FALSE(missing.is_ok());
+  EXPECT_NE(missing.message().find("2 scalars"), std::string::npos) << missing.message();
+  // The attention: k_scale must be > 0; an auto spec given fp8 caches names the cache.
+  auto p = attn_params(DType::kF32, kD, 2, 1, true);
+  p.kv = ir::KvCacheDtype::kFp8E4m3;
+  HostTensor q = filled(DType::kF32, {1, 2, kD}, 7);
+  HostTensor k = filled(DType::kF32, {3, 1, kD}, 8);
+  AttnProblem a = make_problem(p, {1}, {3}, q, k, k, {}, 0.5, 0.5);
+  a.k_scale = 0.0;
+  expect_rejected(a.spec, a.args(), "k_scale", {&a.output});
+  a.k_scale = 0.5;
+  AttnProblem a_auto = a;
+  a_auto.spec =
+      OpSpec::make(OpKind::kCpuAttentionWithKvCache, attn_params(DType::kF32, kD, 2, 1, true));
+  expect_rejected(a_auto.spec, a_auto.args(), "key_cache", {&a_auto.output});
 }
 
 // ---- attention: properties -------------------------------------------------------------------

@@ -87,8 +87,12 @@ class CudaExecutable final : public Executable {
     KILN_RETURN_IF_ERROR(driver.value()->ensure_context(device_of(args)));
     Result<void*> function = function_for(*driver.value());
     if (!function.is_ok()) return function.status();
-    return driver.value()->launch(function.value(), plan->grid, plan->block, plan->shared_bytes,
-                                  current_stream(), plan->params, plan->params_size);
+    for (const LaunchPlan* step = &plan.value(); step != nullptr; step = step->then.get()) {
+      KILN_RETURN_IF_ERROR(driver.value()->launch(function.value(), step->grid, step->block,
+                                                  step->shared_bytes, current_stream(),
+                                                  step->params, step->params_size));
+    }
+    return Status::ok();
   }
   size_t code_size() const override { return binary_.cubin.size(); }
 

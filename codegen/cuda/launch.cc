@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "codegen/cuda/paged_attention.h"
 #include "codegen/cuda/render.h"
 #include "ir/check_args.h"
 #include "kiln_args.cuh"
@@ -356,6 +357,8 @@ Result<LaunchPlan> plan_launch(const OpSpec& spec, const Config& config, const K
     plan.grid[0] = unsigned(blocks);
     plan.block[0] = unsigned(threads);
     plan.set_params(a);
+  } else if (spec.op == OpKind::kPagedAttentionV1 || spec.op == OpKind::kPagedAttentionV2) {
+    return plan_paged_attention(spec, config, args, host_data);
   } else {
     return Status(StatusCode::kUnsupported,
                   fmt::format("the cuda backend has no launch plan for {}", op));

@@ -259,7 +259,11 @@ class SimtExecutable final : public Executable {
     Result<LaunchPlan> plan = plan_launch(spec_, config_, args, /*host_data=*/true);
     if (!plan.is_ok()) return plan.status();
     if (plan->empty) return Status::ok();
-    return launch(entry_, plan->grid, plan->block, plan->shared_bytes, plan->params);
+    for (const LaunchPlan* step = &plan.value(); step != nullptr; step = step->then.get()) {
+      KILN_RETURN_IF_ERROR(
+          launch(entry_, step->grid, step->block, step->shared_bytes, step->params));
+    }
+    return Status::ok();
   }
 
  private:

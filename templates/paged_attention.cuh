@@ -24,7 +24,8 @@
 //   out = Σ_p tmp_out[p] · w_p / (Σ_p w_p + 1e-6)        (fp32, accurate expf)
 //
 // Config: using T (query/out), using Kv (KvAuto<T> / KvFp8<T, fp8e4m3|fp8e5m2>: the cache
-// element and its dequantisation), using Bias (NoAlibi / Alibi); kHeadSize, kBlockSize,
+// element and its dequantisation), using Bias (NoAlibi / Alibi), using Sparse (Dense /
+// BlockSparse); kHeadSize, kBlockSize,
 // kHeadsQ, kHeadsKv, kHeadsPerCta (divides Hq / Hkv), kPartitionSize (0: v1), kThreads.
 #pragma once
 
@@ -71,6 +72,34 @@ struct Alibi {
   }
 };
 
+/// Dense: every token of the range is attended.
+struct Dense {
+  static constexpr bool kSparse = false;
+  static KILN_FN long long offset(const PagedAttentionArgs&, int, int, int, int) { return 0; }
+  static KILN_FN bool attended(const PagedAttentionArgs&, long long, long long, long long) {
+    return true;
+  }
+};
+
+/// Block-sparse (spec §2.5): sparse block kb = j / bs is attended iff (kb + off) % vert == 0 or
+/// kb > qb - local, qb = (L - 1) / bs, off = (tp_rank·Hq + h)·step + 1 (step >= 0, per query
+/// head) or (tp_rank·Hkv + g)·(-step) + 1 (per kv head). A masked token has z = -FLT_MAX: it
+/// still adds e^(z - m) to the sum (1 when everything is masked, vLLM's QUIRK) but no value.
+struct BlockSparse {
+  static constexpr bool kSparse = true;
+  static KILN_FN long long offset(const PagedAttentionArgs& a, int head, int kv_head, int heads_q,
+                                  int heads_kv) {
+    return a.sparse_step >= 0 ? (a.tp_rank * heads_q + head) * a.sparse_step + 1
+                              : (a.tp_rank * heads_kv + kv_head) * -a.sparse_step + 1;
+  }
+  static KILN_FN bool attended(const PagedAttentionArgs& a, long long off, long long j,
+                               long long len) {
+    const long long qb = (len - 1) / a.sparse_block;
+    const long long kb = j / a.sparse_block;
+    return (kb + off) % a.sparse_vert == 0 || kb > qb - a.sparse_local;
+  }
+};
+
 // ---- phase 0: attention over one partition ------------------------------------------------------
 
 template <class Cfg>
@@ -79,6 +108,7 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
   using Kv = typename Cfg::Kv;
   using C = typename Kv::C;
   using Bias = typename Cfg::Bias;
+  using Sparse = typename Cfg::Sparse;
   constexpr int D = Cfg::kHeadSize;
   constexpr int BS = Cfg::kBlockSize;
   constexpr int H = Cfg::kHeadsPerCta;
@@ -121,9 +151,11 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
   const C* value_cache = static_cast<const C*>(a.value_cache);
   const int* table = a.block_tables + seq * a.table_width;
   float slope[H], m[H], s_part[H], acc[H][kDims];
+  long long sparse_off[H];
 #pragma unroll
   for (int h = 0; h < H; ++h) {
     slope[h] = Bias::slope(a, head0 + h);
+    sparse_off[h] = Sparse::offset(a, head0 + h, kv_head, Cfg::kHeadsQ, Cfg::kHeadsKv);
     m[h] = -kFltMax;
     s_part[h] = 0.0f;
 #pragma unroll
@@ -134,8 +166,15 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
   for (long long c0 = t0; c0 < t1; c0 += N) {
     const long long j = c0 + tid;
     const bool valid = j < t1;
+    bool attend[H];  // valid and not masked by the block-sparse pattern, per head
+    bool any = false;
+#pragma unroll
+    for (int h = 0; h < H; ++h) {
+      attend[h] = valid && Sparse::attended(a, sparse_off[h], j, len);
+      any = any || attend[h];
+    }
     float z[H];
-    if (valid) {
+    if (any) {
       // Q·K of token j against every query head of the group; one key read.
       const long long base = (long long)table[j / BS] * a.block_stride + kv_head * a.head_stride;
       base_s[tid] = base;
@@ -153,8 +192,11 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
         }
       }
 #pragma unroll
-      for (int h = 0; h < H; ++h) z[h] = a.scale * dot[h] + Bias::bias(slope[h], j, len);
+      for (int h = 0; h < H; ++h) {
+        z[h] = attend[h] ? a.scale * dot[h] + Bias::bias(slope[h], j, len) : -kFltMax;
+      }
     } else {
+      base_s[tid] = -1;  // no head attends: the value is not read either
 #pragma unroll
       for (int h = 0; h < H; ++h) z[h] = -kFltMax;
     }
@@ -178,7 +220,7 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
       m[h] = m_new;
       const float p = valid ? expf(z[h] - m_new) : 0.0f;
       s_part[h] = s_part[h] * alpha + p;
-      p_s[h][tid] = p;
+      p_s[h][tid] = attend[h] ? p : 0.0f;
 #pragma unroll
       for (int i = 0; i < kDims; ++i) acc[h][i] *= alpha;
     }
@@ -190,6 +232,7 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
       const int d = tid + i * N;
       if (D % N != 0 && d >= D) continue;
       for (int t = 0; t < count; ++t) {
+        if (Sparse::kSparse && base_s[t] < 0) continue;
         const float v = v_dq(value_cache[base_s[t] + (long long)d * BS + (c0 + t) % BS]);
 #pragma unroll
         for (int h = 0; h < H; ++h) acc[h][i] += p_s[h][t] * v;

@@ -27,8 +27,15 @@ struct PagedAttentionArgs {
   long long head_stride;   ///< key_cache.stride(1)
   long long table_width;   ///< block_tables.size(1)
   long long partitions;    ///< v2: P (the scratch buffers' partition count); v1: 1
-  float scale;             ///< softmax scale
-  int phase;               ///< 0: attention (v1, v2 phase 1); 1: the v2 reduce
+  /// Block-sparse mode (spec §2.5; Sparse policy only): tp_rank, local blocks, vertical stride,
+  /// sparse block size (a multiple of the cache block size) and head sliding step.
+  long long tp_rank;
+  long long sparse_local;
+  long long sparse_vert;
+  long long sparse_block;
+  long long sparse_step;
+  float scale;  ///< softmax scale
+  int phase;    ///< 0: attention (v1, v2 phase 1); 1: the v2 reduce
 };
 
 }  // namespace kiln

@@ -63,14 +63,8 @@ Status check_sequences(std::string_view op, const ir::PagedAttentionParams& p,
 
 }  // namespace
 
-Support paged_attention_support(const OpSpec& spec) {
-  const auto& p = spec.get<ir::PagedAttentionParams>();
-  if (p.blocksparse) {
-    return Support::no(
-        fmt::format("{}: blocksparse=true is not served by the cuda backend (its template has no "
-                    "block-sparse policy yet); allowed: blocksparse=false",
-                    op_name(spec.op)));
-  }
+Support paged_attention_support(const OpSpec&) {
+  // Every valid spec: any head size (a multiple of x), any block size, dense or block-sparse.
   return Support::yes();
 }
 
@@ -99,6 +93,7 @@ void render_paged_attention(const OpSpec& spec, int64_t threads, RenderedKernel&
     default: m += fmt::format("  using Kv = kiln::KvFp8<{}, kiln::fp8e4m3>;\n", t); break;
   }
   m += fmt::format("  using Bias = kiln::{};\n", p.alibi ? "Alibi" : "NoAlibi");
+  m += fmt::format("  using Sparse = kiln::{};\n", p.blocksparse ? "BlockSparse" : "Dense");
   m += fmt::format("  static constexpr int kHeadSize = {};\n", p.head_size);
   m += fmt::format("  static constexpr int kBlockSize = {};\n", p.block_size);
   m += fmt::format("  static constexpr int kHeadsQ = {};\n", p.head_count_q);
@@ -161,6 +156,13 @@ Result<LaunchPlan> plan_paged_attention(const OpSpec& spec, const Config& config
   a.head_stride = key_cache.stride(1);
   a.table_width = tables.size(1);
   a.partitions = parts;
+  if (p.blocksparse) {  // ranges checked by check_args (vert >= 2, sparse block % BS == 0)
+    a.tp_rank = int64_t(args.scalar(2));
+    a.sparse_local = int64_t(args.scalar(3));
+    a.sparse_vert = int64_t(args.scalar(4));
+    a.sparse_block = int64_t(args.scalar(5));
+    a.sparse_step = int64_t(args.scalar(6));
+  }
   a.scale = float(args.scalar(0));  // a double in the schema, used as float
   a.phase = 0;
 

@@ -18,7 +18,7 @@ namespace jit::codegen::cuda {
 /// Default threads per CTA (4 warps, vLLM's NUM_THREADS): tokens per chunk of the online softmax.
 inline constexpr int64_t kPagedAttentionThreads = 128;
 
-/// Whether the template serves `spec` (validated params); block-sparse mode is not templated.
+/// Whether the template serves `spec` (validated params): every valid spec, block-sparse too.
 Support paged_attention_support(const OpSpec& spec);
 
 /// Query heads one CTA serves (all share one kv head): the largest divisor of

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <iostream>
 #include <mutex>
 
 #include "codegen/cuda/cuda_backend.h"
@@ -44,7 +45,7 @@ TEST(CudaPagedAttention, CompilesForSm80Sm90Sm100WithoutSpills) {
     for (int sm : {80, 90, 100}) jobs.emplace_back(spec, cu::SmArch{sm, false});
   }
   std::mutex mutex;
-  std::vector<std::string> failures;
+  std::vector<std::string> failures, reports(jobs.size());
   on_two_threads(jobs.size(), [&](size_t i) {
     const auto& [spec, arch] = jobs[i];
     auto bin = cu::compile_kernel(spec, cu::cuda_configs(spec).front(), arch);
@@ -58,12 +59,16 @@ TEST(CudaPagedAttention, CompilesForSm80Sm90Sm100WithoutSpills) {
     } else if (bin->report().spill_stores != 0 || bin->report().spill_loads != 0) {
       problem = "spills: " + bin->report().to_string();
     }
+    std::lock_guard lock(mutex);
     if (!problem.empty()) {
-      std::lock_guard lock(mutex);
       failures.push_back(to_string(spec) + " " + arch.name() + ": " + problem);
+    } else {
+      reports[i] =
+          fmt::format("{} {}: {}", to_string(spec), arch.name(), bin->report().to_string());
     }
   });
   for (const std::string& f : failures) ADD_FAILURE() << f;
+  for (const std::string& r : reports) std::cout << r << "\n";  // the resource use, for the docs
 }
 
 // Every spec of the emulator grid, default config, 1 and 3 sequences x the attention input
@@ -71,7 +76,7 @@ TEST(CudaPagedAttention, CompilesForSm80Sm90Sm100WithoutSpills) {
 // max_logits and tmp_out.
 TEST(CudaPagedAttention, EmulatedMatchesRef) {
   const std::vector<OpSpec> specs = test::cuda::paged_attention_specs();
-  ASSERT_GE(specs.size(), 16u);
+  ASSERT_GE(specs.size(), 19u);
   std::mutex mutex;
   std::vector<std::string> failures;
   on_two_threads(specs.size(), [&](size_t i) {
@@ -130,6 +135,7 @@ TEST(CudaPagedAttention, OneCtaPerKvHeadAndAReduceForV2) {
     EXPECT_NE(r->config_members.find("kHeadsPerCta = 8;"), std::string::npos) << r->config_members;
     EXPECT_NE(r->config_members.find("using Kv = kiln::KvAuto<kiln::bf16>;"), std::string::npos);
     EXPECT_NE(r->config_members.find("using Bias = kiln::NoAlibi;"), std::string::npos);
+    EXPECT_NE(r->config_members.find("using Sparse = kiln::Dense;"), std::string::npos);
     auto c = test::make_case(spec, 3, test::InputKind::kNormal, 7);
     ASSERT_TRUE(c.is_ok()) << c.status().to_string();
     auto plan = cu::plan_launch(spec, cu::cuda_configs(spec).front(), c->args(), true);
@@ -156,16 +162,17 @@ TEST(CudaPagedAttention, OneCtaPerKvHeadAndAReduceForV2) {
   EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 1024), 1);
 }
 
-TEST(CudaPagedAttention, BlockSparseIsRejectedWithTheReason) {
+TEST(CudaPagedAttention, PoliciesAreRenderedAsTypes) {
   ir::PagedAttentionParams p = gqa_params(0);
-  p.blocksparse = true;
+  p.blocksparse = true, p.alibi = true, p.kv = ir::KvCacheDtype::kFp8E5m2;
   const OpSpec spec = OpSpec::make(OpKind::kPagedAttentionV1, p);
-  const Support s = cu::cuda_supports(spec);
-  EXPECT_FALSE(s.ok);
-  EXPECT_NE(s.reason.find("blocksparse=true"), std::string::npos) << s.reason;
-  auto r = cu::render(spec, Config());
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
+  auto r = cu::render(spec, cu::cuda_configs(spec).front());
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  for (const char* line :
+       {"using Kv = kiln::KvFp8<kiln::bf16, kiln::fp8e5m2>;", "using Bias = kiln::Alibi;",
+        "using Sparse = kiln::BlockSparse;", "kPartitionSize = 0;"}) {
+    EXPECT_NE(r->config_members.find(line), std::string::npos) << line << "\n" << r->config_members;
+  }
 }
 
 TEST(CudaPagedAttention, BadSequenceIsRejectedBeforeWriting) {

@@ -15,8 +15,9 @@ namespace {
 // The CTA's static shared memory must stay below the 48 KiB every arch gives without opt-in;
 // 4 KiB are left for block_sum's scratch and the compiler's own.
 constexpr int64_t kSharedBudget = 44 * 1024;
-constexpr int64_t kMaxHeadsPerCta = 8;  // accumulators: heads x ceil(D / threads) registers
-constexpr int64_t kMaxGridYZ = 65535;   // grid.y (sequences) and grid.z (partitions)
+constexpr int64_t kMaxHeadsPerCta = 8;        // accumulators: heads x ceil(D / threads) registers
+constexpr int64_t kMaxGridYZ = 65535;         // grid.y (sequences) and grid.z (partitions)
+constexpr int64_t kReduceShared = 48 * 1024;  // dynamic smem without the opt-in attribute
 
 // Static shared bytes of one CTA: q_s [H][D] + p_s [H][N] + red_s [H][N/32] floats, base_s [N]
 // 64-bit offsets.
@@ -128,11 +129,24 @@ Result<LaunchPlan> plan_paged_attention(const OpSpec& spec, const Config& config
                       cache == &key_cache ? "key_cache" : "value_cache", cache->data()));
     }
   }
+  const int64_t x = ir::paged_key_x(p.dtype, p.kv);
+  if (key_cache.stride(0) % x != 0 || key_cache.stride(1) % x != 0) {
+    return invalid_argument(fmt::format(
+        "{}: the cuda backend needs key_cache block and head strides that are multiples of x = "
+        "{} (16-byte key groups); got [{}, {}]",
+        op, x, key_cache.stride(0), key_cache.stride(1)));
+  }
   const int64_t parts = v2 ? (max_seq_len + p.partition_size - 1) / p.partition_size : 1;
   if (seqs > kMaxGridYZ || parts > kMaxGridYZ) {
     return invalid_argument(fmt::format(
         "{}: {} sequences x {} partitions exceed the cuda backend's grid limit of {} each", op,
         seqs, parts, kMaxGridYZ));
+  }
+  if (parts * 4 > kReduceShared) {  // the reduce keeps one weight per partition in smem
+    return invalid_argument(fmt::format(
+        "{}: max_seq_len = {} makes {} partitions of {} tokens; the cuda reduce holds at most {} "
+        "(use a larger partition_size)",
+        op, max_seq_len, parts, p.partition_size, kReduceShared / 4));
   }
   kiln::PagedAttentionArgs a{};
   a.out = args.tensor(0).data();

@@ -91,9 +91,12 @@ class CudaExecutable final : public Executable {
     if (!function.is_ok()) return function.status();
     for (const LaunchPlan& plan : plans.value()) {
       if (plan.empty) continue;
-      KILN_RETURN_IF_ERROR(driver.value()->launch(function.value(), plan.grid, plan.block,
-                                                  plan.shared_bytes, current_stream(), plan.params,
-                                                  plan.params_size));
+      // A plan may chain follow-up launches (paged_attention_v2's reduce) on the same stream.
+      for (const LaunchPlan* step = &plan; step != nullptr; step = step->then.get()) {
+        KILN_RETURN_IF_ERROR(driver.value()->launch(function.value(), step->grid, step->block,
+                                                    step->shared_bytes, current_stream(),
+                                                    step->params, step->params_size));
+      }
     }
     return Status::ok();
   }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "codegen/cuda/paged_attention.h"
 #include "codegen/cuda/render.h"
 #include "ir/check_args.h"
 #include "kiln_args.cuh"
@@ -658,6 +659,10 @@ Result<std::vector<LaunchPlan>> plan_launch(const OpSpec& spec, const Config& co
     plan.grid[0] = unsigned(blocks);
     plan.block[0] = unsigned(threads);
     plan.set_params(a);
+  } else if (spec.op == OpKind::kPagedAttentionV1 || spec.op == OpKind::kPagedAttentionV2) {
+    Result<LaunchPlan> paged = plan_paged_attention(spec, config, args, host_data);
+    if (!paged.is_ok()) return paged.status();
+    return std::vector<LaunchPlan>{std::move(paged).value()};
   } else {
     return Status(StatusCode::kUnsupported,
                   fmt::format("the cuda backend has no launch plan for {}", op));

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "codegen/backend.h"
@@ -22,6 +23,8 @@ struct LaunchPlan {
   alignas(16) unsigned char params[kMaxParams] = {};
   size_t params_size = 0;
   bool empty = false;  ///< nothing to do (zero rows): no launch
+  /// A launch that follows this one on the same stream (paged_attention_v2's reduce), or null.
+  std::shared_ptr<const LaunchPlan> then;
 
   template <class T>
   void set_params(const T& value) {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "codegen/cuda/paged_attention.h"
+
 namespace jit::codegen::cuda {
 namespace {
 
@@ -47,6 +49,8 @@ bool has_template(OpKind op) {
     case OpKind::kConvertVerticalSlashIndexesMergehead:
     case OpKind::kTopKPerRowPrefill:
     case OpKind::kTopKPerRowDecode:
+    case OpKind::kPagedAttentionV1:
+    case OpKind::kPagedAttentionV2:
     case OpKind::kIndexerKQuantAndCache:
     case OpKind::kCpGatherIndexerKQuantCache:
     case OpKind::kConcatAndCacheMlaRopeFused:
@@ -140,6 +144,8 @@ int64_t default_threads(const OpSpec& spec, int64_t vec) {
       if (p.kv == ir::KvCacheDtype::kFp8DsMla) return 128;
       return threads_for(p.kv_lora_rank + p.pe_dim, 512);
     }
+    case OpKind::kPagedAttentionV1:
+    case OpKind::kPagedAttentionV2: return kPagedAttentionThreads;
     case OpKind::kTopKPerRowPrefill:
     case OpKind::kTopKPerRowDecode: return spec.get<ir::TopKParams>().top_k >= 1024 ? 512 : 256;
     // One thread per row block (a sequential walk each); small blocks spread them over SMs.
@@ -230,6 +236,9 @@ Support cuda_supports(const OpSpec& spec) {
   const bool templated = has_template(op);
   if (!templated) {
     return Support::no(fmt::format("the cuda backend has no template for {} yet", op_name(op)));
+  }
+  if (op == OpKind::kPagedAttentionV1 || op == OpKind::kPagedAttentionV2) {
+    return paged_attention_support(spec);
   }
   const Status valid = validate(spec);
   if (!valid.is_ok()) return Support::no(valid.message());
@@ -420,6 +429,8 @@ Result<RenderedKernel> render(const OpSpec& spec, const Config& config) {
     m += fmt::format("  static constexpr int kHeads = {};\n", p.head_count);
     m += fmt::format("  static constexpr int kHeadSize = {};\n", p.head_size);
     m += fmt::format("  static constexpr bool kOutputLse = {};\n", bool_text(p.output_lse));
+  } else if (spec.op == OpKind::kPagedAttentionV1 || spec.op == OpKind::kPagedAttentionV2) {
+    render_paged_attention(spec, threads, r);
   } else if (spec.op == OpKind::kConvertFp8) {
     const auto& p = spec.get<ir::ConvertFp8Params>();
     const bool quantise = p.dst == DType::kFp8E4m3;

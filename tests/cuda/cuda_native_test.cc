@@ -68,7 +68,9 @@ TEST(CudaNative, EveryKernelMatchesRefOnTheGpu) {
   REQUIRE_GPU();
   const cu::Driver* driver = cu::Driver::get().value();
   Runtime runtime{RuntimeOptions{}};
-  for (const OpSpec& spec : test::cuda::emulator_specs()) {
+  std::vector<OpSpec> specs = test::cuda::emulator_specs();
+  for (const OpSpec& spec : test::cuda::paged_attention_specs()) specs.push_back(spec);
+  for (const OpSpec& spec : specs) {
     CompileOptions options;
     options.backend = BackendKind::kCuda;
     auto kernel = runtime.compile(spec, options);

@@ -241,6 +241,10 @@ std::vector<OpSpec> compile_specs() {
       OpSpec::make(OpKind::kConvertVerticalSlashIndexes, ir::VerticalSlashParams{64, 64, true}));
   specs.push_back(OpSpec::make(OpKind::kConvertVerticalSlashIndexesMergehead,
                                ir::VerticalSlashParams{64, 64, false}));
+  // Paged attention: one v1 and one v2 (the rest: test_cuda_paged_attention).
+  const std::vector<OpSpec> paged = paged_attention_compile_specs();
+  specs.push_back(paged.front());
+  specs.push_back(paged.back());
   return specs;
 }
 

@@ -22,4 +22,10 @@ std::vector<OpSpec> emulator_specs();
 /// emulator, so that non-default thread counts and the scalar (vec=1) path are compared too.
 std::vector<OpSpec> emulator_tuning_specs();
 
+/// paged_attention_v1/v2 (cuda_paged_attention_specs.cc): the default-config shapes every arch
+/// must compile without spills, and the emulator's grid (head sizes, block sizes, GQA groups,
+/// fp8 caches, ALiBi, v2 partitions).
+std::vector<OpSpec> paged_attention_compile_specs();
+std::vector<OpSpec> paged_attention_specs();
+
 }  // namespace jit::test::cuda

@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
   for (const jit::OpSpec& spec : jit::test::cuda::emulator_specs()) {
     jobs.emplace_back(spec, cu::cuda_configs(spec).front());
   }
+  for (const jit::OpSpec& spec : jit::test::cuda::paged_attention_specs()) {
+    jobs.emplace_back(spec, cu::cuda_configs(spec).front());
+  }
   for (const jit::OpSpec& spec : jit::test::cuda::emulator_tuning_specs()) {
     for (const jit::Config& config : cu::cuda_configs(spec)) jobs.emplace_back(spec, config);
   }

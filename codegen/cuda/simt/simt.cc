@@ -260,7 +260,10 @@ class SimtExecutable final : public Executable {
     if (!plans.is_ok()) return plans.status();
     for (const LaunchPlan& plan : plans.value()) {
       if (plan.empty) continue;
-      KILN_RETURN_IF_ERROR(launch(entry_, plan.grid, plan.block, plan.shared_bytes, plan.params));
+      for (const LaunchPlan* step = &plan; step != nullptr; step = step->then.get()) {
+        KILN_RETURN_IF_ERROR(
+            launch(entry_, step->grid, step->block, step->shared_bytes, step->params));
+      }
     }
     return Status::ok();
   }

@@ -1,0 +1,194 @@
+// paged_attention_v1/v2 on the CUDA backend without a GPU: NVRTC compiles the default configs
+// for sm_80, sm_90 and sm_100 without spills; the SIMT emulator runs the same rendered
+// instantiations (gen_simt_kernels) against ref over head sizes, block sizes, GQA groups, fp8
+// caches, ALiBi and v2 partitions (the op cases hold a single-token sequence, a partial last
+// page, whole pages, an empty sequence, and NaN in every slot no sequence owns); the GQA
+// sharing and the v2 reduce launch are checked on the launch plan.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <future>
+#include <iostream>
+#include <mutex>
+
+#include "codegen/cuda/cuda_backend.h"
+#include "codegen/cuda/launch.h"
+#include "codegen/cuda/nvrtc.h"
+#include "codegen/cuda/paged_attention.h"
+#include "codegen/cuda/simt/simt_runtime.h"
+#include "runtime/runtime.h"
+#include "tests/cuda/cuda_specs.h"
+#include "tests/cuda/simt_registry.h"
+#include "tests/harness/op_cases.h"
+
+namespace jit {
+namespace {
+
+namespace cu = codegen::cuda;
+
+// Runs `work(i)` for i in [0, n) on two threads (the emulator keeps its state per OS thread).
+template <class F>
+void on_two_threads(size_t n, F work) {
+  auto other = std::async(std::launch::async, [&] {
+    for (size_t i = 1; i < n; i += 2) work(i);
+  });
+  for (size_t i = 0; i < n; i += 2) work(i);
+  other.get();
+}
+
+TEST(CudaPagedAttention, CompilesForSm80Sm90Sm100WithoutSpills) {
+  if (auto nvrtc = cu::Nvrtc::get(); !nvrtc.is_ok()) {
+    GTEST_SKIP() << "NVRTC not found: " << nvrtc.status().to_string();
+  }
+  std::vector<std::pair<OpSpec, cu::SmArch>> jobs;
+  for (const OpSpec& spec : test::cuda::paged_attention_compile_specs()) {
+    for (int sm : {80, 90, 100}) jobs.emplace_back(spec, cu::SmArch{sm, false});
+  }
+  std::mutex mutex;
+  std::vector<std::string> failures, reports(jobs.size());
+  on_two_threads(jobs.size(), [&](size_t i) {
+    const auto& [spec, arch] = jobs[i];
+    auto bin = cu::compile_kernel(spec, cu::cuda_configs(spec).front(), arch);
+    std::string problem;
+    if (!bin.is_ok()) {
+      problem = bin.status().to_string();
+    } else if (bin->cubin.empty()) {
+      problem = "no cubin";
+    } else if (bin->report().registers <= 0) {
+      problem = "no ptxas report: " + bin->ptxas_log;
+    } else if (bin->report().spill_stores != 0 || bin->report().spill_loads != 0) {
+      problem = "spills: " + bin->report().to_string();
+    }
+    std::lock_guard lock(mutex);
+    if (!problem.empty()) {
+      failures.push_back(to_string(spec) + " " + arch.name() + ": " + problem);
+    } else {
+      reports[i] =
+          fmt::format("{} {}: {}", to_string(spec), arch.name(), bin->report().to_string());
+    }
+  });
+  for (const std::string& f : failures) ADD_FAILURE() << f;
+  for (const std::string& r : reports) std::cout << r << "\n";  // the resource use, for the docs
+}
+
+// Every spec of the emulator grid, default config, 1 and 3 sequences x the attention input
+// kinds (normal, small integers, equal values), against ref: out, and for v2 also exp_sums,
+// max_logits and tmp_out.
+TEST(CudaPagedAttention, EmulatedMatchesRef) {
+  const std::vector<OpSpec> specs = test::cuda::paged_attention_specs();
+  ASSERT_GE(specs.size(), 19u);
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  on_two_threads(specs.size(), [&](size_t i) {
+    const OpSpec& spec = specs[i];
+    const Config config = cu::cuda_configs(spec).front();
+    const cu::simt::Entry entry = test::cuda::find_simt_kernel(spec, config);
+    std::string failure;
+    if (entry == nullptr) {
+      failure = "not instantiated for the emulator: " + test::cuda::simt_key(spec, config);
+    } else {
+      KernelInfo info;
+      info.spec_text = to_string(spec);
+      info.backend = BackendKind::kCuda;
+      info.config = config;
+      const Kernel kernel(spec, cu::simt::make_executable(spec, config, entry), std::move(info));
+      for (int64_t seqs : {1, 3}) {
+        for (test::InputKind kind : test::input_kinds_for(spec.op)) {
+          auto c = test::make_case(spec, seqs, kind, uint64_t(seqs) * 131 + i);
+          if (!c.is_ok()) {
+            failure = c.status().to_string();
+            break;
+          }
+          const test::CaseReport report = test::check_against_ref(kernel, c.value());
+          if (!report.ok) {
+            failure = fmt::format("seqs={} inputs={}\n{}", seqs, test::input_kind_name(kind),
+                                  report.message);
+            break;
+          }
+        }
+        if (!failure.empty()) break;
+      }
+    }
+    if (!failure.empty()) {
+      std::lock_guard lock(mutex);
+      failures.push_back(to_string(spec) + ": " + failure);
+    }
+  });
+  for (const std::string& f : failures) ADD_FAILURE() << f;
+}
+
+ir::PagedAttentionParams gqa_params(int64_t partition_size) {
+  ir::PagedAttentionParams p;
+  p.dtype = DType::kBF16, p.head_size = 128, p.block_size = 16;
+  p.head_count_q = 32, p.head_count_kv = 4, p.partition_size = partition_size;
+  return p;
+}
+
+// GQA: one CTA per (kv head, sequence, partition) serves the kv head's 8 query heads, so each
+// key/value is loaded once per query group; v2 adds the reduce launch (one CTA per query head).
+TEST(CudaPagedAttention, OneCtaPerKvHeadAndAReduceForV2) {
+  for (bool v2 : {false, true}) {
+    const OpSpec spec = OpSpec::make(v2 ? OpKind::kPagedAttentionV2 : OpKind::kPagedAttentionV1,
+                                     gqa_params(v2 ? 32 : 0));
+    auto r = cu::render(spec, cu::cuda_configs(spec).front());
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_NE(r->config_members.find("kHeadsPerCta = 8;"), std::string::npos) << r->config_members;
+    EXPECT_NE(r->config_members.find("using Kv = kiln::KvAuto<kiln::bf16>;"), std::string::npos);
+    EXPECT_NE(r->config_members.find("using Bias = kiln::NoAlibi;"), std::string::npos);
+    EXPECT_NE(r->config_members.find("using Sparse = kiln::Dense;"), std::string::npos);
+    auto c = test::make_case(spec, 3, test::InputKind::kNormal, 7);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    auto plans = cu::plan_launch(spec, cu::cuda_configs(spec).front(), c->args(), true);
+    ASSERT_TRUE(plans.is_ok()) << plans.status().to_string();
+    ASSERT_EQ(plans->size(), 1u);  // v2's reduce is chained to the one plan
+    const cu::LaunchPlan* plan = &plans->front();
+    EXPECT_EQ(plan->grid[0], 4u);  // kv heads
+    EXPECT_EQ(plan->grid[1], 3u);  // sequences
+    EXPECT_EQ(plan->block[0], 128u);
+    if (v2) {
+      EXPECT_GE(plan->grid[2], 2u);  // partitions of 32 tokens
+      ASSERT_NE(plan->then, nullptr);
+      EXPECT_EQ(plan->then->grid[0], 32u);  // query heads
+      EXPECT_EQ(plan->then->shared_bytes, plan->grid[2] * 4);
+    } else {
+      EXPECT_EQ(plan->grid[2], 1u);
+      EXPECT_EQ(plan->then, nullptr);
+    }
+  }
+  // A group of 12 heads is split into CTAs of 6 (the largest divisor <= 8).
+  ir::PagedAttentionParams p = gqa_params(0);
+  p.head_count_q = 48;
+  EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 128), 6);
+  // Head 4096 at 1024 threads: one head per CTA keeps static shared memory under 48 KiB.
+  p.head_size = 4096;
+  EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 1024), 1);
+}
+
+TEST(CudaPagedAttention, PoliciesAreRenderedAsTypes) {
+  ir::PagedAttentionParams p = gqa_params(0);
+  p.blocksparse = true, p.alibi = true, p.kv = ir::KvCacheDtype::kFp8E5m2;
+  const OpSpec spec = OpSpec::make(OpKind::kPagedAttentionV1, p);
+  auto r = cu::render(spec, cu::cuda_configs(spec).front());
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  for (const char* line :
+       {"using Kv = kiln::KvFp8<kiln::bf16, kiln::fp8e5m2>;", "using Bias = kiln::Alibi;",
+        "using Sparse = kiln::BlockSparse;", "kPartitionSize = 0;"}) {
+    EXPECT_NE(r->config_members.find(line), std::string::npos) << line << "\n" << r->config_members;
+  }
+}
+
+TEST(CudaPagedAttention, BadSequenceIsRejectedBeforeWriting) {
+  const OpSpec spec = OpSpec::make(OpKind::kPagedAttentionV1, gqa_params(0));
+  auto c = test::make_case(spec, 3, test::InputKind::kNormal, 11);
+  ASSERT_TRUE(c.is_ok());
+  // Sequence 1's first block outside the cache.
+  const int64_t width = c->tensors[4].sizes()[1];
+  c->tensors[4].set(1 * width, double(c->tensors[2].sizes()[0]));
+  auto plan = cu::plan_launch(spec, cu::cuda_configs(spec).front(), c->args(), true);
+  ASSERT_FALSE(plan.is_ok());
+  EXPECT_NE(plan.status().message().find("block_tables"), std::string::npos)
+      << plan.status().message();
+}
+
+}  // namespace
+}  // namespace jit

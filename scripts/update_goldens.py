@@ -19,4 +19,10 @@ for spec, isa, value in got:
     pattern = re.compile(r'(\{"%s", X86Isa::%s, )0x[0-9a-f]+ull\}' % (re.escape(spec), isa_enum[isa]))
     text, n = pattern.subn(r"\g<1>0x%sull}" % value, text)
     print(f"{spec} at {isa}: 0x{value} ({'updated' if n else 'NOT FOUND'})")
+# The version-guard hash over every example spec (X86Golden.AnyCodeChangeBumpsTheCodegenVersion).
+m = re.search(r"ALL x86 example specs \(version ([\w.-]+)\): got 0x([0-9a-f]+)", out)
+if m:
+    text, n = re.subn(r'(kAllExampleCode\{)"[^"]*", 0x[0-9a-f]+ull\}',
+                      r'\g<1>"%s", 0x%sull}' % (m.group(1), m.group(2)), text)
+    print(f"all example specs at {m.group(1)}: 0x{m.group(2)} ({'updated' if n else 'NOT FOUND'})")
 open(test_file, "w").write(text)

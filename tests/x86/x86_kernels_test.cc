@@ -9,6 +9,7 @@
 
 #include "codegen/x86/x86_backend.h"
 #include "runtime/runtime.h"
+#include "tests/harness/example_specs.h"
 #include "tests/harness/op_cases.h"
 #include "tests/x86/x86_test_util.h"
 
@@ -173,6 +174,51 @@ TEST(X86Golden, GeneratedCodeHashesArePinned) {
     const uint64_t hash = XXH3_64bits(artifact->code.data(), artifact->code.size());
     EXPECT_EQ(hash, g.hash) << g.spec << " at " << x86_isa_name(g.isa) << std::hex << ": got 0x"
                             << hash;
+  }
+}
+
+// The guard behind the disk cache: a cached kernel is found by spec + kCodegenVersion, so any
+// change to the generated code must bump the version, or a machine with an old cache entry
+// keeps running the old code. The code of every valid example spec the x86 backend serves, at
+// the three portable ISA levels, is hashed into one value pinned together with the version it
+// was generated under: a different hash with the same version fails with "bump
+// kCodegenVersion"; after the bump, re-pin with scripts/update_goldens.py.
+struct PinnedCode {
+  std::string_view version;
+  uint64_t hash;
+};
+constexpr PinnedCode kAllExampleCode{"x86-15", 0xe88720a83de1e04bull};
+
+TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
+  auto backend = codegen::x86::make_backend();
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  int64_t kernels = 0;
+  for (const auto& [op, texts] : test::valid_examples()) {
+    for (const std::string& text : texts) {
+      const OpSpec spec = parse_spec(text).value();
+      for (X86Isa isa : {X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16}) {
+        Target target;
+        target.backend = BackendKind::kX86;
+        target.isa = isa;
+        if (!backend->supports(spec, target).ok) continue;
+        auto artifact = backend->lower(spec, Config{}, target);
+        ASSERT_TRUE(artifact.is_ok()) << text << ": " << artifact.status().to_string();
+        XXH3_64bits_update(state, artifact->code.data(), artifact->code.size());
+        ++kernels;
+      }
+    }
+  }
+  const uint64_t hash = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  ASSERT_GT(kernels, 100) << "the example specs should exercise most x86 generators";
+  if (hash != kAllExampleCode.hash) {
+    EXPECT_NE(codegen::x86::kCodegenVersion, kAllExampleCode.version)
+        << "the generated code changed but kCodegenVersion is still " << kAllExampleCode.version
+        << ": bump it (codegen/x86/x86_backend.h), then re-pin";
+    ADD_FAILURE() << "ALL x86 example specs (version " << codegen::x86::kCodegenVersion
+                  << "): got 0x" << std::hex << hash << " over " << std::dec << kernels
+                  << " kernels; re-pin with scripts/update_goldens.py";
   }
 }
 

@@ -172,6 +172,7 @@ class ActivationGenerator : public Generator {
   // widening shuffle), and both roundings are done on the fp32 bits, so a step costs no
   // vcvtneps2bf16 (2 cycles per 16 lanes here) and needs no denormal guard.
   static constexpr int64_t kPairElements = 32;
+  static constexpr int64_t kPrefetchElements = 512;  // 1 KiB of bf16
 
   bool pairs_path() const {
     return avx512() && has_bf16_convert() && p_.dtype == DType::kBF16 &&
@@ -204,6 +205,12 @@ class ActivationGenerator : public Generator {
       vpslld(dst[0], dst[1], 16);
       vpandd(dst[1], dst[1], cst_bits(0xFFFF0000));
     };
+    // Software prefetch 1 KiB ahead on the three streams (x, y read; out written, so
+    // prefetchw takes its line in exclusive state): at this kernel's compute rate the hardware
+    // prefetcher alone leaves the loads exposed (64 MB silu_and_mul: ~50% -> 61-77% of copy).
+    prefetcht0(ptr[at(reg_src_, constant_offset, kPrefetchElements, 1)]);
+    prefetcht0(ptr[at(reg_src_, constant_offset, p_.d + kPrefetchElements, 1)]);
+    prefetchw(ptr[at(reg_dst_, constant_offset, kPrefetchElements, 1)]);
     split(x, at(reg_src_, constant_offset, 0, 1));
     split(y, at(reg_src_, constant_offset, p_.d, 1));
     const Group& activated = op_ == OpKind::kMulAndSilu ? y : x;

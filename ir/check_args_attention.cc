@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "ir/check_args.h"
 #include "ir/op_spec.h"
@@ -369,7 +370,45 @@ Status check_top_k(const OpSpec& spec, const KernelArgs& args) {
   return expect_vector(op, "seq_lens", args.tensor(1), DType::kI32, rows / next_n);
 }
 
+// Element `index` of a dense int32 tensor.
+int64_t dense_i32(const Tensor& t, int64_t index) {
+  int32_t value;
+  std::memcpy(&value, static_cast<const std::byte*>(t.data()) + index * 4, 4);
+  return value;
+}
+
 }  // namespace
+
+Status check_paged_sequences(std::string_view op, const Tensor& seq_lens,
+                             const Tensor& block_tables, int64_t block_size, int64_t blocks,
+                             int64_t max_seq_len) {
+  const int64_t width = block_tables.size(1);
+  for (int64_t s = 0; s < seq_lens.size(0); ++s) {
+    const int64_t len = dense_i32(seq_lens, s);
+    if (len > max_seq_len) {
+      return invalid_argument(
+          fmt::format("{}: argument 'seq_lens' has seq_lens[{}] = {} > max_seq_len = {}", op, s,
+                      len, max_seq_len));
+    }
+    const int64_t used = len > 0 ? (len + block_size - 1) / block_size : 0;
+    if (used > width) {
+      return invalid_argument(fmt::format(
+          "{}: argument 'seq_lens' has seq_lens[{}] = {}, which needs {} blocks of {} tokens, "
+          "but block_tables has {} per sequence",
+          op, s, len, used, block_size, width));
+    }
+    for (int64_t i = 0; i < used; ++i) {
+      const int64_t block = dense_i32(block_tables, s * width + i);
+      if (block < 0 || block >= blocks) {
+        return invalid_argument(
+            fmt::format("{}: argument 'block_tables' has block_tables[{}, {}] = {}, outside "
+                        "the cache's blocks [0, {})",
+                        op, s, i, block, blocks));
+      }
+    }
+  }
+  return Status::ok();
+}
 
 Status check_attention_args(const OpSpec& spec, const KernelArgs& args) {
   // The shapes below are derived from the spec (x = 16 / element size, partitions of

@@ -27,6 +27,11 @@ namespace {
 constexpr int64_t kDsMlaEntryBytes = 656;
 constexpr int64_t kUpconvertRow = 576;
 
+// Element `i` of a 1-D int32 index tensor, through its stride.
+int64_t i32_at(const Tensor& t, int64_t i) {
+  return t.data_as<const int32_t>()[i * t.stride(0)];
+}
+
 Status expect_at_least(std::string_view op, std::string_view arg, const Tensor& t, int dim,
                        int64_t min, std::string_view why) {
   if (t.size(dim) >= min) return Status::ok();
@@ -599,6 +604,101 @@ Status check_block_table_entry(std::string_view op, const Tensor& table, int64_t
         "{}: argument 'block_table' has block_table[{}, {}] = {}, outside the cache blocks "
         "[0, {})",
         op, r, column, block, num_blocks));
+  }
+  return Status::ok();
+}
+
+Status check_slots(std::string_view op, const Tensor& slots, int64_t tokens, int64_t num_blocks,
+                   int64_t block_size) {
+  const int64_t capacity = num_blocks * block_size;
+  const auto* s = slots.data_as<const int64_t>();
+  const int64_t stride = slots.stride(0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (s[t * stride] >= capacity) {
+      return invalid_argument(fmt::format(
+          "{}: argument 'slot_mapping' has slot_mapping[{}] = {}, outside the cache (num_blocks "
+          "{} x block_size {} = {} slots; negative slots are padding)",
+          op, t, s[t * stride], num_blocks, block_size, capacity));
+    }
+  }
+  return Status::ok();
+}
+
+Status check_block_mapping(std::string_view op, const Tensor& mapping, int64_t src_blocks,
+                           int64_t dst_blocks) {
+  const int64_t blocks[2] = {src_blocks, dst_blocks};
+  const auto* m = mapping.data_as<const int64_t>();
+  for (int64_t i = 0; i < mapping.size(0); ++i) {
+    for (int64_t j = 0; j < 2; ++j) {
+      const int64_t id = m[i * mapping.stride(0) + j * mapping.stride(1)];
+      if (id < 0 || id >= blocks[j]) {
+        return invalid_argument(fmt::format(
+            "{}: argument 'block_mapping' has block_mapping[{}, {}] = {}, outside the {} blocks "
+            "[0, {})",
+            op, i, j, id, j == 0 ? "src" : "dst", blocks[j]));
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Status check_seq_start(std::string_view op, const Tensor& seq_starts, int64_t r, int64_t& start) {
+  start = seq_starts.defined() ? i32_at(seq_starts, r) : 0;
+  if (start < 0) {
+    return invalid_argument(fmt::format(
+        "{}: argument 'seq_starts' has seq_starts[{}] = {}; offsets must be >= 0", op, r, start));
+  }
+  return Status::ok();
+}
+
+Status check_token_position(std::string_view op, const Tensor& cu, const Tensor& token_to_seq,
+                            const Tensor& seq_starts, int64_t batch, int64_t tok, int64_t& r,
+                            int64_t& pos) {
+  r = i32_at(token_to_seq, tok);
+  pos = -1;
+  if (r < 0 || r >= batch) {
+    return invalid_argument(fmt::format(
+        "{}: argument 'token_to_seq' has token_to_seq[{}] = {}, outside the requests [0, {})", op,
+        tok, r, batch));
+  }
+  if (tok >= i32_at(cu, r + 1)) return Status::ok();  // past the request's end: skipped
+  const int64_t start = seq_starts.defined() ? i32_at(seq_starts, r) : 0;
+  pos = tok - i32_at(cu, r) + start;
+  if (pos < 0) {
+    return invalid_argument(
+        fmt::format("{}: argument 'cu_seq_lens' puts token {} at position {} of request {} "
+                    "(cu_seq_lens[{}] = {}, seq_starts {}): positions must be >= 0",
+                    op, tok, pos, r, r, i32_at(cu, r), start));
+  }
+  return Status::ok();
+}
+
+Status check_workspace_starts(std::string_view op, const Tensor& starts, int64_t batch,
+                              int64_t rows) {
+  if (rows > 0 && batch == 0) {
+    return invalid_argument(
+        fmt::format("{}: argument 'batch_size' is 0 but dst has {} rows to fill", op, rows));
+  }
+  for (int64_t r = 1; r < batch; ++r) {
+    if (i32_at(starts, r) < i32_at(starts, r - 1)) {
+      return invalid_argument(fmt::format(
+          "{}: argument 'workspace_starts' decreases at index {} ({} after {}); it must be "
+          "non-decreasing",
+          op, r, i32_at(starts, r), i32_at(starts, r - 1)));
+    }
+  }
+  return Status::ok();
+}
+
+Status check_workspace_row(std::string_view op, const Tensor& starts, int64_t batch, int64_t o,
+                           int64_t& r, int64_t& pos) {
+  while (r + 1 < batch && i32_at(starts, r + 1) <= o) ++r;
+  pos = o - i32_at(starts, r);
+  if (pos < 0) {
+    return invalid_argument(
+        fmt::format("{}: argument 'workspace_starts' leaves row {} before the first request "
+                    "(workspace_starts[0] = {}); it must start at 0",
+                    op, o, i32_at(starts, 0)));
   }
   return Status::ok();
 }

@@ -373,6 +373,55 @@ Status check_scaled_mm(const OpSpec& spec, const KernelArgs& args) {
 
 }  // namespace
 
+Status check_cpu_attn_sequences(std::string_view op, const Tensor& query_start_loc,
+                                const Tensor& seq_lens_t, const Tensor& table, bool causal,
+                                int64_t block_size, int64_t max_tokens, int64_t num_blocks) {
+  const auto* qsl = query_start_loc.data_as<const int32_t>();
+  const auto* seq_lens = seq_lens_t.data_as<const int32_t>();
+  const int64_t num_req = query_start_loc.size(0) - 1;
+  if (qsl[0] != 0) {
+    return invalid_argument(fmt::format(
+        "{}: argument 'query_start_loc' has query_start_loc[0] = {}; expected 0", op, qsl[0]));
+  }
+  for (int64_t r = 0; r < num_req; ++r) {
+    if (qsl[r + 1] < qsl[r]) {
+      return invalid_argument(
+          fmt::format("{}: argument 'query_start_loc' decreases at {} ({} after {})", op, r + 1,
+                      qsl[r + 1], qsl[r]));
+    }
+    const int64_t q_len = qsl[r + 1] - qsl[r];
+    if (seq_lens[r] < 0 || (causal && seq_lens[r] < q_len)) {
+      return invalid_argument(
+          fmt::format("{}: argument 'seq_lens' has seq_lens[{}] = {}; expected >= {}{}", op, r,
+                      seq_lens[r], causal ? q_len : 0,
+                      causal ? " (its query length: causal queries are its last tokens)" : ""));
+    }
+  }
+  if (qsl[num_req] > max_tokens) {
+    return invalid_argument(
+        fmt::format("{}: argument 'query_start_loc' ends at {}, beyond the {} query tokens", op,
+                    qsl[num_req], max_tokens));
+  }
+  for (int64_t r = 0; r < num_req; ++r) {
+    const int64_t used = (int64_t(seq_lens[r]) + block_size - 1) / block_size;
+    if (used > table.size(1)) {
+      return invalid_argument(fmt::format(
+          "{}: argument 'block_table' has {} columns; seq_lens[{}] = {} needs {} blocks", op,
+          table.size(1), r, seq_lens[r], used));
+    }
+    const int32_t* row = table.data_as<const int32_t>() + r * table.stride(0);
+    for (int64_t b = 0; b < used; ++b) {
+      if (row[b] < 0 || row[b] >= num_blocks) {
+        return invalid_argument(fmt::format(
+            "{}: argument 'block_table' has block_table[{}, {}] = {}, outside the cache's {} "
+            "blocks",
+            op, r, b, row[b], num_blocks));
+      }
+    }
+  }
+  return Status::ok();
+}
+
 Status check_cpu_args(const OpSpec& spec, const KernelArgs& args) {
   switch (spec.op) {
     case OpKind::kCpuAttnGetSchedulerMetadata: return check_scheduler(spec, args);

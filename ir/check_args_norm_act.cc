@@ -150,13 +150,18 @@ RopeStrides rope_strides(const Tensor& operand, int lead, int64_t head_size) {
 }
 
 Status check_rope_positions(const Tensor& positions, int64_t max_position) {
+  return check_positions("rotary_embedding", positions, positions.numel(), max_position);
+}
+
+Status check_positions(std::string_view op, const Tensor& positions, int64_t tokens,
+                       int64_t max_position) {
   const auto* pos = positions.data_as<const int64_t>();
-  for (int64_t t = 0; t < positions.numel(); ++t) {
+  for (int64_t t = 0; t < tokens; ++t) {
     if (pos[t] < 0 || pos[t] >= max_position) {
       return invalid_argument(
-          fmt::format("rotary_embedding: argument 'positions' has positions[{}] = {}, outside the "
+          fmt::format("{}: argument 'positions' has positions[{}] = {}, outside the "
                       "cos_sin_cache rows [0, {})",
-                      t, pos[t], max_position));
+                      op, t, pos[t], max_position));
     }
   }
   return Status::ok();

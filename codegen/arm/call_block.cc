@@ -102,22 +102,6 @@ Result<CallPlan> plan_rope(const OpSpec& spec, const KernelArgs& args) {
 // ---- cache ops: the x86 runner's checks (codegen/x86/x86_backend.cc), in the same order and
 // with the same messages, so both backends reject the same calls the same way.
 
-// Every slot of the first `tokens` entries is padding (< 0) or inside the cache.
-Status check_slots(std::string_view op, const Tensor& slots, int64_t tokens, int64_t num_blocks,
-                   int64_t block_size) {
-  const int64_t capacity = num_blocks * block_size;
-  const auto* s = slots.data_as<const int64_t>();
-  for (int64_t t = 0; t < tokens; ++t) {
-    if (s[t * slots.stride(0)] >= capacity) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'slot_mapping' has slot_mapping[{}] = {}, outside the cache (num_blocks "
-          "{} x block_size {} = {} slots; negative slots are padding)",
-          op, t, s[t * slots.stride(0)], num_blocks, block_size, capacity));
-    }
-  }
-  return Status::ok();
-}
-
 int64_t at_i32(const Tensor& t, int64_t i) {
   return t.data_as<const int32_t>()[i * t.stride(0)];
 }
@@ -162,7 +146,7 @@ Result<CallPlan> plan_cache_write(const OpSpec& spec, const KernelArgs& args) {
   const Tensor& cache = args.tensor(2);
   const Tensor& slots = args.tensor(mla ? 3 : 4);
   const int64_t tokens = slots.size(0);
-  KILN_RETURN_IF_ERROR(check_slots(op_name(spec.op), slots, tokens, cache.size(0), block_size));
+  KILN_RETURN_IF_ERROR(ir::check_slots(op_name(spec.op), slots, tokens, cache.size(0), block_size));
   const int64_t esize = int64_t(dtype_size(dtype));
   const int64_t csize = int64_t(cache.element_size());
   CallPlan plan;
@@ -196,17 +180,11 @@ Result<CallPlan> plan_swap_blocks(const OpSpec& spec, const KernelArgs& args) {
                              dst.numel() * int64_t(dst.element_size()) / block_bytes};
   const int64_t pairs = mapping.size(0);
   const auto* m = mapping.data_as<const int64_t>();
+  KILN_RETURN_IF_ERROR(ir::check_block_mapping(op_name(spec.op), mapping, blocks[0], blocks[1]));
   std::vector<int64_t> offsets(size_t(2 * pairs));
   for (int64_t i = 0; i < pairs; ++i) {
     for (int64_t j = 0; j < 2; ++j) {
-      const int64_t id = m[i * mapping.stride(0) + j * mapping.stride(1)];
-      if (id < 0 || id >= blocks[j]) {
-        return invalid_argument(fmt::format(
-            "{}: argument 'block_mapping' has block_mapping[{}, {}] = {}, outside the {} blocks "
-            "[0, {})",
-            op_name(spec.op), i, j, id, j == 0 ? "src" : "dst", blocks[j]));
-      }
-      offsets[size_t(2 * i + j)] = id * block_bytes;
+      offsets[size_t(2 * i + j)] = m[i * mapping.stride(0) + j * mapping.stride(1)] * block_bytes;
     }
   }
   CallPlan plan;
@@ -251,11 +229,8 @@ Result<CallPlan> plan_cp_gather(const OpSpec& spec, const KernelArgs& args) {
     int64_t begin = 0;
     int64_t end = 0;
     KILN_RETURN_IF_ERROR(ir::check_request_rows(op, cu, r, dst.size(0), begin, end));
-    const int64_t start = seq_starts.defined() ? at_i32(seq_starts, r) : 0;
-    if (start < 0) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'seq_starts' has seq_starts[{}] = {}; offsets must be >= 0", op, r, start));
-    }
+    int64_t start = 0;
+    KILN_RETURN_IF_ERROR(ir::check_seq_start(op, seq_starts, r, start));
     for (int64_t row = begin; row < end; ++row) {
       int64_t offset = 0;
       KILN_RETURN_IF_ERROR(locate(op, table, src, block_size, r, row - begin + start, offset));
@@ -290,21 +265,11 @@ Result<CallPlan> plan_gather_dequant(const OpSpec& spec, const KernelArgs& args)
   const int64_t batch = table.size(0);
   std::vector<int64_t> offsets(size_t(tokens), -1);
   for (int64_t tok = 0; tok < tokens; ++tok) {
-    const int64_t r = at_i32(token_to_seq, tok);
-    if (r < 0 || r >= batch) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'token_to_seq' has token_to_seq[{}] = {}, outside the requests [0, {})", op,
-          tok, r, batch));
-    }
-    if (tok >= at_i32(cu, r + 1)) continue;
-    const int64_t start = seq_starts.defined() ? at_i32(seq_starts, r) : 0;
-    const int64_t pos = tok - at_i32(cu, r) + start;
-    if (pos < 0) {
-      return invalid_argument(
-          fmt::format("{}: argument 'cu_seq_lens' puts token {} at position {} of request {} "
-                      "(cu_seq_lens[{}] = {}, seq_starts {}): positions must be >= 0",
-                      op, tok, pos, r, r, at_i32(cu, r), start));
-    }
+    int64_t r = 0;
+    int64_t pos = 0;
+    KILN_RETURN_IF_ERROR(
+        ir::check_token_position(op, cu, token_to_seq, seq_starts, batch, tok, r, pos));
+    if (pos < 0) continue;  // past its request's end: skipped (offset -1)
     KILN_RETURN_IF_ERROR(locate(op, table, src, block_size, r, pos, offsets[size_t(tok)]));
   }
   CallPlan plan;
@@ -342,48 +307,9 @@ Result<CallPlan> plan_attention(const OpSpec& spec, const KernelArgs& args) {
   const int64_t num_req = args.tensor(4).size(0) - 1;
   const int64_t left = int64_t(args.scalar(1));
   const int64_t right = p.causal ? 0 : int64_t(args.scalar(2));  // causal: right edge 0
-  if (qsl[0] != 0) {
-    return invalid_argument(fmt::format(
-        "{}: argument 'query_start_loc' has query_start_loc[0] = {}; expected 0", op, qsl[0]));
-  }
-  for (int64_t r = 0; r < num_req; ++r) {
-    if (qsl[r + 1] < qsl[r]) {
-      return invalid_argument(
-          fmt::format("{}: argument 'query_start_loc' decreases at {} ({} "
-                      "after {})",
-                      op, r + 1, qsl[r + 1], qsl[r]));
-    }
-    const int64_t q_len = qsl[r + 1] - qsl[r];
-    if (seq_lens[r] < 0 || (p.causal && seq_lens[r] < q_len)) {
-      return invalid_argument(
-          fmt::format("{}: argument 'seq_lens' has seq_lens[{}] = {}; expected >= {}{}", op, r,
-                      seq_lens[r], p.causal ? q_len : 0,
-                      p.causal ? " (its query length: causal queries are its last tokens)" : ""));
-    }
-  }
-  if (qsl[num_req] > query.size(0)) {
-    return invalid_argument(
-        fmt::format("{}: argument 'query_start_loc' ends at {}, beyond the {} query tokens", op,
-                    qsl[num_req], query.size(0)));
-  }
-  for (int64_t r = 0; r < num_req; ++r) {
-    const int64_t used = (int64_t(seq_lens[r]) + p.block_size - 1) / p.block_size;
-    if (used > table.size(1)) {
-      return invalid_argument(
-          fmt::format("{}: argument 'block_table' has {} columns; seq_lens[{}] = {} needs {} "
-                      "blocks",
-                      op, table.size(1), r, seq_lens[r], used));
-    }
-    const int32_t* row = table.data_as<const int32_t>() + r * table.stride(0);
-    for (int64_t b = 0; b < used; ++b) {
-      if (row[b] < 0 || row[b] >= key_cache.size(0)) {
-        return invalid_argument(fmt::format(
-            "{}: argument 'block_table' has block_table[{}, {}] = {}, outside the cache's {} "
-            "blocks",
-            op, r, b, row[b], key_cache.size(0)));
-      }
-    }
-  }
+  KILN_RETURN_IF_ERROR(ir::check_cpu_attn_sequences(op, args.tensor(4), args.tensor(5), table,
+                                                    p.causal, p.block_size, query.size(0),
+                                                    key_cache.size(0)));
   // Per token: position p = base + i, allowed keys [lo, hi) (seq_len and the window).
   std::vector<int64_t> tokens;
   for (int64_t r = 0; r < num_req; ++r) {

@@ -33,6 +33,7 @@
 
 #include "codegen/ref/ref_elements.h"
 #include "codegen/ref/ref_families.h"
+#include "ir/check_args.h"
 #include "ir/numeric.h"
 #include "ir/params_attention.h"
 #include "ir/params_cache.h"
@@ -157,42 +158,6 @@ Partial attend(const PagedCall& c, int64_t s, int64_t h, int64_t seq_len, int64_
   return part;
 }
 
-// Checks every sequence before anything is written (spec §1.3 KILN: validated on the host):
-// L <= max_seq_len, ceil(L / block_size) <= the block table's width, and the block numbers of
-// those entries inside the cache. Slots past L and table entries past ceil(L / BS) are never
-// read, so they are not checked.
-Status check_sequences(std::string_view op, const ir::PagedAttentionParams& p,
-                       const Tensor& seq_lens, const Tensor& block_tables, int64_t blocks,
-                       int64_t max_seq_len) {
-  const int64_t width = block_tables.size(1);
-  for (int64_t s = 0; s < seq_lens.size(0); ++s) {
-    const int64_t len = load_i32(seq_lens, s);
-    if (len > max_seq_len) {
-      return invalid_argument(
-          fmt::format("{}: argument 'seq_lens' has seq_lens[{}] = {} > "
-                      "max_seq_len = {}",
-                      op, s, len, max_seq_len));
-    }
-    const int64_t used = len > 0 ? (len + p.block_size - 1) / p.block_size : 0;
-    if (used > width) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'seq_lens' has seq_lens[{}] = {}, which needs {} blocks of {} tokens, "
-          "but block_tables has {} per sequence",
-          op, s, len, used, p.block_size, width));
-    }
-    for (int64_t i = 0; i < used; ++i) {
-      const int64_t block = load_i32(block_tables, s * width + i);
-      if (block < 0 || block >= blocks) {
-        return invalid_argument(
-            fmt::format("{}: argument 'block_tables' has block_tables[{}, {}] "
-                        "= {}, outside the cache's blocks [0, {})",
-                        op, s, i, block, blocks));
-      }
-    }
-  }
-  return Status::ok();
-}
-
 // paged_attention_v1 (§2.3) and v2 (§3.2).
 Status paged_attention(const OpSpec& spec, const KernelArgs& args) {
   const bool v2 = spec.op == OpKind::kPagedAttentionV2;
@@ -219,8 +184,9 @@ Status paged_attention(const OpSpec& spec, const KernelArgs& args) {
     c.step = int64_t(args.scalar(6));
   }
   c.x = ir::paged_key_x(c.p.dtype, c.p.kv);
-  KILN_RETURN_IF_ERROR(check_sequences(op_name(spec.op), c.p, seq_lens, *c.block_tables,
-                                       c.key_cache->size(0), max_seq_len));
+  KILN_RETURN_IF_ERROR(ir::check_paged_sequences(op_name(spec.op), seq_lens, *c.block_tables,
+                                                 c.p.block_size, c.key_cache->size(0),
+                                                 max_seq_len));
 
   const DType dt = c.p.dtype;
   const int64_t heads = c.p.head_count_q;

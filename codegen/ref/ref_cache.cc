@@ -60,12 +60,9 @@ constexpr int64_t kUpconvertRow = 576;
 
 // ---- element access ------------------------------------------------------------------------
 
-// Element `i` of a 1-D int64 / int32 tensor, through its stride.
+// Element `i` of a 1-D int64 tensor, through its stride.
 int64_t at_i64(const Tensor& t, int64_t i) {
   return t.data_as<const int64_t>()[i * t.stride(0)];
-}
-int64_t at_i32(const Tensor& t, int64_t i) {
-  return t.data_as<const int32_t>()[i * t.stride(0)];
 }
 
 // Element 0 of a float32 scale tensor (element `i` for per-head scales).
@@ -97,22 +94,6 @@ void put(DType dtype, KvCacheDtype kv, std::byte* dst, const std::byte* src, flo
 }
 
 // ---- index validation ------------------------------------------------------------------------
-
-// Every slot of the first `tokens` entries is padding (< 0) or inside the cache.
-Status check_slots(std::string_view op, const Tensor& slots, int64_t tokens, int64_t num_blocks,
-                   int64_t block_size) {
-  const int64_t capacity = num_blocks * block_size;
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int64_t s = at_i64(slots, t);
-    if (s >= capacity) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'slot_mapping' has slot_mapping[{}] = {}, outside the cache (num_blocks "
-          "{} x block_size {} = {} slots; negative slots are padding)",
-          op, t, s, num_blocks, block_size, capacity));
-    }
-  }
-  return Status::ok();
-}
 
 // Where one gathered entry comes from and goes to.
 struct GatherCopy {
@@ -150,21 +131,11 @@ Status swap_blocks(std::string_view op, const ir::SwapBlocksParams& p, const Ker
   const int64_t block_bytes = p.block_bytes;
   const int64_t src_blocks = src.numel() * int64_t(src.element_size()) / block_bytes;
   const int64_t dst_blocks = dst.numel() * int64_t(dst.element_size()) / block_bytes;
+  KILN_RETURN_IF_ERROR(ir::check_block_mapping(op, mapping, src_blocks, dst_blocks));
   const auto* m = mapping.data_as<const int64_t>();
   const auto id = [&](int64_t i, int64_t j) {
     return m[i * mapping.stride(0) + j * mapping.stride(1)];
   };
-  for (int64_t i = 0; i < mapping.size(0); ++i) {
-    for (int64_t j = 0; j < 2; ++j) {
-      const int64_t blocks = j == 0 ? src_blocks : dst_blocks;
-      if (id(i, j) < 0 || id(i, j) >= blocks) {
-        return invalid_argument(fmt::format(
-            "{}: argument 'block_mapping' has block_mapping[{}, {}] = {}, outside the {} blocks "
-            "[0, {})",
-            op, i, j, id(i, j), j == 0 ? "src" : "dst", blocks));
-      }
-    }
-  }
   // memmove: src and dst may be the same buffer (a block copied onto itself is a no-op).
   for (int64_t i = 0; i < mapping.size(0); ++i) {
     std::memmove(bytes(dst) + id(i, 1) * block_bytes, bytes(src) + id(i, 0) * block_bytes,
@@ -191,7 +162,7 @@ Status reshape_and_cache(std::string_view op, const ir::PagedCacheWriteParams& p
   const Tensor& value_cache = args.tensor(3);
   const Tensor& slots = args.tensor(4);
   const int64_t tokens = slots.size(0);
-  KILN_RETURN_IF_ERROR(check_slots(op, slots, tokens, key_cache.size(0), p.block_size));
+  KILN_RETURN_IF_ERROR(ir::check_slots(op, slots, tokens, key_cache.size(0), p.block_size));
   const float k_scale = scale_at(args.tensor(5));
   const float v_scale = scale_at(args.tensor(6));
   const int64_t heads = p.head_count_kv;
@@ -223,7 +194,7 @@ Status reshape_and_cache_flash(std::string_view op, const ir::FlashCacheWritePar
   const Tensor& key_cache = args.tensor(2);
   const Tensor& slots = args.tensor(4);
   const int64_t tokens = slots.size(0);
-  KILN_RETURN_IF_ERROR(check_slots(op, slots, tokens, key_cache.size(0), p.block_size));
+  KILN_RETURN_IF_ERROR(ir::check_slots(op, slots, tokens, key_cache.size(0), p.block_size));
   const int64_t esize = int64_t(ir::cache_element_size(p.dtype, p.kv));
   for (int pair = 0; pair < 2; ++pair) {
     const Tensor& src = args.tensor(pair);
@@ -286,7 +257,7 @@ Status concat_and_cache_mla(std::string_view op, const ir::MlaCacheWriteParams& 
   const Tensor& cache = args.tensor(2);
   const Tensor& slots = args.tensor(3);
   const int64_t tokens = slots.size(0);
-  KILN_RETURN_IF_ERROR(check_slots(op, slots, tokens, cache.size(0), p.block_size));
+  KILN_RETURN_IF_ERROR(ir::check_slots(op, slots, tokens, cache.size(0), p.block_size));
   const float scale = scale_at(args.tensor(4));
   const int64_t esize = int64_t(cache.element_size());
   for (int64_t t = 0; t < tokens; ++t) {
@@ -343,16 +314,8 @@ Status mla_rope_fused(std::string_view op, const ir::MlaRopeCacheWriteParams& p,
   const int64_t max_position = cos_sin.size(0);
   // vLLM reads the cos/sin row of every token unchecked; the oracle refuses a position outside
   // the table before anything is rotated.
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int64_t pos = at_i64(positions, t);
-    if (pos < 0 || pos >= max_position) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'positions' has positions[{}] = {}, outside the cos_sin_cache rows [0, "
-          "{})",
-          op, t, pos, max_position));
-    }
-  }
-  KILN_RETURN_IF_ERROR(check_slots(op, slots, tokens, cache.size(0), p.block_size));
+  KILN_RETURN_IF_ERROR(ir::check_positions(op, positions, tokens, max_position));
+  KILN_RETURN_IF_ERROR(ir::check_slots(op, slots, tokens, cache.size(0), p.block_size));
   const float scale = scale_at(args.tensor(7));
   const int64_t qk_size = int64_t(dtype_size(p.dtype));
   const int64_t esize = int64_t(cache.element_size());
@@ -423,21 +386,11 @@ Status gather_and_maybe_dequant(std::string_view op, const ir::GatherCacheParams
   const int64_t batch = table.table.size(0);
   std::vector<GatherCopy> plan;
   for (int64_t tok = 0; tok < tokens; ++tok) {
-    const int64_t r = at_i32(token_to_seq, tok);
-    if (r < 0 || r >= batch) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'token_to_seq' has token_to_seq[{}] = {}, outside the requests [0, {})", op,
-          tok, r, batch));
-    }
-    if (tok >= at_i32(cu, r + 1)) continue;
-    const int64_t start = seq_starts.defined() ? at_i32(seq_starts, r) : 0;
-    const int64_t pos = tok - at_i32(cu, r) + start;
-    if (pos < 0) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'cu_seq_lens' puts token {} at position {} of request {} (cu_seq_lens[{}] "
-          "= {}, seq_starts {}): positions must be >= 0",
-          op, tok, pos, r, r, at_i32(cu, r), start));
-    }
+    int64_t r = 0;
+    int64_t pos = 0;
+    KILN_RETURN_IF_ERROR(
+        ir::check_token_position(op, cu, token_to_seq, seq_starts, batch, tok, r, pos));
+    if (pos < 0) continue;  // past its request's end: skipped
     GatherCopy copy;
     copy.row = tok;
     KILN_RETURN_IF_ERROR(table.locate(r, pos, copy));
@@ -473,11 +426,8 @@ Status cp_gather_cache(std::string_view op, const ir::CpGatherCacheParams& p,
     int64_t begin = 0;
     int64_t end = 0;
     KILN_RETURN_IF_ERROR(ir::check_request_rows(op, cu, r, dst.size(0), begin, end));
-    const int64_t start = seq_starts.defined() ? at_i32(seq_starts, r) : 0;
-    if (start < 0) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'seq_starts' has seq_starts[{}] = {}; offsets must be >= 0", op, r, start));
-    }
+    int64_t start = 0;
+    KILN_RETURN_IF_ERROR(ir::check_seq_start(op, seq_starts, r, start));
     for (int64_t row = begin; row < end; ++row) {
       GatherCopy copy;
       copy.row = row;
@@ -503,29 +453,12 @@ Status upconvert_gather(std::string_view op, const ir::UpconvertGatherParams& p,
   const auto batch = static_cast<int64_t>(args.scalar(0));
   const int64_t rows = dst.size(0);
   const BlockTable table{op, args.tensor(2), src.size(0), p.block_size};
-  if (rows > 0 && batch == 0) {
-    return invalid_argument(
-        fmt::format("{}: argument 'batch_size' is 0 but dst has {} rows to fill", op, rows));
-  }
-  for (int64_t r = 1; r < batch; ++r) {
-    if (at_i32(starts, r) < at_i32(starts, r - 1)) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'workspace_starts' decreases at index {} ({} after {}); it must be "
-          "non-decreasing",
-          op, r, at_i32(starts, r), at_i32(starts, r - 1)));
-    }
-  }
+  KILN_RETURN_IF_ERROR(ir::check_workspace_starts(op, starts, batch, rows));
   std::vector<GatherCopy> plan;
   int64_t r = 0;
   for (int64_t o = 0; o < rows; ++o) {
-    while (r + 1 < batch && at_i32(starts, r + 1) <= o) ++r;
-    const int64_t pos = o - at_i32(starts, r);
-    if (pos < 0) {
-      return invalid_argument(
-          fmt::format("{}: argument 'workspace_starts' leaves row {} before the first request "
-                      "(workspace_starts[0] = {}); it must start at 0",
-                      op, o, at_i32(starts, 0)));
-    }
+    int64_t pos = 0;
+    KILN_RETURN_IF_ERROR(ir::check_workspace_row(op, starts, batch, o, r, pos));
     GatherCopy copy;
     copy.row = o;
     KILN_RETURN_IF_ERROR(table.locate(r, pos, copy));
@@ -564,7 +497,7 @@ Status indexer_quant(std::string_view op, const ir::IndexerQuantParams& p, const
   const Tensor& cache = args.tensor(1);
   const Tensor& slots = args.tensor(2);
   const int64_t tokens = k.size(0);
-  KILN_RETURN_IF_ERROR(check_slots(op, slots, tokens, cache.size(0), p.block_size));
+  KILN_RETURN_IF_ERROR(ir::check_slots(op, slots, tokens, cache.size(0), p.block_size));
   const int64_t dim = p.head_dim;
   const int64_t groups = dim / p.quant_block;
   const int64_t block_bytes = p.block_size * (dim + 4 * groups);
@@ -638,16 +571,8 @@ Status rope_and_cache_flash(std::string_view op, const ir::RopeFlashCacheWritePa
   const Tensor& slots = args.tensor(7);
   const int64_t tokens = positions.size(0);
   const int64_t max_position = cos_sin.size(0);
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int64_t pos = at_i64(positions, t);
-    if (pos < 0 || pos >= max_position) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'positions' has positions[{}] = {}, outside the cos_sin_cache rows [0, "
-          "{})",
-          op, t, pos, max_position));
-    }
-  }
-  KILN_RETURN_IF_ERROR(check_slots(op, slots, slots.size(0), key_cache.size(0), p.block_size));
+  KILN_RETURN_IF_ERROR(ir::check_positions(op, positions, tokens, max_position));
+  KILN_RETURN_IF_ERROR(ir::check_slots(op, slots, slots.size(0), key_cache.size(0), p.block_size));
   const OpSpec rope = OpSpec::make(OpKind::kRotaryEmbedding,
                                    ir::RopeParams{p.dtype, p.dtype, p.head_size, p.rot_dim, p.style,
                                                   p.head_count_q, p.head_count_kv, true});

@@ -27,6 +27,7 @@
 
 #include "codegen/x86/attention_kernel.h"
 #include "codegen/x86/generator.h"
+#include "ir/check_args.h"
 #include "ir/numeric.h"
 #include "ir/params_attention.h"
 #include "ir/params_cache.h"
@@ -103,8 +104,9 @@ class PagedAttentionExecutable final : public Executable {
     const Tensor& seq_lens = args.tensor(first + 4);
     const Tensor& tables = args.tensor(first + 3);
     const auto max_seq_len = int64_t(args.scalar(1));
-    KILN_RETURN_IF_ERROR(
-        check_sequences(seq_lens, tables, args.tensor(first + 1).size(0), max_seq_len));
+    KILN_RETURN_IF_ERROR(ir::check_paged_sequences(op_name(spec_.op), seq_lens, tables,
+                                                   spec_.get<ir::PagedAttentionParams>().block_size,
+                                                   args.tensor(first + 1).size(0), max_seq_len));
     const int64_t seqs = seq_lens.size(0);
     const int64_t parts =
         v2 ? std::max<int64_t>(1, (max_seq_len + p.partition_size - 1) / p.partition_size) : 1;
@@ -150,40 +152,6 @@ class PagedAttentionExecutable final : public Executable {
     std::vector<float> k, v, q, acc, scratch;  // k, v, q hold 16-bit elements for f16/bf16
     std::vector<CpuAttnTileArgs> calls;        // one per pass (group / max_rows, rounded up)
   };
-
-  // The ref's checks and messages (spec §1.3 KILN): L <= max_seq_len, the table has the
-  // blocks L needs, and those entries are inside the cache.
-  Status check_sequences(const Tensor& seq_lens, const Tensor& tables, int64_t blocks,
-                         int64_t max_seq_len) const {
-    const auto& p = spec_.get<ir::PagedAttentionParams>();
-    const std::string_view op = op_name(spec_.op);
-    const int64_t width = tables.size(1);
-    for (int64_t s = 0; s < seq_lens.size(0); ++s) {
-      const int64_t len = load_i32(seq_lens, s);
-      if (len > max_seq_len) {
-        return invalid_argument(
-            fmt::format("{}: argument 'seq_lens' has seq_lens[{}] = {} > max_seq_len = {}", op, s,
-                        len, max_seq_len));
-      }
-      const int64_t used = len > 0 ? (len + p.block_size - 1) / p.block_size : 0;
-      if (used > width) {
-        return invalid_argument(fmt::format(
-            "{}: argument 'seq_lens' has seq_lens[{}] = {}, which needs {} blocks of {} tokens, "
-            "but block_tables has {} per sequence",
-            op, s, len, used, p.block_size, width));
-      }
-      for (int64_t i = 0; i < used; ++i) {
-        const int64_t block = load_i32(tables, s * width + i);
-        if (block < 0 || block >= blocks) {
-          return invalid_argument(
-              fmt::format("{}: argument 'block_tables' has block_tables[{}, {}] = {}, outside "
-                          "the cache's blocks [0, {})",
-                          op, s, i, block, blocks));
-        }
-      }
-    }
-    return Status::ok();
-  }
 
   // Gathers keys [c0, c0 + n) of sequence s, KV head g into the vec-layout slabs of `buf`.
   void gather(const KernelArgs& args, int64_t s, int64_t g, int64_t c0, int64_t n,

@@ -26,6 +26,7 @@
 #include "codegen/ref/ref.h"
 #include "codegen/x86/attention_kernel.h"
 #include "codegen/x86/generator.h"
+#include "ir/check_args.h"
 #include "ir/numeric.h"
 #include "ir/params_cpu.h"
 
@@ -72,36 +73,6 @@ void store_rounded(DType dtype, void* base, int64_t i, float v) {
     case DType::kF16: static_cast<uint16_t*>(base)[i] = f32_to_f16(v); break;
     default: static_cast<float*>(base)[i] = v; break;
   }
-}
-
-// query_start_loc starts at 0 and never decreases, within the query's tokens; seq_lens are
-// >= 0 and, causally, hold at least the request's query tokens (the ref's checks and order).
-Status check_lengths(std::string_view op, const int32_t* seq_lens, const int32_t* qsl,
-                     int64_t num_req, bool causal, int64_t max_tokens) {
-  if (qsl[0] != 0) {
-    return invalid_argument(fmt::format(
-        "{}: argument 'query_start_loc' has query_start_loc[0] = {}; expected 0", op, qsl[0]));
-  }
-  for (int64_t r = 0; r < num_req; ++r) {
-    if (qsl[r + 1] < qsl[r]) {
-      return invalid_argument(
-          fmt::format("{}: argument 'query_start_loc' decreases at {} ({} after {})", op, r + 1,
-                      qsl[r + 1], qsl[r]));
-    }
-    const int64_t q_len = qsl[r + 1] - qsl[r];
-    if (seq_lens[r] < 0 || (causal && seq_lens[r] < q_len)) {
-      return invalid_argument(
-          fmt::format("{}: argument 'seq_lens' has seq_lens[{}] = {}; expected >= {}{}", op, r,
-                      seq_lens[r], causal ? q_len : 0,
-                      causal ? " (its query length: causal queries are its last tokens)" : ""));
-    }
-  }
-  if (qsl[num_req] > max_tokens) {
-    return invalid_argument(
-        fmt::format("{}: argument 'query_start_loc' ends at {}, beyond the {} query tokens", op,
-                    qsl[num_req], max_tokens));
-  }
-  return Status::ok();
 }
 
 // The metadata must be what cpu_attn_get_scheduler_metadata writes for this call. Its format
@@ -177,32 +148,14 @@ class CpuAttentionExecutable final : public Executable {
     const Tensor& query = args.tensor(0);
     const Tensor& key_cache = args.tensor(1);
     const Tensor& table = args.tensor(7);
-    const auto* qsl = args.tensor(4).data_as<const int32_t>();
-    const auto* seq_lens = args.tensor(5).data_as<const int32_t>();
     const int64_t num_req = args.tensor(4).size(0) - 1;
     const int64_t left = int64_t(args.scalar(1));
     const int64_t right = p.causal ? 0 : int64_t(args.scalar(2));
 
     // Data-dependent checks, all before the first write.
-    KILN_RETURN_IF_ERROR(check_lengths(op, seq_lens, qsl, num_req, p.causal, query.size(0)));
-    const int64_t num_blocks = key_cache.size(0);
-    for (int64_t r = 0; r < num_req; ++r) {
-      const int64_t used = (int64_t(seq_lens[r]) + p.block_size - 1) / p.block_size;
-      if (used > table.size(1)) {
-        return invalid_argument(fmt::format(
-            "{}: argument 'block_table' has {} columns; seq_lens[{}] = {} needs {} blocks", op,
-            table.size(1), r, seq_lens[r], used));
-      }
-      const int32_t* row = table.data_as<const int32_t>() + r * table.stride(0);
-      for (int64_t b = 0; b < used; ++b) {
-        if (row[b] < 0 || row[b] >= num_blocks) {
-          return invalid_argument(fmt::format(
-              "{}: argument 'block_table' has block_table[{}, {}] = {}, outside the cache's {} "
-              "blocks",
-              op, r, b, row[b], num_blocks));
-        }
-      }
-    }
+    KILN_RETURN_IF_ERROR(ir::check_cpu_attn_sequences(op, args.tensor(4), args.tensor(5), table,
+                                                      p.causal, p.block_size, query.size(0),
+                                                      key_cache.size(0)));
     if (p.isa == CpuAttnIsa::kAmx && isa_ >= X86Isa::kAmx) {
       KILN_RETURN_IF_ERROR(request_amx_permission());
     }

@@ -56,26 +56,6 @@ bool is_mla_indexer_merge(OpKind op) {
          op == OpKind::kRotaryEmbeddingAndCacheFlash;
 }
 
-// The checked mode of the cache writes, always on: every slot of the first `tokens` entries is
-// padding (< 0) or inside the cache, verified before the kernel writes anything (vLLM would
-// write out of bounds). One 8-byte read per token, against 2·H·D·(input + cache element) bytes
-// the token moves: under 0.1% of the traffic of any real shape, a few ns at decode sizes.
-Status check_slots(std::string_view op, const Tensor& slots, int64_t tokens, int64_t num_blocks,
-                   int64_t block_size) {
-  const int64_t capacity = num_blocks * block_size;
-  const auto* s = slots.data_as<const int64_t>();
-  const int64_t stride = slots.stride(0);
-  for (int64_t t = 0; t < tokens; ++t) {
-    if (s[t * stride] >= capacity) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'slot_mapping' has slot_mapping[{}] = {}, outside the cache (num_blocks "
-          "{} x block_size {} = {} slots; negative slots are padding)",
-          op, t, s[t * stride], num_blocks, block_size, capacity));
-    }
-  }
-  return Status::ok();
-}
-
 // Element `i` of a 1-D int32 index tensor, through its stride.
 int64_t at_i32(const Tensor& t, int64_t i) {
   return t.data_as<const int32_t>()[i * t.stride(0)];
@@ -245,7 +225,7 @@ class X86Executable final : public Executable {
     const Tensor& slots = args.tensor(4);
     const int64_t tokens = slots.size(0);
     KILN_RETURN_IF_ERROR(
-        check_slots(op_name(spec_.op), slots, tokens, key_cache.size(0), block_size));
+        ir::check_slots(op_name(spec_.op), slots, tokens, key_cache.size(0), block_size));
     const int64_t esize = int64_t(dtype_size(dtype));
     CacheWriteCallArgs call{};
     call.key = key.data();
@@ -272,7 +252,7 @@ class X86Executable final : public Executable {
     const Tensor& slots = args.tensor(3);
     const int64_t tokens = slots.size(0);
     KILN_RETURN_IF_ERROR(
-        check_slots(op_name(spec_.op), slots, tokens, cache.size(0), p.block_size));
+        ir::check_slots(op_name(spec_.op), slots, tokens, cache.size(0), p.block_size));
     const int64_t esize = int64_t(dtype_size(p.dtype));
     const int64_t csize = int64_t(cache.element_size());
     CacheWriteCallArgs call{};
@@ -306,16 +286,10 @@ class X86Executable final : public Executable {
     std::vector<int64_t> offsets(size_t(2 * pairs));
     std::vector<bool> written(size_t(blocks[1]), false);
     bool distinct = true;
+    KILN_RETURN_IF_ERROR(ir::check_block_mapping(op_name(spec_.op), mapping, blocks[0], blocks[1]));
     for (int64_t i = 0; i < pairs; ++i) {
       for (int64_t j = 0; j < 2; ++j) {
-        const int64_t id = m[i * mapping.stride(0) + j * mapping.stride(1)];
-        if (id < 0 || id >= blocks[j]) {
-          return invalid_argument(fmt::format(
-              "{}: argument 'block_mapping' has block_mapping[{}, {}] = {}, outside the {} blocks "
-              "[0, {})",
-              op_name(spec_.op), i, j, id, j == 0 ? "src" : "dst", blocks[j]));
-        }
-        offsets[size_t(2 * i + j)] = id * block_bytes;
+        offsets[size_t(2 * i + j)] = m[i * mapping.stride(0) + j * mapping.stride(1)] * block_bytes;
       }
       const auto d = size_t(offsets[size_t(2 * i + 1)] / block_bytes);
       distinct = distinct && !written[d];
@@ -369,12 +343,8 @@ class X86Executable final : public Executable {
       int64_t begin = 0;
       int64_t end = 0;
       KILN_RETURN_IF_ERROR(ir::check_request_rows(op, cu, r, dst.size(0), begin, end));
-      const int64_t start = seq_starts.defined() ? at_i32(seq_starts, r) : 0;
-      if (start < 0) {
-        return invalid_argument(
-            fmt::format("{}: argument 'seq_starts' has seq_starts[{}] = {}; offsets must be >= 0",
-                        op, r, start));
-      }
+      int64_t start = 0;
+      KILN_RETURN_IF_ERROR(ir::check_seq_start(op, seq_starts, r, start));
       for (int64_t row = begin; row < end; ++row) {
         int64_t offset = 0;
         KILN_RETURN_IF_ERROR(table.locate(r, row - begin + start, offset));
@@ -409,21 +379,11 @@ class X86Executable final : public Executable {
     const int64_t batch = table.table.size(0);
     std::vector<int64_t> offsets(size_t(tokens), -1);
     for (int64_t tok = 0; tok < tokens; ++tok) {
-      const int64_t r = at_i32(token_to_seq, tok);
-      if (r < 0 || r >= batch) {
-        return invalid_argument(fmt::format(
-            "{}: argument 'token_to_seq' has token_to_seq[{}] = {}, outside the requests [0, {})",
-            op, tok, r, batch));
-      }
-      if (tok >= at_i32(cu, r + 1)) continue;
-      const int64_t start = seq_starts.defined() ? at_i32(seq_starts, r) : 0;
-      const int64_t pos = tok - at_i32(cu, r) + start;
-      if (pos < 0) {
-        return invalid_argument(
-            fmt::format("{}: argument 'cu_seq_lens' puts token {} at position {} of request {} "
-                        "(cu_seq_lens[{}] = {}, seq_starts {}): positions must be >= 0",
-                        op, tok, pos, r, r, at_i32(cu, r), start));
-      }
+      int64_t r = 0;
+      int64_t pos = 0;
+      KILN_RETURN_IF_ERROR(
+          ir::check_token_position(op, cu, token_to_seq, seq_starts, batch, tok, r, pos));
+      if (pos < 0) continue;  // past its request's end: skipped (offset -1)
       KILN_RETURN_IF_ERROR(table.locate(r, pos, offsets[size_t(tok)]));
     }
     GatherCallArgs call{};
@@ -452,21 +412,12 @@ class X86Executable final : public Executable {
     const Tensor& cache = args.tensor(6);
     const int64_t tokens = q_pe.size(0);
     const int64_t max_position = cos_sin.size(0);
-    const auto* pos = positions.data_as<const int64_t>();
-    for (int64_t t = 0; t < tokens; ++t) {
-      const int64_t v = pos[t];  // contiguous (check_args)
-      if (v < 0 || v >= max_position) {
-        return invalid_argument(fmt::format(
-            "{}: argument 'positions' has positions[{}] = {}, outside the cos_sin_cache rows "
-            "[0, {})",
-            op, t, v, max_position));
-      }
-    }
-    KILN_RETURN_IF_ERROR(check_slots(op, slots, tokens, cache.size(0), p.block_size));
+    KILN_RETURN_IF_ERROR(ir::check_positions(op, positions, tokens, max_position));
+    KILN_RETURN_IF_ERROR(ir::check_slots(op, slots, tokens, cache.size(0), p.block_size));
     const int64_t esize = int64_t(dtype_size(p.dtype));
     const int64_t csize = int64_t(cache.element_size());
     MlaRopeCallArgs call{};
-    call.positions = pos;
+    call.positions = positions.data_as<const int64_t>();
     call.q_pe = q_pe.data();
     call.k_pe = k_pe.data();
     call.kv_c = kv_c.data();
@@ -496,18 +447,7 @@ class X86Executable final : public Executable {
     const int64_t rows = dst.size(0);
     const BlockTableView table{op, args.tensor(2), src,
                                spec_.get<ir::UpconvertGatherParams>().block_size};
-    if (rows > 0 && batch == 0) {
-      return invalid_argument(
-          fmt::format("{}: argument 'batch_size' is 0 but dst has {} rows to fill", op, rows));
-    }
-    for (int64_t r = 1; r < batch; ++r) {
-      if (at_i32(starts, r) < at_i32(starts, r - 1)) {
-        return invalid_argument(fmt::format(
-            "{}: argument 'workspace_starts' decreases at index {} ({} after {}); it must be "
-            "non-decreasing",
-            op, r, at_i32(starts, r), at_i32(starts, r - 1)));
-      }
-    }
+    KILN_RETURN_IF_ERROR(ir::check_workspace_starts(op, starts, batch, rows));
     std::vector<int64_t> offsets(size_t(std::max<int64_t>(rows, 0)));
     const int64_t block_size = table.block_size;
     const int64_t entry_stride = src.stride(1) * int64_t(src.element_size());
@@ -515,14 +455,8 @@ class X86Executable final : public Executable {
     // (at the block's first position, the row the ref would report), then reused.
     int64_t r = 0, checked_r = -1, checked_column = -1, block_offset = 0;
     for (int64_t o = 0; o < rows; ++o) {
-      while (r + 1 < batch && at_i32(starts, r + 1) <= o) ++r;
-      const int64_t pos = o - at_i32(starts, r);
-      if (pos < 0) {
-        return invalid_argument(
-            fmt::format("{}: argument 'workspace_starts' leaves row {} before the first request "
-                        "(workspace_starts[0] = {}); it must start at 0",
-                        op, o, at_i32(starts, 0)));
-      }
+      int64_t pos = 0;
+      KILN_RETURN_IF_ERROR(ir::check_workspace_row(op, starts, batch, o, r, pos));
       if (r != checked_r || pos / block_size != checked_column) {
         KILN_RETURN_IF_ERROR(table.locate(r, pos, block_offset));
         block_offset -= (pos % block_size) * entry_stride;
@@ -548,7 +482,7 @@ class X86Executable final : public Executable {
     const Tensor& slots = args.tensor(2);
     const int64_t tokens = k.size(0);
     KILN_RETURN_IF_ERROR(
-        check_slots(op_name(spec_.op), slots, tokens, cache.size(0), p.block_size));
+        ir::check_slots(op_name(spec_.op), slots, tokens, cache.size(0), p.block_size));
     IndexerQuantCallArgs call{k.data(), static_cast<uint8_t*>(cache.data()),
                               slots.data_as<const int64_t>()};
     run_rows(fn, &call, tokens, estimates(spec_, {.tokens = tokens}).bytes, config_);
@@ -644,16 +578,9 @@ class X86Executable final : public Executable {
     const Tensor& slots = args.tensor(7);
     const int64_t tokens = positions.size(0);
     const int64_t max_position = cos_sin.size(0);
-    const auto* pos = positions.data_as<const int64_t>();  // contiguous (check_args)
-    for (int64_t t = 0; t < tokens; ++t) {
-      if (pos[t] < 0 || pos[t] >= max_position) {
-        return invalid_argument(fmt::format(
-            "{}: argument 'positions' has positions[{}] = {}, outside the cos_sin_cache rows "
-            "[0, {})",
-            op, t, pos[t], max_position));
-      }
-    }
-    KILN_RETURN_IF_ERROR(check_slots(op, slots, slots.size(0), key_cache.size(0), p.block_size));
+    KILN_RETURN_IF_ERROR(ir::check_positions(op, positions, tokens, max_position));
+    KILN_RETURN_IF_ERROR(
+        ir::check_slots(op, slots, slots.size(0), key_cache.size(0), p.block_size));
     const int64_t esize = int64_t(dtype_size(p.dtype));
     RopeFlashCallArgs call{};
     call.cache.key = key.data();
@@ -666,7 +593,7 @@ class X86Executable final : public Executable {
     call.cache.key_row_stride = key.stride(0) * esize;
     call.cache.value_row_stride = value.stride(0) * esize;
     call.cache.block_stride = key_cache.stride(0) * int64_t(ir::cache_element_size(p.dtype, p.kv));
-    call.positions = pos;
+    call.positions = positions.data_as<const int64_t>();
     call.query = query.data();
     call.cos_sin_cache = cos_sin.data();
     call.query_token_stride = query.stride(0) * esize;

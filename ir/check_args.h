@@ -119,6 +119,13 @@ Status check_paged_sequences(std::string_view op, const Tensor& seq_lens,
                              const Tensor& block_tables, int64_t block_size, int64_t blocks,
                              int64_t max_seq_len);
 
+/// The length part of check_cpu_attn_sequences over raw int32 arrays of `num_req` requests:
+/// query_start_loc starts at 0 and never decreases, ending within `max_tokens` (< 0:
+/// unbounded); seq_lens[r] >= 0 and, when `causal`, at least request r's query length.
+Status check_cpu_attn_lengths(std::string_view op, const int32_t* query_start_loc,
+                              const int32_t* seq_lens, int64_t num_req, bool causal,
+                              int64_t max_tokens);
+
 /// Data-dependent check of cpu_attention_with_kv_cache, before the first write:
 /// query_start_loc (int32, dense, num_req + 1 entries) starts at 0, never decreases and ends
 /// within the `max_tokens` query tokens; seq_lens[r] (int32, dense) is >= 0 and, when `causal`,

@@ -373,12 +373,8 @@ Status check_scaled_mm(const OpSpec& spec, const KernelArgs& args) {
 
 }  // namespace
 
-Status check_cpu_attn_sequences(std::string_view op, const Tensor& query_start_loc,
-                                const Tensor& seq_lens_t, const Tensor& table, bool causal,
-                                int64_t block_size, int64_t max_tokens, int64_t num_blocks) {
-  const auto* qsl = query_start_loc.data_as<const int32_t>();
-  const auto* seq_lens = seq_lens_t.data_as<const int32_t>();
-  const int64_t num_req = query_start_loc.size(0) - 1;
+Status check_cpu_attn_lengths(std::string_view op, const int32_t* qsl, const int32_t* seq_lens,
+                              int64_t num_req, bool causal, int64_t max_tokens) {
   if (qsl[0] != 0) {
     return invalid_argument(fmt::format(
         "{}: argument 'query_start_loc' has query_start_loc[0] = {}; expected 0", op, qsl[0]));
@@ -397,11 +393,21 @@ Status check_cpu_attn_sequences(std::string_view op, const Tensor& query_start_l
                       causal ? " (its query length: causal queries are its last tokens)" : ""));
     }
   }
-  if (qsl[num_req] > max_tokens) {
+  if (max_tokens >= 0 && qsl[num_req] > max_tokens) {
     return invalid_argument(
         fmt::format("{}: argument 'query_start_loc' ends at {}, beyond the {} query tokens", op,
                     qsl[num_req], max_tokens));
   }
+  return Status::ok();
+}
+
+Status check_cpu_attn_sequences(std::string_view op, const Tensor& query_start_loc,
+                                const Tensor& seq_lens_t, const Tensor& table, bool causal,
+                                int64_t block_size, int64_t max_tokens, int64_t num_blocks) {
+  const auto* qsl = query_start_loc.data_as<const int32_t>();
+  const auto* seq_lens = seq_lens_t.data_as<const int32_t>();
+  const int64_t num_req = query_start_loc.size(0) - 1;
+  KILN_RETURN_IF_ERROR(check_cpu_attn_lengths(op, qsl, seq_lens, num_req, causal, max_tokens));
   for (int64_t r = 0; r < num_req; ++r) {
     const int64_t used = (int64_t(seq_lens[r]) + block_size - 1) / block_size;
     if (used > table.size(1)) {

@@ -65,6 +65,7 @@
 #include "codegen/ref/ref.h"
 #include "codegen/ref/ref_elements.h"
 #include "codegen/ref/ref_families.h"
+#include "ir/check_args.h"
 #include "ir/numeric.h"
 #include "ir/params_cache.h"
 #include "ir/params_cpu.h"
@@ -172,37 +173,6 @@ uint64_t lengths_checksum(const int32_t* seq_lens, const int32_t* qsl, int64_t n
   return hash;
 }
 
-// query_start_loc starts at 0 and never decreases, within `max_tokens` (< 0: unbounded);
-// seq_lens are >= 0 and, causally, hold at least the request's query tokens (its queries are
-// the last q_len positions).
-Status check_lengths(std::string_view op, const int32_t* seq_lens, const int32_t* qsl,
-                     int64_t num_req, bool causal, int64_t max_tokens) {
-  if (qsl[0] != 0) {
-    return invalid_argument(fmt::format(
-        "{}: argument 'query_start_loc' has query_start_loc[0] = {}; expected 0", op, qsl[0]));
-  }
-  for (int64_t r = 0; r < num_req; ++r) {
-    if (qsl[r + 1] < qsl[r]) {
-      return invalid_argument(
-          fmt::format("{}: argument 'query_start_loc' decreases at {} ({} after {})", op, r + 1,
-                      qsl[r + 1], qsl[r]));
-    }
-    const int64_t q_len = qsl[r + 1] - qsl[r];
-    if (seq_lens[r] < 0 || (causal && seq_lens[r] < q_len)) {
-      return invalid_argument(
-          fmt::format("{}: argument 'seq_lens' has seq_lens[{}] = {}; expected >= {}{}", op, r,
-                      seq_lens[r], causal ? q_len : 0,
-                      causal ? " (its query length: causal queries are its last tokens)" : ""));
-    }
-  }
-  if (max_tokens >= 0 && qsl[num_req] > max_tokens) {
-    return invalid_argument(
-        fmt::format("{}: argument 'query_start_loc' ends at {}, beyond the {} query tokens", op,
-                    qsl[num_req], max_tokens));
-  }
-  return Status::ok();
-}
-
 // get_scheduler_metadata(metadata, seq_lens, query_start_loc; num_req, window_size,
 // enable_kv_split).
 Status scheduler_metadata(const OpSpec& spec, const KernelArgs& args) {
@@ -218,7 +188,7 @@ Status scheduler_metadata(const OpSpec& spec, const KernelArgs& args) {
         fmt::format("{}: argument 'metadata' ({}) must have {} bytes (the ref's metadata blob)", op,
                     metadata.describe(), cpu_attn_metadata_bytes()));
   }
-  KILN_RETURN_IF_ERROR(check_lengths(op, seq_lens, qsl, num_req, p.causal, -1));
+  KILN_RETURN_IF_ERROR(ir::check_cpu_attn_lengths(op, qsl, seq_lens, num_req, p.causal, -1));
   SchedulerHeader h;
   h.isa = int64_t(p.isa);
   h.dtype = int64_t(p.dtype);
@@ -431,25 +401,9 @@ Status attention(const OpSpec& spec, const KernelArgs& args) {
   }
 
   // Data-dependent checks, all before the first write.
-  KILN_RETURN_IF_ERROR(check_lengths(op, seq_lens, qsl, num_req, p.causal, query.size(0)));
-  const int64_t num_blocks = c.key_cache->size(0);
-  for (int64_t r = 0; r < num_req; ++r) {
-    const int64_t used = (int64_t(seq_lens[r]) + p.block_size - 1) / p.block_size;
-    if (used > table.size(1)) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'block_table' has {} columns; seq_lens[{}] = {} needs {} blocks", op,
-          table.size(1), r, seq_lens[r], used));
-    }
-    const int32_t* row = table.data_as<const int32_t>() + r * table.stride(0);
-    for (int64_t b = 0; b < used; ++b) {
-      if (row[b] < 0 || row[b] >= num_blocks) {
-        return invalid_argument(fmt::format(
-            "{}: argument 'block_table' has block_table[{}, {}] = {}, outside the cache's {} "
-            "blocks",
-            op, r, b, row[b], num_blocks));
-      }
-    }
-  }
+  KILN_RETURN_IF_ERROR(ir::check_cpu_attn_sequences(op, args.tensor(4), args.tensor(5), table,
+                                                    p.causal, p.block_size, query.size(0),
+                                                    c.key_cache->size(0)));
   SchedulerHeader h;
   KILN_RETURN_IF_ERROR(
       check_metadata(op, p, args.tensor(8), seq_lens, qsl, num_req, c.left, c.right, h));

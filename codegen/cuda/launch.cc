@@ -41,17 +41,7 @@ Status set_rows(LaunchPlan& plan, std::string_view op, int64_t rows, int64_t thr
 // The checked mode of the cache writes: every slot is padding (< 0) or inside the cache.
 Status check_slots(std::string_view op, const Tensor& slots, int64_t num_blocks,
                    int64_t block_size) {
-  const int64_t capacity = num_blocks * block_size;
-  for (int64_t t = 0; t < slots.size(0); ++t) {
-    const int64_t s = slots.data_as<const int64_t>()[t * slots.stride(0)];
-    if (s >= capacity) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'slot_mapping' has slot_mapping[{}] = {}, outside the cache (num_blocks "
-          "{} x block_size {} = {} slots; negative slots are padding)",
-          op, t, s, num_blocks, block_size, capacity));
-    }
-  }
-  return Status::ok();
+  return ir::check_slots(op, slots, slots.size(0), num_blocks, block_size);
 }
 
 int32_t at_i32(const Tensor& t, int64_t i) {
@@ -155,24 +145,10 @@ Status check_gather(const OpSpec& spec, const KernelArgs& args) {
     const Tensor& seq_starts = args.tensor(6);
     const int64_t batch = table.size(0);
     for (int64_t tok = 0; tok < int64_t(args.scalar(0)); ++tok) {
-      const int64_t r = at_i32(token_to_seq, tok);
-      if (r < 0 || r >= batch) {
-        return invalid_argument(fmt::format(
-            "{}: argument 'token_to_seq' has token_to_seq[{}] = {}, outside the requests [0, {})",
-            op, tok, r, batch));
-      }
-      const auto cu_at = [&](int64_t i) {
-        return int64_t(cu.data_as<const int32_t>()[i * cu.stride(0)]);
-      };
-      if (tok >= cu_at(r + 1)) continue;
-      const int64_t start = seq_starts.defined() ? at_i32(seq_starts, r) : 0;
-      const int64_t pos = tok - cu_at(r) + start;
-      if (pos < 0) {
-        return invalid_argument(
-            fmt::format("{}: argument 'cu_seq_lens' puts token {} at position {} of request {} "
-                        "(cu_seq_lens[{}] = {}, seq_starts {}): positions must be >= 0",
-                        op, tok, pos, r, r, cu_at(r), start));
-      }
+      int64_t r = 0, pos = 0;
+      KILN_RETURN_IF_ERROR(
+          ir::check_token_position(op, cu, token_to_seq, seq_starts, batch, tok, r, pos));
+      if (pos < 0) continue;  // past its request's end: skipped
       KILN_RETURN_IF_ERROR(
           ir::check_block_table_entry(op, table, src.size(0), p.block_size, r, pos, block));
     }
@@ -183,11 +159,8 @@ Status check_gather(const OpSpec& spec, const KernelArgs& args) {
   for (int64_t r = 0; r < int64_t(args.scalar(0)); ++r) {
     int64_t begin = 0, end = 0;
     KILN_RETURN_IF_ERROR(ir::check_request_rows(op, cu, r, args.tensor(1).size(0), begin, end));
-    const int64_t start = seq_starts.defined() ? at_i32(seq_starts, r) : 0;
-    if (start < 0) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'seq_starts' has seq_starts[{}] = {}; offsets must be >= 0", op, r, start));
-    }
+    int64_t start = 0;
+    KILN_RETURN_IF_ERROR(ir::check_seq_start(op, seq_starts, r, start));
     for (int64_t row = begin; row < end; ++row) {
       KILN_RETURN_IF_ERROR(ir::check_block_table_entry(op, table, src.size(0), p.block_size, r,
                                                        row - begin + start, block));
@@ -340,17 +313,7 @@ Result<std::vector<LaunchPlan>> plan_launch(const OpSpec& spec, const Config& co
     const auto id = [&](int64_t i, int64_t j) {
       return m[i * mapping.stride(0) + j * mapping.stride(1)];
     };
-    for (int64_t i = 0; i < mapping.size(0); ++i) {
-      for (int64_t j = 0; j < 2; ++j) {
-        const int64_t blocks = j == 0 ? src_blocks : dst_blocks;
-        if (id(i, j) < 0 || id(i, j) >= blocks) {
-          return invalid_argument(fmt::format(
-              "{}: argument 'block_mapping' has block_mapping[{}, {}] = {}, outside the {} "
-              "blocks [0, {})",
-              op, i, j, id(i, j), j == 0 ? "src" : "dst", blocks));
-        }
-      }
-    }
+    KILN_RETURN_IF_ERROR(ir::check_block_mapping(op, mapping, src_blocks, dst_blocks));
     std::vector<LaunchPlan> plans;
     for (int64_t first = 0; first < mapping.size(0); first += kiln::kSwapPairs) {
       kiln::SwapArgs a{};
@@ -377,15 +340,8 @@ Result<std::vector<LaunchPlan>> plan_launch(const OpSpec& spec, const Config& co
     const Tensor& slots = args.tensor(5);
     const Tensor& cache = args.tensor(6);
     const int64_t tokens = q_pe.size(0);
-    for (int64_t t = 0; host_data && t < tokens; ++t) {
-      const int64_t pos = positions.data_as<const int64_t>()[t * positions.stride(0)];
-      if (pos < 0 || pos >= cos_sin.size(0)) {
-        return invalid_argument(fmt::format(
-            "{}: argument 'positions' has positions[{}] = {}, outside the cos_sin_cache rows "
-            "[0, {})",
-            op, t, pos, cos_sin.size(0)));
-      }
-    }
+    if (host_data)
+      KILN_RETURN_IF_ERROR(ir::check_positions(op, positions, tokens, cos_sin.size(0)));
     if (host_data) KILN_RETURN_IF_ERROR(check_slots(op, slots, cache.size(0), p.block_size));
     if ((slots.stride(0) != 1 && tokens > 1) || (positions.stride(0) != 1 && tokens > 1)) {
       return invalid_argument(
@@ -419,28 +375,11 @@ Result<std::vector<LaunchPlan>> plan_launch(const OpSpec& spec, const Config& co
     const int64_t batch = int64_t(args.scalar(0));
     const int64_t rows = dst.size(0);
     if (host_data) {
-      if (rows > 0 && batch == 0) {
-        return invalid_argument(
-            fmt::format("{}: argument 'batch_size' is 0 but dst has {} rows to fill", op, rows));
-      }
-      for (int64_t r = 1; r < batch; ++r) {
-        if (at_i32(starts, r) < at_i32(starts, r - 1)) {
-          return invalid_argument(fmt::format(
-              "{}: argument 'workspace_starts' decreases at index {} ({} after {}); it must be "
-              "non-decreasing",
-              op, r, at_i32(starts, r), at_i32(starts, r - 1)));
-        }
-      }
+      KILN_RETURN_IF_ERROR(ir::check_workspace_starts(op, starts, batch, rows));
       int64_t r = 0, block = 0;
       for (int64_t o = 0; o < rows; ++o) {
-        while (r + 1 < batch && at_i32(starts, r + 1) <= o) ++r;
-        const int64_t pos = o - at_i32(starts, r);
-        if (pos < 0) {
-          return invalid_argument(
-              fmt::format("{}: argument 'workspace_starts' leaves row {} before the first request "
-                          "(workspace_starts[0] = {}); it must start at 0",
-                          op, o, at_i32(starts, 0)));
-        }
+        int64_t pos = 0;
+        KILN_RETURN_IF_ERROR(ir::check_workspace_row(op, starts, batch, o, r, pos));
         KILN_RETURN_IF_ERROR(
             ir::check_block_table_entry(op, table, src.size(0), p.block_size, r, pos, block));
       }

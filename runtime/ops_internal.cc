@@ -22,6 +22,13 @@ void fail(std::string message) {
 void run(const OpSpec& spec, const KernelArgs& args, int64_t tokens) {
   CompileOptions options;
   options.tokens_hint = tokens;
+  // Tensors on a cuda device run on the cuda backend (its target: that device's arch).
+  for (int i = 0; i < args.tensor_count; ++i) {
+    if (args.tensor(i).defined() && args.tensor(i).device().kind == Device::Kind::kCuda) {
+      options.backend = BackendKind::kCuda;
+      break;
+    }
+  }
   Result<Kernel> kernel = compile(spec, options);
   throw_if_error(kernel.status());
   throw_if_error(kernel->run(args));

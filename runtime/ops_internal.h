@@ -21,6 +21,7 @@ void throw_if_error(const Status& status);
 
 /// Compiles (or finds in memory) the kernel of `spec` and runs it with checked arguments.
 /// `tokens` is the shape hint that selects a tuned config (CompileOptions::tokens_hint).
+/// Arguments on a CUDA device select the cuda backend.
 void run(const OpSpec& spec, const KernelArgs& args, int64_t tokens);
 
 /// A present tensor whose rank is one of `ranks`; the error names `op` and `arg`.

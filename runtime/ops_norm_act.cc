@@ -3,31 +3,14 @@
 
 #include "ir/check_args.h"
 #include "runtime/ops.h"
+#include "runtime/ops_internal.h"
 #include "runtime/runtime.h"
 
 namespace jit::ops {
 namespace {
 
-void throw_if_error(const Status& status) {
-  if (!status.is_ok()) throw Error(status);
-}
-
-// Compiles (or finds) the kernel and runs it with checked arguments. `tokens` (rows) is the
-// shape hint that selects a tuned config for its bucket (CompileOptions::tokens_hint).
-void run(const OpSpec& spec, const KernelArgs& args, int64_t tokens) {
-  CompileOptions options;
-  options.tokens_hint = tokens;
-  // Tensors on a cuda device run on the cuda backend (its target: that device's arch).
-  for (int i = 0; i < args.tensor_count; ++i) {
-    if (args.tensor(i).defined() && args.tensor(i).device().kind == Device::Kind::kCuda) {
-      options.backend = BackendKind::kCuda;
-      break;
-    }
-  }
-  Result<Kernel> kernel = compile(spec, options);
-  throw_if_error(kernel.status());
-  throw_if_error(kernel->run(args));
-}
+using detail::run;
+using detail::throw_if_error;
 
 // The dtype and last-dim checks that come before a spec can be formed; the rest is
 // check_args' job once the spec exists.

@@ -56,48 +56,16 @@ using dnnl_tag = dnnl::memory::format_tag;
 
 // ---- the handler header (the ref's format, codegen/ref/ref_cpu.cc) ---------------------------
 
-constexpr int64_t kMmMagic = 0x31304d4d4e4c494b;        // "KILNMM01" little-endian
-constexpr int64_t kScaledMmMagic = 0x31304d534e4c494b;  // "KILNSM01"
-constexpr int64_t kHeaderBytes = 64;
-
-struct HandlerHeader {
-  int64_t magic = 0;
-  int64_t dtype = 0;  // dtype (mm) or out_dtype (scaled mm)
-  int64_t k = 0;
-  int64_t n = 0;
-  int64_t flags = 0;  // dynamic | azp << 1 | per_channel << 2
-  int64_t payload = 0;
-  int64_t reserved[2] = {0, 0};
-  bool operator==(const HandlerHeader&) const = default;
-};
-static_assert(sizeof(HandlerHeader) == kHeaderBytes);
+using ref::HandlerHeader;
+using ref::kMmMagic;
+using ref::kScaledMmMagic;
+constexpr int64_t kHeaderBytes = ref::kHandlerHeaderBytes;
 
 bool is_plain_mm(OpKind op) {
   return op == OpKind::kCreateOnednnMm || op == OpKind::kOnednnMm;
 }
 bool is_gemm(OpKind op) {
   return is_plain_mm(op) || op == OpKind::kCreateOnednnScaledMm || op == OpKind::kOnednnScaledMm;
-}
-
-HandlerHeader header_for(const OpSpec& spec) {
-  HandlerHeader h;
-  if (is_plain_mm(spec.op)) {
-    const auto& p = spec.get<ir::GemmParams>();
-    h.magic = kMmMagic;
-    h.dtype = int64_t(p.dtype);
-    h.k = p.k;
-    h.n = p.n;
-    h.payload = p.k * p.n * int64_t(dtype_size(p.dtype));
-  } else {
-    const auto& p = spec.get<ir::ScaledGemmParams>();
-    h.magic = kScaledMmMagic;
-    h.dtype = int64_t(p.out_dtype);
-    h.k = p.k;
-    h.n = p.n;
-    h.flags = int64_t(p.dynamic) | int64_t(p.azp) << 1 | int64_t(p.per_channel) << 2;
-    h.payload = 4 * (p.per_channel ? p.n : 1) + p.k * p.n;
-  }
-  return h;
 }
 
 // The same checks, in the same words, as the ref's check_handler.
@@ -111,7 +79,7 @@ Status check_handler(const OpSpec& spec, const Tensor& handler) {
   }
   HandlerHeader h;
   std::memcpy(&h, handler.data(), sizeof(h));
-  const HandlerHeader want = header_for(spec);
+  const HandlerHeader want = ref::handler_header_for(spec);
   if (h == want) return Status::ok();
   const std::string_view creator =
       is_plain_mm(spec.op) ? "create_onednn_mm" : "create_onednn_scaled_mm";

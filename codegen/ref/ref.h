@@ -24,6 +24,25 @@ int64_t cpu_attn_metadata_bytes();
 /// (the create or the mm op's spec: they share params).
 int64_t onednn_handler_bytes(const OpSpec& spec);
 
+/// The 64-byte header at the start of every GEMM handler tensor (the format every backend that
+/// serves the GEMM ops reads and writes; the payload follows it).
+inline constexpr int64_t kMmMagic = 0x31304d4d4e4c494b;        // "KILNMM01" little-endian
+inline constexpr int64_t kScaledMmMagic = 0x31304d534e4c494b;  // "KILNSM01"
+inline constexpr int64_t kHandlerHeaderBytes = 64;
+struct HandlerHeader {
+  int64_t magic = 0;
+  int64_t dtype = 0;  // dtype (mm) or out_dtype (scaled mm)
+  int64_t k = 0;
+  int64_t n = 0;
+  int64_t flags = 0;  // dynamic | azp << 1 | per_channel << 2
+  int64_t payload = 0;
+  int64_t reserved[2] = {0, 0};
+  bool operator==(const HandlerHeader&) const = default;
+};
+static_assert(sizeof(HandlerHeader) == kHandlerHeaderBytes);
+/// The header a handler for `spec` (a create or an mm op) carries.
+HandlerHeader handler_header_for(const OpSpec& spec);
+
 /// The ref backend as a jit::Backend (not cacheable: it has no generated code).
 std::unique_ptr<Backend> make_backend();
 

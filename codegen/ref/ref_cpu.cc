@@ -457,21 +457,7 @@ Status attention(const OpSpec& spec, const KernelArgs& args) {
 
 // ---- oneDNN GEMM: the ref's handler ----------------------------------------------------------
 
-constexpr int64_t kMmMagic = 0x31304d4d4e4c494b;        // "KILNMM01" little-endian
-constexpr int64_t kScaledMmMagic = 0x31304d534e4c494b;  // "KILNSM01"
-constexpr int64_t kHandlerHeaderBytes = 64;
-
-struct HandlerHeader {
-  int64_t magic = 0;
-  int64_t dtype = 0;  // dtype (mm) or out_dtype (scaled mm)
-  int64_t k = 0;
-  int64_t n = 0;
-  int64_t flags = 0;  // dynamic | azp << 1 | per_channel << 2
-  int64_t payload = 0;
-  int64_t reserved[2] = {0, 0};
-  bool operator==(const HandlerHeader&) const = default;
-};
-static_assert(sizeof(HandlerHeader) == kHandlerHeaderBytes);
+}  // namespace
 
 // The header a handler for `spec` (a create or an mm op) carries.
 HandlerHeader handler_header_for(const OpSpec& spec) {
@@ -494,6 +480,8 @@ HandlerHeader handler_header_for(const OpSpec& spec) {
   }
   return h;
 }
+
+namespace {
 
 Status expect_handler_size(const OpSpec& spec, const Tensor& handler) {
   if (handler.numel() == onednn_handler_bytes(spec)) return Status::ok();

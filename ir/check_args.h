@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string_view>
+#include <vector>
 
 #include "ir/kernel_args.h"
 #include "ir/op_spec.h"
+#include "ir/params_attention.h"
 #include "ir/status.h"
 
 namespace jit {
@@ -118,6 +120,23 @@ Status check_workspace_row(std::string_view op, const Tensor& starts, int64_t ba
 Status check_paged_sequences(std::string_view op, const Tensor& seq_lens,
                              const Tensor& block_tables, int64_t block_size, int64_t blocks,
                              int64_t max_seq_len);
+
+/// Per-head list lengths of the vertical/slash converters (spec attention_ops §5): for the
+/// mergehead op the counts tensors' values, otherwise every head uses the whole list.
+struct VerticalSlashCounts {
+  std::vector<int64_t> vertical;  // [heads]
+  std::vector<int64_t> slash;     // [heads]
+};
+
+/// Data-dependent check of convert_vertical_slash_indexes(_mergehead), before anything is
+/// written (spec attention_ops §5 KILN): for the mergehead op each head's counts lie in
+/// [1, nnz]; q_seqlens[b] lies in [0, context rows]; kv_seqlens[b] >= 0 (and >= q_seqlens[b]
+/// when causal); every slash offset a head uses is >= 0 and every vertical column lies in
+/// [0, kv_seqlens[b]), so that every walk ends inside its buffers (a vertical past the keys
+/// makes vLLM's non-causal walk spin forever). Arguments in the op's order (docs/ops.md).
+Result<VerticalSlashCounts> check_vertical_slash_indexes(std::string_view op,
+                                                         const VerticalSlashParams& p,
+                                                         bool mergehead, const KernelArgs& args);
 
 /// The length part of check_cpu_attn_sequences over raw int32 arrays of `num_req` requests:
 /// query_start_loc starts at 0 and never decreases, ending within `max_tokens` (< 0:

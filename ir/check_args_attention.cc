@@ -410,6 +410,80 @@ Status check_paged_sequences(std::string_view op, const Tensor& seq_lens,
   return Status::ok();
 }
 
+Result<VerticalSlashCounts> check_vertical_slash_indexes(std::string_view op,
+                                                         const VerticalSlashParams& p,
+                                                         bool mergehead, const KernelArgs& args) {
+  const Tensor& q_seqlens = args.tensor(4);
+  const Tensor& kv_seqlens = args.tensor(5);
+  const Tensor& vertical = args.tensor(6);
+  const Tensor& slash = args.tensor(7);
+  const int64_t batch = slash.size(0), heads = slash.size(1);
+  const int64_t nnz_s = slash.size(2), nnz_v = vertical.size(2);
+  const int64_t rows = args.tensor(0).size(2);
+  VerticalSlashCounts counts{std::vector<int64_t>(size_t(heads), nnz_v),
+                             std::vector<int64_t>(size_t(heads), nnz_s)};
+  for (int64_t h = 0; mergehead && h < heads; ++h) {
+    const int64_t count_v = dense_i32(args.tensor(8), h);
+    const int64_t count_s = dense_i32(args.tensor(9), h);
+    if (count_v < 1 || count_v > nnz_v) {
+      return invalid_argument(
+          fmt::format("{}: argument 'vertical_indices_count' has [{}] = {}, outside [1, {}]", op, h,
+                      count_v, nnz_v));
+    }
+    if (count_s < 1 || count_s > nnz_s) {
+      return invalid_argument(
+          fmt::format("{}: argument 'slash_indices_count' has [{}] = {}, outside [1, {}]", op, h,
+                      count_s, nnz_s));
+    }
+    counts.vertical[size_t(h)] = count_v;
+    counts.slash[size_t(h)] = count_s;
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t q_len = dense_i32(q_seqlens, b);
+    const int64_t kv_len = dense_i32(kv_seqlens, b);
+    if (q_len < 0 || q_len > rows * p.block_m) {
+      return invalid_argument(fmt::format(
+          "{}: argument 'q_seqlens' has q_seqlens[{}] = {}, outside [0, {}] (context_size gives "
+          "{} row blocks of {})",
+          op, b, q_len, rows * p.block_m, rows, p.block_m));
+    }
+    if (kv_len < 0) {
+      return invalid_argument(
+          fmt::format("{}: argument 'kv_seqlens' has kv_seqlens[{}] = {} < 0", op, b, kv_len));
+    }
+    if (q_len == 0) continue;  // no row block reads this entry's lists
+    // Causal (intra-chunk) attention needs kv_len >= q_len: the frontier shift kv - q is the
+    // length of the cached prefix.
+    if (p.causal && kv_len < q_len) {
+      return invalid_argument(fmt::format(
+          "{}: argument 'kv_seqlens' has kv_seqlens[{}] = {} < q_seqlens[{}] = {} (causal needs "
+          "kv_len >= q_len)",
+          op, b, kv_len, b, q_len));
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      // Slash offsets are distances below the frontier; a negative one (a diagonal above it)
+      // can push a range past the walk's sentinel column, and vLLM's walk then never ends.
+      for (int64_t i = 0; i < counts.slash[size_t(h)]; ++i) {
+        const int64_t offset = dense_i32(slash, (b * heads + h) * nnz_s + i);
+        if (offset < 0) {
+          return invalid_argument(fmt::format(
+              "{}: argument 'slash_indexes' has [{}, {}, {}] = {}; offsets must be >= 0", op, b, h,
+              i, offset));
+        }
+      }
+      for (int64_t i = 0; i < counts.vertical[size_t(h)]; ++i) {
+        const int64_t col = dense_i32(vertical, (b * heads + h) * nnz_v + i);
+        if (col < 0 || col >= kv_len) {
+          return invalid_argument(fmt::format(
+              "{}: argument 'vertical_indexes' has [{}, {}, {}] = {}, outside the keys [0, {})", op,
+              b, h, i, col, kv_len));
+        }
+      }
+    }
+  }
+  return counts;
+}
+
 Status check_attention_args(const OpSpec& spec, const KernelArgs& args) {
   // The shapes below are derived from the spec (x = 16 / element size, partitions of
   // partition_size, row blocks of block_m): an invalid spec would divide by zero.

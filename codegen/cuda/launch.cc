@@ -44,77 +44,6 @@ Status check_slots(std::string_view op, const Tensor& slots, int64_t num_blocks,
   return ir::check_slots(op, slots, slots.size(0), num_blocks, block_size);
 }
 
-int32_t at_i32(const Tensor& t, int64_t i) {
-  return t.data_as<const int32_t>()[i];
-}
-
-// The vertical/slash converters' checked mode (the ref's checks, in its order): lengths,
-// per-head counts, slash offsets >= 0 and verticals inside the keys, so that every walk ends
-// inside its buffers.
-Status check_vertical_slash(std::string_view op, const ir::VerticalSlashParams& p, bool mergehead,
-                            const KernelArgs& args) {
-  const Tensor& vertical = args.tensor(6);
-  const Tensor& slash = args.tensor(7);
-  const int64_t batch = slash.size(0), heads = slash.size(1);
-  const int64_t nnz_s = slash.size(2), nnz_v = vertical.size(2);
-  const int64_t rows = args.tensor(0).size(2);
-  std::vector<int64_t> count_v(size_t(heads), nnz_v), count_s(size_t(heads), nnz_s);
-  for (int64_t h = 0; mergehead && h < heads; ++h) {
-    count_v[size_t(h)] = at_i32(args.tensor(8), h);
-    count_s[size_t(h)] = at_i32(args.tensor(9), h);
-    if (count_v[size_t(h)] < 1 || count_v[size_t(h)] > nnz_v) {
-      return invalid_argument(
-          fmt::format("{}: argument 'vertical_indices_count' has [{}] = {}, outside [1, {}]", op, h,
-                      count_v[size_t(h)], nnz_v));
-    }
-    if (count_s[size_t(h)] < 1 || count_s[size_t(h)] > nnz_s) {
-      return invalid_argument(
-          fmt::format("{}: argument 'slash_indices_count' has [{}] = {}, outside [1, {}]", op, h,
-                      count_s[size_t(h)], nnz_s));
-    }
-  }
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t q_len = at_i32(args.tensor(4), b);
-    const int64_t kv_len = at_i32(args.tensor(5), b);
-    if (q_len < 0 || q_len > rows * p.block_m) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'q_seqlens' has q_seqlens[{}] = {}, outside [0, {}] (context_size gives "
-          "{} row blocks of {})",
-          op, b, q_len, rows * p.block_m, rows, p.block_m));
-    }
-    if (kv_len < 0) {
-      return invalid_argument(
-          fmt::format("{}: argument 'kv_seqlens' has kv_seqlens[{}] = {} < 0", op, b, kv_len));
-    }
-    if (q_len == 0) continue;
-    if (p.causal && kv_len < q_len) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'kv_seqlens' has kv_seqlens[{}] = {} < q_seqlens[{}] = {} (causal needs "
-          "kv_len >= q_len)",
-          op, b, kv_len, b, q_len));
-    }
-    for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t i = 0; i < count_s[size_t(h)]; ++i) {
-        const int64_t offset = at_i32(slash, (b * heads + h) * nnz_s + i);
-        if (offset < 0) {
-          return invalid_argument(fmt::format(
-              "{}: argument 'slash_indexes' has [{}, {}, {}] = {}; offsets must be >= 0", op, b, h,
-              i, offset));
-        }
-      }
-      for (int64_t i = 0; i < count_v[size_t(h)]; ++i) {
-        const int64_t col = at_i32(vertical, (b * heads + h) * nnz_v + i);
-        if (col < 0 || col >= kv_len) {
-          return invalid_argument(fmt::format(
-              "{}: argument 'vertical_indexes' has [{}, {}, {}] = {}, outside the keys [0, {})", op,
-              b, h, i, col, kv_len));
-        }
-      }
-    }
-  }
-  return Status::ok();
-}
-
 // Fills the fields the gathers share: source strides, dst and table strides.
 kiln::GatherArgs gather_args(const KernelArgs& args) {
   kiln::GatherArgs a{};
@@ -492,7 +421,8 @@ Result<std::vector<LaunchPlan>> plan_launch(const OpSpec& spec, const Config& co
              spec.op == OpKind::kConvertVerticalSlashIndexesMergehead) {
     const auto& p = spec.get<ir::VerticalSlashParams>();
     const bool mergehead = spec.op == OpKind::kConvertVerticalSlashIndexesMergehead;
-    if (host_data) KILN_RETURN_IF_ERROR(check_vertical_slash(op, p, mergehead, args));
+    if (host_data)
+      KILN_RETURN_IF_ERROR(ir::check_vertical_slash_indexes(op, p, mergehead, args).status());
     kiln::VerticalSlashArgs a{};
     a.block_count = args.tensor(0).data_as<int>();
     a.block_offset = args.tensor(1).data_as<int>();

@@ -411,68 +411,10 @@ Status convert_vertical_slash(const OpSpec& spec, const KernelArgs& args) {
 
   // Validation before any write: lengths, per-head counts, the slashes each head uses >= 0 and
   // its verticals inside [0, kv_len) (a larger one makes vLLM's non-causal walk spin forever).
-  std::vector<int64_t> count_v(size_t(heads), nnz_v), count_s(size_t(heads), nnz_s);
-  if (mergehead) {
-    for (int64_t h = 0; h < heads; ++h) {
-      count_v[size_t(h)] = load_i32(args.tensor(8), h);
-      count_s[size_t(h)] = load_i32(args.tensor(9), h);
-      if (count_v[size_t(h)] < 1 || count_v[size_t(h)] > nnz_v) {
-        return invalid_argument(
-            fmt::format("{}: argument 'vertical_indices_count' has [{}] = {}, "
-                        "outside [1, {}]",
-                        op, h, count_v[size_t(h)], nnz_v));
-      }
-      if (count_s[size_t(h)] < 1 || count_s[size_t(h)] > nnz_s) {
-        return invalid_argument(
-            fmt::format("{}: argument 'slash_indices_count' has [{}] = {}, "
-                        "outside [1, {}]",
-                        op, h, count_s[size_t(h)], nnz_s));
-      }
-    }
-  }
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t q_len = load_i32(q_seqlens, b);
-    const int64_t kv_len = load_i32(kv_seqlens, b);
-    if (q_len < 0 || q_len > rows * p.block_m) {
-      return invalid_argument(fmt::format(
-          "{}: argument 'q_seqlens' has q_seqlens[{}] = {}, outside [0, {}] (context_size gives "
-          "{} row blocks of {})",
-          op, b, q_len, rows * p.block_m, rows, p.block_m));
-    }
-    if (kv_len < 0) {
-      return invalid_argument(
-          fmt::format("{}: argument 'kv_seqlens' has kv_seqlens[{}] = {} < 0", op, b, kv_len));
-    }
-    if (q_len == 0) continue;  // no row block reads this entry's lists
-    // Causal (intra-chunk) attention needs kv_len >= q_len: the frontier shift kv - q is the
-    // length of the cached prefix.
-    if (p.causal && kv_len < q_len) {
-      return invalid_argument(
-          fmt::format("{}: argument 'kv_seqlens' has kv_seqlens[{}] = {} < "
-                      "q_seqlens[{}] = {} (causal needs kv_len >= q_len)",
-                      op, b, kv_len, b, q_len));
-    }
-    for (int64_t h = 0; h < heads; ++h) {
-      // Slash offsets are distances below the frontier; a negative one (a diagonal above it)
-      // can push a range past the walk's sentinel column, and vLLM's walk then never ends.
-      for (int64_t i = 0; i < count_s[size_t(h)]; ++i) {
-        const int64_t offset = load_i32(slash, (b * heads + h) * nnz_s + i);
-        if (offset < 0) {
-          return invalid_argument(fmt::format(
-              "{}: argument 'slash_indexes' has [{}, {}, {}] = {}; offsets must be >= 0", op, b, h,
-              i, offset));
-        }
-      }
-      for (int64_t i = 0; i < count_v[size_t(h)]; ++i) {
-        const int64_t col = load_i32(vertical, (b * heads + h) * nnz_v + i);
-        if (col < 0 || col >= kv_len) {
-          return invalid_argument(fmt::format(
-              "{}: argument 'vertical_indexes' has [{}, {}, {}] = {}, outside the keys [0, {})", op,
-              b, h, i, col, kv_len));
-        }
-      }
-    }
-  }
+  Result<ir::VerticalSlashCounts> counts = ir::check_vertical_slash_indexes(op, p, mergehead, args);
+  if (!counts) return counts.status();
+  const std::vector<int64_t>& count_v = counts->vertical;
+  const std::vector<int64_t>& count_s = counts->slash;
 
   // Compute everything first, then write: the walk's own failure leaves the outputs intact.
   struct Unit {

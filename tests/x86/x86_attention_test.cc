@@ -28,22 +28,10 @@ using ir::CpuAttnIsa;
 using test::check_against_ref;
 using test::InputKind;
 
-Runtime& test_runtime() {
-  static Runtime runtime([] {
-    RuntimeOptions options;  // no disk cache: these tests are about generated code
-    return options;
-  }());
-  return runtime;
-}
+using test::compile_x86;
 
-Kernel compile_x86(const OpSpec& spec, X86Isa isa, Config config = {}) {
-  CompileOptions options;
-  options.backend = BackendKind::kX86;
-  options.isa = isa;
-  options.config = config;
-  auto kernel = test_runtime().compile(spec, options);
-  EXPECT_TRUE(kernel.is_ok()) << to_string(spec) << ": " << kernel.status().to_string();
-  return kernel.value();
+Runtime& test_runtime() {
+  return test::x86_test_runtime();
 }
 
 struct Features {

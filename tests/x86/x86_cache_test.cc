@@ -34,20 +34,7 @@ std::vector<X86Isa> isa_paths() {
   return test::isa_paths();
 }
 
-Runtime& test_runtime() {
-  static Runtime runtime{RuntimeOptions{}};
-  return runtime;
-}
-
-Kernel compile_x86(const OpSpec& spec, X86Isa isa, Config config = {}) {
-  CompileOptions options;
-  options.backend = BackendKind::kX86;
-  options.isa = isa;
-  options.config = config;
-  auto kernel = test_runtime().compile(spec, options);
-  EXPECT_TRUE(kernel.is_ok()) << to_string(spec) << ": " << kernel.status().to_string();
-  return kernel.value();
-}
+using test::compile_x86;
 
 // The input kinds of `op`, or only normal and adversarial values (`few`): the grid sweeps
 // shapes with those, each shape's code path being the same for every value.

@@ -38,23 +38,7 @@ std::vector<X86Isa> isa_paths() {
   return test::isa_paths();
 }
 
-Runtime& test_runtime() {
-  static Runtime runtime([] {
-    RuntimeOptions options;  // no disk cache: these tests are about generated code
-    return options;
-  }());
-  return runtime;
-}
-
-Kernel compile_x86(const OpSpec& spec, X86Isa isa, Config config = {}) {
-  CompileOptions options;
-  options.backend = BackendKind::kX86;
-  options.isa = isa;
-  options.config = config;
-  auto kernel = test_runtime().compile(spec, options);
-  EXPECT_TRUE(kernel.is_ok()) << kernel.status().to_string();
-  return kernel.value();
-}
+using test::compile_x86;
 
 // Runs every input kind over `tokens` rows and reports the first failure of each.
 void check_spec(const OpSpec& spec, X86Isa isa, int64_t tokens, Config config = {}) {

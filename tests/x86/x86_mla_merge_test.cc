@@ -28,20 +28,7 @@ const KvCacheDtype kKvModes[] = {KvCacheDtype::kAuto, KvCacheDtype::kFp8E4m3,
                                  KvCacheDtype::kFp8E5m2};
 const Config kParallel = Config().set("threads", 2).set("min_parallel_kib", 0);
 
-Runtime& test_runtime() {
-  static Runtime runtime{RuntimeOptions{}};
-  return runtime;
-}
-
-Kernel compile_x86(const OpSpec& spec, X86Isa isa, Config config = {}) {
-  CompileOptions options;
-  options.backend = BackendKind::kX86;
-  options.isa = isa;
-  options.config = config;
-  auto kernel = test_runtime().compile(spec, options);
-  EXPECT_TRUE(kernel.is_ok()) << to_string(spec) << ": " << kernel.status().to_string();
-  return kernel.value();
-}
+using test::compile_x86;
 
 // Every input kind of the op (or only normal and adversarial values: `few`) over `size`;
 // false at the first mismatch.

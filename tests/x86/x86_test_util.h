@@ -1,13 +1,17 @@
-// Shared by the x86 test programs: the ISA paths this host runs, and a test-only generator that
-// maps a Generator helper over a buffer of whole vectors.
+// Shared by the x86 test programs: the ISA paths this host runs, compiling a spec for one of
+// them, and a test-only generator that maps a Generator helper over a buffer of whole vectors.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <cstdio>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codegen/target.h"
+#include "runtime/runtime.h"
 
 namespace jit::test {
 
@@ -26,6 +30,24 @@ inline std::vector<X86Isa> isa_paths(std::initializer_list<X86Isa> wanted = {
     }
   }
   return paths;
+}
+
+/// One runtime per test program, without a disk cache: these tests are about generated code.
+inline Runtime& x86_test_runtime() {
+  static Runtime runtime{RuntimeOptions{}};
+  return runtime;
+}
+
+/// `spec` compiled for the x86 backend at `isa` with `config`; a failure is a test failure
+/// naming the spec (the returned kernel is then empty).
+inline Kernel compile_x86(const OpSpec& spec, X86Isa isa, Config config = {}) {
+  CompileOptions options;
+  options.backend = BackendKind::kX86;
+  options.isa = isa;
+  options.config = std::move(config);
+  auto kernel = x86_test_runtime().compile(spec, options);
+  EXPECT_TRUE(kernel.is_ok()) << to_string(spec) << ": " << kernel.status().to_string();
+  return kernel.is_ok() ? kernel.value() : Kernel{};
 }
 
 }  // namespace jit::test

@@ -9,6 +9,8 @@
 //                      u = clamp(up, -limit, limit); rnd_T((u + 1) * g * sigmoid(alpha g))
 // The activation is computed in fp32 with the injectors of Generator; rnd_T is the
 // intermediate rounding vLLM's GPU kernels (and PyTorch eager) perform.
+#include <algorithm>
+#include <bit>
 #include <cstddef>
 
 #include "codegen/x86/generator.h"
@@ -77,6 +79,31 @@ class ActivationGenerator : public Generator {
         slots_[r].push_back(vmm(regs[size_t(u * kRegsPerVector + r)]));
       }
     }
+    // The pairs step uses the first two members of each slot: the rest, and the registers no
+    // slot took, hold its constants.
+    for (int u = 2; u < unroll_; ++u) {
+      for (int r = 0; r < kRegsPerVector; ++r) {
+        constant_regs_.push_back(regs[size_t(u * kRegsPerVector + r)]);
+      }
+    }
+    for (size_t i = size_t(unroll_ * kRegsPerVector); i < regs.size(); ++i) {
+      constant_regs_.push_back(regs[i]);
+    }
+  }
+
+  // The constants of a pairs step, most used first (as many as there are spare registers are
+  // pinned; the rest stay memory operands): the rounding and packing ones, then silu's exp.
+  std::vector<uint32_t> pairs_constants() const {
+    std::vector<uint32_t> bits{0xFFFF0000, 0x10000, 0x7FFF, 1};
+    if (op_ == OpKind::kSiluAndMul || op_ == OpKind::kMulAndSilu) {
+      for (float c : {1.0f, 1.44269504088896341f, 0.07706379145383835f, 0.2276485413312912f,
+                      0.6951159834861755f}) {
+        bits.push_back(std::bit_cast<uint32_t>(c));
+      }
+      bits.push_back(0x80000000);
+    }
+    bits.resize(std::min(bits.size(), constant_regs_.size()));
+    return bits;
   }
 
   // The first `n` members of register slot `r` (0 = x, 1 = y, 2.. = temporaries).
@@ -181,6 +208,7 @@ class ActivationGenerator : public Generator {
 
   void pairs_row() {
     const int64_t steps = p_.d / kPairElements;
+    pin_constants(pairs_constants(), constant_regs_);
     Label l_loop;
     xor_(reg_idx_, reg_idx_);
     L(l_loop);
@@ -188,6 +216,7 @@ class ActivationGenerator : public Generator {
     add(reg_idx_, kPairElements);
     cmp(reg_idx_, steps * kPairElements);
     jl(l_loop, T_NEAR);
+    unpin_constants();
     // The rest of the row (fewer than 32 elements) through the per-vector step.
     int64_t offset = steps * kPairElements;
     while (offset < p_.d) {
@@ -264,7 +293,7 @@ class ActivationGenerator : public Generator {
     for (size_t u = 0; u < n; ++u) vmaxps(up[u], vmm(neg_limit_), up[u]);
     for (size_t u = 0; u < n; ++u) vminps(up[u], vmm(limit_), up[u]);
     for (size_t u = 0; u < n; ++u) vmulps(s[u], gate[u], vmm(param0_));
-    sigmoid_ps(s, t0, t1, t2, t3);
+    sigmoid_ps(s, s, t0, t1, t2, t3);
     for (size_t u = 0; u < n; ++u) vmulps(gate[u], gate[u], s[u]);
     for (size_t u = 0; u < n; ++u) vaddps(up[u], up[u], cst(1.0f));
     for (size_t u = 0; u < n; ++u) vmulps(gate[u], gate[u], up[u]);
@@ -278,6 +307,7 @@ class ActivationGenerator : public Generator {
   int unroll_ = 1;
   int param0_ = 0, limit_ = 0, neg_limit_ = 0;  // threshold/alpha, limit, -limit
   std::vector<Xmm> slots_[kRegsPerVector];
+  std::vector<int> constant_regs_;  // free in the pairs step (allocate_registers)
   const Reg64 reg_dst_ = r8, reg_src_ = r9, reg_dst_stride_ = r10, reg_src_stride_ = r11;
   const Reg64 reg_row_ = r12, reg_row_end_ = r13, reg_idx_ = r14;
 };

@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cstring>
+#include <stdexcept>
 
 namespace jit::codegen::x86 {
 
@@ -73,14 +74,32 @@ Result<std::vector<uint8_t>> Generator::finish() {
   return std::vector<uint8_t>(getCode(), getCode() + getSize());
 }
 
-Xbyak::Address Generator::cst(float value) {
+const Xbyak::Operand& Generator::cst(float value) {
   return cst_bits(std::bit_cast<uint32_t>(value));
 }
 
-Xbyak::Address Generator::cst_bits(uint32_t bits) {
+const Xbyak::Operand& Generator::cst_bits(uint32_t bits) {
+  if (auto pinned = pinned_constants_.find(bits); pinned != pinned_constants_.end()) {
+    return pinned->second;
+  }
   auto& label = constants_[bits];
   if (!label) label = std::make_unique<Label>();
-  return ptr[rip + *label];
+  return constant_addresses_.try_emplace(bits, ptr[rip + *label]).first->second;
+}
+
+void Generator::pin_constants(std::span<const uint32_t> bits, std::span<const int> regs) {
+  if (!pinned_constants_.empty() || bits.size() > regs.size()) {
+    throw std::logic_error("pin_constants: nested, or fewer registers than constants");
+  }
+  for (size_t i = 0; i < bits.size(); ++i) {
+    const Xmm reg = vmm(regs[i]);
+    vmovups(reg, cst_bits(bits[i]));  // the pool stores full vectors
+    pinned_constants_.emplace(bits[i], reg);
+  }
+}
+
+void Generator::unpin_constants() {
+  pinned_constants_.clear();
 }
 
 Xbyak::Address Generator::cst_table(const std::array<uint32_t, 16>& values) {
@@ -554,8 +573,8 @@ void Generator::rotate_pair(const Xmm& x, const Xmm& y, const Xmm& c, const Xmm&
   vsubps(x, a, b);
 }
 
-void Generator::sigmoid_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
-                           const Group& t3) {
+void Generator::sigmoid_ps(const Group& dst, const Group& x, const Group& t0, const Group& t1,
+                           const Group& t2, const Group& t3) {
   const size_t n = x.size();
   // t0 = e = exp(-|x|)
   for (size_t u = 0; u < n; ++u) uni_vpor(t0[u], x[u], cst_bits(0x80000000));  // -|x|
@@ -564,13 +583,13 @@ void Generator::sigmoid_ps(const Group& x, const Group& t0, const Group& t1, con
   if (avx512_ && n <= 5) {
     // The x < 0 lanes (sign bit set, masks k2..k6) multiply 1/(1+e) by e under the mask.
     for (size_t u = 0; u < n; ++u) vpmovd2m(Xbyak::Opmask(int(2 + u)), x[u]);
-    reciprocal(x, t1, t3);
-    for (size_t u = 0; u < n; ++u) vmulps(x[u] | Xbyak::Opmask(int(2 + u)), x[u], t0[u]);
+    reciprocal(dst, t1, t3);
+    for (size_t u = 0; u < n; ++u) vmulps(dst[u] | Xbyak::Opmask(int(2 + u)), dst[u], t0[u]);
     return;
   }
   reciprocal(t2, t1, t3);                                      // 1/(1+e): x >= 0
   for (size_t u = 0; u < n; ++u) vmulps(t3[u], t0[u], t2[u]);  // e/(1+e): x < 0
-  for (size_t u = 0; u < n; ++u) select_by_sign(x[u], x[u], t3[u], t2[u]);
+  for (size_t u = 0; u < n; ++u) select_by_sign(dst[u], x[u], t3[u], t2[u]);
 }
 
 void Generator::tanh_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
@@ -607,8 +626,7 @@ void Generator::tanh_ps(const Group& x, const Group& t0, const Group& t1, const 
 
 void Generator::silu_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
                         const Group& t3, const Group& t4) {
-  for (size_t u = 0; u < x.size(); ++u) vmovaps(t4[u], x[u]);
-  sigmoid_ps(t4, t0, t1, t2, t3);
+  sigmoid_ps(t4, x, t0, t1, t2, t3);
   for (size_t u = 0; u < x.size(); ++u) vmulps(x[u], x[u], t4[u]);
 }
 
@@ -663,7 +681,7 @@ void Generator::gelu_tanh_ps(const Group& x, const Group& t0, const Group& t1, c
   for (size_t u = 0; u < n; ++u) vaddps(t4[u], t4[u], cst(1.0f));
   for (size_t u = 0; u < n; ++u) vmulps(t4[u], t4[u], x[u]);
   for (size_t u = 0; u < n; ++u) vmulps(t4[u], t4[u], cst(2.0f * 0.7978845608028654f));
-  sigmoid_ps(t4, t0, t1, t2, t3);
+  sigmoid_ps(t4, t4, t0, t1, t2, t3);
   for (size_t u = 0; u < n; ++u) vmulps(x[u], x[u], t4[u]);
 }
 

@@ -86,9 +86,19 @@ class Generator : public Xbyak::CodeGenerator {
   /// Sums the lanes of `x` into lane 0 of x's xmm.
   void reduce_sum(const Xmm& x);
 
-  /// A full vector of the fp32 value `value` (or the int32 bits), from the constant pool.
-  Xbyak::Address cst(float value);
-  Xbyak::Address cst_bits(uint32_t bits);
+  /// A full vector of the fp32 value `value` (or the int32 bits): the register it is pinned
+  /// to (pin_constants), else a memory operand of the constant pool.
+  const Xbyak::Operand& cst(float value);
+  const Xbyak::Operand& cst_bits(uint32_t bits);
+  /// Keeps the constants `bits` in the vector registers `regs` (one each) until
+  /// unpin_constants(): emits one broadcast load per constant here, and cst()/cst_bits() of
+  /// those values then return the register. Why: every memory operand is a load uop, and a
+  /// 512-bit loop whose constants all come from the pool is bound by the two 64-byte loads per
+  /// cycle (silu's bf16 step read 22 constants per 32 elements: llvm-mca puts it at 41
+  /// cycles per step from memory, 31 from registers). Only for code between the two calls
+  /// that uses the constants as full vectors (vmm width); not nestable.
+  void pin_constants(std::span<const uint32_t> bits, std::span<const int> regs);
+  void unpin_constants();
   /// A 64-byte table of 16 dwords (e.g. a permutation index), from the constant pool.
   Xbyak::Address cst_table(const std::array<uint32_t, 16>& values);
 
@@ -166,11 +176,12 @@ class Generator : public Xbyak::CodeGenerator {
   /// cancellation near 0); above, sign(x) (1 - 2 / (e^{2|x|} + 1)), which saturates to +-1.
   /// NaN stays NaN.
   void tanh_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2, const Group& t3);
-  /// x = 1 / (1 + e^-x), evaluated as 1/(1+e) for x >= 0 and e/(1+e) for x < 0 with
+  /// dst = 1 / (1 + e^-x), evaluated as 1/(1+e) for x >= 0 and e/(1+e) for x < 0 with
   /// e = e^-|x|, so neither branch overflows and tiny results keep full relative accuracy.
-  /// AVX-512 multiplies by e under the sign mask of x (k2 + member index).
-  void sigmoid_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
-                  const Group& t3);
+  /// AVX-512 multiplies by e under the sign mask of x (k2 + member index). dst may be x;
+  /// otherwise x is preserved (silu needs x afterwards, and a copy costs a uop per vector).
+  void sigmoid_ps(const Group& dst, const Group& x, const Group& t0, const Group& t1,
+                  const Group& t2, const Group& t3);
   /// x = silu(x) = x * sigmoid(x).
   void silu_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2, const Group& t3,
                const Group& t4);
@@ -199,6 +210,8 @@ class Generator : public Xbyak::CodeGenerator {
   bool avx512_;
   bool bf16_accuracy_ = false;
   std::map<uint32_t, std::unique_ptr<Xbyak::Label>> constants_;
+  std::map<uint32_t, Xbyak::Address> constant_addresses_;  // stable storage for cst()
+  std::map<uint32_t, Xbyak::Xmm> pinned_constants_;        // pin_constants(): bits -> vmm
   std::map<std::array<uint32_t, 16>, std::unique_ptr<Xbyak::Label>> tables_;
 };
 

@@ -7,8 +7,10 @@
 //   y_i = rnd_T(rnd_T(z_i * inv) * w_i)    (without weight: rnd_T(z_i * inv))
 // The second pass re-reads the row (the input, or the rounded residual just written), which
 // is still in L1/L2 for every hidden size models use.
+#include <array>
 #include <bit>
 #include <cstddef>
+#include <span>
 
 #include "codegen/x86/generator.h"
 #include "codegen/x86/kernels.h"
@@ -126,6 +128,7 @@ class NormGenerator : public Generator {
     if (pairs_end > 0) {
       // bf16 pairs: one dword holds elements 2i (low half) and 2i+1 (high half); a shift and
       // an and give both as fp32 without a widening shuffle.
+      pin_constants(kPairsConstants.first(1), kConstantRegs);
       Label l_loop;
       xor_(reg_idx_, reg_idx_);
       L(l_loop);
@@ -139,6 +142,7 @@ class NormGenerator : public Generator {
       add(reg_idx_, kPairsBlock);
       cmp(reg_idx_, pairs_end);
       jl(l_loop, T_NEAR);
+      unpin_constants();
     }
     for_each_vector([&](int u, auto at, int count) { square_vector(u, at, count); }, pairs_end);
     vaddps(vmm(kAcc), vmm(kAcc), vmm(kAcc + 1));
@@ -202,11 +206,7 @@ class NormGenerator : public Generator {
   void normalize_pairs() {
     const Zmm inv(kInvReg);
     const int64_t pairs_end = p_.hidden / kPairsBlock * kPairsBlock;
-    // vcvtne2ps2bf16(odd, even) packs [even 0..15 | odd 0..15]; this word permutation
-    // restores the memory order even0, odd0, even1, odd1, ...
-    std::array<uint32_t, 16> interleave{};
-    for (uint32_t i = 0; i < 16; ++i) interleave[i] = i | (16 + i) << 16;
-    vmovdqu32(Zmm(kInterleave), cst_table(interleave));
+    pin_constants(kPairsConstants, kConstantRegs);
     Label l_loop;
     xor_(reg_idx_, reg_idx_);
     L(l_loop);
@@ -228,27 +228,20 @@ class NormGenerator : public Generator {
         vmulps(r.even, r.even, r.t);
         vmulps(r.odd, r.odd, r.v);
       }
-      // vcvtne2ps2bf16 treats denormal inputs as zero: such steps round on the bits.
-      Label l_bits, l_next;
-      vfpclassps(k2, r.even, kDenormalClass);
-      vfpclassps(k3, r.odd, kDenormalClass);
-      kortestw(k2, k3);
-      jnz(l_bits, T_NEAR);
-      vcvtne2ps2bf16(r.packed, r.odd, r.even);
-      vpermw(r.packed, Zmm(kInterleave), r.packed);
-      vmovdqu16(ptr[at(reg_dst_)], r.packed);
-      jmp(l_next, T_NEAR);
-      L(l_bits);
-      bf16_round_bits(r.even);  // NaN-aware: a NaN weight may meet a denormal lane
-      bf16_round_bits(r.odd);
+      // Pack on the bits: even's rounded top half shifted down, or'ed into odd's top half.
+      // Exact for every value here, denormals included (vcvtne2ps2bf16 would flush them and
+      // need a guard) and NaN (a NaN product carries a bf16 NaN's payload: low half zero).
+      add_bf16_rounding_bias(r.even);
+      add_bf16_rounding_bias(r.odd);
       vpsrld(r.even, r.even, 16);
-      vpord(r.packed, r.odd, r.even);
-      vmovdqu32(ptr[at(reg_dst_)], r.packed);
-      L(l_next);
+      constexpr uint8_t kOddTopOrEven = 0xEC;  // (odd & mask) | even
+      vpternlogd(r.odd, r.even, cst_bits(0xFFFF0000), kOddTopOrEven);
+      vmovdqu32(ptr[at(reg_dst_)], r.odd);
     }
     add(reg_idx_, kPairsBlock);
     cmp(reg_idx_, pairs_end);
     jl(l_loop, T_NEAR);
+    unpin_constants();
     for_each_vector([&](int u, auto at, int count) { normalize_vector(u, at, count); }, pairs_end);
   }
 
@@ -279,35 +272,45 @@ class NormGenerator : public Generator {
                          vmm(kFastRounded + u));
   }
 
-  // ---- The bf16 pairs path (AVX512_BF16, rms_norm): rows are read as dwords of two bf16.
+  // ---- The bf16 pairs path (AVX-512, rms_norm): rows are read as dwords of two bf16, and
+  // both roundings are done on the fp32 bits (integer ops only: no vcvtne*bf16).
   static constexpr int64_t kPairsUnroll = 2;
   static constexpr int64_t kPairsBlock = 32 * kPairsUnroll;  // elements per loop step
-  static constexpr uint8_t kDenormalClass = 0x20;            // vfpclassps category bit 5
   static constexpr uint8_t kNonFiniteClass = 0x99;           // QNaN, SNaN, +inf, -inf
-  static constexpr int kInterleave = 23, kCheck = 30, kSavedSs = 31;
+  static constexpr int kCheck = 30, kSavedSs = 31;
+  // The pairs loops' constants live in zmm20..23 (the high-half mask first: pass 1 needs only
+  // it), so the loops issue no constant loads.
+  static constexpr std::array<uint32_t, 4> kPairsConstantBits{0xFFFF0000, 0x10000, 0x7FFF, 1};
+  static constexpr std::span<const uint32_t> kPairsConstants{kPairsConstantBits};
+  static constexpr std::array<int, 4> kConstantRegs{20, 21, 22, 23};
   struct PairRegs {
-    Zmm v, even, odd, t, packed;
+    Zmm v, even, odd, t;
   };
-  // zmm16..22 for step 0, zmm24..29 for step 1 (23, 30, 31 are kInterleave, kCheck, kSavedSs).
+  // zmm16..19 for step 0, zmm24..27 for step 1 (20..23 hold the constants, 30 and 31 are
+  // kCheck and kSavedSs).
   static PairRegs pair_regs(int u) {
     const int b = 16 + 8 * u;
-    return {Zmm(b), Zmm(b + 1), Zmm(b + 2), Zmm(b + 3), Zmm(b + 4)};
+    return {Zmm(b), Zmm(b + 1), Zmm(b + 2), Zmm(b + 3)};
   }
   bool pairs_path() const {
-    return !fused_ && p_.dtype == DType::kBF16 && has_bf16_convert() && p_.hidden >= kPairsBlock;
+    return !fused_ && p_.dtype == DType::kBF16 && avx512() && p_.hidden >= kPairsBlock;
   }
   // even = fp32 of the low bf16 of each dword, odd = fp32 of the high one. odd may alias v.
   void split_pairs(const Zmm& even, const Zmm& odd, const Zmm& v) {
     vpslld(even, v, 16);
     vpandd(odd, v, cst_bits(0xFFFF0000));
   }
-  // x = fp32 bits of rnd_bf16(x): x + 0x7FFF + bit 16 of x (tested into k4, no shift), low
-  // half cleared; the carry is round to nearest even on the 16 dropped bits. Exact for every
-  // non-NaN x, denormals included.
-  void round_finite_to_bf16(const Zmm& x, const Zmm&) {
+  // x += 0x7FFF + bit 16 of x (tested into k4, no shift): the carry into bit 16 is round to
+  // nearest even on the 16 bits a bf16 drops. Exact for every non-NaN x, denormals included,
+  // and for a NaN whose low half is zero (nothing carries).
+  void add_bf16_rounding_bias(const Zmm& x) {
     vptestmd(k4, x, cst_bits(0x10000));
     vpaddd(x, x, cst_bits(0x7FFF));
     vpaddd(x | k4, x, cst_bits(1));
+  }
+  // x = fp32 bits of rnd_bf16(x) (no NaN: the inner rounding of a finite row).
+  void round_finite_to_bf16(const Zmm& x, const Zmm&) {
+    add_bf16_rounding_bias(x);
     vpandd(x, x, cst_bits(0xFFFF0000));
   }
 

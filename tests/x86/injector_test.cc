@@ -32,7 +32,7 @@ class MapGenerator : public test::VectorMapGenerator {
     switch (fn_) {
       case Fn::kExp: exp_ps(x, t0, t1); break;
       case Fn::kTanh: tanh_ps(x, t0, t1, t2, t3); break;
-      case Fn::kSigmoid: sigmoid_ps(x, t0, t1, t2, t3); break;
+      case Fn::kSigmoid: sigmoid_ps(x, x, t0, t1, t2, t3); break;
       case Fn::kSilu: silu_ps(x, t0, t1, t2, t3, t4); break;
       case Fn::kGeluErf: gelu_erf_ps(x, t0, t1, t2, t3); break;
       case Fn::kGeluTanh: gelu_tanh_ps(x, t0, t1, t2, t3, t4); break;

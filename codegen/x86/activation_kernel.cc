@@ -94,7 +94,7 @@ class ActivationGenerator : public Generator {
   // The constants of a pairs step, most used first (as many as there are spare registers are
   // pinned; the rest stay memory operands): the rounding and packing ones, then silu's exp.
   std::vector<uint32_t> pairs_constants() const {
-    std::vector<uint32_t> bits{0xFFFF0000, 0x10000, 0x7FFF, 1};
+    std::vector<uint32_t> bits(kBf16PairsConstants.begin(), kBf16PairsConstants.end());
     if (op_ == OpKind::kSiluAndMul || op_ == OpKind::kMulAndSilu) {
       for (float c : {1.0f, 1.44269504088896341f, 0.07706379145383835f, 0.2276485413312912f,
                       0.6951159834861755f}) {
@@ -231,8 +231,7 @@ class ActivationGenerator : public Generator {
     const Group t0 = slot(2, 2), t1 = slot(3, 2), t2 = slot(4, 2), t3 = slot(5, 2), t4 = slot(6, 2);
     const auto split = [&](const Group& dst, const RegExp& addr) {
       vmovdqu32(Zmm(dst[1].getIdx()), ptr[addr]);
-      vpslld(dst[0], dst[1], 16);
-      vpandd(dst[1], dst[1], cst_bits(0xFFFF0000));
+      split_bf16_pairs(dst[0], dst[1], dst[1]);
     };
     // Software prefetch 1 KiB ahead on the three streams (x, y read; out written, so
     // prefetchw takes its line in exclusive state): at this kernel's compute rate the hardware
@@ -256,32 +255,14 @@ class ActivationGenerator : public Generator {
     }
     for (int u = 0; u < 2; ++u) {
       // fatrelu selects exactly: nothing to round before the product.
-      if (op_ != OpKind::kFatreluAndMul) round_bits_to_bf16(activated[u], t0[u]);
+      if (op_ != OpKind::kFatreluAndMul) round_bits_to_bf16(activated[u], k2);
       vmulps(activated[u], activated[u], other[u]);
     }
     // Pack: the even result's rounded bits shifted down, or'ed with the odd result's top half.
-    const Zmm even(activated[0].getIdx()), odd(activated[1].getIdx());
-    add_bf16_rounding_bias(even, Zmm(t0[0].getIdx()));
-    add_bf16_rounding_bias(odd, Zmm(t0[1].getIdx()));
-    vpsrld(even, even, 16);
-    constexpr uint8_t kOddTopOrEven = 0xEC;  // (odd & mask) | even
-    vpternlogd(odd, even, cst_bits(0xFFFF0000), kOddTopOrEven);
-    vmovdqu32(ptr[at(reg_dst_, constant_offset, 0, 1)], odd);
-  }
-
-  // x += 0x7FFF + bit 16 of x: the carry into bit 16 is round to nearest even on the 16 bits
-  // a bf16 drops (bit 16 is tested into a mask, so no shift is needed). Exact for every value
-  // of these kernels, NaN included: every NaN here comes from a bf16 input or is the default
-  // NaN, so its low 16 bits are zero and nothing carries. Uses k2.
-  void add_bf16_rounding_bias(const Zmm& x, const Zmm&) {
-    vptestmd(k2, x, cst_bits(0x10000));
-    vpaddd(x, x, cst_bits(0x7FFF));
-    vpaddd(x | k2, x, cst_bits(1));
-  }
-  // x = fp32 bits of rnd_bf16(x).
-  void round_bits_to_bf16(const Xmm& x, const Xmm& t) {
-    add_bf16_rounding_bias(Zmm(x.getIdx()), Zmm(t.getIdx()));
-    vpandd(x, x, cst_bits(0xFFFF0000));
+    // Every NaN here comes from a bf16 input or is the default NaN, so its low half is zero
+    // and the integer rounding is exact for it too.
+    pack_bf16_pairs(activated[1], activated[0], k2);
+    vmovdqu32(ptr[at(reg_dst_, constant_offset, 0, 1)], activated[1]);
   }
 
   void swiglu(const Group& gate, const Group& up, const Group& t0, const Group& t1, const Group& t2,

@@ -230,6 +230,30 @@ void Generator::load_f32(const Xmm& dst, DType dtype, const RegExp& addr, int co
   }
 }
 
+void Generator::split_bf16_pairs(const Xmm& even, const Xmm& odd, const Xmm& v) {
+  vpslld(even, v, 16);
+  vpandd(odd, v, cst_bits(0xFFFF0000));
+}
+
+void Generator::add_bf16_rounding_bias(const Xmm& x, const Xbyak::Opmask& k) {
+  vptestmd(k, x, cst_bits(0x10000));
+  vpaddd(x, x, cst_bits(0x7FFF));
+  vpaddd(x | k, x, cst_bits(1));
+}
+
+void Generator::round_bits_to_bf16(const Xmm& x, const Xbyak::Opmask& k) {
+  add_bf16_rounding_bias(x, k);
+  vpandd(x, x, cst_bits(0xFFFF0000));
+}
+
+void Generator::pack_bf16_pairs(const Xmm& odd, const Xmm& even, const Xbyak::Opmask& k) {
+  add_bf16_rounding_bias(even, k);
+  add_bf16_rounding_bias(odd, k);
+  vpsrld(even, even, 16);
+  constexpr uint8_t kOddTopOrEven = 0xEC;  // (odd & mask) | even
+  vpternlogd(odd, even, cst_bits(0xFFFF0000), kOddTopOrEven);
+}
+
 void Generator::bf16_round_bits(const Xmm& x) {
   // Round to nearest even on the 16 dropped bits: x + 0x7FFF + (bit 16 of x), then clear the
   // low half. NaN lanes would carry into the exponent, so they keep x with the quiet bit set.

@@ -83,6 +83,26 @@ class Generator : public Xbyak::CodeGenerator {
   /// In place: x = fp32 bits of rnd_bf16(x), round to nearest even on the 16 dropped bits
   /// (denormals exact, NaN stays a quiet NaN). Uses vmm14 and (AVX-512) k2.
   void bf16_round_bits(const Xmm& x);
+  // ---- bf16 pairs (AVX-512): a dword of a bf16 row holds elements 2i (low half) and 2i+1
+  // (high half). The helpers below work on that layout with integer ops only (no vcvtne*bf16,
+  // which costs 2 cycles per vector here and flushes denormals). Their constants
+  // (kBf16PairsConstants) are worth pinning in a hot loop.
+  /// The constants the pairs helpers use: the high-half mask, bit 16, 0x7FFF and 1.
+  static constexpr std::array<uint32_t, 4> kBf16PairsConstants{0xFFFF0000, 0x10000, 0x7FFF, 1};
+  /// even = fp32 of the low bf16 of each dword of `v`, odd = fp32 of the high one (one shift
+  /// and one and). odd may be v.
+  void split_bf16_pairs(const Xmm& even, const Xmm& odd, const Xmm& v);
+  /// x += 0x7FFF + bit 16 of x (bit 16 tested into `k`, no shift): the carry into bit 16 is
+  /// round to nearest even on the 16 bits a bf16 drops, so x's high half is rnd_bf16(x). Exact
+  /// for every non-NaN x, denormals included, and for a NaN whose low half is zero (nothing
+  /// carries): every NaN computed from bf16 inputs, and the default NaN.
+  void add_bf16_rounding_bias(const Xmm& x, const Xbyak::Opmask& k);
+  /// x = fp32 bits of rnd_bf16(x) (add_bf16_rounding_bias, then the low half cleared).
+  void round_bits_to_bf16(const Xmm& x, const Xbyak::Opmask& k);
+  /// odd = the dwords of rnd_bf16(even) (low half) and rnd_bf16(odd) (high half): the store
+  /// form of a pairs vector. even is clobbered.
+  void pack_bf16_pairs(const Xmm& odd, const Xmm& even, const Xbyak::Opmask& k);
+
   /// Sums the lanes of `x` into lane 0 of x's xmm.
   void reduce_sum(const Xmm& x);
 

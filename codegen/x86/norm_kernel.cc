@@ -135,7 +135,7 @@ class NormGenerator : public Generator {
       for (int u = 0; u < kPairsUnroll; ++u) {
         const PairRegs r = pair_regs(u);
         vmovdqu32(r.v, ptr[reg_src_ + reg_idx_ * 2 + u * 64]);
-        split_pairs(r.even, r.odd, r.v);
+        split_bf16_pairs(r.even, r.odd, r.v);
         vfmadd231ps(Zmm(kAcc + 2 * u), r.even, r.even);
         vfmadd231ps(Zmm(kAcc + 2 * u + 1), r.odd, r.odd);
       }
@@ -216,26 +216,22 @@ class NormGenerator : public Generator {
       prefetcht0(ptr[at(reg_next_src_)]);
       prefetchw(ptr[at(reg_next_res_)]);
       vmovdqu32(r.v, ptr[at(reg_src_)]);
-      split_pairs(r.even, r.odd, r.v);
+      split_bf16_pairs(r.even, r.odd, r.v);
       vmulps(r.even, r.even, inv);
       vmulps(r.odd, r.odd, inv);
       if (p_.weight) {
         // y = rnd(rnd(z * inv) * w): the inner rounding on the fp32 bits (no NaN here).
-        round_finite_to_bf16(r.even, r.t);
-        round_finite_to_bf16(r.odd, r.t);
+        round_bits_to_bf16(r.even, k4);
+        round_bits_to_bf16(r.odd, k4);
         vmovdqu32(r.v, ptr[at(reg_w_)]);
-        split_pairs(r.t, r.v, r.v);
+        split_bf16_pairs(r.t, r.v, r.v);
         vmulps(r.even, r.even, r.t);
         vmulps(r.odd, r.odd, r.v);
       }
       // Pack on the bits: even's rounded top half shifted down, or'ed into odd's top half.
       // Exact for every value here, denormals included (vcvtne2ps2bf16 would flush them and
       // need a guard) and NaN (a NaN product carries a bf16 NaN's payload: low half zero).
-      add_bf16_rounding_bias(r.even);
-      add_bf16_rounding_bias(r.odd);
-      vpsrld(r.even, r.even, 16);
-      constexpr uint8_t kOddTopOrEven = 0xEC;  // (odd & mask) | even
-      vpternlogd(r.odd, r.even, cst_bits(0xFFFF0000), kOddTopOrEven);
+      pack_bf16_pairs(r.odd, r.even, k4);
       vmovdqu32(ptr[at(reg_dst_)], r.odd);
     }
     add(reg_idx_, kPairsBlock);
@@ -280,8 +276,7 @@ class NormGenerator : public Generator {
   static constexpr int kCheck = 30, kSavedSs = 31;
   // The pairs loops' constants live in zmm20..23 (the high-half mask first: pass 1 needs only
   // it), so the loops issue no constant loads.
-  static constexpr std::array<uint32_t, 4> kPairsConstantBits{0xFFFF0000, 0x10000, 0x7FFF, 1};
-  static constexpr std::span<const uint32_t> kPairsConstants{kPairsConstantBits};
+  static constexpr std::span<const uint32_t> kPairsConstants{kBf16PairsConstants};
   static constexpr std::array<int, 4> kConstantRegs{20, 21, 22, 23};
   struct PairRegs {
     Zmm v, even, odd, t;
@@ -294,24 +289,6 @@ class NormGenerator : public Generator {
   }
   bool pairs_path() const {
     return !fused_ && p_.dtype == DType::kBF16 && avx512() && p_.hidden >= kPairsBlock;
-  }
-  // even = fp32 of the low bf16 of each dword, odd = fp32 of the high one. odd may alias v.
-  void split_pairs(const Zmm& even, const Zmm& odd, const Zmm& v) {
-    vpslld(even, v, 16);
-    vpandd(odd, v, cst_bits(0xFFFF0000));
-  }
-  // x += 0x7FFF + bit 16 of x (tested into k4, no shift): the carry into bit 16 is round to
-  // nearest even on the 16 bits a bf16 drops. Exact for every non-NaN x, denormals included,
-  // and for a NaN whose low half is zero (nothing carries).
-  void add_bf16_rounding_bias(const Zmm& x) {
-    vptestmd(k4, x, cst_bits(0x10000));
-    vpaddd(x, x, cst_bits(0x7FFF));
-    vpaddd(x | k4, x, cst_bits(1));
-  }
-  // x = fp32 bits of rnd_bf16(x) (no NaN: the inner rounding of a finite row).
-  void round_finite_to_bf16(const Zmm& x, const Zmm&) {
-    add_bf16_rounding_bias(x);
-    vpandd(x, x, cst_bits(0xFFFF0000));
   }
 
   const ir::NormParams p_;

@@ -7,6 +7,14 @@
 // with c, s rounded to T first (the classic kernel reads the cache as T). Products are not
 // fused into FMAs: each is rounded, as the contract says. Elements rot_dim..D-1 are untouched.
 // Vectorised over j; GPT-J pairs are split into even/odd lanes and interleaved back on store.
+//
+// bf16 on AVX-512 (the pairs path): a dword of the row holds two bf16, so one shift and one and
+// give both as fp32 (NeoX: elements 2i and 2i+1 of each half, with the cos/sin row split the
+// same way; GPT-J: x and y of pair i directly), every rounding is done on the fp32 bits and the
+// halves are packed back with a shift and a vpternlogd (Generator's bf16 pairs helpers). That
+// is ~30% fewer uops than widening with vpmovzxwd and rounding with vcvtneps2bf16 (2 cycles per
+// vector here, plus a denormal guard per product), and the loop's constants stay in registers.
+#include <array>
 #include <cstddef>
 
 #include "codegen/x86/generator.h"
@@ -24,7 +32,8 @@ class RopeGenerator : public Generator {
         p_(p),
         esize_(int(dtype_size(p.dtype))),
         cache_esize_(int(dtype_size(p.cache_dtype))),
-        hoist_cache_(avx512() && kHoisted + 2 * cache_vectors() <= 32) {}
+        hoist_cache_(avx512() && kHoisted + 2 * cache_vectors() <= 32),
+        pairs_(pairs_path()) {}
 
   void generate() {
     prologue();
@@ -42,7 +51,17 @@ class RopeGenerator : public Generator {
     mov(reg_cache_row_, ptr[reg_positions_ + reg_row_ * 8]);
     imul(reg_cache_row_, reg_cache_row_, p_.rot_dim * cache_esize_);
     add(reg_cache_row_, reg_cache_);
-    if (hoist_cache_) {
+    if (pairs_ && neox()) {
+      // The token's cos/sin as pairs (bf16 cache: exact, nothing to round), in registers for
+      // all its heads.
+      for (int b = 0; b < half() / kPairs; ++b) {
+        for (int k = 0; k < 2; ++k) {  // cos, sin
+          const Xmm even = vmm(kHoisted + 4 * b + 2 * k), odd = vmm(kHoisted + 4 * b + 2 * k + 1);
+          vmovdqu32(odd, ptr[reg_cache_row_ + (k * half() + b * kPairs) * 2]);
+          split_bf16_pairs(even, odd, odd);
+        }
+      }
+    } else if (hoist_cache_) {
       // The token's cos/sin, rounded to T once and kept in registers for all its heads.
       for (int v = 0; v < cache_vectors(); ++v)
         load_cache_vector(v, vmm(kHoisted + 2 * v), vmm(kHoisted + 2 * v + 1));
@@ -74,12 +93,80 @@ class RopeGenerator : public Generator {
     add(reg_head_, ptr[reg_args_ + data_offset]);
     mov(reg_head_stride_, ptr[reg_args_ + head_stride_offset]);
     mov(reg_heads_left_, heads);
+    if (pairs_) pin_constants(kBf16PairsConstants, kConstantRegs);
     Label l_head;
     L(l_head);
-    rotate_head();
+    if (pairs_) {
+      rotate_head_pairs();
+    } else {
+      rotate_head();
+    }
     add(reg_head_, reg_head_stride_);
     dec(reg_heads_left_);
     jnz(l_head, T_NEAR);
+    if (pairs_) unpin_constants();
+  }
+
+  // ---- The bf16 pairs path (see the file comment).
+  static constexpr int64_t kPairs = 32;  // elements of a half per pairs vector (NeoX)
+  static constexpr std::array<int, 4> kConstantRegs{8, 9, 10, 11};
+  int64_t half() const { return p_.rot_dim / 2; }
+  bool neox() const { return p_.style == ir::RopeStyle::kNeox; }
+  // NeoX needs the halves in whole 32-element vectors and a bf16 cache (loaded as pairs); GPT-J
+  // needs whole 16-pair vectors and takes its cos/sin from the hoisted fp32 registers.
+  bool pairs_path() const {
+    if (!avx512() || p_.dtype != DType::kBF16) return false;
+    if (neox()) {
+      return p_.cache_dtype == DType::kBF16 && half() % kPairs == 0 &&
+             kHoisted + 4 * (half() / kPairs) <= 32;
+    }
+    return hoist_cache_ && half() % lanes() == 0;
+  }
+
+  // One head: NeoX per 32 elements of each half (x pairs, y pairs); GPT-J per 16 (x, y) pairs.
+  void rotate_head_pairs() {
+    const Xmm xe = vmm(kX), xo = vmm(kY), ye = vmm(kC), yo = vmm(kS);
+    if (neox()) {
+      for (int64_t j = 0; j < half(); j += kPairs) {
+        const int b = int(j / kPairs);
+        const auto x_at = ptr[reg_head_ + j * 2], y_at = ptr[reg_head_ + (half() + j) * 2];
+        vmovdqu32(xo, x_at);
+        split_bf16_pairs(xe, xo, xo);
+        vmovdqu32(yo, y_at);
+        split_bf16_pairs(ye, yo, yo);
+        rotate_bits(xe, ye, vmm(kHoisted + 4 * b), vmm(kHoisted + 4 * b + 2));
+        rotate_bits(xo, yo, vmm(kHoisted + 4 * b + 1), vmm(kHoisted + 4 * b + 3));
+        pack_bf16_pairs(xo, xe, k2);
+        vmovdqu32(x_at, xo);
+        pack_bf16_pairs(yo, ye, k2);
+        vmovdqu32(y_at, yo);
+      }
+      return;
+    }
+    for (int64_t j = 0; j < half(); j += lanes()) {
+      const int v = int(j / lanes());
+      const auto at = ptr[reg_head_ + j * 4];  // pair j = elements 2j, 2j + 1
+      vmovdqu32(xo, at);
+      split_bf16_pairs(xe, xo, xo);  // xe = x, xo = y
+      rotate_bits(xe, xo, vmm(kHoisted + 2 * v), vmm(kHoisted + 2 * v + 1));
+      pack_bf16_pairs(xo, xe, k2);
+      vmovdqu32(at, xo);
+    }
+  }
+
+  // rotate() with the inner roundings on the bits; the outer rounding is the pack's.
+  void rotate_bits(const Xmm& x, const Xmm& y, const Xmm& c, const Xmm& s) {
+    const Xmm a = vmm(kA), b = vmm(kB);
+    vmulps(a, x, c);
+    round_bits_to_bf16(a, k2);
+    vmulps(b, y, s);
+    round_bits_to_bf16(b, k3);
+    vmulps(y, y, c);
+    round_bits_to_bf16(y, k4);
+    vmulps(x, x, s);
+    round_bits_to_bf16(x, k5);
+    vaddps(y, y, x);
+    vsubps(x, a, b);
   }
 
   // Vectors of E pairs, and whether their cos/sin fit in registers (kHoisted.. up to the
@@ -146,6 +233,7 @@ class RopeGenerator : public Generator {
   const int esize_;
   const int cache_esize_;
   const bool hoist_cache_;
+  const bool pairs_;  // pairs_path(), fixed at construction
   const Reg64 reg_positions_ = r8, reg_cache_ = r9, reg_cache_row_ = r10, reg_args_ = r11;
   const Reg64 reg_row_ = r12, reg_row_end_ = r13, reg_head_ = r14, reg_head_stride_ = r15;
   const Reg64 reg_heads_left_ = rbx;

@@ -14,6 +14,7 @@
 #include "codegen/ref/ref.h"
 #include "codegen/x86/attention_kernel.h"
 #include "codegen/x86/x86_backend.h"
+#include "ir/numeric.h"
 #include "ir/params_attention.h"
 #include "ir/params_cache.h"
 #include "ir/params_cpu.h"
@@ -477,6 +478,52 @@ TEST_P(X86AttentionTest, Fp8CloseToTheBf16CacheAsInVllmsTest) {
                         << r.message;
     // Not vacuous: the fp8 output does differ from the bf16 one.
     EXPECT_GT(test::compare(c8.tensors[3], c.tensors[3], test::Tolerance::exact()).mismatches, 0);
+  }
+}
+
+// fp8 caches with a bf16 query take vdpbf16ps from AVX512_BF16 on (the codes converted to
+// bf16 exactly by a table), the fp32 path below it and for f16/f32 queries: on an AVX512_BF16
+// host the Fp8* tests above run both (the avx512_bf16 and avx512 instances).
+TEST(X86AttentionFp8, Bf16QueryTakesTheDpbf16PathFromAvx512Bf16) {
+  for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
+    EXPECT_TRUE(codegen::x86::attention_uses_dpbf16(fp8_spec(kv, DType::kBF16, 64, 32, 8, 2),
+                                                    X86Isa::kAvx512Bf16));
+    EXPECT_FALSE(codegen::x86::attention_uses_dpbf16(fp8_spec(kv, DType::kBF16, 64, 32, 8, 2),
+                                                     X86Isa::kAvx512));
+    EXPECT_FALSE(codegen::x86::attention_uses_dpbf16(fp8_spec(kv, DType::kF16, 64, 32, 8, 2),
+                                                     X86Isa::kAvx512Bf16));
+  }
+}
+
+// Every finite fp8 code of magnitude <= 4 (subnormals, the smallest normals, both signs) in
+// the keys and values decodes exactly on every path: codes cycle through the cache slots of
+// a few requests and the output must match the ref's.
+TEST_P(X86AttentionTest, Fp8SmallCodesDecodeExactly) {
+  for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
+    const DType format = ir::cpu_attn_cache_dtype(DType::kBF16, kv);
+    std::vector<uint8_t> codes;
+    for (int code = 0; code < 256; ++code) {
+      const float v = format == DType::kFp8E5m2 ? numeric::fp8_e5m2_to_f32(uint8_t(code))
+                                                : numeric::fp8_e4m3_to_f32(uint8_t(code));
+      if (std::isfinite(v) && std::fabs(v) <= 4.0f) codes.push_back(uint8_t(code));
+    }
+    for (int64_t head : {16, 57}) {
+      const OpSpec spec = fp8_spec(kv, DType::kBF16, head, 32, 4, 1);
+      const Kernel kernel = compile_x86(spec, GetParam());
+      auto made = test::make_case(spec, 3, InputKind::kNormal, 31);
+      ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+      test::OpCase c = std::move(made).value();
+      for (int t : {1, 2}) {
+        const Tensor view = c.tensors[size_t(t)].tensor();
+        auto* bytes = static_cast<uint8_t*>(view.data());
+        for (int64_t i = 0; i < view.numel(); ++i) {
+          bytes[test::element_offset(view, i)] = codes[size_t(i * 37 + t) % codes.size()];
+        }
+      }
+      const auto report = check_against_ref(kernel, c);
+      EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(GetParam()) << "\n"
+                             << report.message;
+    }
   }
 }
 

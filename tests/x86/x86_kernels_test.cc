@@ -187,7 +187,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-16-pad", 0x960b7baffa996169ull};
+constexpr PinnedCode kAllExampleCode{"x86-16-pad2", 0x5505a5a476b076c7ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

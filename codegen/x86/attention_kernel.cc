@@ -25,15 +25,11 @@
 //     pair (p[t], p[t+1]) rounded to bf16 (vcvtneps2bf16) and broadcast. As in vLLM's AMX
 //     path, probabilities are bf16 in P·V while l sums the fp32 values. An odd last key is
 //     paired with a zero row, so no V row past kv_end is ever read.
-//     fp8 caches (kv=fp8_e4m3/fp8_e5m2, spec §3.6) with a bf16 query take this path too: each
-//     row of codes is widened to words and converted to bf16 exactly by a table lookup
-//     (fp8_to_bf16: every fp8 value is a normal bf16), then interleaved as above.
-//   fp32 (f32/f16 always, bf16 without AVX512_BF16, every dtype at AVX2, fp8 caches with an
-//     f32/f16 query or below AVX512_BF16): K and V widened to fp32 on load, FMA with the
-//     broadcast fp32 query / probability. An fp8 cache holds one byte per element: the load
-//     decodes the codes exactly (Generator::fp8_decode).
-//   Either way the runner folds the fp8 scales in, k_scale into the logit scale and v_scale
-//     into the final 1/l.
+//   fp32 (f32/f16 always, bf16 without AVX512_BF16, every dtype at AVX2, every fp8 cache): K
+//     and V widened to fp32 on load, FMA with the broadcast fp32 query / probability. An fp8
+//     cache (kv=fp8_e4m3/fp8_e5m2, spec §3.6) holds one byte per element: the load decodes the
+//     codes exactly (Generator::fp8_decode) and the runner folds the scales in, k_scale into
+//     the logit scale and v_scale into the final 1/l.
 //   amx (isa=amx cache layout, AMX-BF16): the same steps on tiles. The amx K slab is the B-tile
 //     layout of Q·Kᵀ (16 dim pairs x 16 keys x 2 per 1024-byte tile) and the amx V slab the
 //     B-tile layout of P·V (16 key pairs x 16 dims x 2), so no interleaving is needed:
@@ -68,7 +64,6 @@
 #include <limits>
 
 #include "codegen/x86/generator.h"
-#include "ir/numeric.h"
 #include "ir/params_cache.h"
 #include "ir/params_cpu.h"
 
@@ -91,7 +86,6 @@ class AttentionGenerator : public Generator {
         amx_(p.isa == ir::CpuAttnIsa::kAmx),
         emulate_(amx_ && isa < X86Isa::kAmx),
         dpbf16_(dpbf16),
-        fp8_pairs_(dpbf16 && !amx_ && p.kv != ir::KvCacheDtype::kAuto),
         group_(group),
         max_rows_(max_rows),
         esize_(int(dtype_size(p.dtype))),
@@ -143,7 +137,6 @@ class AttentionGenerator : public Generator {
     mov(r10, ptr[ARG(kv_begin)]);
     mov(r11, ptr[ARG(first_block)]);
     mov(r12, ptr[ARG(first_offset)]);
-    if (fp8_pairs_) load_fp8_tables();
     L(l_group);
     cmp(r10, ptr[ARG(kv_end)]);
     jge(l_end, T_NEAR);
@@ -490,7 +483,7 @@ class AttentionGenerator : public Generator {
 
   void emit_qk_dpbf16(int rows) {
     const int64_t d = p_.head_size;
-    const int64_t row_bytes = int64_t(p_.block_size) * kv_esize_;  // one dim row of the K slab
+    const int64_t row_bytes = int64_t(p_.block_size) * 2;  // one dim row of the K slab
     constexpr int kUnroll = 4;  // pairs per loop step; the (D/2) % 4 rest follows the loop
     for (int k = 0; k < rows * nv_; ++k) uni_vpxor(acc_reg(k), acc_reg(k), acc_reg(k));
     load_pair_tables(nv_);
@@ -503,11 +496,7 @@ class AttentionGenerator : public Generator {
       const Zmm pairs[2] = {zwork(1), zwork(2)};
       const Address a_addr = ptr[r13 + (2 * u) * row_bytes];
       const Address b_addr = ptr[r13 + (2 * u + 1) * row_bytes];
-      if (fp8_pairs_) {
-        interleave_fp8(pairs, nv_, a_addr, odd_last ? nullptr : &b_addr, false);
-      } else {
-        interleave(pairs, nv_, a_addr, odd_last ? nullptr : &b_addr);
-      }
+      interleave(pairs, nv_, a_addr, odd_last ? nullptr : &b_addr);
       for (int r = 0; r < rows; ++r) {
         // One broadcast load per row, shared by its nv products (halves the load-port uops
         // of an embedded broadcast per product).
@@ -803,76 +792,9 @@ class AttentionGenerator : public Generator {
     vpermw(dst[0], zwork(5), a);
   }
 
-  // ---- fp8 codes as bf16 (the vdpbf16ps path over fp8 caches) ----------------------------
-  // Every e4m3fn / e5m2 value (subnormals, e5m2 inf and the NaNs included) is a normal bf16,
-  // so the conversion is exact: a 128-entry table of the magnitudes' bf16 bits, looked up
-  // with two vpermt2w (64 words each: zmm27/28 for codes 0..63, zmm29/30 for 64..127; the
-  // index's bit 6 selects between them), and the code's sign moved to bit 15. The scales stay
-  // where the fp32 path has them (k_scale in the logit scale, v_scale in 1/l).
-  static constexpr int kFp8TableReg = 27;  // zmm27..30; zmm31 is the conversion's scratch
-  void load_fp8_tables() {
-    const DType format = ir::cpu_attn_cache_dtype(p_.dtype, p_.kv);
-    for (int t = 0; t < 4; ++t) {
-      std::array<uint32_t, 16> words{};
-      for (int i = 0; i < 32; ++i) {
-        const auto code = uint8_t(t * 32 + i);
-        const float v = format == DType::kFp8E5m2 ? numeric::fp8_e5m2_to_f32(code)
-                                                  : numeric::fp8_e4m3_to_f32(code);
-        words[size_t(i / 2)] |= uint32_t(numeric::f32_to_bf16(v)) << (16 * (i % 2));
-      }
-      vmovdqu32(Zmm(kFp8TableReg + t), cst_table(words));
-    }
-  }
-  // In place: x holds codes zero-extended to words -> their bf16 bits. Uses zmm31, `t` and
-  // k5.
-  void fp8_to_bf16(const Zmm& x, const Zmm& t) {
-    const Zmm u = Zmm(31);
-    vmovdqa32(t, Zmm(kFp8TableReg));
-    vpermt2w(t, x, Zmm(kFp8TableReg + 1));  // table[x & 63]
-    vmovdqa32(u, Zmm(kFp8TableReg + 2));
-    vpermt2w(u, x, Zmm(kFp8TableReg + 3));  // table[64 + (x & 63)]
-    vptestmw(k5, x, cst_bits(0x00400040));  // bit 6 of the code
-    vmovdqu16(t | k5, u);
-    vpsllw(x, x, 8);  // the sign (bit 7) to bit 15
-    // x = t | (x & 0x8000): vpternlogd truth table B | (A & C) = 0xEC.
-    vpternlogd(x, t, cst_bits(0x80008000), 0xEC);
-  }
-  // As interleave / interleave_masked, for rows of fp8 codes (`count`·16 bytes each; `masked`:
-  // only the k7 words of each row are read): each row is widened to words, converted to bf16
-  // and the pair interleaved in registers.
-  void interleave_fp8(const Zmm* dst, int count, const Address& a_addr, const Address* b_addr,
-                      bool masked) {
-    const Zmm a = zwork(0);
-    const Zmm b = zwork(4);
-    const auto load_row = [&](const Zmm& x, const Address& addr) {
-      if (count == 2) {
-        vpmovzxbw(masked ? (x | k7 | T_z) : x, addr);
-      } else {
-        const Ymm y(x.getIdx());
-        vpmovzxbw(masked ? (y | k7 | T_z) : y, addr);  // zeroes words 16..31 too
-      }
-      fp8_to_bf16(x, zwork(1));
-    };
-    load_row(a, a_addr);
-    if (b_addr != nullptr) {
-      load_row(b, *b_addr);
-    } else {
-      vpxord(b, b, b);
-    }
-    if (count == 2) {
-      for (int h = 0; h < 2; ++h) {
-        vmovdqa32(dst[h], h == 0 ? zwork(5) : zwork(6));  // the index tables
-        vpermi2w(dst[h], a, b);
-      }
-      return;
-    }
-    vinserti64x4(a, a, Ymm(b.getIdx()), 1);
-    vpermw(dst[0], zwork(5), a);
-  }
-
   void emit_pv_dpbf16(int rows) {
     const int64_t d = p_.head_size;
-    const int64_t v_row = d * kv_esize_;
+    const int64_t v_row = d * 2;
     const int prob_offset = max_rows_ * kGroupMax * 4;
     for (int64_t c0 = 0; c0 < d; c0 += 32) {
       const int n = int(std::min<int64_t>(d - c0, 32));  // dims of this chunk
@@ -885,9 +807,7 @@ class AttentionGenerator : public Generator {
         kmovd(k7, eax);
       }
       const auto pair_rows = [&](const Zmm* dst, const Address& a_addr, const Address* b_addr) {
-        if (fp8_pairs_) {
-          interleave_fp8(dst, count, a_addr, b_addr, masked);
-        } else if (masked) {
+        if (masked) {
           interleave_masked(dst, count, a_addr, b_addr);
         } else {
           interleave(dst, count, a_addr, b_addr);
@@ -918,8 +838,8 @@ class AttentionGenerator : public Generator {
       };
       L(l_pair);
       {
-        const Address b_addr = ptr[r13 + v_row + c0 * kv_esize_];
-        pair_rows(pairs, ptr[r13 + c0 * kv_esize_], &b_addr);
+        const Address b_addr = ptr[r13 + v_row + c0 * 2];
+        pair_rows(pairs, ptr[r13 + c0 * 2], &b_addr);
       }
       accumulate();
       add(r13, 2 * v_row);
@@ -929,7 +849,7 @@ class AttentionGenerator : public Generator {
       L(l_tail);
       test(rbx, 1);
       jz(l_store, T_NEAR);
-      pair_rows(pairs, ptr[r13 + c0 * kv_esize_], nullptr);  // (v[t], 0) pairs
+      pair_rows(pairs, ptr[r13 + c0 * 2], nullptr);  // (v[t], 0) pairs
       accumulate();
       L(l_store);
       store_acc(rows, c0, count, masked ? tail : 16);
@@ -1017,7 +937,6 @@ class AttentionGenerator : public Generator {
   bool amx_;
   bool emulate_;  // amx layout without AMX: tiles emulated with AVX512_BF16
   bool dpbf16_;
-  bool fp8_pairs_;  // dpbf16 over an fp8 cache: codes -> bf16 by table (fp8_to_bf16)
   int group_;
   int max_rows_;
   int esize_;
@@ -1031,13 +950,8 @@ class AttentionGenerator : public Generator {
 
 bool attention_uses_dpbf16(const OpSpec& spec, X86Isa isa) {
   const auto& p = spec.get<ir::CpuAttentionParams>();
-  // fp8 caches with a bf16 query at AVX512_BF16: the codes are converted to bf16 exactly and
-  // take vdpbf16ps; other query types keep the fp32 path (decode to fp32 on load), since
-  // their tolerances do not allow a bf16-rounded query or bf16 probabilities. (The amx layout
-  // rejects fp8.)
-  if (p.isa != ir::CpuAttnIsa::kAmx && p.kv != ir::KvCacheDtype::kAuto) {
-    return isa >= X86Isa::kAvx512Bf16 && p.dtype == DType::kBF16;
-  }
+  // fp8 caches take the fp32 path (decode to fp32 on load; the amx layout rejects fp8).
+  if (p.isa != ir::CpuAttnIsa::kAmx && p.kv != ir::KvCacheDtype::kAuto) return false;
   return p.isa == ir::CpuAttnIsa::kAmx || (isa >= X86Isa::kAvx512Bf16 && p.dtype == DType::kBF16);
 }
 

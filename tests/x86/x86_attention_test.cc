@@ -481,20 +481,6 @@ TEST_P(X86AttentionTest, Fp8CloseToTheBf16CacheAsInVllmsTest) {
   }
 }
 
-// fp8 caches with a bf16 query take vdpbf16ps from AVX512_BF16 on (the codes converted to
-// bf16 exactly by a table), the fp32 path below it and for f16/f32 queries: on an AVX512_BF16
-// host the Fp8* tests above run both (the avx512_bf16 and avx512 instances).
-TEST(X86AttentionFp8, Bf16QueryTakesTheDpbf16PathFromAvx512Bf16) {
-  for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
-    EXPECT_TRUE(codegen::x86::attention_uses_dpbf16(fp8_spec(kv, DType::kBF16, 64, 32, 8, 2),
-                                                    X86Isa::kAvx512Bf16));
-    EXPECT_FALSE(codegen::x86::attention_uses_dpbf16(fp8_spec(kv, DType::kBF16, 64, 32, 8, 2),
-                                                     X86Isa::kAvx512));
-    EXPECT_FALSE(codegen::x86::attention_uses_dpbf16(fp8_spec(kv, DType::kF16, 64, 32, 8, 2),
-                                                     X86Isa::kAvx512Bf16));
-  }
-}
-
 // Every finite fp8 code of magnitude <= 4 (subnormals, the smallest normals, both signs) in
 // the keys and values decodes exactly on every path: codes cycle through the cache slots of
 // a few requests and the output must match the ref's.

@@ -187,7 +187,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-16-pad2", 0x5505a5a476b076c7ull};
+constexpr PinnedCode kAllExampleCode{"x86-16-pad3", 0xeb72c1c6d1aebfebull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -389,6 +389,70 @@ void register_paged() {
   }
 }
 
+// fp8 KV decode (kv=fp8_e4m3, bf16 query, the decode shapes above; compare with the
+// decode/kiln_vec rows of the bf16 cache): GB/s of fp8 KV read per second of CPU time against
+// the copy ceiling measured the same way, and (key, KV head) pairs per second. At AVX512_BF16
+// and at AVX-512 (both take the fp32 path: codes decoded to fp32 on load).
+void bm_fp8_decode(benchmark::State& state, int64_t batch, int64_t context, int threads,
+                   X86Isa isa) {
+  auto p = make_problem(batch, 1, context, ir::CpuAttnIsa::kVec);
+  OpSpec spec = attention_spec(ir::CpuAttnIsa::kVec);
+  auto params = spec.get<ir::CpuAttentionParams>();
+  params.kv = ir::KvCacheDtype::kFp8E4m3;
+  spec = OpSpec::make(OpKind::kCpuAttentionWithKvCache, params);
+  const float k_scale = 0.05f, v_scale = 0.05f;
+  std::vector<uint8_t> key_codes(p->key_cache.size()), value_codes(p->value_cache.size());
+  for (size_t i = 0; i < key_codes.size(); ++i) {
+    key_codes[i] = numeric::f32_to_fp8_e4m3(numeric::bf16_to_f32(p->key_cache[i]) / k_scale);
+    value_codes[i] = numeric::f32_to_fp8_e4m3(numeric::bf16_to_f32(p->value_cache[i]) / v_scale);
+  }
+  const std::initializer_list<int64_t> cache_sizes = {p->blocks, kHeadsKv, kBlockSize, kHeadSize};
+  KernelArgs args = p->args;
+  args.tensors[1] = Tensor(key_codes.data(), DType::kU8, cache_sizes);
+  args.tensors[2] = Tensor(value_codes.data(), DType::kU8, cache_sizes);
+  args.add_scalar(k_scale).add_scalar(v_scale);
+  CompileOptions options;
+  options.backend = BackendKind::kX86;
+  options.isa = isa;
+  options.config = Config().set("threads", threads);
+  auto kernel = compile(spec, options);
+  if (!kernel.is_ok()) {
+    state.SkipWithError(kernel.status().to_string().c_str());
+    return;
+  }
+  const double cpu_start = process_cpu_seconds();
+  for (auto _ : state) {
+    if (!kernel->run_unchecked(args).is_ok()) {
+      state.SkipWithError("kernel failed");
+      break;
+    }
+    benchmark::ClobberMemory();
+  }
+  const double calls = double(std::max<int64_t>(1, state.iterations()));
+  const double cpu = (process_cpu_seconds() - cpu_start) / double(threads) / calls;
+  const Estimate e = estimates(spec, {.tokens = batch, .batch = batch, .context = context});
+  state.counters["GB/s_cpu"] = e.bytes / cpu / 1e9;
+  state.counters["pct_of_copy_cpu"] = 100.0 * e.bytes / cpu / 1e9 / copy_gbps_cpu(threads);
+  state.counters["Mkeys/s_cpu"] = double(batch * context * kHeadsKv) / cpu / 1e6;
+}
+
+void register_fp8() {
+  for (X86Isa isa : {X86Isa::kAvx512Bf16, X86Isa::kAvx512}) {
+    if (detect_host_x86_isa() < isa) continue;
+    for (int64_t batch : {1, 8}) {
+      for (int64_t context : {2048, 8192}) {
+        benchmark::RegisterBenchmark(
+            fmt::format("decode_fp8_e4m3/{}/batch:{}/context:{}/threads:1", x86_isa_name(isa),
+                        batch, context)
+                .c_str(),
+            [=](benchmark::State& s) { bm_fp8_decode(s, batch, context, 1, isa); })
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(0.2);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -404,6 +468,7 @@ int main(int argc, char** argv) {
   }
   register_all();
   register_paged();
+  register_fp8();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

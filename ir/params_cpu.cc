@@ -14,7 +14,19 @@ double ceil_div(int64_t a, int64_t b) {
   return double((a + b - 1) / b);
 }
 
-// The rules every CPU-attention op shares: dtype per ISA, head size per HeadDimAlignment.
+// The rules every CPU-attention op shares: dtype per ISA, head size per ISA.
+//
+// Head sizes (a superset of vLLM, whose generated dispatch table only has 32, 64, 80, 96, 112,
+// 128, 160, 192, 224, 256 and errors on the rest):
+//   vec, vec16  any head size 1..kMaxHeadSize. Their slabs are K transposed (key t of dim d at
+//               d·bs + t) and V natural (t·D + d): the formulas of spec §3.3 are well defined
+//               for every D, so kiln serves e.g. 40, 72, 100 or 57 with the same layout, where
+//               vLLM rejects them (its HeadDimAlignment of 32 / 16 is a tiling unit of its
+//               fixed kernels, not a property of the layout). Backends mask the dim tails.
+//   amx         a multiple of 32: the K slab packs 32-dim chunks into 16 x 64-byte B tiles and
+//               the V slab 16-dim groups; another D has no tile layout.
+//   neon        a multiple of 32 (vLLM's rule): the arm backend's kernels step the head in
+//               whole 16-lane chunks without a tail.
 Status check_isa_dtype_head(CpuAttnIsa isa, DType dtype, int64_t head_size) {
   KILN_RETURN_IF_ERROR(check_field_float("dtype", dtype));
   if (isa == CpuAttnIsa::kAmx && dtype != DType::kBF16) {
@@ -26,9 +38,12 @@ Status check_isa_dtype_head(CpuAttnIsa isa, DType dtype, int64_t head_size) {
   const int64_t align = cpu_attn_head_alignment(isa);
   if (head_size % align != 0) {
     return invalid_argument(fmt::format(
-        "head_size={} must be a multiple of {} for isa={} (its HeadDimAlignment){}", head_size,
-        align, enum_name(isa),
-        head_size % 16 == 0 ? "; head sizes that are multiples of 16 run as isa=vec16" : ""));
+        "head_size={} must be a multiple of {} for isa={} ({}); isa=vec and isa=vec16 accept "
+        "any head size 1..{}",
+        head_size, align, enum_name(isa),
+        isa == CpuAttnIsa::kAmx ? "its K/V slabs are AMX tiles of 32-dim chunks"
+                                : "the neon kernels step the head in whole vectors",
+        kMaxHeadSize));
   }
   return Status::ok();
 }
@@ -75,7 +90,7 @@ int64_t cpu_attn_block_alignment(CpuAttnIsa isa) {
 }
 
 int64_t cpu_attn_head_alignment(CpuAttnIsa isa) {
-  return isa == CpuAttnIsa::kVec16 ? 16 : 32;
+  return isa == CpuAttnIsa::kAmx || isa == CpuAttnIsa::kNeon ? 32 : 1;
 }
 
 Status validate(OpKind, const CpuAttnSchedulerParams& p) {

@@ -34,8 +34,10 @@ namespace jit::ir {
 /// vLLM's CPU-attention ISA string. It fixes the K/V slab layout written by
 /// cpu_attn_reshape_and_cache, the tiling units and the probability precision, so the same
 /// value must be used by the scheduler, the cache write and the attention:
-/// vec (AVX2/AVX-512: BlockSizeAlignment 32, HeadDimAlignment 32), vec16 (16, 16),
-/// amx (AMX-BF16, bf16 only: 32, 32), neon (AArch64 FMLA: 32, 32).
+/// vec (AVX2/AVX-512: BlockSizeAlignment 32, any head size), vec16 (16, any head size),
+/// amx (AMX-BF16, bf16 only: 32, head a multiple of 32), neon (AArch64 FMLA: 32, 32).
+/// vLLM also requires head sizes that are multiples of 32 (16 for vec16); kiln's vec and vec16
+/// layouts are defined for every head size and are served for all of them.
 enum class CpuAttnIsa : uint8_t { kVec, kVec16, kAmx, kNeon };
 
 template <>
@@ -45,7 +47,8 @@ struct EnumNames<CpuAttnIsa> {
 
 /// Tokens per BlockSizeAlignment unit of `isa` (block sizes must be multiples of it).
 int64_t cpu_attn_block_alignment(CpuAttnIsa isa);
-/// Head dims per HeadDimAlignment unit of `isa` (head sizes must be multiples of it).
+/// The head-size granule kiln requires for `isa` (head sizes must be multiples of it): 32 for
+/// amx (tile layout) and neon (whole-vector kernels), 1 for vec and vec16 (any head size).
 int64_t cpu_attn_head_alignment(CpuAttnIsa isa);
 
 /// Visits the optional `kv` field of the CPU-attention params: always when `Self` is mutable

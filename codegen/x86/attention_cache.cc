@@ -3,6 +3,8 @@
 // contiguous copy of the head's D elements). amx slabs (bf16): K[(t/16)·16D + (d/2)·32 +
 // (t%16)·2 + d%2] (one dword store per dim pair) and V[(d/16)·16bs + (t/2)·32 + (d%16)·2 + t%2]
 // (one word store per dim). Raw element copies, so the result is bit-exact for every value.
+// Any head size for the vec layouts: the K element loop has a D % 4 rest, the V copy a masked
+// (AVX-512) or scalar (AVX2) tail, and the fp8 encode a D % lanes tail vector.
 // fp8 caches (kv=fp8_e4m3/fp8_e5m2, spec §3.6; vec layout only, supports() rejects amx): each
 // head row is widened to fp32, divided by k_scale / v_scale (vdivps: the fp32 quotient of the
 // spec's fp8(x / scale), bit-exact with the ref) and encoded (Generator::fp8_encode); V codes
@@ -59,9 +61,10 @@ class CacheWriteGenerator : public Generator {
     const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
     const int csize = fp8 ? 1 : esize;  // bytes per cache element
     prologue();
-    // fp8: the K codes of one head row, staged at [rsp] (D bytes, a multiple of 64). Nothing
-    // below uses the Generator's tail staging (every vector is full: D % lanes == 0).
-    const int64_t stage = (d + 63) / 64 * 64;
+    // fp8: the K codes of one head row at [rsp + kCodes] (D bytes, rounded up to 64), above
+    // the Generator's tail staging at [rsp] (used by the AVX2 tail loads and stores when
+    // D % lanes != 0).
+    const int64_t stage = kCodes + (d + 63) / 64 * 64;
     if (fp8) sub(rsp, stage);
     Label l_token, l_next, l_done, l_head, l_dim;
     L(l_token);
@@ -117,12 +120,10 @@ class CacheWriteGenerator : public Generator {
     } else if (fp8) {
       emit_fp8_token();
     } else {
-      // K: d·bs·esize apart in the slab; unrolled by 4 (D % 16 == 0).
+      // K: d·bs·esize apart in the slab; unrolled by 4, the D % 4 rest after the loop.
       mov(r15, r8);
       mov(rbx, r10);
-      mov(r13, d / 4);
-      L(l_dim);
-      for (int u = 0; u < 4; ++u) {
+      const auto k_dim = [&](int u) {
         if (esize == 2) {
           movzx(eax, word[rbx + u * 2]);
           mov(word[r15 + u * p_.block_size * 2], ax);
@@ -130,11 +131,17 @@ class CacheWriteGenerator : public Generator {
           mov(eax, dword[rbx + u * 4]);
           mov(dword[r15 + u * p_.block_size * 4], eax);
         }
+      };
+      if (d / 4 > 0) {
+        mov(r13, d / 4);
+        L(l_dim);
+        for (int u = 0; u < 4; ++u) k_dim(u);
+        add(rbx, 4 * esize);
+        add(r15, 4 * p_.block_size * esize);
+        dec(r13);
+        jnz(l_dim, T_NEAR);
       }
-      add(rbx, 4 * esize);
-      add(r15, 4 * p_.block_size * esize);
-      dec(r13);
-      jnz(l_dim, T_NEAR);
+      for (int u = 0; u < int(d % 4); ++u) k_dim(u);
       // V: one contiguous row of D elements.
       mov(r15, r9);
       mov(rbx, r11);
@@ -164,42 +171,56 @@ class CacheWriteGenerator : public Generator {
     const int esize = int(dtype_size(p_.dtype));
     const DType format = ir::cpu_attn_cache_dtype(p_.dtype, p_.kv);
     const Xmm x = vmm(0), scale = vmm(1);
-    // Encodes D elements at [src] to codes at [dst] (both advanced by the loop).
+    // Encodes D elements at [src] to codes at [dst] (both advanced by the loop): whole
+    // vectors, then a D % lanes tail (loaded and stored without touching the bytes past D).
     auto encode_row = [&](const Reg64& dst, const Reg64& src, const Address& scale_arg) {
       vbroadcastss(scale, scale_arg);
-      mov(r13, d / lanes());
-      Label l_vec;
-      L(l_vec);
-      load_f32(x, p_.dtype, src, lanes());
-      vdivps(x, x, scale);
-      fp8_encode(x, format);
-      store_fp8(x, dst, lanes());
-      add(src, lanes() * esize);
-      add(dst, lanes());
-      dec(r13);
-      jnz(l_vec, T_NEAR);
+      const auto encode = [&](int count) {
+        load_f32(x, p_.dtype, src, count);
+        vdivps(x, x, scale);
+        fp8_encode(x, format);
+        store_fp8(x, dst, count);
+      };
+      if (d / lanes() > 0) {
+        mov(r13, d / lanes());
+        Label l_vec;
+        L(l_vec);
+        encode(lanes());
+        add(src, lanes() * esize);
+        add(dst, lanes());
+        dec(r13);
+        jnz(l_vec, T_NEAR);
+      }
+      if (d % lanes() != 0) encode(int(d % lanes()));
     };
     mov(r15, r9);
     mov(rbx, r11);
     encode_row(r15, rbx, ptr[ARG(v_scale)]);
-    mov(r15, rsp);
+    lea(r15, ptr[rsp + kCodes]);
     mov(rbx, r10);
     encode_row(r15, rbx, ptr[ARG(k_scale)]);
-    // Transposed K: code d to r8 + d·bs, unrolled by 4 (D % 16 == 0).
+    // Transposed K: code d to r8 + d·bs, unrolled by 4, the D % 4 rest after the loop.
     mov(r15, r8);
-    mov(rbx, rsp);
-    mov(r13, d / 4);
-    Label l_dim;
-    L(l_dim);
-    for (int u = 0; u < 4; ++u) {
+    lea(rbx, ptr[rsp + kCodes]);
+    const auto k_dim = [&](int u) {
       movzx(eax, byte[rbx + u]);
       mov(byte[r15 + u * p_.block_size], al);
+    };
+    if (d / 4 > 0) {
+      mov(r13, d / 4);
+      Label l_dim;
+      L(l_dim);
+      for (int u = 0; u < 4; ++u) k_dim(u);
+      add(rbx, 4);
+      add(r15, 4 * p_.block_size);
+      dec(r13);
+      jnz(l_dim, T_NEAR);
     }
-    add(rbx, 4);
-    add(r15, 4 * p_.block_size);
-    dec(r13);
-    jnz(l_dim, T_NEAR);
+    for (int u = 0; u < int(d % 4); ++u) k_dim(u);
   }
+
+  // Offset of the fp8 K codes above the Generator's 128-byte tail staging at [rsp].
+  static constexpr int kCodes = 128;
 
   // One token of one head in the amx slabs (bf16): K dim pairs (d, d+1) are one dword, 64 bytes
   // apart (a VNNI row of 16 keys); V dims are words 4 bytes apart (interleaved with the other

@@ -38,6 +38,13 @@
 //             · tmm1 (V), stored back.
 //     Tile config (palette 1): tmm0 and tmm4/5 have the call's rows x 64 bytes, tmm1/2 16 x 64.
 //     One config per row count, loaded at entry; tilerelease at exit.
+// Any head size D (vec / vec16 / neon layouts; the amx layout needs D % 32 == 0): Q·Kᵀ walks
+// the dims in steps of 4 (fp32) or 4 pairs (dpbf16) and emits the D % 4 (pairs) rest after
+// the loop; an odd D pairs its last dim with a zero K row and a zero query word. P·V walks the
+// dims in chunks of two vectors; a chunk that does not fill its last vector reads the V rows
+// and reads / writes the accumulator rows under a mask (AVX-512 k6 / k7 for bf16 words,
+// AVX2 vmaskmovps, or the Generator's staged tail loads), so no row is read or written past
+// its D elements.
 // Keys past kv_end inside the last group are read by Q·K (inside the allocated block) but
 // masked to p = 0 before they can reach P·V, and the vector P·V stops at kv_end. The AMX P·V
 // multiplies whole 32-key tiles, so a partial last group gets V tiles copied with the slots
@@ -49,6 +56,7 @@
 #include <unistd.h>
 #include <xbyak/xbyak.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstddef>
@@ -476,51 +484,64 @@ class AttentionGenerator : public Generator {
   void emit_qk_dpbf16(int rows) {
     const int64_t d = p_.head_size;
     const int64_t row_bytes = int64_t(p_.block_size) * 2;  // one dim row of the K slab
-    constexpr int kUnroll = 4;                             // pairs per loop step; D/2 % 8 == 0
+    constexpr int kUnroll = 4;  // pairs per loop step; the (D/2) % 4 rest follows the loop
     for (int k = 0; k < rows * nv_; ++k) uni_vpxor(acc_reg(k), acc_reg(k), acc_reg(k));
     load_pair_tables(nv_);
     mov(r13, r8);
     mov(r14, ptr[ARG(q)]);
-    mov(r15, d / 2 / kUnroll);
-    Label l_loop;
-    L(l_loop);
-    for (int u = 0; u < kUnroll; ++u) {
+    // Dim pair (2u, 2u + 1) relative to r13 / r14. `odd_last`: the last dim of an odd D,
+    // paired with a zero K row and a zero query word (the query's next word belongs to the
+    // next row, or lies past the buffer: it is never read).
+    const auto pair_step = [&](int u, bool odd_last) {
       const Zmm pairs[2] = {zwork(1), zwork(2)};
       const Address a_addr = ptr[r13 + (2 * u) * row_bytes];
       const Address b_addr = ptr[r13 + (2 * u + 1) * row_bytes];
-      interleave(pairs, nv_, a_addr, &b_addr);
+      interleave(pairs, nv_, a_addr, odd_last ? nullptr : &b_addr);
       for (int r = 0; r < rows; ++r) {
         // One broadcast load per row, shared by its nv products (halves the load-port uops
         // of an embedded broadcast per product).
         const Zmm q_pair = r % 2 == 0 ? zwork(3) : zwork(7);
-        if (nv_ == 2) vpbroadcastd(q_pair, ptr[r14 + r * d * 2 + u * 4]);
+        if (odd_last) {
+          movzx(eax, word[r14 + r * d * 2 + u * 4]);  // (q[D-1], 0)
+          vpbroadcastd(q_pair, eax);
+        } else if (nv_ == 2) {
+          vpbroadcastd(q_pair, ptr[r14 + r * d * 2 + u * 4]);
+        }
         for (int v = 0; v < nv_; ++v) {
-          if (nv_ == 2) {
+          if (nv_ == 2 || odd_last) {
             vdpbf16ps(acc_reg(r * nv_ + v), pairs[v], q_pair);
           } else {
             vdpbf16ps(acc_reg(r * nv_ + v), pairs[v], ptr_b[r14 + r * d * 2 + u * 4]);
           }
         }
       }
+    };
+    const int64_t loops = d / 2 / kUnroll;
+    if (loops > 0) {
+      mov(r15, loops);
+      Label l_loop;
+      L(l_loop);
+      for (int u = 0; u < kUnroll; ++u) pair_step(u, false);
+      add(r13, kUnroll * 2 * row_bytes);
+      add(r14, kUnroll * 4);
+      dec(r15);
+      jnz(l_loop, T_NEAR);
     }
-    add(r13, kUnroll * 2 * row_bytes);
-    add(r14, kUnroll * 4);
-    dec(r15);
-    jnz(l_loop, T_NEAR);
+    const int rest = int(d / 2 % kUnroll);
+    for (int u = 0; u < rest; ++u) pair_step(u, false);
+    if (d % 2 != 0) pair_step(rest, true);
     store_logits(rows);
   }
 
   void emit_qk_fp32(int rows) {
     const int64_t d = p_.head_size;
     const int64_t row_bytes = int64_t(p_.block_size) * kv_esize_;
-    constexpr int kUnroll = 4;  // dims per loop step; D % 16 == 0
+    constexpr int kUnroll = 4;  // dims per loop step; the D % 4 rest follows the loop
     for (int k = 0; k < rows * nv_; ++k) uni_vpxor(acc_reg(k), acc_reg(k), acc_reg(k));
     mov(r13, r8);
     mov(r14, ptr[ARG(q)]);
-    mov(r15, d / kUnroll);
-    Label l_loop;
-    L(l_loop);
-    for (int u = 0; u < kUnroll; ++u) {
+    // Dim u relative to r13 (K row) / r14 (query).
+    const auto dim_step = [&](int u) {
       for (int v = 0; v < nv_; ++v) {
         load_kv(work(v), r13 + u * row_bytes + v * lanes() * kv_esize_);
       }
@@ -536,11 +557,18 @@ class AttentionGenerator : public Generator {
           }
         }
       }
+    };
+    if (d / kUnroll > 0) {
+      mov(r15, d / kUnroll);
+      Label l_loop;
+      L(l_loop);
+      for (int u = 0; u < kUnroll; ++u) dim_step(u);
+      add(r13, kUnroll * row_bytes);
+      add(r14, kUnroll * 4);
+      dec(r15);
+      jnz(l_loop, T_NEAR);
     }
-    add(r13, kUnroll * row_bytes);
-    add(r14, kUnroll * 4);
-    dec(r15);
-    jnz(l_loop, T_NEAR);
+    for (int u = 0; u < int(d % kUnroll); ++u) dim_step(u);
     store_logits(rows);
   }
 
@@ -686,23 +714,82 @@ class AttentionGenerator : public Generator {
 
   // ---- P·V ---------------------------------------------------------------------------------
 
-  // Loads row r's accumulators of chunk [c0, c0 + count·lanes) and scales them by α[r].
-  void load_scaled_acc(int rows, int64_t c0, int count) {
+  // The dims of a head chunk that do not fill its last vector (D not a multiple of the
+  // vector): `tail` (1 .. lanes - 1) fp32 lanes. The accumulator rows and (fp32 path) the V
+  // rows are then loaded and stored under this mask, so nothing past a row's D elements is
+  // read or written. AVX-512: k6; AVX2: vmm12 (a vmaskmovps mask, free during P·V).
+  void set_dim_tail(int tail) {
+    if (avx512()) {
+      mov(eax, (1u << tail) - 1);
+      kmovw(k6, eax);
+      return;
+    }
+    std::array<uint32_t, 16> bits{};
+    for (int i = 0; i < tail; ++i) bits[size_t(i)] = 0xFFFFFFFFu;
+    vmovups(dim_tail_mask(), cst_table(bits));
+  }
+  Xmm dim_tail_mask() const { return vmm(12); }
+
+  // Loads row r's accumulators of chunk [c0, c0 + count·lanes) and scales them by α[r]; the
+  // last vector holds `tail` dims (set_dim_tail) when tail < lanes.
+  void load_scaled_acc(int rows, int64_t c0, int count, int tail) {
     mov(rsi, ptr[ARG(acc)]);
     for (int r = 0; r < rows; ++r) {
       vbroadcastss(work(3), ptr[ARG(alpha) + r * 4]);
       for (int c = 0; c < count; ++c) {
         const Xmm a = acc_reg(r * count + c);
-        vmulps(a, work(3), ptr[rsi + (r * p_.head_size + c0 + c * lanes()) * 4]);
+        const Address src = ptr[rsi + (r * p_.head_size + c0 + c * lanes()) * 4];
+        if (c < count - 1 || tail == lanes()) {
+          vmulps(a, work(3), src);
+        } else if (avx512()) {
+          vmulps(a | k6 | T_z, work(3), src);
+        } else {
+          vmaskmovps(a, dim_tail_mask(), src);
+          vmulps(a, a, work(3));
+        }
       }
     }
   }
-  void store_acc(int rows, int64_t c0, int count) {
+  void store_acc(int rows, int64_t c0, int count, int tail) {
     for (int r = 0; r < rows; ++r) {
       for (int c = 0; c < count; ++c) {
-        vmovups(ptr[rsi + (r * p_.head_size + c0 + c * lanes()) * 4], acc_reg(r * count + c));
+        const Address dst = ptr[rsi + (r * p_.head_size + c0 + c * lanes()) * 4];
+        if (c < count - 1 || tail == lanes()) {
+          vmovups(dst, acc_reg(r * count + c));
+        } else if (avx512()) {
+          vmovups(dst | k6, acc_reg(r * count + c));
+        } else {
+          vmaskmovps(dst, dim_tail_mask(), acc_reg(r * count + c));
+        }
       }
     }
+  }
+
+  // As interleave, for the last chunk of a head whose `words` dims (1 .. 16·count − 1) do not
+  // fill its `count` vectors: both rows are read under the word mask k7 (zeros past the D
+  // elements of a row, which are never read).
+  void interleave_masked(const Zmm* dst, int count, const Address& a_addr, const Address* b_addr) {
+    const Zmm a = zwork(0);
+    const Zmm b = zwork(4);
+    if (count == 2) {
+      vmovdqu16(a | k7 | T_z, a_addr);
+      if (b_addr != nullptr) {
+        vmovdqu16(b | k7 | T_z, *b_addr);
+      } else {
+        vpxord(b, b, b);
+      }
+      for (int h = 0; h < 2; ++h) {
+        vmovdqa32(dst[h], h == 0 ? zwork(5) : zwork(6));  // the index tables
+        vpermi2w(dst[h], a, b);
+      }
+      return;
+    }
+    vmovdqu16(Ymm(a.getIdx()) | k7 | T_z, a_addr);  // zeroes words 16..31 too
+    if (b_addr != nullptr) {
+      vmovdqu16(Ymm(b.getIdx()) | k7 | T_z, *b_addr);
+      vinserti64x4(a, a, Ymm(b.getIdx()), 1);
+    }
+    vpermw(dst[0], zwork(5), a);
   }
 
   void emit_pv_dpbf16(int rows) {
@@ -710,9 +797,24 @@ class AttentionGenerator : public Generator {
     const int64_t v_row = d * 2;
     const int prob_offset = max_rows_ * kGroupMax * 4;
     for (int64_t c0 = 0; c0 < d; c0 += 32) {
-      const int count = d - c0 >= 32 ? 2 : 1;  // zmm of 16 dims
+      const int n = int(std::min<int64_t>(d - c0, 32));  // dims of this chunk
+      const int count = n > 16 ? 2 : 1;                  // zmm of 16 dims
+      const int tail = n - (count - 1) * 16;             // dims in the last zmm
+      const bool masked = tail < 16;
+      if (masked) {
+        set_dim_tail(tail);
+        mov(eax, uint32_t((uint64_t(1) << n) - 1));  // n bf16 words of each V row
+        kmovd(k7, eax);
+      }
+      const auto pair_rows = [&](const Zmm* dst, const Address& a_addr, const Address* b_addr) {
+        if (masked) {
+          interleave_masked(dst, count, a_addr, b_addr);
+        } else {
+          interleave(dst, count, a_addr, b_addr);
+        }
+      };
       load_pair_tables(count);
-      load_scaled_acc(rows, c0, count);
+      load_scaled_acc(rows, c0, count, masked ? tail : 16);
       mov(r13, r9);
       mov(r14, ptr[ARG(scratch)]);
       mov(r15, rbx);
@@ -737,7 +839,7 @@ class AttentionGenerator : public Generator {
       L(l_pair);
       {
         const Address b_addr = ptr[r13 + v_row + c0 * 2];
-        interleave(pairs, count, ptr[r13 + c0 * 2], &b_addr);
+        pair_rows(pairs, ptr[r13 + c0 * 2], &b_addr);
       }
       accumulate();
       add(r13, 2 * v_row);
@@ -747,10 +849,10 @@ class AttentionGenerator : public Generator {
       L(l_tail);
       test(rbx, 1);
       jz(l_store, T_NEAR);
-      interleave(pairs, count, ptr[r13 + c0 * 2], nullptr);  // (v[t], 0) pairs
+      pair_rows(pairs, ptr[r13 + c0 * 2], nullptr);  // (v[t], 0) pairs
       accumulate();
       L(l_store);
-      store_acc(rows, c0, count);
+      store_acc(rows, c0, count, masked ? tail : 16);
     }
   }
 
@@ -759,15 +861,18 @@ class AttentionGenerator : public Generator {
     const int prob_offset = max_rows_ * kGroupMax * 4;
     const Xmm b = work(3);
     for (int64_t c0 = 0; c0 < d;) {
-      const int count = d - c0 >= 2 * lanes() ? 2 : 1;
-      load_scaled_acc(rows, c0, count);
+      const int n = int(std::min<int64_t>(d - c0, 2 * lanes()));  // dims of this chunk
+      const int count = (n + lanes() - 1) / lanes();
+      const int tail = n - (count - 1) * lanes();  // dims in the last vector
+      if (tail < lanes()) set_dim_tail(tail);
+      load_scaled_acc(rows, c0, count, tail);
       mov(r13, r9);
       mov(r14, ptr[ARG(scratch)]);
       mov(r15, rbx);
       Label l_token;
       L(l_token);
       for (int c = 0; c < count; ++c) {
-        load_kv(work(c), r13 + (c0 + c * lanes()) * kv_esize_);
+        load_kv(work(c), r13 + (c0 + c * lanes()) * kv_esize_, c == count - 1 ? tail : lanes());
       }
       for (int r = 0; r < rows; ++r) {
         const Address prob = ptr[r14 + prob_offset + r * kGroupMax * 4];
@@ -786,21 +891,47 @@ class AttentionGenerator : public Generator {
       add(r14, 4);
       dec(r15);
       jnz(l_token, T_NEAR);
-      store_acc(rows, c0, count);
-      c0 += count * lanes();
+      store_acc(rows, c0, count, tail);
+      c0 += n;
     }
   }
 
-  // A full vector of cache elements at `addr` as fp32: widened from the query dtype (kv=auto)
-  // or decoded from fp8 codes (exact; the scale is applied by the runner).
-  void load_kv(const Xmm& dst, const RegExp& addr) {
-    if (p_.kv == ir::KvCacheDtype::kAuto) {
-      load_f32(dst, p_.dtype, addr, lanes());
+  // `count` (1 .. lanes) cache elements at `addr` as fp32 lanes (zeros past `count`):
+  // widened from the query dtype (kv=auto) or decoded from fp8 codes (exact; the scale is
+  // applied by the runner). A partial vector is read under the set_dim_tail mask (AVX-512,
+  // and AVX2 f32) or staged by the Generator's tail loads (AVX2 f16/bf16/fp8): nothing past
+  // the `count` elements is read.
+  void load_kv(const Xmm& dst, const RegExp& addr, int count) {
+    const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
+    if (count == lanes() || !avx512()) {
+      if (!fp8 && count < lanes() && p_.dtype == DType::kF32) {
+        vmaskmovps(dst, dim_tail_mask(), ptr[addr]);
+        return;
+      }
+      if (fp8) {
+        load_fp8(dst, addr, count);
+        fp8_decode(dst, ir::cpu_attn_cache_dtype(p_.dtype, p_.kv));
+      } else {
+        load_f32(dst, p_.dtype, addr, count);
+      }
       return;
     }
-    load_fp8(dst, addr, lanes());
-    fp8_decode(dst, ir::cpu_attn_cache_dtype(p_.dtype, p_.kv));
+    const Xmm masked = dst | k6 | T_z;
+    if (fp8) {
+      vpmovzxbd(masked, ptr[addr]);
+      fp8_decode(dst, ir::cpu_attn_cache_dtype(p_.dtype, p_.kv));
+      return;
+    }
+    switch (p_.dtype) {
+      case DType::kBF16:
+        vpmovzxwd(masked, ptr[addr]);
+        vpslld(dst, dst, 16);
+        break;
+      case DType::kF16: vcvtph2ps(masked, ptr[addr]); break;
+      default: vmovups(masked, ptr[addr]); break;
+    }
   }
+  void load_kv(const Xmm& dst, const RegExp& addr) { load_kv(dst, addr, lanes()); }
 
   ir::CpuAttentionParams p_;
   bool amx_;

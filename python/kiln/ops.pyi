@@ -133,15 +133,19 @@ def cpu_attn_get_scheduler_metadata_into(metadata: Array, num_reqs: int, num_hea
                                          enable_kv_split: bool) -> None:
     """Writes the metadata into a caller-provided int8 tensor."""
 def cpu_attn_reshape_and_cache(key: Array, value: Array, key_cache: Array, value_cache: Array,
-                               slot_mapping: Array, isa: str) -> None:
-    """key/value [T, Hkv, D] -> ISA-arranged caches [NB, Hkv, BS, D]."""
+                               slot_mapping: Array, isa: str, k_scale: float = 1.0,
+                               v_scale: float = 1.0, kv_cache_dtype: str = "auto") -> None:
+    """key/value [T, Hkv, D] -> ISA-arranged caches [NB, Hkv, BS, D] (fp8: uint8 codes of
+    x / scale when kv_cache_dtype is fp8 / fp8_e4m3 / fp8_e5m2)."""
 def cpu_attention_with_kv_cache(query: Array, key_cache: Array, value_cache: Array,
                                 output: Array, query_start_loc: Array, seq_lens: Array,
                                 scale: float, causal: bool, alibi_slopes: OptArray,
                                 sliding_window: Tuple[int, int], block_table: Array,
                                 softcap: float, scheduler_metadata: Array,
-                                s_aux: OptArray = None) -> None:
-    """Varlen CPU attention; sliding_window = (left, right), -1 = unbounded."""
+                                s_aux: OptArray = None, k_scale: float = 1.0,
+                                v_scale: float = 1.0, kv_cache_dtype: str = "auto") -> None:
+    """Varlen CPU attention; sliding_window = (left, right), -1 = unbounded; fp8 caches read
+    k = code·k_scale, v = code·v_scale."""
 
 # ---- oneDNN GEMM (vLLM's handler model; a handler is an int, free it with
 # release_onednn_handler)

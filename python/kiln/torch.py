@@ -81,11 +81,13 @@ SCHEMAS = {
     "int head_dim, Tensor seq_lens, ScalarType dtype, Tensor query_start_loc, bool causal, "
     "int window_size, str isa, bool enable_kv_split) -> Tensor",
     "cpu_attn_reshape_and_cache": "(Tensor key, Tensor value, Tensor! key_cache, "
-    "Tensor! value_cache, Tensor slot_mapping, str isa) -> ()",
+    "Tensor! value_cache, Tensor slot_mapping, str isa, float k_scale=1.0, "
+    "float v_scale=1.0, str kv_cache_dtype=\"auto\") -> ()",
     "cpu_attention_with_kv_cache": "(Tensor query, Tensor key_cache, Tensor value_cache, "
     "Tensor! output, Tensor query_start_loc, Tensor seq_lens, float scale, bool causal, "
     "Tensor? alibi_slopes, SymInt sliding_window_left, SymInt sliding_window_right, "
-    "Tensor block_table, float softcap, Tensor sheduler_metadata, Tensor? s_aux) -> ()",
+    "Tensor block_table, float softcap, Tensor sheduler_metadata, Tensor? s_aux, "
+    "float k_scale=1.0, float v_scale=1.0, str kv_cache_dtype=\"auto\") -> ()",
     # oneDNN GEMM: a handler is an int naming a kiln object (not vLLM's pointer).
     "create_onednn_mm": "(Tensor b, int primitive_cache_size) -> int",
     "onednn_mm": "(Tensor! c, Tensor a, Tensor? bias, int handler) -> ()",
@@ -115,10 +117,14 @@ def _merge_attn_states(output, output_lse, prefix_output, prefix_lse, suffix_out
 
 
 def _cpu_attention(query, key_cache, value_cache, output, query_start_loc, seq_lens, scale,
-                   causal, alibi_slopes, left, right, block_table, softcap, metadata, s_aux):
+                   causal, alibi_slopes, left, right, block_table, softcap, metadata, s_aux,
+                   k_scale=1.0, v_scale=1.0, kv_cache_dtype="auto"):
+    # The fp8 arguments default as in vLLM's newer schema, so its baseline schema (without
+    # them) can call this too.
     _ops.cpu_attention_with_kv_cache(query, key_cache, value_cache, output, query_start_loc,
                                      seq_lens, scale, causal, alibi_slopes, (left, right),
-                                     block_table, softcap, metadata, s_aux)
+                                     block_table, softcap, metadata, s_aux, k_scale, v_scale,
+                                     kv_cache_dtype)
 
 
 _ADAPTERS = {"merge_attn_states": _merge_attn_states,

@@ -724,19 +724,25 @@ void bind_ops(py::module_& m) {
   m.def(
       "cpu_attn_reshape_and_cache",
       [](Obj key, Obj value, Obj key_cache, Obj value_cache, Obj slot_mapping,
-         const std::string& isa) {
+         const std::string& isa, double k_scale, double v_scale,
+         const std::string& kv_cache_dtype) {
         Borrow b;
         Tensor k = T(key), v = T(value), kc = T(key_cache), vc = T(value_cache),
                sm = T(slot_mapping);
-        call_op([&] { ops::cpu_attn_reshape_and_cache(k, v, kc, vc, sm, isa); });
+        call_op([&] {
+          ops::cpu_attn_reshape_and_cache(k, v, kc, vc, sm, isa, k_scale, v_scale, kv_cache_dtype);
+        });
       },
       "key"_a, "value"_a, "key_cache"_a, "value_cache"_a, "slot_mapping"_a, "isa"_a,
-      "Writes key/value into the ISA-specific CPU attention caches.");
+      "k_scale"_a = 1.0, "v_scale"_a = 1.0, "kv_cache_dtype"_a = "auto",
+      "Writes key/value into the ISA-specific CPU attention caches (fp8 caches: "
+      "kv_cache_dtype fp8/fp8_e4m3/fp8_e5m2 stores fp8(x / scale) codes).");
   m.def(
       "cpu_attention_with_kv_cache",
       [](Obj query, Obj key_cache, Obj value_cache, Obj output, Obj query_start_loc, Obj seq_lens,
          double scale, bool causal, Obj alibi_slopes, std::pair<int64_t, int64_t> sliding_window,
-         Obj block_table, double softcap, Obj scheduler_metadata, Obj s_aux) {
+         Obj block_table, double softcap, Obj scheduler_metadata, Obj s_aux, double k_scale,
+         double v_scale, const std::string& kv_cache_dtype) {
         Borrow b;
         Tensor q = T(query), kc = T(key_cache), vc = T(value_cache), o = T(output),
                qsl = T(query_start_loc), sl = T(seq_lens), al = T(alibi_slopes),
@@ -744,13 +750,15 @@ void bind_ops(py::module_& m) {
         call_op([&] {
           ops::cpu_attention_with_kv_cache(q, kc, vc, o, qsl, sl, scale, causal, al,
                                            sliding_window.first, sliding_window.second, bt, softcap,
-                                           md, sa);
+                                           md, sa, k_scale, v_scale, kv_cache_dtype);
         });
       },
       "query"_a, "key_cache"_a, "value_cache"_a, "output"_a, "query_start_loc"_a, "seq_lens"_a,
       "scale"_a, "causal"_a, "alibi_slopes"_a, "sliding_window"_a, "block_table"_a, "softcap"_a,
-      "scheduler_metadata"_a, "s_aux"_a = py::none(),
-      "Varlen CPU attention (vLLM's wrapper: sliding_window=(left, right)).");
+      "scheduler_metadata"_a, "s_aux"_a = py::none(), "k_scale"_a = 1.0, "v_scale"_a = 1.0,
+      "kv_cache_dtype"_a = "auto",
+      "Varlen CPU attention (vLLM's wrapper: sliding_window=(left, right); fp8 caches: "
+      "kv_cache_dtype fp8/fp8_e4m3/fp8_e5m2 reads k = code·k_scale, v = code·v_scale).");
 
   // ---- oneDNN GEMM (vLLM's handler model: a handler is a Python int naming a live kiln
   // object that owns the packed weight; release_onednn_handler frees it).

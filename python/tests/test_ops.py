@@ -411,6 +411,82 @@ def case_cpu_attention_with_kv_cache():
                 [3], (1e-5, 1e-5))
 
 
+def fp8_e4m3_to_f64(codes):
+    """OCP e4m3fn codes -> float64 (bias 7, subnormals m/8 * 2^-6, 0x7f/0xff NaN)."""
+    c = codes.astype(np.int64)
+    sign = np.where(c & 0x80, -1.0, 1.0)
+    e = (c >> 3) & 0xF
+    m = (c & 0x7).astype(np.float64)
+    v = np.where(e == 0, m / 8.0 * 2.0 ** -6, (1.0 + m / 8.0) * 2.0 ** (e - 7))
+    return np.where((c & 0x7F) == 0x7F, np.nan, sign * v)
+
+
+@pytest.mark.parametrize("head", [40, 57])
+def test_cpu_attention_fp8_kv_matches_ref_and_numpy(head):
+    """vLLM's trailing fp8 arguments (k_scale, v_scale, kv_cache_dtype) of the cache write and
+    the attention: the uint8 cache written by kiln.ops equals the ref's bit for bit, and the
+    attention over it matches the ref backend and a float64 NumPy attention over the decoded
+    codes (spec §3.6: k = code·k_scale, v = code·v_scale). Head sizes off vLLM's list."""
+    r = rng()
+    hq, hkv, bs, blocks = 4, 2, 32, 4
+    seq_lens, qsl = [37, 50], [0, 1, 4]  # a decode and a 3-token prefill, partial last pages
+    k_scale, v_scale = 0.5, 0.25
+    tokens = sum(seq_lens)
+    key, value = f32(r, tokens, hkv, head), f32(r, tokens, hkv, head)
+    # Every token of both requests written through its block-table slot.
+    table = i32([[2, 1], [0, 3]])
+    slots = i64([table[q, j // bs] * bs + j % bs for q, n in enumerate(seq_lens)
+                 for j in range(n)])
+    kc = np.zeros((blocks, hkv, bs, head), np.uint8)
+    vc = np.zeros_like(kc)
+    kc_ref, vc_ref = kc.copy(), vc.copy()
+    kiln.ops.cpu_attn_reshape_and_cache(key, value, kc, vc, slots, "vec", k_scale, v_scale,
+                                        "fp8_e4m3")
+    write = (f"cpu_attn_reshape_and_cache(isa=vec,dtype=f32,heads_kv={hkv},head_size={head},"
+             f"block_size={bs},kv=fp8_e4m3)")
+    kiln.compile(write, backend="ref").run([key, value, kc_ref, vc_ref, slots],
+                                           [k_scale, v_scale])
+    np.testing.assert_array_equal(kc, kc_ref)
+    np.testing.assert_array_equal(vc, vc_ref)
+    assert np.count_nonzero(kc) > 0
+
+    query = f32(r, qsl[-1], hq, head)
+    md = kiln.ops.cpu_attn_get_scheduler_metadata(2, hq, hkv, head, i32(seq_lens), "f32",
+                                                  i32(qsl), True, -1, "vec", True)
+    scale = 1 / math.sqrt(head)
+    out = np.zeros((qsl[-1], hq, head), np.float32)
+    kiln.ops.cpu_attention_with_kv_cache(query, kc, vc, out, i32(qsl), i32(seq_lens), scale,
+                                         True, None, (-1, -1), table, 0.0, md, None,
+                                         k_scale=k_scale, v_scale=v_scale,
+                                         kv_cache_dtype="fp8_e4m3")
+    spec = (f"cpu_attention_with_kv_cache(isa=vec,dtype=f32,head_size={head},block_size={bs},"
+            f"heads_q={hq},heads_kv={hkv},causal=true,sliding_window=false,alibi=false,"
+            "softcap=false,sinks=false,kv=fp8_e4m3)")
+    want = np.zeros_like(out)
+    kiln.compile(spec, backend="ref").run(
+        [query, kc, vc, want, i32(qsl), i32(seq_lens), None, table, md, None],
+        [scale, -1, -1, 0, k_scale, v_scale])
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+    # NumPy: the vec slabs hold K transposed [D, bs] and V natural [bs, D] (spec §3.3).
+    kd, vd = fp8_e4m3_to_f64(kc) * k_scale, fp8_e4m3_to_f64(vc) * v_scale
+    for q in range(2):
+        n, first = seq_lens[q], qsl[q]
+        q_len = qsl[q + 1] - first
+        for h in range(hq):
+            g = h // (hq // hkv)
+            keys = np.stack([kd[table[q, j // bs], g].reshape(head, bs)[:, j % bs]
+                             for j in range(n)])
+            vals = np.stack([vd[table[q, j // bs], g].reshape(bs, head)[j % bs]
+                             for j in range(n)])
+            for i in range(q_len):
+                pos = n - q_len + i
+                s = keys[:pos + 1] @ query[first + i, h].astype(np.float64) * scale
+                p = np.exp(s - s.max())
+                np.testing.assert_allclose(out[first + i, h], p @ vals[:pos + 1] / p.sum(),
+                                           rtol=1e-4, atol=1e-5)
+
+
 CASES = {name[len("case_"):]: fn for name, fn in sorted(globals().items())
          if name.startswith("case_")}
 

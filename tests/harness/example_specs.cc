@@ -107,14 +107,18 @@ const std::map<std::string, std::vector<std::string>>& valid_examples() {
         "cpu_attn_reshape_and_cache(isa=vec16,dtype=f16,heads_kv=2,head_size=112,"
         "block_size=48)",
         "cpu_attn_reshape_and_cache(isa=vec,dtype=bf16,heads_kv=2,head_size=64,block_size=32,"
-        "kv=fp8_e4m3)"}},
+        "kv=fp8_e4m3)",
+        "cpu_attn_reshape_and_cache(isa=vec16,dtype=bf16,heads_kv=2,head_size=57,block_size=16,"
+        "kv=auto)"}},
       {"cpu_attention_with_kv_cache",
        {"cpu_attention_with_kv_cache(isa=vec,dtype=bf16,head_size=128,block_size=96,"
         "heads_q=8,heads_kv=2)",
         "cpu_attention_with_kv_cache(isa=neon,dtype=f16,head_size=64,block_size=32,heads_q=4,"
         "heads_kv=4,causal=false,sliding_window=true,alibi=true,softcap=true,sinks=true)",
         "cpu_attention_with_kv_cache(isa=vec,dtype=f16,head_size=64,block_size=32,heads_q=8,"
-        "heads_kv=2,sliding_window=true,softcap=true,kv=fp8_e5m2)"}},
+        "heads_kv=2,sliding_window=true,softcap=true,kv=fp8_e5m2)",
+        "cpu_attention_with_kv_cache(isa=vec,dtype=bf16,head_size=57,block_size=32,heads_q=8,"
+        "heads_kv=1,alibi=true,kv=fp8_e4m3)"}},
       {"create_onednn_mm",
        {"create_onednn_mm(dtype=bf16,k=4096,n=16384)", "create_onednn_mm(dtype=f32,k=491,n=1023)"}},
       {"onednn_mm", {"onednn_mm(dtype=bf16,k=128,n=256)", "onednn_mm(dtype=f16,k=15,n=1001)"}},

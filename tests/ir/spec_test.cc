@@ -61,6 +61,14 @@ TEST(SpecText, CanonicalFormIsExact) {
             "cpu_attention_with_kv_cache(isa=vec16,dtype=bf16,head_size=80,block_size=48,"
             "heads_q=9,heads_kv=3,causal=true,sliding_window=false,alibi=false,softcap=true,"
             "sinks=false)");
+  // vec / vec16 accept head sizes off vLLM's list (any D: the slab formulas hold for all).
+  for (const char* text :
+       {"cpu_attention_with_kv_cache(isa=vec,head_size=57,block_size=32,heads_q=8,heads_kv=2)",
+        "cpu_attention_with_kv_cache(isa=vec16,head_size=40,block_size=16,heads_q=8,heads_kv=1)",
+        "cpu_attn_reshape_and_cache(isa=vec,dtype=f32,heads_kv=2,head_size=1,block_size=32)",
+        "cpu_attn_get_scheduler_metadata(isa=vec16,head_size=100,heads_q=4,heads_kv=4)"}) {
+    EXPECT_TRUE(validate(parse_ok(text)).is_ok()) << text;
+  }
   // The CPU-attention kv field (fp8 KV caches, spec §3.6) prints only when not auto, so the
   // specs written before it keep their text and hashes; an explicit kv=auto canonicalises away.
   EXPECT_EQ(to_string(parse_ok("cpu_attention_with_kv_cache(isa=vec,kv=fp8_e5m2,head_size=64,"
@@ -245,11 +253,15 @@ const InvalidCase kInvalid[] = {
     // CPU attention and GEMM.
     {"cpu_attn_get_scheduler_metadata(isa=amx,dtype=f16,head_size=128,heads_q=8,heads_kv=2)",
      "dtype=f16 is not supported with isa=amx"},
-    {"cpu_attn_get_scheduler_metadata(isa=vec,dtype=bf16,head_size=80,heads_q=8,heads_kv=2)",
-     "head_size=80 must be a multiple of 32 for isa=vec"},
-    {"cpu_attn_reshape_and_cache(isa=vec16,dtype=bf16,heads_kv=2,head_size=72,"
-     "block_size=48)",
-     "head_size=72 must be a multiple of 16 for isa=vec16"},
+    // vec / vec16 take any head size (their slab formulas hold for every D); amx and neon not.
+    {"cpu_attn_get_scheduler_metadata(isa=amx,dtype=bf16,head_size=48,heads_q=8,heads_kv=2)",
+     "head_size=48 must be a multiple of 32 for isa=amx"},
+    {"cpu_attn_reshape_and_cache(isa=neon,dtype=bf16,heads_kv=2,head_size=72,"
+     "block_size=32)",
+     "head_size=72 must be a multiple of 32 for isa=neon"},
+    {"cpu_attention_with_kv_cache(isa=vec16,dtype=bf16,head_size=4097,block_size=16,heads_q=8,"
+     "heads_kv=2)",
+     "head_size=4097 is out of range"},
     {"cpu_attention_with_kv_cache(isa=vec,dtype=bf16,head_size=128,block_size=48,heads_q=8,"
      "heads_kv=2)",
      "block_size=48 must be a multiple of 32 for isa=vec"},

@@ -14,6 +14,7 @@
 #include "codegen/ref/ref.h"
 #include "codegen/x86/attention_kernel.h"
 #include "codegen/x86/x86_backend.h"
+#include "ir/numeric.h"
 #include "ir/params_attention.h"
 #include "ir/params_cache.h"
 #include "ir/params_cpu.h"
@@ -176,10 +177,12 @@ int64_t slab_index(CpuAttnIsa isa, bool key, int64_t t, int64_t d, int64_t bs, i
 }
 
 // NaN in every cache slot past a request's seq_len (in its last, partial block): the kernel
-// must not let them reach the output (ref never reads them).
-void check_nan_past_sequence(CpuAttnIsa isa, X86Isa target) {
-  const int64_t bs = 32, head = 64, hkv = 2;
-  const OpSpec spec = attention_spec(isa, DType::kBF16, head, bs, 8, hkv);
+// must not let them reach the output (ref never reads them). Any spec of the vec / vec16 / amx
+// layouts with kv=auto.
+void check_nan_past_sequence(const OpSpec& spec, X86Isa target) {
+  const auto& p = spec.get<ir::CpuAttentionParams>();
+  const CpuAttnIsa isa = p.isa;
+  const int64_t bs = p.block_size, head = p.head_size, hkv = p.head_count_kv;
   const Kernel kernel = compile_x86(spec, target);
   auto made = test::make_case(spec, 6, InputKind::kNormal, 21);
   ASSERT_TRUE(made.is_ok()) << made.status().to_string();
@@ -208,8 +211,90 @@ void check_nan_past_sequence(CpuAttnIsa isa, X86Isa target) {
                          << report.message;
 }
 
+void check_nan_past_sequence(CpuAttnIsa isa, X86Isa target) {
+  check_nan_past_sequence(attention_spec(isa, DType::kBF16, 64, 32, 8, 2), target);
+}
+
 TEST_P(X86AttentionTest, NanPastSequenceNeverRead) {
   check_nan_past_sequence(CpuAttnIsa::kVec, GetParam());
+}
+
+// ---- any head size (vec / vec16 layouts; vLLM has 32·k and 16·k only) -----------------------
+// Head sizes off vLLM's list run with the same slab formulas: the Q·Kᵀ dim rest after the
+// unrolled loop, an odd last dim paired with zero (vdpbf16ps), and P·V / accumulator chunks
+// that do not fill their last vector read and write under masks (AVX-512 k-masks, AVX2
+// vmaskmovps or staged tails). Every dtype, so every tail load (f32, f16, bf16) is exercised.
+
+TEST_P(X86AttentionTest, AnyHeadSizeSmall) {
+  // 1..17: every tail of a ymm (8 lanes) and a zmm (16 lanes), and one past.
+  for (int64_t head = 1; head <= 17; ++head) {
+    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+      check(attention_spec(CpuAttnIsa::kVec, dtype, head, 32, 4, 1), GetParam(), 3, {},
+            {InputKind::kNormal});
+    }
+    check(attention_spec(CpuAttnIsa::kVec16, DType::kBF16, head, 16, 8, 1), GetParam(), 3, {},
+          {InputKind::kNormal});
+  }
+}
+
+TEST_P(X86AttentionTest, AnyHeadSizeGridGqaBlocks) {
+  // GQA 1, 4 and 8; block 32 (vec) and 16 (vec16); every input kind on bf16, normal on f32.
+  for (int64_t head : {40, 57, 72, 100}) {
+    for (auto [hq, hkv] : {std::pair{4, 4}, {8, 2}, {8, 1}}) {
+      check(attention_spec(CpuAttnIsa::kVec, DType::kBF16, head, 32, hq, hkv), GetParam(), 4);
+      check(attention_spec(CpuAttnIsa::kVec16, DType::kBF16, head, 16, hq, hkv), GetParam(), 4);
+    }
+    check(attention_spec(CpuAttnIsa::kVec, DType::kF32, head, 32, 8, 2), GetParam(), 4, {},
+          {InputKind::kNormal});
+    check(attention_spec(CpuAttnIsa::kVec16, DType::kF16, head, 16, 8, 1), GetParam(), 4, {},
+          {InputKind::kNormal});
+  }
+}
+
+TEST_P(X86AttentionTest, AnyHeadSizeFeaturesAndPartitions) {
+  const Features all_causal{true, true, true, true, true};
+  const Features all_bidirectional{false, true, true, true, true};
+  for (int64_t head : {40, 57, 100}) {
+    for (const Features& f : {all_causal, all_bidirectional}) {
+      check(attention_spec(CpuAttnIsa::kVec, DType::kBF16, head, 32, 8, 1, f), GetParam(), 5);
+      check(attention_spec(CpuAttnIsa::kVec16, DType::kF32, head, 16, 8, 2, f), GetParam(), 4, {},
+            {InputKind::kNormal});
+    }
+    for (const Config& config : {kForceSplit, kNoSplit}) {
+      check(attention_spec(CpuAttnIsa::kVec, DType::kBF16, head, 32, 8, 2, {.sinks = true}),
+            GetParam(), 6, config, {InputKind::kNormal});
+    }
+  }
+}
+
+TEST_P(X86AttentionTest, AnyHeadSizeNanPastSequenceNeverRead) {
+  for (int64_t head : {5, 40, 57, 100}) {
+    for (DType dtype : {DType::kBF16, DType::kF32}) {
+      check_nan_past_sequence(attention_spec(CpuAttnIsa::kVec, dtype, head, 32, 8, 2), GetParam());
+      check_nan_past_sequence(attention_spec(CpuAttnIsa::kVec16, dtype, head, 16, 4, 1),
+                              GetParam());
+    }
+  }
+}
+
+TEST_P(X86AttentionTest, AnyHeadSizeCacheWriteBitExact) {
+  for (CpuAttnIsa isa : {CpuAttnIsa::kVec, CpuAttnIsa::kVec16}) {
+    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+      for (int64_t head : {1, 3, 7, 17, 40, 57, 72, 100}) {
+        const OpSpec spec = OpSpec::make(
+            OpKind::kCpuAttnReshapeAndCache,
+            ir::CpuAttnCacheWriteParams{isa, dtype, 2, head, isa == CpuAttnIsa::kVec16 ? 16 : 32});
+        const Kernel kernel = compile_x86(spec, GetParam());
+        for (InputKind kind : test::input_kinds_for(spec.op)) {
+          auto c = test::make_case(spec, 37, kind, 9);
+          ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+          const auto report = check_against_ref(kernel, c.value());
+          EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(GetParam()) << "\n"
+                                 << report.message;
+        }
+      }
+    }
+  }
 }
 
 TEST_P(X86AttentionTest, RejectsForeignMetadata) {
@@ -278,12 +363,24 @@ TEST_P(X86AttentionTest, Fp8KvCache) {
   }
 }
 
+// fp8 caches at head sizes off vLLM's list: the masked fp8 tail loads of P·V.
+TEST_P(X86AttentionTest, Fp8KvCacheAnyHeadSize) {
+  for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
+    for (int64_t head : {1, 9, 40, 57, 100}) {
+      check(fp8_spec(kv, DType::kBF16, head, 32, 8, 2), GetParam(), 4, {}, {InputKind::kNormal});
+    }
+    check(fp8_spec(kv, DType::kF32, 72, 32, 8, 1, {true, true, true, true, true}), GetParam(), 5);
+    check(fp8_spec(kv, DType::kF16, 57, 32, 4, 4, {false, true, true, true, true}), GetParam(), 5);
+    check(fp8_spec(kv, DType::kBF16, 40, 32, 8, 1, {.sinks = true}), GetParam(), 6, kForceSplit);
+  }
+}
+
 // The fp8 cache write (widen, divide by the scale, encode) is bit-exact with the ref for every
-// input kind, specials and out-of-range values included.
+// input kind, specials and out-of-range values included; any head size (the D % lanes tail).
 TEST_P(X86AttentionTest, Fp8CacheWriteBitExact) {
   for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
     for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
-      for (int64_t head : {32, 64, 256}) {
+      for (int64_t head : {1, 7, 32, 57, 64, 100, 256}) {
         const OpSpec spec =
             OpSpec::make(OpKind::kCpuAttnReshapeAndCache,
                          ir::CpuAttnCacheWriteParams{CpuAttnIsa::kVec, dtype, 2, head, 32, kv});
@@ -302,10 +399,10 @@ TEST_P(X86AttentionTest, Fp8CacheWriteBitExact) {
 }
 
 // NaN codes in every slot past a request's seq_len: never read (as for the bf16 caches).
-TEST_P(X86AttentionTest, Fp8NanPastSequenceNeverRead) {
-  const int64_t bs = 32, head = 64, hkv = 2;
+void check_fp8_nan_past_sequence(int64_t head, X86Isa target) {
+  const int64_t bs = 32, hkv = 2;
   const OpSpec spec = fp8_spec(ir::KvCacheDtype::kFp8E4m3, DType::kBF16, head, bs, 8, hkv);
-  const Kernel kernel = compile_x86(spec, GetParam());
+  const Kernel kernel = compile_x86(spec, target);
   auto made = test::make_case(spec, 6, InputKind::kNormal, 21);
   ASSERT_TRUE(made.is_ok()) << made.status().to_string();
   test::OpCase c = std::move(made).value();
@@ -330,8 +427,12 @@ TEST_P(X86AttentionTest, Fp8NanPastSequenceNeverRead) {
   }
   ASSERT_GT(poisoned, 0);
   const auto report = check_against_ref(kernel, c);
-  EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(GetParam()) << "\n"
+  EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(target) << "\n"
                          << report.message;
+}
+
+TEST_P(X86AttentionTest, Fp8NanPastSequenceNeverRead) {
+  for (int64_t head : {64, 57}) check_fp8_nan_past_sequence(head, GetParam());
 }
 
 // vLLM's own fp8 test (spec §3.6): the fp8 cache's output against the same op over the bf16
@@ -365,6 +466,38 @@ TEST_P(X86AttentionTest, Fp8CloseToTheBf16CacheAsInVllmsTest) {
                         << r.message;
     // Not vacuous: the fp8 output does differ from the bf16 one.
     EXPECT_GT(test::compare(c8.tensors[3], c.tensors[3], test::Tolerance::exact()).mismatches, 0);
+  }
+}
+
+// Every finite fp8 code of magnitude <= 4 (subnormals, the smallest normals, both signs) in
+// the keys and values decodes exactly on every path: codes cycle through the cache slots of
+// a few requests and the output must match the ref's.
+TEST_P(X86AttentionTest, Fp8SmallCodesDecodeExactly) {
+  for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
+    const DType format = ir::cpu_attn_cache_dtype(DType::kBF16, kv);
+    std::vector<uint8_t> codes;
+    for (int code = 0; code < 256; ++code) {
+      const float v = format == DType::kFp8E5m2 ? numeric::fp8_e5m2_to_f32(uint8_t(code))
+                                                : numeric::fp8_e4m3_to_f32(uint8_t(code));
+      if (std::isfinite(v) && std::fabs(v) <= 4.0f) codes.push_back(uint8_t(code));
+    }
+    for (int64_t head : {16, 57}) {
+      const OpSpec spec = fp8_spec(kv, DType::kBF16, head, 32, 4, 1);
+      const Kernel kernel = compile_x86(spec, GetParam());
+      auto made = test::make_case(spec, 3, InputKind::kNormal, 31);
+      ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+      test::OpCase c = std::move(made).value();
+      for (int t : {1, 2}) {
+        const Tensor view = c.tensors[size_t(t)].tensor();
+        auto* bytes = static_cast<uint8_t*>(view.data());
+        for (int64_t i = 0; i < view.numel(); ++i) {
+          bytes[test::element_offset(view, i)] = codes[size_t(i * 37 + t) % codes.size()];
+        }
+      }
+      const auto report = check_against_ref(kernel, c);
+      EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(GetParam()) << "\n"
+                             << report.message;
+    }
   }
 }
 

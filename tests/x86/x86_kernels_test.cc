@@ -171,7 +171,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-17", 0x155d03297aaaee1ull};
+constexpr PinnedCode kAllExampleCode{"x86-18", 0x858015ec5695f48full};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

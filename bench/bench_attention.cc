@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -27,10 +28,12 @@
 #include <cstdint>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -87,12 +90,43 @@ __attribute__((target("avx512f,avx512bf16"))) double measure_dpbf16_gflops(int t
   return best;
 }
 
+// An allocator for the KV caches and the copy buffers that asks for transparent huge pages
+// (madvise(MADV_HUGEPAGE) before the first touch: this system's THP mode is `madvise`, so
+// plain vectors get 4 KiB pages). A real KV cache is one large allocation (PyTorch can be told
+// to back it with huge pages); the shuffled block table makes every 32-key group touch four new
+// 4 KiB pages, and past the STLB's reach (~8 MiB of 4 KiB pages) the page walks cost 12–27% of
+// the AMX decode rate at ≥ 128 MiB of KV. KILN_BENCH_HUGEPAGES=0 measures with 4 KiB pages.
+template <class T>
+struct HugePageAllocator {
+  using value_type = T;
+  HugePageAllocator() = default;
+  template <class U>
+  HugePageAllocator(const HugePageAllocator<U>&) {}
+  T* allocate(size_t n) {
+    constexpr size_t kHuge = size_t(2) << 20;
+    const size_t bytes = (n * sizeof(T) + kHuge - 1) / kHuge * kHuge;
+    void* p = std::aligned_alloc(kHuge, bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    static const bool huge = [] {
+      const char* v = std::getenv("KILN_BENCH_HUGEPAGES");
+      return v == nullptr || std::string_view(v) != "0";
+    }();
+    if (huge) madvise(p, bytes, MADV_HUGEPAGE);  // advice: refused or unavailable is harmless
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  bool operator==(const HugePageAllocator&) const { return true; }
+};
+template <class T>
+using HugeVector = std::vector<T, HugePageAllocator<T>>;
+
 // The call's buffers: query [T, Hq, D], vec-layout caches [NB, Hkv, BS, D], the block table
 // (shuffled pages), lengths and the scheduler metadata.
 struct Problem {
   int64_t requests = 0, q_len = 0, context = 0, tokens = 0, blocks = 0, max_blocks = 0;
-  std::vector<uint16_t> query, key_cache, value_cache, out;
-  std::vector<uint8_t> key_codes, value_codes;  // fp8 caches (kv=fp8_e4m3)
+  std::vector<uint16_t> query, out;
+  HugeVector<uint16_t> key_cache, value_cache;
+  HugeVector<uint8_t> key_codes, value_codes;  // fp8 caches (kv=fp8_e4m3)
   std::vector<int32_t> qsl, seq_lens, table;
   std::vector<int8_t> metadata;
   KernelArgs args;
@@ -125,8 +159,10 @@ std::unique_ptr<Problem> make_problem(int64_t requests, int64_t q_len, int64_t c
       for (auto& c : *codes) c = uint8_t(rng() & 0xb7);
     }
   } else {
-    p->key_cache = bench::random_bf16(size_t(cache_elems));
-    p->value_cache = bench::random_bf16(size_t(cache_elems));
+    for (auto* cache : {&p->key_cache, &p->value_cache}) {
+      const std::vector<uint16_t> values = bench::random_bf16(size_t(cache_elems));
+      cache->assign(values.begin(), values.end());
+    }
   }
   p->out.resize(p->query.size());
   std::vector<int32_t> ids(static_cast<size_t>(p->blocks));
@@ -277,7 +313,12 @@ __attribute__((target("avx512f"))) void copy_avx512_nt(uint8_t* dst, const uint8
 // thread's own CPU time (CLOCK_THREAD_CPUTIME_ID), so idle OpenMP threads spinning in the pool do
 // not count.
 double measure_copy_gbps_cpu(int threads, size_t bytes = size_t(32) << 20) {
-  std::unique_ptr<uint8_t[]> src(new uint8_t[bytes]), dst(new uint8_t[bytes]);
+  // Allocated, not touched: the copying threads touch them first, below.
+  HugePageAllocator<uint8_t> alloc;
+  const std::unique_ptr<uint8_t, std::function<void(uint8_t*)>> src(
+      alloc.allocate(bytes), [&](uint8_t* q) { alloc.deallocate(q, bytes); });
+  const std::unique_ptr<uint8_t, std::function<void(uint8_t*)>> dst(
+      alloc.allocate(bytes), [&](uint8_t* q) { alloc.deallocate(q, bytes); });
   const auto range = [&](size_t* begin, size_t* end) {
     const size_t t = size_t(omp_get_thread_num()), n = size_t(omp_get_num_threads());
     *begin = bytes / 4096 * t / n * 4096;

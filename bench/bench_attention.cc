@@ -4,7 +4,9 @@
 // same run and against a plain C++ peer (-O3 -march=native, fp32 math, OpenMP over (request, KV
 // head) like kiln, same cache layout):
 //   decode  batch 1..32 x context 512..8192, one query token per request: GB/s of KV read (the
-//           spec's byte estimate) against the copy bandwidth;
+//           spec's byte estimate) against the copy bandwidth, overall (64 MB moved) and of a copy
+//           moving as many bytes as the call reads (copy_same_bytes: past the caches the
+//           kernel's KV is, too); also the vec path over an fp8 e4m3 cache (half the bytes);
 //   prefill one request of 512..2048 tokens, causal: GFLOP/s (4·pairs·heads·D) against the
 //           measured vdpbf16ps peak (16 lanes x 2 products x 2 flops per instruction).
 // With 2 threads (the machine's cores) and 1 thread. Every figure comes twice: per wall-clock
@@ -18,6 +20,7 @@
 #include <fmt/format.h>
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,9 +28,12 @@
 #include <cstdint>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <random>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -84,24 +90,57 @@ __attribute__((target("avx512f,avx512bf16"))) double measure_dpbf16_gflops(int t
   return best;
 }
 
+// An allocator for the KV caches and the copy buffers that asks for transparent huge pages
+// (madvise(MADV_HUGEPAGE) before the first touch: this system's THP mode is `madvise`, so
+// plain vectors get 4 KiB pages). A real KV cache is one large allocation (PyTorch can be told
+// to back it with huge pages); the shuffled block table makes every 32-key group touch four new
+// 4 KiB pages, and past the STLB's reach (~8 MiB of 4 KiB pages) the page walks cost 12–27% of
+// the AMX decode rate at ≥ 128 MiB of KV. KILN_BENCH_HUGEPAGES=0 measures with 4 KiB pages.
+template <class T>
+struct HugePageAllocator {
+  using value_type = T;
+  HugePageAllocator() = default;
+  template <class U>
+  HugePageAllocator(const HugePageAllocator<U>&) {}
+  T* allocate(size_t n) {
+    constexpr size_t kHuge = size_t(2) << 20;
+    const size_t bytes = (n * sizeof(T) + kHuge - 1) / kHuge * kHuge;
+    void* p = std::aligned_alloc(kHuge, bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    static const bool huge = [] {
+      const char* v = std::getenv("KILN_BENCH_HUGEPAGES");
+      return v == nullptr || std::string_view(v) != "0";
+    }();
+    if (huge) madvise(p, bytes, MADV_HUGEPAGE);  // advice: refused or unavailable is harmless
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  bool operator==(const HugePageAllocator&) const { return true; }
+};
+template <class T>
+using HugeVector = std::vector<T, HugePageAllocator<T>>;
+
 // The call's buffers: query [T, Hq, D], vec-layout caches [NB, Hkv, BS, D], the block table
 // (shuffled pages), lengths and the scheduler metadata.
 struct Problem {
   int64_t requests = 0, q_len = 0, context = 0, tokens = 0, blocks = 0, max_blocks = 0;
-  std::vector<uint16_t> query, key_cache, value_cache, out;
+  std::vector<uint16_t> query, out;
+  HugeVector<uint16_t> key_cache, value_cache;
+  HugeVector<uint8_t> key_codes, value_codes;  // fp8 caches (kv=fp8_e4m3)
   std::vector<int32_t> qsl, seq_lens, table;
   std::vector<int8_t> metadata;
   KernelArgs args;
 };
 
-OpSpec attention_spec(ir::CpuAttnIsa isa) {
+OpSpec attention_spec(ir::CpuAttnIsa isa, ir::KvCacheDtype kv = ir::KvCacheDtype::kAuto) {
   return OpSpec::make(OpKind::kCpuAttentionWithKvCache,
                       ir::CpuAttentionParams{isa, DType::kBF16, kHeadSize, kBlockSize, kHeadsQ,
-                                             kHeadsKv, true, false, false, false, false});
+                                             kHeadsKv, true, false, false, false, false, kv});
 }
 
 std::unique_ptr<Problem> make_problem(int64_t requests, int64_t q_len, int64_t context,
-                                      ir::CpuAttnIsa isa) {
+                                      ir::CpuAttnIsa isa,
+                                      ir::KvCacheDtype kv = ir::KvCacheDtype::kAuto) {
   auto p = std::make_unique<Problem>();
   p->requests = requests;
   p->q_len = q_len;
@@ -111,8 +150,20 @@ std::unique_ptr<Problem> make_problem(int64_t requests, int64_t q_len, int64_t c
   p->blocks = requests * p->max_blocks;
   const int64_t cache_elems = p->blocks * kHeadsKv * kBlockSize * kHeadSize;
   p->query = bench::random_bf16(size_t(p->tokens * kHeadsQ * kHeadSize));
-  p->key_cache = bench::random_bf16(size_t(cache_elems));
-  p->value_cache = bench::random_bf16(size_t(cache_elems));
+  const bool fp8 = kv != ir::KvCacheDtype::kAuto;
+  if (fp8) {
+    // e4m3 codes of |x| < 2 (bits 6 and 3 clear: never the NaN code 0x7f / 0xff).
+    std::mt19937 rng(7);
+    for (auto* codes : {&p->key_codes, &p->value_codes}) {
+      codes->resize(size_t(cache_elems));
+      for (auto& c : *codes) c = uint8_t(rng() & 0xb7);
+    }
+  } else {
+    for (auto* cache : {&p->key_cache, &p->value_cache}) {
+      const std::vector<uint16_t> values = bench::random_bf16(size_t(cache_elems));
+      cache->assign(values.begin(), values.end());
+    }
+  }
   p->out.resize(p->query.size());
   std::vector<int32_t> ids(static_cast<size_t>(p->blocks));
   std::iota(ids.begin(), ids.end(), 0);
@@ -132,14 +183,20 @@ std::unique_ptr<Problem> make_problem(int64_t requests, int64_t q_len, int64_t c
     std::abort();
   }
   const std::initializer_list<int64_t> cache_sizes = {p->blocks, kHeadsKv, kBlockSize, kHeadSize};
+  const Tensor key_cache = fp8 ? Tensor(p->key_codes.data(), DType::kU8, cache_sizes)
+                               : Tensor(p->key_cache.data(), DType::kBF16, cache_sizes);
+  const Tensor value_cache = fp8 ? Tensor(p->value_codes.data(), DType::kU8, cache_sizes)
+                                 : Tensor(p->value_cache.data(), DType::kBF16, cache_sizes);
   p->args = KernelArgs(
-      {Tensor(p->query.data(), DType::kBF16, {p->tokens, kHeadsQ, kHeadSize}),
-       Tensor(p->key_cache.data(), DType::kBF16, cache_sizes),
-       Tensor(p->value_cache.data(), DType::kBF16, cache_sizes),
-       Tensor(p->out.data(), DType::kBF16, {p->tokens, kHeadsQ, kHeadSize}), qsl, seq_lens,
-       Tensor{}, Tensor(p->table.data(), DType::kI32, {requests, p->max_blocks}), metadata,
-       Tensor{}},
+      {Tensor(p->query.data(), DType::kBF16, {p->tokens, kHeadsQ, kHeadSize}), key_cache,
+       value_cache, Tensor(p->out.data(), DType::kBF16, {p->tokens, kHeadsQ, kHeadSize}), qsl,
+       seq_lens, Tensor{}, Tensor(p->table.data(), DType::kI32, {requests, p->max_blocks}),
+       metadata, Tensor{}},
       {1.0 / std::sqrt(double(kHeadSize)), -1.0, -1.0, 0.0});
+  if (fp8) {
+    p->args.add_scalar(0.05);  // k_scale
+    p->args.add_scalar(0.05);  // v_scale
+  }
   return p;
 }
 
@@ -203,23 +260,97 @@ double process_cpu_seconds() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-// Copy bandwidth (bytes read + written) of a `bytes` buffer (32 MB: 64 MB moved) with `threads`
-// threads, per second of CPU time per thread: the ceiling for the *_cpu figures.
-double measure_copy_gbps_cpu(int threads, size_t bytes = size_t(32) << 20) {
-  std::vector<uint8_t> src(bytes, 1), dst(bytes, 0);
-  double best = 0;
-  for (int rep = 0; rep < 7; ++rep) {
-    const double c0 = process_cpu_seconds();
-#pragma omp parallel num_threads(threads)
-    {
-      const int t = omp_get_thread_num(), n = omp_get_num_threads();
-      const size_t begin = bytes * size_t(t) / size_t(n), end = bytes * size_t(t + 1) / size_t(n);
-      std::memcpy(dst.data() + begin, src.data() + begin, end - begin);
-    }
-    const double per_thread = (process_cpu_seconds() - c0) / double(threads);
-    best = std::max(best, 2.0 * double(bytes) / per_thread / 1e9);
+// Seconds of CPU time of the calling thread.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// A plain AVX-512 copy (64-byte loads and ordinary stores), the same at every size. glibc's
+// memcpy changes strategy with the size (vector loop, `rep movsb`, non-temporal stores past a
+// threshold derived from the L3 size): on this VM its 64 MiB copies ran at half the speed of
+// its 16 and 256 MiB ones, which made the per-shape ceiling jump between shapes.
+__attribute__((target("avx512f"))) void copy_avx512(uint8_t* dst, const uint8_t* src,
+                                                    size_t bytes) {
+  size_t i = 0;
+  for (; i + 256 <= bytes; i += 256) {
+    const __m512i a = _mm512_loadu_si512(src + i), b = _mm512_loadu_si512(src + i + 64);
+    const __m512i c = _mm512_loadu_si512(src + i + 128), d = _mm512_loadu_si512(src + i + 192);
+    _mm512_storeu_si512(dst + i, a);
+    _mm512_storeu_si512(dst + i + 64, b);
+    _mm512_storeu_si512(dst + i + 128, c);
+    _mm512_storeu_si512(dst + i + 192, d);
   }
-  benchmark::DoNotOptimize(dst.data());
+  std::memcpy(dst + i, src + i, bytes - i);
+}
+// The same with non-temporal stores: no read-for-ownership of the destination, the fastest
+// copy once the buffers are past the caches (a regular-store copy of 2 x 64 MiB measured
+// 14 GB/s here against 29 for 2 x 16 MiB, which the 480 MiB L3 of this VM still serves).
+__attribute__((target("avx512f"))) void copy_avx512_nt(uint8_t* dst, const uint8_t* src,
+                                                       size_t bytes) {
+  size_t i = 0;
+  // dst + i is 64-byte aligned for the streaming stores (the buffers are new[]-allocated and
+  // the per-thread ranges start on 4 KiB boundaries; the head is copied plainly otherwise).
+  const size_t head = (64 - reinterpret_cast<uintptr_t>(dst) % 64) % 64;
+  std::memcpy(dst, src, std::min(head, bytes));
+  for (i = std::min(head, bytes); i + 256 <= bytes; i += 256) {
+    const __m512i a = _mm512_loadu_si512(src + i), b = _mm512_loadu_si512(src + i + 64);
+    const __m512i c = _mm512_loadu_si512(src + i + 128), d = _mm512_loadu_si512(src + i + 192);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), a);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i + 64), b);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i + 128), c);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i + 192), d);
+  }
+  _mm_sfence();
+  std::memcpy(dst + i, src + i, bytes - i);
+}
+
+// Copy bandwidth (bytes read + written) of a `bytes` buffer (32 MB: 64 MB moved) with `threads`
+// threads, per second of CPU time: the ceiling for the *_cpu figures. The best of memcpy, the
+// AVX-512 loop and its non-temporal variant, 5 repeats each. The buffers are first touched (page
+// faults, placement) by the threads that copy them, outside the timing; the time is each copying
+// thread's own CPU time (CLOCK_THREAD_CPUTIME_ID), so idle OpenMP threads spinning in the pool do
+// not count.
+double measure_copy_gbps_cpu(int threads, size_t bytes = size_t(32) << 20) {
+  // Allocated, not touched: the copying threads touch them first, below.
+  HugePageAllocator<uint8_t> alloc;
+  const std::unique_ptr<uint8_t, std::function<void(uint8_t*)>> src(
+      alloc.allocate(bytes), [&](uint8_t* q) { alloc.deallocate(q, bytes); });
+  const std::unique_ptr<uint8_t, std::function<void(uint8_t*)>> dst(
+      alloc.allocate(bytes), [&](uint8_t* q) { alloc.deallocate(q, bytes); });
+  const auto range = [&](size_t* begin, size_t* end) {
+    const size_t t = size_t(omp_get_thread_num()), n = size_t(omp_get_num_threads());
+    *begin = bytes / 4096 * t / n * 4096;
+    *end = t + 1 == n ? bytes : bytes / 4096 * (t + 1) / n * 4096;
+  };
+#pragma omp parallel num_threads(threads)
+  {
+    size_t begin = 0, end = 0;
+    range(&begin, &end);
+    std::memset(src.get() + begin, 1, end - begin);
+    std::memset(dst.get() + begin, 0, end - begin);
+  }
+  double best = 0;
+  for (int rep = 0; rep < 15; ++rep) {
+    double cpu = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : cpu)
+    {
+      size_t begin = 0, end = 0;
+      range(&begin, &end);
+      const double c0 = thread_cpu_seconds();
+      if (rep % 3 == 0) {
+        std::memcpy(dst.get() + begin, src.get() + begin, end - begin);
+      } else if (rep % 3 == 1) {
+        copy_avx512(dst.get() + begin, src.get() + begin, end - begin);
+      } else {
+        copy_avx512_nt(dst.get() + begin, src.get() + begin, end - begin);
+      }
+      cpu += thread_cpu_seconds() - c0;
+    }
+    best = std::max(best, 2.0 * double(bytes) / (cpu / double(threads)) / 1e9);
+  }
+  benchmark::DoNotOptimize(dst.get());
   return best;
 }
 
@@ -233,8 +364,8 @@ double& copy_gbps_cpu(int threads) {
 // the same way: on a shared machine the wall clock also counts time the scheduler gave to
 // other processes, the CPU-time ratio does not.
 void report(benchmark::State& state, const Problem& p, int threads, double wall_per_call,
-            double cpu_per_call, bool decode) {
-  const Estimate e = estimates(attention_spec(ir::CpuAttnIsa::kVec),
+            double cpu_per_call, bool decode, ir::KvCacheDtype kv) {
+  const Estimate e = estimates(attention_spec(ir::CpuAttnIsa::kVec, kv),
                                {.tokens = p.tokens, .batch = p.requests, .context = p.context});
   state.counters["us_per_call"] = 1e6 * wall_per_call;
   if (decode) {
@@ -262,10 +393,11 @@ void report(benchmark::State& state, const Problem& p, int threads, double wall_
 }
 
 void bm_attention(benchmark::State& state, int64_t requests, int64_t q_len, int64_t context,
-                  int threads, bool peer, ir::CpuAttnIsa isa) {
-  auto p = make_problem(requests, q_len, context, isa);
+                  int threads, bool peer, ir::CpuAttnIsa isa,
+                  ir::KvCacheDtype kv = ir::KvCacheDtype::kAuto) {
+  auto p = make_problem(requests, q_len, context, isa, kv);
   const Kernel kernel =
-      bench::compile_x86_or_die(attention_spec(isa), Config().set("threads", threads));
+      bench::compile_x86_or_die(attention_spec(isa, kv), Config().set("threads", threads));
   const auto start = std::chrono::steady_clock::now();
   const double cpu_start = process_cpu_seconds();
   for (auto _ : state) {
@@ -281,7 +413,7 @@ void bm_attention(benchmark::State& state, int64_t requests, int64_t q_len, int6
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
   const double cpu = (process_cpu_seconds() - cpu_start) / double(threads) / calls;
-  report(state, *p, threads, wall, cpu, q_len == 1);
+  report(state, *p, threads, wall, cpu, q_len == 1, kv);
 }
 
 void register_all() {
@@ -300,6 +432,23 @@ void register_all() {
               [=](benchmark::State& s) { bm_attention(s, batch, 1, context, threads, peer, isa); })
               ->Unit(benchmark::kMicrosecond)
               ->MinTime(0.2);
+        }
+      }
+      if (who_index == 0) {
+        // fp8 e4m3 KV (isa=vec): half the KV bytes, decoded to fp32 in the kernel.
+        for (int64_t batch : {1, 8, 32}) {
+          for (int64_t context : {512, 2048, 8192}) {
+            benchmark::RegisterBenchmark(
+                fmt::format("decode/kiln_vec_fp8_e4m3/batch:{}/context:{}/threads:{}", batch,
+                            context, threads)
+                    .c_str(),
+                [=](benchmark::State& s) {
+                  bm_attention(s, batch, 1, context, threads, false, ir::CpuAttnIsa::kVec,
+                               ir::KvCacheDtype::kFp8E4m3);
+                })
+                ->Unit(benchmark::kMicrosecond)
+                ->MinTime(0.2);
+          }
         }
       }
       for (int64_t tokens : {512, 1024, 2048}) {
@@ -465,6 +614,15 @@ int main(int argc, char** argv) {
         "per second of CPU time, {} thread(s): vdpbf16ps peak {:.1f} GFLOP/s (best of 5), copy "
         "{:.1f} GB/s at 64 MB moved (best of 7)\n",
         threads, dpbf16_peak_gflops(threads), copy_gbps_cpu(threads));
+    // Decode with GQA 8 is an 8 x T by T x D product per KV head for Q·Kᵀ and for P·V: 8 query
+    // rows x 2 flops per KV element of 2 bytes = 8 flops per KV byte, so a vdpbf16ps path
+    // (kiln_vec) cannot read KV faster than peak / 8 even with free interleaving; the AMX
+    // tiles (tdpbf16ps) are not bound there.
+    fmt::print(
+        "  decode compute bound of the vdpbf16ps path (GQA 8: 8 flops per KV byte): {:.1f} GB/s "
+        "= {:.0f}% of that copy\n",
+        dpbf16_peak_gflops(threads) / 8.0,
+        100.0 * dpbf16_peak_gflops(threads) / 8.0 / copy_gbps_cpu(threads));
   }
   register_all();
   register_paged();

@@ -37,7 +37,9 @@
 //       P·V   per 16 dims: tmm4 = acc (pre-scaled by α with AVX-512), += tmm0 (P, 32 keys bf16)
 //             · tmm1 (V), stored back.
 //     Tile config (palette 1): tmm0 and tmm4/5 have the call's rows x 64 bytes, tmm1/2 16 x 64.
-//     One config per row count, loaded at entry; tilerelease at exit.
+//     One config per row count, loaded at entry; tilerelease at exit. While a group computes,
+//     the next group's K and V lines (through the block table) are prefetched into L1, spread
+//     over the Q·Kᵀ chunks and the P·V dims (two small routines shared by the variants).
 // Any head size D (vec / vec16 / neon layouts; the amx layout needs D % 32 == 0): Q·Kᵀ walks
 // the dims in steps of 4 (fp32) or 4 pairs (dpbf16) and emits the D % 4 (pairs) rest after
 // the loop; an odd D pairs its last dim with a zero K row and a zero query word. P·V walks the
@@ -98,6 +100,7 @@ class AttentionGenerator : public Generator {
       // One variant for every row count: the emulated tiles loop over the call's rows.
       emit_variant(0);
       epilogue();
+      emit_prefetch_routines();
       return;
     }
     mov(rax, ptr[ARG(rows)]);
@@ -115,6 +118,7 @@ class AttentionGenerator : public Generator {
     }
     L(l_done);
     epilogue();
+    emit_prefetch_routines();
   }
 
  private:
@@ -162,6 +166,7 @@ class AttentionGenerator : public Generator {
       mov(rcx, r12);
       shl(rcx, 5);
       add(r9, rcx);
+      call(l_next_group_);
       emit_qk_amx();
       emit_softmax(rows);
       emit_pv_amx(rows);
@@ -330,6 +335,7 @@ class AttentionGenerator : public Generator {
       t_load_b(2, r8, rcx, 32 * d + c * 1024);  // keys 16-31: 16·D elements on
       t_dp(4, 0, 1);
       t_dp(5, 0, 2);
+      call(l_prefetch_k_);  // the next group's K lines of this chunk, while the products run
     }
     mov(rsi, ptr[ARG(scratch)]);
     mov(rcx, kGroupMax * 4);
@@ -410,7 +416,80 @@ class AttentionGenerator : public Generator {
       t_dp(4, 0, 1);
       t_store(rsi, rax, g * 64, 4);
       add(r13, r15);
+      call(l_prefetch_v_);  // the next group's V tile of these 16 dims (1 KiB, 32 keys)
     }
+  }
+
+  // Software prefetch of the next group's K/V. The blocks come from the block table, so the
+  // next group is usually in another (random) block: the hardware prefetchers see a new
+  // stream every 8 KiB and ramp up again; asking for the next group's 256 lines one group
+  // (~1 µs of tile work) ahead hides the DRAM latency.
+  // Routines shared by every variant (called: the 16 variants must fit the code buffer at
+  // D = 256). l_next_group_ sets the cursors ARG(next_k), ARG(next_v) at the next group's
+  // slabs (emit_next_group_amx); each l_prefetch_k_ call fetches the 16 lines at next_k and at
+  // next_k + 32·D (one 32-dim chunk of both 16-key tiles) and moves next_k on by a chunk
+  // (1 KiB); each l_prefetch_v_ call fetches the 16 lines at next_v (one 16-dim V tile of 32
+  // keys) and moves next_v on by 16 dims (32·bs bytes). Only rdx (and rax, rcx in
+  // l_next_group_) are used: free at every call site, native or emulated.
+  void emit_prefetch_routines() {
+    if (!amx_) return;
+    L(l_next_group_);
+    emit_next_group_amx();
+    ret();
+    L(l_prefetch_k_);
+    mov(rdx, ptr[ARG(next_k)]);
+    for (int64_t line = 0; line < 16; ++line) {
+      prefetch_kv(ptr[rdx + line * 64]);
+      prefetch_kv(ptr[rdx + 32 * p_.head_size + line * 64]);
+    }
+    add(qword[ARG(next_k)], 1024);
+    ret();
+    L(l_prefetch_v_);
+    mov(rdx, ptr[ARG(next_v)]);
+    for (int64_t line = 0; line < 16; ++line) prefetch_kv(ptr[rdx + line * 64]);
+    add(qword[ARG(next_v)], 32 * p_.block_size);
+    ret();
+  }
+  Label l_next_group_, l_prefetch_k_, l_prefetch_v_;
+
+  // prefetcht0: the next group (16 KiB) fits in L1 beside the current one; measured the same
+  // as prefetcht1 (L2) and as fetching two groups ahead.
+  void prefetch_kv(const Address& addr) { prefetcht0(addr); }
+
+  // ARG(next_k), ARG(next_v): the slabs of the group after this one (r10 = j0, r11 = block
+  // column, r12 = offset in the block, r8/r9 = this group's slabs), or this group's when it is
+  // the call's last (nothing past kv_end is fetched, and the block table entry past the
+  // sequence is never read). The key j0 + G is in column r11 + (r12 + G) / bs at offset
+  // (r12 + G) % bs (one div per group). Uses rax, rcx, rdx.
+  void emit_next_group_amx() {
+    const int ahead = group_;  // keys ahead: one group
+    Label l_last, l_done;
+    lea(rax, ptr[r10 + ahead]);
+    cmp(rax, ptr[ARG(kv_end)]);
+    jge(l_last, T_NEAR);
+    // column and offset of key j0 + ahead: (r12 + ahead) / bs, % bs.
+    lea(rax, ptr[r12 + ahead]);
+    xor_(edx, edx);
+    mov(ecx, p_.block_size);
+    div(rcx);  // rax = columns on, rdx = offset in that block
+    add(rax, r11);
+    mov(rcx, ptr[ARG(block_row)]);
+    movsxd(rax, dword[rcx + rax * 4]);
+    imul(rax, ptr[ARG(block_stride)]);
+    mov(rcx, rdx);
+    imul(rcx, rcx, p_.head_size * 2);  // K: offset t0 at t0·D elements
+    add(rcx, rax);
+    add(rcx, ptr[ARG(k_base)]);
+    mov(ptr[ARG(next_k)], rcx);
+    shl(rdx, 5);  // V: key pair t0/2 at (t0/2)·32 elements
+    add(rax, rdx);
+    add(rax, ptr[ARG(v_base)]);
+    mov(ptr[ARG(next_v)], rax);
+    jmp(l_done, T_NEAR);
+    L(l_last);
+    mov(ptr[ARG(next_k)], r8);
+    mov(ptr[ARG(next_v)], r9);
+    L(l_done);
   }
 
   // Byte offset in scratch of the AMX partial-group V tiles (after logits and probabilities).

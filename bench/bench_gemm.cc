@@ -13,6 +13,7 @@
 //   build/release/bench/bench_gemm --small   (decode rows only: M = 1, 2, 4, 8, 16 on 1 and 2
 //                                           threads, kiln's small-M kernel against oneDNN)
 #include <fmt/format.h>
+#include <immintrin.h>
 #include <omp.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <unordered_map>
@@ -379,6 +381,56 @@ void print_summary() {
 
 // ---- decode rows: kiln's small-M kernel against oneDNN, 1 and 2 threads ----------------------
 
+// Sums `bytes` from `p` as `kStreams` interleaved sequential streams (stream s reads its own
+// contiguous 16 KB row of each 16·kStreams KB block), 64-byte AVX-512 loads.
+template <int kStreams>
+[[gnu::target("avx512f")]] float read_streams(const std::byte* p, size_t bytes) {
+  constexpr size_t kRow = 16384;
+  __m512 acc[kStreams];
+  for (int s = 0; s < kStreams; ++s) acc[s] = _mm512_setzero_ps();
+  for (size_t b = 0; b + kStreams * kRow <= bytes; b += kStreams * kRow) {
+    for (size_t off = 0; off < kRow; off += 64) {
+#pragma GCC unroll 8
+      for (int s = 0; s < kStreams; ++s) {
+        acc[s] = _mm512_add_ps(acc[s], _mm512_loadu_ps(p + b + s * kRow + off));
+      }
+    }
+  }
+  float sum = 0;
+  for (int s = 0; s < kStreams; ++s) sum += _mm512_reduce_add_ps(acc[s]);
+  return sum;
+}
+
+// The read-only ceiling: GB/s of a plain AVX-512 read of 512 MB split over `threads` threads,
+// best of a single sequential stream and 8 interleaved streams per thread (several streams
+// keep more misses in flight on one core), best of 5 passes each. A GEMV reads its weight and
+// writes almost nothing, so this, not the copy (which moves each byte twice, its stores
+// streaming), is the rate it can reach; 0 without AVX-512.
+double measure_read_gbps(int threads) {
+  if (!__builtin_cpu_supports("avx512f")) return 0;
+  const size_t bytes = size_t(512) << 20;
+  std::unique_ptr<std::byte[]> buffer(new std::byte[bytes]);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (size_t i = 0; i < bytes; i += 4096) std::memset(buffer.get() + i, 0, 4096);
+  double best = 0;
+  volatile float sink = 0;
+  for (int pass = 0; pass < 10; ++pass) {
+    const auto start = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
+    {
+      const size_t t = size_t(omp_get_thread_num()), nt = size_t(omp_get_num_threads());
+      const size_t share = bytes / nt;
+      const float v = pass % 2 == 0 ? read_streams<1>(buffer.get() + t * share, share)
+                                    : read_streams<8>(buffer.get() + t * share, share);
+      sink = sink + v;
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, double(bytes) / seconds / 1e9);
+  }
+  return best;
+}
+
 // The handlers of one weight type made through the create kernel (tensors, so the same
 // handler runs under both mm configs), enough of them to stream every weight from memory.
 struct SmallCase {
@@ -425,9 +477,10 @@ SmallCase make_small_case(Kind kind) {
 // the same thread count in this run.
 void report_small(const jit::Backend& onednn, int threads) {
   omp_set_num_threads(threads);
-  // The copy ceiling at the start and after each weight type; the rows are compared with the
+  // The ceilings at the start and after each M; the rows are compared with the
   // best seen (a shared machine's load drifts during the run).
   double copy = measure_copy_gbps(size_t(512) << 20, threads);
+  double read = measure_read_gbps(threads);
   struct SmallRow {
     std::string text;  // the row up to the GB/s column
     double gbps;
@@ -500,16 +553,20 @@ void report_small(const jit::Backend& onednn, int threads) {
                                      best * 1e6, median * 1e6),
                          weight_bytes / best / 1e9, 2.0 * double(m) * kK * kN / best / 1e9});
       }
+      // The ceilings again after each M: the load of a shared machine drifts.
+      copy = std::max(copy, measure_copy_gbps(size_t(512) << 20, threads));
+      read = std::max(read, measure_read_gbps(threads));
     }
-    copy = std::max(copy, measure_copy_gbps(size_t(512) << 20, threads));
   }
   fmt::print(
-      "\n{} thread(s): copy bandwidth {:.1f} GB/s (1 GiB moved; best of the start and after "
-      "each dtype)\n| dtype | M | path | best us/call | median us | weight GB/s | % of copy | "
-      "GFLOP/s |\n|---|---|---|---|---|---|---|---|\n",
-      threads, copy);
+      "\n{} thread(s): copy bandwidth {:.1f} GB/s (1 GiB moved), read-only bandwidth {:.1f} "
+      "GB/s (512 MB read); best of the start and after each M\n| dtype | M | path | best "
+      "us/call | median us | weight GB/s | % of copy | % of read | GFLOP/s |\n"
+      "|---|---|---|---|---|---|---|---|---|\n",
+      threads, copy, read);
   for (const SmallRow& r : table) {
-    fmt::print("{} | {:.1f} | {:.0f}% | {:.0f} |\n", r.text, r.gbps, 100 * r.gbps / copy, r.gflops);
+    fmt::print("{} | {:.1f} | {:.0f}% | {:.0f}% | {:.0f} |\n", r.text, r.gbps, 100 * r.gbps / copy,
+               read > 0 ? 100 * r.gbps / read : 0.0, r.gflops);
   }
   std::fflush(stdout);
 }

@@ -215,7 +215,7 @@ struct ClassState {
   dnnl::memory::desc weights;  // the packed layout
   std::string probe_impl;
   int64_t capacity = kDefaultPrimitiveCacheSize;
-  std::list<int64_t> lru;  // primitive keys, most recent first
+  std::list<int64_t> lru;  // primitive keys (threads << 32 | rows·2 + bias), most recent first
   std::unordered_map<int64_t,
                      std::pair<std::shared_ptr<const Primitive>, std::list<int64_t>::iterator>>
       primitives;
@@ -267,7 +267,10 @@ class State {
   // The primitive for `rows` rows (a bucket) of class `cls`, with or without a bias operand.
   Result<std::shared_ptr<const Primitive>> primitive(const ClassKey& cls, int64_t rows, bool bias) {
     ASSIGN_OR_RETURN(const dnnl::memory::desc weights, class_weights(cls));
-    const int64_t key = rows * 2 + int64_t(bias);
+    // A oneDNN primitive keeps the OpenMP thread count it was created with (measured: made at
+    // 1 thread, it ran at the 1-thread speed after omp_set_num_threads(2)), so the count is
+    // part of the key: a caller that changes it (torch.set_num_threads) gets new primitives.
+    const int64_t key = (int64_t(omp_get_max_threads()) << 32) | (rows * 2 + int64_t(bias));
     {
       std::lock_guard lock(mutex_);
       ClassState& state = classes_[cls];

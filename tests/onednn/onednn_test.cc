@@ -4,6 +4,7 @@
 // made by either backend, the per-M primitive cache under vLLM's M sequences, oneDNN's chosen
 // implementations (no slow fallback), and bad input through jit::ops and KernelArgs.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cstring>
 #include <thread>
@@ -464,6 +465,30 @@ TEST(OnednnOps, ScaledMmThroughOps) {
   const auto r = test::compare(c, expected, Tolerance::abs_rel(1e-3, 1.0 / 128));
   EXPECT_TRUE(r.ok()) << r.message;
   ops::release_onednn_handler(handler);
+}
+
+// A oneDNN primitive keeps the OpenMP thread count it was created with, so a change of the
+// count (vLLM: torch.set_num_threads) must create new primitives instead of reusing the old.
+TEST(OnednnOps, PrimitivesFollowTheThreadCount) {
+  const int saved = omp_get_max_threads();
+  const OpSpec spec = mm_spec(OpKind::kOnednnMm, DType::kF32, 72, 44);  // a class of its own
+  const Kernel kernel =
+      compile_onednn_with(spec, Config().set("chunk_rows", 512).set("small_m", 0));
+  auto c = test::make_case(spec, 24, InputKind::kSmallInt, 5);
+  ASSERT_TRUE(c.is_ok());
+  auto created = [] { return codegen::onednn::stats(onednn_backend()).primitives_created; };
+  omp_set_num_threads(1);
+  EXPECT_TRUE(test::check_against_ref(kernel, c.value()).ok);
+  const int64_t after_one = created();
+  EXPECT_TRUE(test::check_against_ref(kernel, c.value()).ok);
+  EXPECT_EQ(created(), after_one) << "same thread count: the cached primitive";
+  omp_set_num_threads(2);
+  EXPECT_TRUE(test::check_against_ref(kernel, c.value()).ok);
+  EXPECT_EQ(created(), after_one + 1) << "new thread count: a new primitive";
+  omp_set_num_threads(1);
+  EXPECT_TRUE(test::check_against_ref(kernel, c.value()).ok);
+  EXPECT_EQ(created(), after_one + 1) << "back to 1 thread: the first primitive again";
+  omp_set_num_threads(saved);
 }
 
 TEST(OnednnOps, ConcurrentCallsOnOneHandler) {

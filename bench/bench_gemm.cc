@@ -638,10 +638,17 @@ int main(int argc, char** argv) {
                                                                           true, false, true})
                             : jit::OpSpec::make(jit::OpKind::kOnednnMm,
                                                 jit::ir::GemmParams{weight_dtype(kind), kK, kN});
+    // The default config's small-M bound: calls with at most that many rows run kiln's kernel.
+    jit::CompileOptions options;
+    options.backend = jit::BackendKind::kOnednn;
+    auto kernel = jit::compile(spec, options);
+    const int64_t bound = kernel.is_ok() ? kernel->info().config.get("small_m", 0) : 0;
     for (int64_t m : {1, 16, 128, 1024}) {
       auto impl = jit::codegen::onednn::implementation_name(*onednn, spec, m);
-      fmt::print("oneDNN implementation {} M={}: {}\n", kind_name(kind), m,
-                 impl.is_ok() ? impl.value() : impl.status().to_string());
+      fmt::print("path {} M={}: {}\n", kind_name(kind), m,
+                 m <= bound
+                     ? std::string("kiln small-M kernel (codegen/onednn/small_m.cc)")
+                     : "oneDNN " + (impl.is_ok() ? impl.value() : impl.status().to_string()));
     }
   }
   report_call_overhead();

@@ -10,14 +10,20 @@
 // (not reordered) fp32 weight, and run-time per-channel output scales for int8.
 //
 //   build/release/bench/bench_gemm
+//   build/release/bench/bench_gemm --small   (decode rows only: M = 1, 2, 4, 8, 16 on 1 and 2
+//                                           threads, kiln's small-M kernel against oneDNN)
 #include <fmt/format.h>
+#include <immintrin.h>
 #include <omp.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <unordered_map>
@@ -26,6 +32,7 @@
 #include "bench/ceilings.h"
 #include "bench/gemm_peaks.h"
 #include "codegen/onednn/onednn_backend.h"
+#include "codegen/onednn/small_m.h"
 #include "codegen/ref/ref.h"
 #include "ir/params_cpu.h"
 #include "runtime/ops.h"
@@ -372,11 +379,232 @@ void print_summary() {
   }
 }
 
+// ---- decode rows: kiln's small-M kernel against oneDNN, 1 and 2 threads ----------------------
+
+// Sums `bytes` from `p` as `kStreams` interleaved sequential streams (stream s reads its own
+// contiguous 16 KB row of each 16·kStreams KB block), 64-byte AVX-512 loads.
+template <int kStreams>
+[[gnu::target("avx512f")]] float read_streams(const std::byte* p, size_t bytes) {
+  constexpr size_t kRow = 16384;
+  __m512 acc[kStreams];
+  for (int s = 0; s < kStreams; ++s) acc[s] = _mm512_setzero_ps();
+  for (size_t b = 0; b + kStreams * kRow <= bytes; b += kStreams * kRow) {
+    for (size_t off = 0; off < kRow; off += 64) {
+#pragma GCC unroll 8
+      for (int s = 0; s < kStreams; ++s) {
+        acc[s] = _mm512_add_ps(acc[s], _mm512_loadu_ps(p + b + s * kRow + off));
+      }
+    }
+  }
+  float sum = 0;
+  for (int s = 0; s < kStreams; ++s) sum += _mm512_reduce_add_ps(acc[s]);
+  return sum;
+}
+
+// The read-only ceiling: GB/s of a plain AVX-512 read of 512 MB split over `threads` threads,
+// best of a single sequential stream and 8 interleaved streams per thread (several streams
+// keep more misses in flight on one core), best of 5 passes each. A GEMV reads its weight and
+// writes almost nothing, so this, not the copy (which moves each byte twice, its stores
+// streaming), is the rate it can reach; 0 without AVX-512.
+double measure_read_gbps(int threads) {
+  if (!__builtin_cpu_supports("avx512f")) return 0;
+  const size_t bytes = size_t(512) << 20;
+  std::unique_ptr<std::byte[]> buffer(new std::byte[bytes]);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (size_t i = 0; i < bytes; i += 4096) std::memset(buffer.get() + i, 0, 4096);
+  double best = 0;
+  volatile float sink = 0;
+  for (int pass = 0; pass < 10; ++pass) {
+    const auto start = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
+    {
+      const size_t t = size_t(omp_get_thread_num()), nt = size_t(omp_get_num_threads());
+      const size_t share = bytes / nt;
+      const float v = pass % 2 == 0 ? read_streams<1>(buffer.get() + t * share, share)
+                                    : read_streams<8>(buffer.get() + t * share, share);
+      sink = sink + v;
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, double(bytes) / seconds / 1e9);
+  }
+  return best;
+}
+
+// The handlers of one weight type made through the create kernel (tensors, so the same
+// handler runs under both mm configs), enough of them to stream every weight from memory.
+struct SmallCase {
+  OpSpec create, mm;
+  std::vector<test::HostTensor> handlers;
+};
+
+SmallCase make_small_case(Kind kind) {
+  SmallCase sc;
+  const DType dt = weight_dtype(kind);
+  const bool scaled = kind == Kind::kInt8;
+  sc.create = scaled ? OpSpec::make(OpKind::kCreateOnednnScaledMm,
+                                    ir::ScaledGemmParams{DType::kBF16, kK, kN, true, false, true})
+                     : OpSpec::make(OpKind::kCreateOnednnMm, ir::GemmParams{dt, kK, kN});
+  sc.mm = sc.create;
+  sc.mm.op = scaled ? OpKind::kOnednnScaledMm : OpKind::kOnednnMm;
+  CompileOptions options;
+  options.backend = BackendKind::kOnednn;
+  auto create = compile(sc.create, options);
+  if (!create.is_ok()) {
+    fmt::print("{}: {}\n", kind_name(kind), create.status().to_string());
+    return sc;
+  }
+  test::HostTensor b = test::HostTensor::strided(dt, {kK, kN}, {1, kK});
+  test::HostTensor scales = test::HostTensor::zeros(DType::kF32, {1, kN});
+  test::fill_uniform(scales, 2, 0.01, 0.02);
+  const double weight_bytes = double(kK * kN * dtype_size(dt));
+  const int count = int(std::ceil(kColdWeightBytes / weight_bytes));
+  for (int i = 0; i < count; ++i) {
+    test::fill_small_int(b, uint64_t(i) + 1);
+    sc.handlers.push_back(
+        test::HostTensor::zeros(DType::kU8, {codegen::ref::onednn_handler_bytes(sc.create)}));
+    KernelArgs args({sc.handlers.back().tensor(), b.tensor()}, {32.0});
+    if (scaled)
+      args = KernelArgs({sc.handlers.back().tensor(), b.tensor(), scales.tensor()}, {32.0});
+    if (Status st = create->run(args); !st.is_ok()) fmt::print("{}\n", st.to_string());
+  }
+  return sc;
+}
+
+// M = 1, 2, 4, 8, 16 for each weight type on `threads` threads: the default config (kiln's
+// kernel up to its bound, then oneDNN) and small_m = 0 (oneDNN only), interleaved pass by pass
+// over the cold handlers; best call, GB/s of weights and % of the copy bandwidth measured on
+// the same thread count in this run.
+void report_small(const jit::Backend& onednn, int threads) {
+  omp_set_num_threads(threads);
+  // The ceilings at the start and after each M; the rows are compared with the
+  // best seen (a shared machine's load drifts during the run).
+  double copy = measure_copy_gbps(size_t(512) << 20, threads);
+  double read = measure_read_gbps(threads);
+  struct SmallRow {
+    std::string text;  // the row up to the GB/s column
+    double gbps;
+    double gflops;
+  };
+  std::vector<SmallRow> table;
+  for (Kind kind : {Kind::kF32, Kind::kBf16, Kind::kInt8}) {
+    SmallCase sc = make_small_case(kind);
+    if (sc.handlers.empty()) continue;
+    const DType dt = weight_dtype(kind);
+    const bool scaled = kind == Kind::kInt8;
+    const double weight_bytes = double(kK * kN * dtype_size(dt));
+    CompileOptions options;
+    options.backend = BackendKind::kOnednn;
+    auto kiln_kernel = compile(sc.mm, options);  // default config
+    options.config =
+        Config().set("chunk_rows", codegen::onednn::kDefaultChunkRows).set("small_m", 0);
+    auto onednn_kernel = compile(sc.mm, options);
+    if (!kiln_kernel.is_ok() || !onednn_kernel.is_ok()) {
+      fmt::print("{}: {}\n", kind_name(kind),
+                 (kiln_kernel.is_ok() ? onednn_kernel.status() : kiln_kernel.status()).to_string());
+      continue;
+    }
+    const int64_t bound = kiln_kernel->info().config.get("small_m", 0);
+    for (int64_t m : {1, 2, 4, 8, 16}) {
+      test::HostTensor a = test::HostTensor::zeros(scaled ? DType::kI8 : dt, {m, kK});
+      test::fill_small_int(a, 3);
+      test::HostTensor c = test::HostTensor::zeros(scaled ? DType::kBF16 : dt, {m, kN});
+      test::HostTensor a_scales = test::HostTensor::zeros(DType::kF32, {m, 1});
+      test::fill_uniform(a_scales, 4, 0.01, 0.02);
+      auto args = [&](test::HostTensor& handler) {
+        return scaled ? KernelArgs({c.tensor(), a.tensor(), a_scales.tensor(), Tensor(), Tensor(),
+                                    Tensor(), handler.tensor()})
+                      : KernelArgs({c.tensor(), a.tensor(), Tensor(), handler.tensor()});
+      };
+      // The default path only where it differs from oneDNN (M <= bound).
+      std::vector<const Kernel*> kernels = {&onednn_kernel.value()};
+      if (m <= bound) kernels.insert(kernels.begin(), &kiln_kernel.value());
+      std::vector<std::vector<double>> times(kernels.size());
+      std::vector<int64_t> small_calls(kernels.size(), 0);
+      for (size_t i = 0; i < kernels.size(); ++i) {
+        for (auto& h : sc.handlers) (void)kernels[i]->run(args(h));  // primitives, packs
+      }
+      for (int rep = 0; rep < 6; ++rep) {
+        for (size_t i = 0; i < kernels.size(); ++i) {
+          const int64_t before = codegen::onednn::stats(onednn).small_m_calls;
+          for (auto& h : sc.handlers) {
+            const auto start = std::chrono::steady_clock::now();
+            if (Status st = kernels[i]->run(args(h)); !st.is_ok())
+              fmt::print("{}\n", st.to_string());
+            times[i].push_back(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+          }
+          small_calls[i] += codegen::onednn::stats(onednn).small_m_calls - before;
+        }
+      }
+      for (size_t i = 0; i < kernels.size(); ++i) {
+        std::sort(times[i].begin(), times[i].end());
+        const double best = times[i].front(), median = times[i][times[i].size() / 2];
+        std::string path;
+        if (small_calls[i] > 0) {
+          path = fmt::format("kiln small-M ({})", kind == Kind::kF32    ? "vfmadd231ps"
+                                                  : kind == Kind::kBf16 ? "vdpbf16ps"
+                                                                        : "vpdpbusd");
+        } else {
+          auto impl = codegen::onednn::implementation_name(onednn, sc.mm, m);
+          path = "oneDNN " + (impl.is_ok() ? impl.value() : impl.status().to_string());
+        }
+        table.push_back({fmt::format("| {} | {} | {} | {:.0f} | {:.0f}", kind_name(kind), m, path,
+                                     best * 1e6, median * 1e6),
+                         weight_bytes / best / 1e9, 2.0 * double(m) * kK * kN / best / 1e9});
+      }
+      // The ceilings again after each M: the load of a shared machine drifts.
+      copy = std::max(copy, measure_copy_gbps(size_t(512) << 20, threads));
+      read = std::max(read, measure_read_gbps(threads));
+    }
+  }
+  fmt::print(
+      "\n{} thread(s): copy bandwidth {:.1f} GB/s (1 GiB moved), read-only bandwidth {:.1f} "
+      "GB/s (512 MB read); best of the start and after each M\n| dtype | M | path | best "
+      "us/call | median us | weight GB/s | % of copy | % of read | GFLOP/s |\n"
+      "|---|---|---|---|---|---|---|---|---|\n",
+      threads, copy, read);
+  for (const SmallRow& r : table) {
+    fmt::print("{} | {:.1f} | {:.0f}% | {:.0f}% | {:.0f} |\n", r.text, r.gbps, 100 * r.gbps / copy,
+               read > 0 ? 100 * r.gbps / read : 0.0, r.gflops);
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
 }  // namespace jit::bench
 
-int main() {
+int main(int argc, char** argv) {
   using namespace jit::bench;
+  if (argc > 1 && std::string(argv[1]) == "--small") {
+    // Each thread count in its own process: a oneDNN primitive keeps the thread count it was
+    // created with, so primitives cached at 1 thread would run the 2-thread pass on 1 thread.
+    const int max_threads = omp_get_max_threads();
+    fmt::print("decode rows, 4096 x 4096 weights, >= 256 MB of handlers per dtype (cold)\n");
+    std::fflush(stdout);
+    for (int threads : {1, max_threads}) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        omp_set_num_threads(threads);
+        const jit::Backend* onednn = nullptr;
+        for (const jit::Backend* b : jit::Runtime::global().backends()) {
+          if (b->kind() == jit::BackendKind::kOnednn) onednn = b;
+        }
+        if (onednn == nullptr) {
+          fmt::print(stderr, "this kiln has no onednn backend (KILN_ENABLE_ONEDNN=OFF)\n");
+          _exit(1);
+        }
+        report_small(*onednn, threads);
+        std::fflush(stdout);
+        _exit(0);
+      }
+      int status = 0;
+      waitpid(pid, &status, 0);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 1;
+      if (max_threads == 1) break;
+    }
+    return 0;
+  }
   fmt::print(
       "copy bandwidth, {} threads: {:.1f} GB/s at 1 GiB moved, {:.1f} GB/s at 64 MB "
       "moved (best of 7)\n",
@@ -410,10 +638,17 @@ int main() {
                                                                           true, false, true})
                             : jit::OpSpec::make(jit::OpKind::kOnednnMm,
                                                 jit::ir::GemmParams{weight_dtype(kind), kK, kN});
+    // The default config's small-M bound: calls with at most that many rows run kiln's kernel.
+    jit::CompileOptions options;
+    options.backend = jit::BackendKind::kOnednn;
+    auto kernel = jit::compile(spec, options);
+    const int64_t bound = kernel.is_ok() ? kernel->info().config.get("small_m", 0) : 0;
     for (int64_t m : {1, 16, 128, 1024}) {
       auto impl = jit::codegen::onednn::implementation_name(*onednn, spec, m);
-      fmt::print("oneDNN implementation {} M={}: {}\n", kind_name(kind), m,
-                 impl.is_ok() ? impl.value() : impl.status().to_string());
+      fmt::print("path {} M={}: {}\n", kind_name(kind), m,
+                 m <= bound
+                     ? std::string("kiln small-M kernel (codegen/onednn/small_m.cc)")
+                     : "oneDNN " + (impl.is_ok() ? impl.value() : impl.status().to_string()));
     }
   }
   report_call_overhead();

@@ -60,6 +60,11 @@ Target host_target(BackendKind backend, X86Isa isa_cap) {
 #if defined(__aarch64__)
     if ((getauxval(AT_HWCAP2) & HWCAP2_BF16) == 0) target.fingerprint = "aarch64-neoverse-n1";
 #endif
+  } else if (backend == BackendKind::kOnednn) {
+    // The onednn backend caps oneDNN's ISA and its own small-M kernels at this level (KILN_ISA).
+    const X86Isa host = detect_host_x86_isa();
+    target.isa = host < isa_cap ? host : isa_cap;
+    target.fingerprint = fmt::format("onednn-{}", x86_isa_name(target.isa));
   } else {
     target.fingerprint = std::string(backend_name(backend));
   }

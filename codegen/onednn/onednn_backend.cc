@@ -24,6 +24,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
@@ -36,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "codegen/onednn/small_m.h"
 #include "codegen/ref/ref.h"
 #include "ir/numeric.h"
 #include "ir/params_cpu.h"
@@ -213,7 +215,7 @@ struct ClassState {
   dnnl::memory::desc weights;  // the packed layout
   std::string probe_impl;
   int64_t capacity = kDefaultPrimitiveCacheSize;
-  std::list<int64_t> lru;  // primitive keys, most recent first
+  std::list<int64_t> lru;  // primitive keys (threads << 32 | rows·2 + bias), most recent first
   std::unordered_map<int64_t,
                      std::pair<std::shared_ptr<const Primitive>, std::list<int64_t>::iterator>>
       primitives;
@@ -265,7 +267,10 @@ class State {
   // The primitive for `rows` rows (a bucket) of class `cls`, with or without a bias operand.
   Result<std::shared_ptr<const Primitive>> primitive(const ClassKey& cls, int64_t rows, bool bias) {
     ASSIGN_OR_RETURN(const dnnl::memory::desc weights, class_weights(cls));
-    const int64_t key = rows * 2 + int64_t(bias);
+    // A oneDNN primitive keeps the OpenMP thread count it was created with (measured: made at
+    // 1 thread, it ran at the 1-thread speed after omp_set_num_threads(2)), so the count is
+    // part of the key: a caller that changes it (torch.set_num_threads) gets new primitives.
+    const int64_t key = (int64_t(omp_get_max_threads()) << 32) | (rows * 2 + int64_t(bias));
     {
       std::lock_guard lock(mutex_);
       ClassState& state = classes_[cls];
@@ -391,6 +396,8 @@ class State {
   Stats stats() const {
     std::lock_guard lock(mutex_);
     Stats s = stats_;
+    s.small_m_calls = small_m_calls_.load();
+    s.onednn_calls = onednn_calls_.load();
     s.packed_entries = int64_t(packed_.size());
     s.packed_bytes = packed_bytes_;
     return s;
@@ -414,6 +421,11 @@ class State {
       packed_;
   int64_t packed_bytes_ = 0;
   Stats stats_;
+
+ public:
+  // Calls by path (relaxed counters; read by stats()).
+  std::atomic<int64_t> small_m_calls_{0};
+  std::atomic<int64_t> onednn_calls_{0};
 };
 
 // Runs `prim` on dense row-major src/dst pointers and the packed weight.
@@ -558,7 +570,8 @@ void run_epilogue(const Epilogue& e) {
 }
 
 // onednn_mm(c, a, bias?, handler).
-Status run_mm(State& state, const OpSpec& spec, int64_t chunk_rows, const KernelArgs& args) {
+Status run_mm(State& state, const OpSpec& spec, int64_t chunk_rows, int64_t small_m_rows,
+              const KernelArgs& args) {
   const auto& p = spec.get<ir::GemmParams>();
   const Tensor& c = args.tensor(0);
   const Tensor& a = args.tensor(1);
@@ -567,6 +580,15 @@ Status run_mm(State& state, const OpSpec& spec, int64_t chunk_rows, const Kernel
   KILN_RETURN_IF_ERROR(check_handler(spec, handler));
   const int64_t m_total = c.size(0);
   if (m_total == 0) return Status::ok();
+  if (m_total <= small_m_rows) {
+    // kiln's small-M kernel streams the handler's own [N, K] payload: no packed copy needed.
+    small_m::mm(p.dtype, m_total, p.k, p.n, a.data(), a.stride(0),
+                static_cast<const std::byte*>(handler.data()) + kHeaderBytes,
+                bias.defined() ? bias.data() : nullptr, c.data());
+    state.small_m_calls_.fetch_add(1, std::memory_order_relaxed);
+    return Status::ok();
+  }
+  state.onednn_calls_.fetch_add(1, std::memory_order_relaxed);
   ASSIGN_OR_RETURN(const std::shared_ptr<const Packed> packed, state.find_or_pack(spec, handler));
   const ClassKey cls = packed->cls;
   const int64_t esize = int64_t(dtype_size(p.dtype));
@@ -595,7 +617,8 @@ Status run_mm(State& state, const OpSpec& spec, int64_t chunk_rows, const Kernel
 }
 
 // onednn_scaled_mm(c, a, a_scales, azp?, azp_adj?, bias?, handler).
-Status run_scaled_mm(State& state, const OpSpec& spec, int64_t chunk_rows, const KernelArgs& args) {
+Status run_scaled_mm(State& state, const OpSpec& spec, int64_t chunk_rows, int64_t small_m_rows,
+                     const KernelArgs& args) {
   const auto& p = spec.get<ir::ScaledGemmParams>();
   const Tensor& c = args.tensor(0);
   const Tensor& a = args.tensor(1);
@@ -617,6 +640,32 @@ Status run_scaled_mm(State& state, const OpSpec& spec, int64_t chunk_rows, const
     bias_f.resize(size_t(p.n));
     for (int64_t n = 0; n < p.n; ++n) bias_f[size_t(n)] = load_float(p.out_dtype, bias.data(), n);
   }
+  Epilogue e;
+  e.p = &p;
+  e.b_scales = packed->b_scales.data();
+  e.col_sums = packed->col_sums.data();
+  e.a_scales = a_scales;
+  e.azp = azp;
+  e.azp_adj = azp_adj;
+  e.bias = bias_f.empty() ? nullptr : bias_f.data();
+  if (m_total <= small_m_rows) {
+    // kiln's small-M kernel: exact s32 sums from the handler's [N, K] payload, then the same
+    // epilogue as the oneDNN path.
+    auto* acc = reinterpret_cast<int32_t*>(scratch.dst.get(size_t(m_total * p.n * 4)));
+    auto* shifted = reinterpret_cast<uint8_t*>(scratch.src.get(size_t(m_total * p.k)));
+    small_m::mm_s8(m_total, p.k, p.n, a.data_as<const int8_t>(), a.stride(0),
+                   reinterpret_cast<const int8_t*>(static_cast<const std::byte*>(handler.data()) +
+                                                   kHeaderBytes + 4 * (p.per_channel ? p.n : 1)),
+                   packed->col_sums.data(), shifted, acc);
+    e.acc = acc;
+    e.c = static_cast<std::byte*>(c.data());
+    e.row0 = 0;
+    e.rows = m_total;
+    run_epilogue(e);
+    state.small_m_calls_.fetch_add(1, std::memory_order_relaxed);
+    return Status::ok();
+  }
+  state.onednn_calls_.fetch_add(1, std::memory_order_relaxed);
   for (int64_t row0 = 0; row0 < m_total; row0 += chunk_rows) {
     const int64_t rows = std::min(chunk_rows, m_total - row0);
     const int64_t bucket = m_bucket(rows);
@@ -631,15 +680,7 @@ Status run_scaled_mm(State& state, const OpSpec& spec, int64_t chunk_rows, const
     }
     auto* acc = reinterpret_cast<int32_t*>(scratch.dst.get(size_t(bucket * p.n * 4)));
     KILN_RETURN_IF_ERROR(execute(state, *prim, cls, bucket, src, *packed, nullptr, acc));
-    Epilogue e;
-    e.p = &p;
-    e.b_scales = packed->b_scales.data();
-    e.col_sums = packed->col_sums.data();
     e.acc = acc;
-    e.a_scales = a_scales;
-    e.azp = azp;
-    e.azp_adj = azp_adj;
-    e.bias = bias_f.empty() ? nullptr : bias_f.data();
     e.c = static_cast<std::byte*>(c.data()) + row0 * p.n * out_size;
     e.row0 = row0;
     e.rows = rows;
@@ -655,10 +696,78 @@ Status run_create(State& state, const OpSpec& spec, const KernelArgs& args) {
   return state.pack(spec, args.tensor(0), false).status();
 }
 
+// The weight type the small-M kernel streams for `spec` (any of the four GEMM ops).
+DType small_m_dtype(const OpSpec& spec) {
+  return is_plain_mm(spec.op) ? spec.get<ir::GemmParams>().dtype : DType::kI8;
+}
+
+// The small-M bound for `spec` at ISA level `isa` (KILN_ISA): the kernel's default where the
+// CPU and the level allow its instructions (f32: AVX-512; bf16: AVX512_BF16; int8: AVX-512 +
+// VNNI, which every AVX512_BF16 CPU has), else 0 (always oneDNN).
+int64_t default_small_m_rows(const OpSpec& spec, X86Isa isa) {
+  const DType dtype = small_m_dtype(spec);
+  if (!small_m::cpu_supports(dtype)) return 0;
+  const X86Isa need = dtype == DType::kBF16 ? X86Isa::kAvx512Bf16 : X86Isa::kAvx512;
+  if (isa < need) return 0;
+  return small_m::default_max_rows(dtype);
+}
+
+// oneDNN's ISA cap for kiln's level: avx2 → avx2, avx512 → avx512_core_vnni (kiln's level has
+// no separate VNNI step), avx512_bf16 → avx512_core_bf16, amx → all.
+dnnl::cpu_isa onednn_isa_for(X86Isa isa) {
+  switch (isa) {
+    case X86Isa::kAvx2: return dnnl::cpu_isa::avx2;
+    case X86Isa::kAvx512: return dnnl::cpu_isa::avx512_core_vnni;
+    case X86Isa::kAvx512Bf16: return dnnl::cpu_isa::avx512_core_bf16;
+    default: return dnnl::cpu_isa::all;
+  }
+}
+
+// Caps oneDNN at `isa` (the target's level, i.e. KILN_ISA). dnnl::set_max_cpu_isa is
+// process-wide and only takes effect before oneDNN's first kernel generation, so the first
+// call fixes the cap for the process; a later call asking for a lower level than the one
+// fixed is an error (never a silent run above the cap). kNone (no x86 level) leaves oneDNN
+// uncapped.
+Status cap_onednn_isa(X86Isa isa) {
+  static std::mutex mutex;
+  static bool fixed = false;
+  static X86Isa fixed_isa = X86Isa::kAmx;
+  if (isa == X86Isa::kNone) isa = X86Isa::kAmx;
+  std::lock_guard lock(mutex);
+  if (!fixed) {
+    fixed = true;
+    fixed_isa = isa;
+    if (isa != X86Isa::kAmx) {
+      try {
+        dnnl::set_max_cpu_isa(onednn_isa_for(isa));
+      } catch (const dnnl::error& e) {
+        // oneDNN already generated code (someone used it before kiln): its ISA is fixed.
+        fixed_isa = X86Isa::kAmx;
+        return Status(StatusCode::kUnsupported,
+                      fmt::format("onednn: cannot cap oneDNN at KILN_ISA={} (oneDNN was used "
+                                  "before kiln and its ISA is fixed per process: {})",
+                                  x86_isa_name(isa), e.what()));
+      }
+    }
+    return Status::ok();
+  }
+  if (isa < fixed_isa) {
+    return Status(StatusCode::kUnsupported,
+                  fmt::format("onednn: oneDNN's ISA is process-wide and already fixed at {}; "
+                              "cannot serve a target capped at {}",
+                              x86_isa_name(fixed_isa), x86_isa_name(isa)));
+  }
+  return Status::ok();
+}
+
 class OnednnExecutable final : public Executable {
  public:
-  OnednnExecutable(OpSpec spec, int64_t chunk_rows, std::shared_ptr<State> state)
-      : spec_(std::move(spec)), chunk_rows_(chunk_rows), state_(std::move(state)) {}
+  OnednnExecutable(OpSpec spec, int64_t chunk_rows, int64_t small_m_rows,
+                   std::shared_ptr<State> state)
+      : spec_(std::move(spec)),
+        chunk_rows_(chunk_rows),
+        small_m_rows_(small_m_rows),
+        state_(std::move(state)) {}
 
   Status run(const KernelArgs& args) const override {
     for (int i = 0; i < args.tensor_count; ++i) {
@@ -671,8 +780,9 @@ class OnednnExecutable final : public Executable {
     switch (spec_.op) {
       case OpKind::kCreateOnednnMm:
       case OpKind::kCreateOnednnScaledMm: return run_create(*state_, spec_, args);
-      case OpKind::kOnednnMm: return run_mm(*state_, spec_, chunk_rows_, args);
-      case OpKind::kOnednnScaledMm: return run_scaled_mm(*state_, spec_, chunk_rows_, args);
+      case OpKind::kOnednnMm: return run_mm(*state_, spec_, chunk_rows_, small_m_rows_, args);
+      case OpKind::kOnednnScaledMm:
+        return run_scaled_mm(*state_, spec_, chunk_rows_, small_m_rows_, args);
       default:
         return {StatusCode::kInternal,
                 fmt::format("onednn: {} is not a GEMM op", op_name(spec_.op))};
@@ -682,6 +792,7 @@ class OnednnExecutable final : public Executable {
  private:
   OpSpec spec_;
   int64_t chunk_rows_;
+  int64_t small_m_rows_;  // calls with at most this many rows run kiln's small-M kernel
   std::shared_ptr<State> state_;
 };
 
@@ -691,12 +802,15 @@ class OnednnBackend final : public Backend {
 
   BackendKind kind() const override { return BackendKind::kOnednn; }
 
-  Support supports(const OpSpec& spec, const Target&) const override {
+  Support supports(const OpSpec& spec, const Target& target) const override {
     if (!is_gemm(spec.op)) {
       return Support::no(fmt::format("onednn serves only the GEMM ops, not {}", op_name(spec.op)));
     }
     const Status valid = validate(spec);
     if (!valid.is_ok()) return Support::no(valid.message());
+    if (const Status capped = cap_onednn_isa(target.isa); !capped.is_ok()) {
+      return Support::no(capped.message());
+    }
     const auto weights = state_->class_weights(class_of(spec));
     if (!weights.is_ok()) {
       return Support::no(fmt::format("{} (allowed dtypes here: f32, bf16; int8 for scaled mm)",
@@ -709,13 +823,20 @@ class OnednnBackend final : public Backend {
 
   // oneDNN chooses its own blocking; kiln chooses how many rows one primitive call takes
   // (chunk_rows, see kChunkRowChoices). The first entry is the default.
-  std::vector<Config> configs(const OpSpec& spec, const Target&) const override {
+  // A second knob, small_m: calls with at most that many rows run kiln's small-M kernel
+  // (small_m.h) instead of oneDNN; the default is the kernel's bound for the weight type on
+  // this ISA, and 0 (always oneDNN) is offered so the tuner compares the two.
+  std::vector<Config> configs(const OpSpec& spec, const Target& target) const override {
     if (spec.op != OpKind::kOnednnMm && spec.op != OpKind::kOnednnScaledMm) return {Config{}};
+    const int64_t small = default_small_m_rows(spec, target.isa);
     std::vector<Config> space;
-    space.push_back(Config().set("chunk_rows", kDefaultChunkRows));
+    space.push_back(Config().set("chunk_rows", kDefaultChunkRows).set("small_m", small));
     for (int64_t rows : kChunkRowChoices) {
-      if (rows != kDefaultChunkRows) space.push_back(Config().set("chunk_rows", rows));
+      if (rows != kDefaultChunkRows) {
+        space.push_back(Config().set("chunk_rows", rows).set("small_m", small));
+      }
     }
+    if (small > 0) space.push_back(Config().set("chunk_rows", kDefaultChunkRows).set("small_m", 0));
     return space;
   }
 
@@ -740,8 +861,18 @@ class OnednnBackend final : public Backend {
                                 "2048, 4096",
                                 chunk_rows));
     }
+    const int64_t small_default = default_small_m_rows(spec, target.isa);
+    const int64_t small_m_rows = artifact.config.get("small_m", small_default);
+    if (small_m_rows < 0 || small_m_rows > small_m::kMaxRows ||
+        (small_m_rows > 0 && small_default == 0)) {
+      return Status(
+          StatusCode::kInvalidArgument,
+          fmt::format("onednn: config small_m={} is not allowed here (allowed: 0 … {} on a CPU "
+                      "and KILN_ISA level that run the small-M kernel for this dtype, else 0)",
+                      small_m_rows, small_m::kMaxRows));
+    }
     return std::shared_ptr<const Executable>(
-        std::make_shared<OnednnExecutable>(spec, chunk_rows, state_));
+        std::make_shared<OnednnExecutable>(spec, chunk_rows, small_m_rows, state_));
   }
 
   std::string_view codegen_version() const override { return "onednn-1"; }

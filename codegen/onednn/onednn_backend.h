@@ -43,6 +43,8 @@ struct Stats {
   int64_t primitive_hits = 0;      ///< matmul primitives found in the cache
   int64_t packed_entries = 0;      ///< handlers with a packed copy now
   int64_t packed_bytes = 0;        ///< bytes of those packed copies
+  int64_t small_m_calls = 0;       ///< mm calls run by kiln's small-M kernel (small_m.h)
+  int64_t onednn_calls = 0;        ///< mm calls run by oneDNN primitives
 };
 
 /// The counters of `backend`, which must be an onednn backend (else all zero).

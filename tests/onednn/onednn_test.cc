@@ -4,11 +4,13 @@
 // made by either backend, the per-M primitive cache under vLLM's M sequences, oneDNN's chosen
 // implementations (no slow fallback), and bad input through jit::ops and KernelArgs.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cstring>
 #include <thread>
 
 #include "codegen/onednn/onednn_backend.h"
+#include "codegen/onednn/small_m.h"
 #include "codegen/ref/ref.h"
 #include "ir/params_cpu.h"
 #include "runtime/ops.h"
@@ -144,7 +146,9 @@ TEST(OnednnConfig, EveryChunkSizeMatchesRef) {
   for (const OpSpec& spec : specs) {
     const std::vector<Config> space =
         onednn_backend().configs(spec, host_target(BackendKind::kOnednn));
-    ASSERT_EQ(space.size(), std::size(codegen::onednn::kChunkRowChoices));
+    // Every chunk size, plus small_m = 0 (always oneDNN) where the small-M kernel runs here.
+    const bool small = space.front().get("small_m", 0) > 0;
+    ASSERT_EQ(space.size(), std::size(codegen::onednn::kChunkRowChoices) + (small ? 1 : 0));
     for (const Config& config : space) {
       CompileOptions options;
       options.backend = BackendKind::kOnednn;
@@ -164,6 +168,151 @@ TEST(OnednnConfig, EveryChunkSizeMatchesRef) {
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("chunk_rows=100"), std::string::npos)
       << bad.status().message();
+}
+
+// ---- kiln's small-M kernel (codegen/onednn/small_m.h) ------------------------------------------
+
+Kernel compile_onednn_with(const OpSpec& spec, const Config& config) {
+  CompileOptions options;
+  options.backend = BackendKind::kOnednn;
+  options.config = config;
+  auto kernel = test_runtime().compile(spec, options);
+  EXPECT_TRUE(kernel.is_ok()) << to_string(spec) << ": " << kernel.status().to_string();
+  return kernel.value();
+}
+
+bool small_m_runs_here(DType dtype) {
+  return codegen::onednn::small_m::cpu_supports(dtype) &&
+         host_target(BackendKind::kOnednn).isa >=
+             (dtype == DType::kBF16 ? X86Isa::kAvx512Bf16 : X86Isa::kAvx512);
+}
+
+// Every input kind with and without bias, through a kernel whose small_m bound is the largest
+// (16), so every M = 1 … 16 runs kiln's kernel; checks the calls went that way.
+void check_small_m(const OpSpec& spec, int64_t rows) {
+  const Kernel kernel =
+      compile_onednn_with(spec, Config().set("chunk_rows", 512).set("small_m", 16));
+  const int bias_index = spec.op == OpKind::kOnednnMm ? 2 : 5;
+  for (InputKind kind : test::input_kinds_for(spec.op)) {
+    for (bool with_bias : {true, false}) {
+      auto c = test::make_case(spec, rows, kind, uint64_t(rows) * 13 + 5);
+      ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+      if (!with_bias) c.value().present[size_t(bias_index)] = false;
+      const int64_t before = codegen::onednn::stats(onednn_backend()).small_m_calls;
+      const test::CaseReport report = test::check_against_ref(kernel, c.value());
+      EXPECT_TRUE(report.ok) << to_string(spec) << " M=" << rows << " bias=" << with_bias
+                             << " inputs=" << test::input_kind_name(kind) << "\n"
+                             << report.message;
+      EXPECT_GT(codegen::onednn::stats(onednn_backend()).small_m_calls, before)
+          << "M=" << rows << " did not run the small-M kernel";
+    }
+  }
+}
+
+TEST(OnednnSmallM, MmMatchesRefForEveryMUpTo16) {
+  // Odd K (tails of every length in the 64-byte step) and odd N (blocks of 8 / 4 plus a rest).
+  const std::pair<int64_t, int64_t> shapes[] = {{15, 33}, {491, 1023}, {64, 17}, {1, 7}, {97, 5}};
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    if (!small_m_runs_here(dt)) {
+      ADD_FAILURE() << "this CPU has no AVX-512" << (dt == DType::kBF16 ? " BF16" : "")
+                    << " for the small-M kernel; the test machine is expected to have it";
+      continue;
+    }
+    for (auto [k, n] : shapes) {
+      for (int64_t m = 1; m <= 16; ++m) check_small_m(mm_spec(OpKind::kOnednnMm, dt, k, n), m);
+    }
+  }
+}
+
+TEST(OnednnSmallM, ScaledMmMatchesRefInEveryScheme) {
+  ASSERT_TRUE(small_m_runs_here(DType::kI8)) << "this CPU has no AVX-512 VNNI";
+  for (DType out : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (bool dynamic : {false, true}) {
+      for (bool azp : {false, true}) {
+        for (bool per_channel : {false, true}) {
+          for (int64_t m : {1, 2, 3, 4, 5, 8, 16}) {
+            check_small_m(
+                scaled_spec(OpKind::kOnednnScaledMm, out, 131, 37, dynamic, azp, per_channel), m);
+          }
+        }
+      }
+    }
+  }
+  for (int64_t m = 1; m <= 16; ++m) {
+    check_small_m(scaled_spec(OpKind::kOnednnScaledMm, DType::kBF16, 491, 1023, true, true, true),
+                  m);
+  }
+}
+
+// The u8 shift (a + 128) and its correction with the column sums are exact at the int8
+// extremes: a = −128 everywhere against b in {−128, 127} (|Σ a·b| up to 2^26 at K = 4096).
+TEST(OnednnSmallM, Int8ExtremesAreExact) {
+  ASSERT_TRUE(small_m_runs_here(DType::kI8)) << "this CPU has no AVX-512 VNNI";
+  const int64_t k = 4096, n = 24;
+  const OpSpec create =
+      scaled_spec(OpKind::kCreateOnednnScaledMm, DType::kF32, k, n, false, false, false);
+  OpSpec mm = create;
+  mm.op = OpKind::kOnednnScaledMm;
+  HostTensor b = HostTensor::strided(DType::kI8, {k, n}, {1, k});
+  for (int64_t i = 0; i < b.numel(); ++i) b.set(i, (i % 3 == 0) ? 127.0 : -128.0);
+  HostTensor scales = HostTensor::zeros(DType::kF32, {1, 1});
+  scales.set(0, 1.0);
+  HostTensor handler = HostTensor::zeros(DType::kU8, {codegen::ref::onednn_handler_bytes(create)});
+  ASSERT_TRUE(
+      codegen::ref::run(create, KernelArgs({handler.tensor(), b.tensor(), scales.tensor()}, {8.0}))
+          .is_ok());
+  for (int64_t m : {1, 3}) {
+    HostTensor a = HostTensor::zeros(DType::kI8, {m, k});
+    for (int64_t i = 0; i < a.numel(); ++i) a.set(i, i % 5 == 0 ? 127.0 : -128.0);
+    HostTensor a_scales = HostTensor::zeros(DType::kF32, {1, 1});
+    a_scales.set(0, 1.0);
+    HostTensor want = HostTensor::zeros(DType::kF32, {m, n}), got = want;
+    auto args = [&](HostTensor& c) {
+      return KernelArgs({c.tensor(), a.tensor(), a_scales.tensor(), Tensor(), Tensor(), Tensor(),
+                         handler.tensor()});
+    };
+    ASSERT_TRUE(codegen::ref::run(mm, args(want)).is_ok());
+    const Kernel kernel =
+        compile_onednn_with(mm, Config().set("chunk_rows", 512).set("small_m", 8));
+    ASSERT_TRUE(kernel.run(args(got)).is_ok());
+    for (int64_t i = 0; i < want.numel(); ++i) ASSERT_EQ(got.get(i), want.get(i)) << i;
+  }
+}
+
+// The default bound sends M <= bound to kiln's kernel and larger M to oneDNN; small_m = 0
+// sends everything to oneDNN; a bound above 16 is refused.
+TEST(OnednnSmallM, DefaultBoundPicksThePath) {
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const OpSpec spec = mm_spec(OpKind::kOnednnMm, dt, 64, 40);
+    const int64_t bound =
+        small_m_runs_here(dt) ? codegen::onednn::small_m::default_max_rows(dt) : 0;
+    const Kernel kernel = compile_onednn(spec);
+    for (int64_t m : {int64_t(1), bound, bound + 1}) {
+      if (m < 1) continue;
+      auto c = test::make_case(spec, m, InputKind::kSmallInt, 3);
+      ASSERT_TRUE(c.is_ok());
+      const auto before = codegen::onednn::stats(onednn_backend());
+      EXPECT_TRUE(test::check_against_ref(kernel, c.value()).ok);
+      const auto after = codegen::onednn::stats(onednn_backend());
+      if (m <= bound) {
+        EXPECT_EQ(after.small_m_calls, before.small_m_calls + 1) << dtype_name(dt) << " M=" << m;
+      } else {
+        EXPECT_EQ(after.onednn_calls, before.onednn_calls + 1) << dtype_name(dt) << " M=" << m;
+      }
+    }
+    const Kernel off = compile_onednn_with(spec, Config().set("chunk_rows", 512).set("small_m", 0));
+    auto c = test::make_case(spec, 1, InputKind::kSmallInt, 3);
+    ASSERT_TRUE(c.is_ok());
+    const auto before = codegen::onednn::stats(onednn_backend());
+    EXPECT_TRUE(test::check_against_ref(off, c.value()).ok);
+    EXPECT_EQ(codegen::onednn::stats(onednn_backend()).onednn_calls, before.onednn_calls + 1);
+  }
+  CompileOptions options;
+  options.backend = BackendKind::kOnednn;
+  options.config = Config().set("chunk_rows", 512).set("small_m", 17);
+  auto bad = test_runtime().compile(mm_spec(OpKind::kOnednnMm, DType::kF32, 64, 40), options);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("small_m=17"), std::string::npos) << bad.status().message();
 }
 
 // ---- handlers ----------------------------------------------------------------------------------
@@ -318,6 +467,30 @@ TEST(OnednnOps, ScaledMmThroughOps) {
   ops::release_onednn_handler(handler);
 }
 
+// A oneDNN primitive keeps the OpenMP thread count it was created with, so a change of the
+// count (vLLM: torch.set_num_threads) must create new primitives instead of reusing the old.
+TEST(OnednnOps, PrimitivesFollowTheThreadCount) {
+  const int saved = omp_get_max_threads();
+  const OpSpec spec = mm_spec(OpKind::kOnednnMm, DType::kF32, 72, 44);  // a class of its own
+  const Kernel kernel =
+      compile_onednn_with(spec, Config().set("chunk_rows", 512).set("small_m", 0));
+  auto c = test::make_case(spec, 24, InputKind::kSmallInt, 5);
+  ASSERT_TRUE(c.is_ok());
+  auto created = [] { return codegen::onednn::stats(onednn_backend()).primitives_created; };
+  omp_set_num_threads(1);
+  EXPECT_TRUE(test::check_against_ref(kernel, c.value()).ok);
+  const int64_t after_one = created();
+  EXPECT_TRUE(test::check_against_ref(kernel, c.value()).ok);
+  EXPECT_EQ(created(), after_one) << "same thread count: the cached primitive";
+  omp_set_num_threads(2);
+  EXPECT_TRUE(test::check_against_ref(kernel, c.value()).ok);
+  EXPECT_EQ(created(), after_one + 1) << "new thread count: a new primitive";
+  omp_set_num_threads(1);
+  EXPECT_TRUE(test::check_against_ref(kernel, c.value()).ok);
+  EXPECT_EQ(created(), after_one + 1) << "back to 1 thread: the first primitive again";
+  omp_set_num_threads(saved);
+}
+
 TEST(OnednnOps, ConcurrentCallsOnOneHandler) {
   MmCase x = small_int_mm(DType::kBF16, 256, 512, 1, 8);
   const int64_t handler = ops::create_onednn_mm(x.b.tensor(), 32);
@@ -372,6 +545,69 @@ TEST(OnednnDispatch, PrimitivesStayOnBrgemm) {
       EXPECT_EQ(impl->rfind("brg:", 0), 0u) << to_string(spec) << " M=" << m << ": " << *impl;
       std::printf("%s M=%lld: %s\n", to_string(spec).c_str(), (long long)m, impl->c_str());
     }
+  }
+}
+
+// KILN_ISA caps the GEMM path: oneDNN through dnnl::set_max_cpu_isa (process-wide, fixed
+// before oneDNN's first kernel), kiln's small-M kernel through the target's level. Each level
+// runs in a fresh process (a "threadsafe" death test re-executes this binary for the one
+// test), since the cap cannot change once oneDNN has generated code.
+int check_isa_cap(X86Isa cap) {
+  RuntimeOptions options;
+  options.isa_cap = cap;
+  Runtime runtime{options};
+  const Backend* onednn = nullptr;
+  for (const Backend* b : runtime.backends()) {
+    if (b->kind() == BackendKind::kOnednn) onednn = b;
+  }
+  if (onednn == nullptr) return 2;
+  int failures = 0;
+  for (const OpSpec& spec :
+       {mm_spec(OpKind::kOnednnMm, DType::kF32, 96, 40),
+        mm_spec(OpKind::kOnednnMm, DType::kBF16, 96, 40),
+        scaled_spec(OpKind::kOnednnScaledMm, DType::kBF16, 96, 40, true, true, true)}) {
+    CompileOptions copts;
+    copts.backend = BackendKind::kOnednn;
+    auto kernel = runtime.compile(spec, copts);
+    if (!kernel.is_ok()) {
+      // Allowed only where oneDNN has no kernel below the cap (bf16 under avx2).
+      std::fprintf(stderr, "%s at %s: not served: %s\n", to_string(spec).c_str(),
+                   std::string(x86_isa_name(cap)).c_str(), kernel.status().to_string().c_str());
+      if (cap != X86Isa::kAvx2 || spec.op != OpKind::kOnednnMm) ++failures;
+      continue;
+    }
+    const DType w = spec.op == OpKind::kOnednnMm ? spec.get<ir::GemmParams>().dtype : DType::kI8;
+    const X86Isa need = w == DType::kBF16 ? X86Isa::kAvx512Bf16 : X86Isa::kAvx512;
+    const int64_t small = kernel->info().config.get("small_m", -1);
+    const int64_t want_small = cap >= need ? codegen::onednn::small_m::default_max_rows(w) : 0;
+    if (small != want_small) {
+      std::fprintf(stderr, "%s at %s: small_m %lld, want %lld\n", to_string(spec).c_str(),
+                   std::string(x86_isa_name(cap)).c_str(), (long long)small, (long long)want_small);
+      ++failures;
+    }
+    for (int64_t m : {1, 16}) {
+      auto impl = codegen::onednn::implementation_name(*onednn, spec, m);
+      const std::string name = impl.is_ok() ? impl.value() : impl.status().to_string();
+      std::fprintf(stderr, "%s at %s M=%lld: %s\n", to_string(spec).c_str(),
+                   std::string(x86_isa_name(cap)).c_str(), (long long)m, name.c_str());
+      const bool above = name.find("amx") != std::string::npos ||
+                         (cap == X86Isa::kAvx2 && name.find("avx512") != std::string::npos);
+      if (!impl.is_ok() || above) ++failures;
+      auto c = test::make_case(spec, m, InputKind::kSmallInt, 9);
+      if (!c.is_ok() || !test::check_against_ref(kernel.value(), c.value()).ok) {
+        std::fprintf(stderr, "  differs from ref\n");
+        ++failures;
+      }
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+TEST(OnednnIsa, KilnIsaCapsOnednnAndTheSmallMKernel) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  for (X86Isa cap : {X86Isa::kAvx2, X86Isa::kAvx512}) {
+    EXPECT_EXIT(std::exit(check_isa_cap(cap)), testing::ExitedWithCode(0), "")
+        << "KILN_ISA=" << x86_isa_name(cap);
   }
 }
 

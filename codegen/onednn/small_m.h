@@ -1,0 +1,56 @@
+// kiln's own small-M GEMM kernels for the onednn backend (decode shapes, M <= a few rows).
+//
+// At M = 1 a GEMM is a weight stream: every weight byte is read once and used for M
+// multiply-adds. These kernels stream the weight exactly as the handler holds it ([N, K]
+// row-major, the ref's format: row n of the payload is column n of b), so they need no copy of
+// their own. Each output block of R columns reads R contiguous weight rows in lockstep, k in
+// vector steps, and keeps R x G accumulators (G rows of a) in registers:
+//   f32   vfmadd231ps   acc[r][g] += w[n+r, k:k+16] * a[g, k:k+16]
+//   bf16  vdpbf16ps     acc[r][g] += w[n+r, k:k+32] . a[g, k:k+32]  (pairs, fp32 sums)
+//   int8  vpdpbusd      acc[r][g] += (a[g] ^ 0x80) . w[n+r]         (u8 x s8, 4-byte groups)
+// and reduces each accumulator horizontally at the end of the row. vpdpbusd multiplies u8 by s8,
+// so a (s8) is shifted by +128 (a ^ 0x80) and the sum corrected with the weight column sums:
+//   Σ_k (a + 128)·b = Σ_k a·b + 128·colsum[n]   →   s32 = dot − 128·colsum[n]
+// computed modulo 2^32 (vpdpbusd wraps), so the result is exact whenever Σ a·b fits in int32.
+// K tails use masked loads (both operands, so the padding multiplies zeros). The N blocks are
+// split statically over the OpenMP threads. Rows beyond 4 run in groups of 4 inside one N block,
+// so the block's weight rows come from memory once and from L1/L2 for the other groups.
+#pragma once
+
+#include <cstdint>
+
+#include "ir/dtype.h"
+
+namespace jit::codegen::onednn::small_m {
+
+/// Largest M the kernels serve by default, per weight type. Measured crossover with oneDNN
+/// (bench_gemm --small, 4096 x 4096, 1 thread): kiln 1.2-1.4x faster at M = 1 … 4, even or
+/// slower at M = 8, where a's rows no longer fit in L1 (f32: 16 KB a row at K = 4096) and each
+/// 64-byte weight step loads 8 vectors of a from L2; above that the vector dot products also
+/// become compute-bound and oneDNN's AMX brgemm wins (docs/gemm.md).
+inline constexpr int64_t kMaxRowsF32 = 4;
+inline constexpr int64_t kMaxRowsBf16 = 4;
+inline constexpr int64_t kMaxRowsI8 = 4;
+/// The largest bound the config knob small_m accepts (the kernels take any row count; above
+/// this oneDNN's AMX or brgemm kernels are always faster).
+inline constexpr int64_t kMaxRows = 16;
+
+/// The default bound for weight type `dtype` (kF32, kBF16, kI8; 0 for others).
+int64_t default_max_rows(DType dtype);
+
+/// Whether this CPU runs the kernel for `dtype`: AVX-512 F/BW/VL, plus AVX512_BF16 for bf16
+/// and AVX512_VNNI for int8.
+bool cpu_supports(DType dtype);
+
+/// c[m, n] = rnd(Σ_k a[m, k]·w[n, k] + bias[n]) for m < rows, n < n_count; a rows `lda`
+/// elements apart, w the [N, K] payload, bias (N entries of the same type) or nullptr, c dense
+/// [rows, N]. dtype kF32 or kBF16 (fp32 sums, one rounding at the end).
+void mm(DType dtype, int64_t rows, int64_t k, int64_t n_count, const void* a, int64_t lda,
+        const void* w, const void* bias, void* c);
+
+/// acc[m, n] = Σ_k a[m, k]·w[n, k] in int32 (exact when it fits), a s8 rows `lda` apart, w the
+/// s8 [N, K] payload, col_sums[n] = Σ_k w[n, k]; `shifted` is scratch of rows·k bytes.
+void mm_s8(int64_t rows, int64_t k, int64_t n_count, const int8_t* a, int64_t lda, const int8_t* w,
+           const int64_t* col_sums, uint8_t* shifted, int32_t* acc);
+
+}  // namespace jit::codegen::onednn::small_m

@@ -70,33 +70,6 @@ bool is_gemm(OpKind op) {
   return is_plain_mm(op) || op == OpKind::kCreateOnednnScaledMm || op == OpKind::kOnednnScaledMm;
 }
 
-// The same checks, in the same words, as the ref's check_handler.
-Status check_handler(const OpSpec& spec, const Tensor& handler) {
-  const int64_t want_bytes = ref::onednn_handler_bytes(spec);
-  if (handler.numel() != want_bytes) {
-    return invalid_argument(fmt::format(
-        "{}: argument 'handler' ({}) must have {} bytes for this spec (a {}-byte header and the "
-        "weight)",
-        op_name(spec.op), handler.describe(), want_bytes, kHeaderBytes));
-  }
-  HandlerHeader h;
-  std::memcpy(&h, handler.data(), sizeof(h));
-  const HandlerHeader want = ref::handler_header_for(spec);
-  if (h == want) return Status::ok();
-  const std::string_view creator =
-      is_plain_mm(spec.op) ? "create_onednn_mm" : "create_onednn_scaled_mm";
-  std::string what;
-  if (h.magic != want.magic) {
-    what = fmt::format("was not made by {} (bad magic)", creator);
-  } else if (h.k != want.k || h.n != want.n) {
-    what = fmt::format("holds a [K, N] = [{}, {}] weight; the spec has [{}, {}]", h.k, h.n, want.k,
-                       want.n);
-  } else {
-    what = "was made for another dtype or quantisation scheme";
-  }
-  return invalid_argument(fmt::format("{}: argument 'handler' {}", op_name(spec.op), what));
-}
-
 // Header plus 64 words spread evenly over the payload (first and last included). A handler is
 // immutable once created, so this tells apart two handlers that reuse one address (a freed
 // handler's memory holding a new one) without reading the whole weight on every call.
@@ -577,7 +550,7 @@ Status run_mm(State& state, const OpSpec& spec, int64_t chunk_rows, int64_t smal
   const Tensor& a = args.tensor(1);
   const Tensor& bias = args.tensor(2);
   const Tensor& handler = args.tensor(3);
-  KILN_RETURN_IF_ERROR(check_handler(spec, handler));
+  KILN_RETURN_IF_ERROR(ref::check_onednn_handler(spec, handler));
   const int64_t m_total = c.size(0);
   if (m_total == 0) return Status::ok();
   if (m_total <= small_m_rows) {
@@ -627,7 +600,7 @@ Status run_scaled_mm(State& state, const OpSpec& spec, int64_t chunk_rows, int64
   const auto* azp_adj = p.azp && p.dynamic ? args.tensor(4).data_as<const float>() : nullptr;
   const Tensor& bias = args.tensor(5);
   const Tensor& handler = args.tensor(6);
-  KILN_RETURN_IF_ERROR(check_handler(spec, handler));
+  KILN_RETURN_IF_ERROR(ref::check_onednn_handler(spec, handler));
   const int64_t m_total = c.size(0);
   if (m_total == 0) return Status::ok();
   ASSIGN_OR_RETURN(const std::shared_ptr<const Packed> packed, state.find_or_pack(spec, handler));

@@ -43,6 +43,11 @@ static_assert(sizeof(HandlerHeader) == kHandlerHeaderBytes);
 /// The header a handler for `spec` (a create or an mm op) carries.
 HandlerHeader handler_header_for(const OpSpec& spec);
 
+/// Validates the handler an mm op (onednn_mm / onednn_scaled_mm) received, for every backend
+/// that reads one: its size (onednn_handler_bytes), then every header field against
+/// handler_header_for(spec), each failure naming what differs (magic, [K, N], scheme).
+Status check_onednn_handler(const OpSpec& spec, const Tensor& handler);
+
 /// The ref backend as a jit::Backend (not cacheable: it has no generated code).
 std::unique_ptr<Backend> make_backend();
 

@@ -486,13 +486,14 @@ namespace {
 Status expect_handler_size(const OpSpec& spec, const Tensor& handler) {
   if (handler.numel() == onednn_handler_bytes(spec)) return Status::ok();
   return invalid_argument(fmt::format(
-      "{}: argument 'handler' ({}) must have {} bytes for this spec (the ref's handler: a {}-byte "
-      "header and the packed weight)",
+      "{}: argument 'handler' ({}) must have {} bytes for this spec (a {}-byte header and the "
+      "weight)",
       op_name(spec.op), handler.describe(), onednn_handler_bytes(spec), kHandlerHeaderBytes));
 }
 
-// Validates a handler an mm op received: size, then every header field.
-Status check_handler(const OpSpec& spec, const Tensor& handler) {
+}  // namespace
+
+Status check_onednn_handler(const OpSpec& spec, const Tensor& handler) {
   KILN_RETURN_IF_ERROR(expect_handler_size(spec, handler));
   HandlerHeader h;
   std::memcpy(&h, handler.data(), sizeof(h));
@@ -511,6 +512,8 @@ Status check_handler(const OpSpec& spec, const Tensor& handler) {
   }
   return invalid_argument(fmt::format("{}: argument 'handler' {}", op_name(spec.op), what));
 }
+
+namespace {
 
 // create_onednn_mm(handler, b; primitive_cache_size): b [K, N] (any strides) -> [N, K].
 Status create_mm(const OpSpec& spec, const KernelArgs& args) {
@@ -537,7 +540,7 @@ Status mm(const OpSpec& spec, const KernelArgs& args) {
   const Tensor& c = args.tensor(0);
   const Tensor& a = args.tensor(1);
   const Tensor& bias = args.tensor(2);
-  KILN_RETURN_IF_ERROR(check_handler(spec, args.tensor(3)));
+  KILN_RETURN_IF_ERROR(check_onednn_handler(spec, args.tensor(3)));
   const std::byte* packed = bytes(args.tensor(3)) + kHandlerHeaderBytes;
   const int64_t esize = int64_t(dtype_size(p.dtype));
   for (int64_t m = 0; m < c.size(0); ++m) {
@@ -586,7 +589,7 @@ Status scaled_mm(const OpSpec& spec, const KernelArgs& args) {
   const auto* azp = p.azp ? args.tensor(3).data_as<const int32_t>() : nullptr;
   const auto* azp_adj = p.azp && p.dynamic ? args.tensor(4).data_as<const float>() : nullptr;
   const Tensor& bias = args.tensor(5);
-  KILN_RETURN_IF_ERROR(check_handler(spec, args.tensor(6)));
+  KILN_RETURN_IF_ERROR(check_onednn_handler(spec, args.tensor(6)));
   const std::byte* payload = bytes(args.tensor(6)) + kHandlerHeaderBytes;
   const int64_t scale_count = p.per_channel ? p.n : 1;
   const auto* packed = reinterpret_cast<const int8_t*>(payload + 4 * scale_count);

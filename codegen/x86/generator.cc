@@ -584,15 +584,23 @@ void Generator::log_ps(const Group& x, const Group& t0, const Group& t1) {
 }
 
 void Generator::rotate_pair(const Xmm& x, const Xmm& y, const Xmm& c, const Xmm& s, const Xmm& a,
-                            const Xmm& b, DType dtype) {
+                            const Xmm& b, DType dtype, bool on_bits) {
+  int product = 0;
+  const auto round = [&](const Xmm& v) {
+    if (on_bits) {
+      round_bits_to_bf16(v, Xbyak::Opmask(2 + product++));  // k2..k5: independent chains
+    } else {
+      round_to(v, dtype);
+    }
+  };
   vmulps(a, x, c);
-  round_to(a, dtype);
+  round(a);
   vmulps(b, y, s);
-  round_to(b, dtype);
+  round(b);
   vmulps(y, y, c);
-  round_to(y, dtype);
+  round(y);
   vmulps(x, x, s);
-  round_to(x, dtype);
+  round(x);
   vaddps(y, y, x);
   vsubps(x, a, b);
 }

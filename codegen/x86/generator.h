@@ -175,8 +175,10 @@ class Generator : public Xbyak::CodeGenerator {
   ///   (x, y) <- (rnd(rnd(x c) - rnd(y s)), rnd(rnd(y c) + rnd(x s)))
   /// without the outer rounding (the store's). Products are not fused into FMAs: each is
   /// rounded to `dtype`, as the contract says. c, s are preserved; a, b are temporaries.
+  /// `on_bits` (bf16 on AVX-512, the pairs paths): the four roundings are
+  /// round_bits_to_bf16 (masks k2..k5), which is exact there and needs no denormal guard.
   void rotate_pair(const Xmm& x, const Xmm& y, const Xmm& c, const Xmm& s, const Xmm& a,
-                   const Xmm& b, DType dtype);
+                   const Xmm& b, DType dtype, bool on_bits = false);
 
   // ---- Math injectors (fp32, lane-wise, in place) over groups of independent vectors; each
   // step is emitted for every member before the next step. Temporaries must be distinct from

@@ -134,8 +134,10 @@ class RopeGenerator : public Generator {
         split_bf16_pairs(xe, xo, xo);
         vmovdqu32(yo, y_at);
         split_bf16_pairs(ye, yo, yo);
-        rotate_bits(xe, ye, vmm(kHoisted + 4 * b), vmm(kHoisted + 4 * b + 2));
-        rotate_bits(xo, yo, vmm(kHoisted + 4 * b + 1), vmm(kHoisted + 4 * b + 3));
+        rotate_pair(xe, ye, vmm(kHoisted + 4 * b), vmm(kHoisted + 4 * b + 2), vmm(kA), vmm(kB),
+                    p_.dtype, /*on_bits=*/true);
+        rotate_pair(xo, yo, vmm(kHoisted + 4 * b + 1), vmm(kHoisted + 4 * b + 3), vmm(kA), vmm(kB),
+                    p_.dtype, /*on_bits=*/true);
         pack_bf16_pairs(xo, xe, k2);
         vmovdqu32(x_at, xo);
         pack_bf16_pairs(yo, ye, k2);
@@ -148,25 +150,11 @@ class RopeGenerator : public Generator {
       const auto at = ptr[reg_head_ + j * 4];  // pair j = elements 2j, 2j + 1
       vmovdqu32(xo, at);
       split_bf16_pairs(xe, xo, xo);  // xe = x, xo = y
-      rotate_bits(xe, xo, vmm(kHoisted + 2 * v), vmm(kHoisted + 2 * v + 1));
+      rotate_pair(xe, xo, vmm(kHoisted + 2 * v), vmm(kHoisted + 2 * v + 1), vmm(kA), vmm(kB),
+                  p_.dtype, /*on_bits=*/true);
       pack_bf16_pairs(xo, xe, k2);
       vmovdqu32(at, xo);
     }
-  }
-
-  // rotate() with the inner roundings on the bits; the outer rounding is the pack's.
-  void rotate_bits(const Xmm& x, const Xmm& y, const Xmm& c, const Xmm& s) {
-    const Xmm a = vmm(kA), b = vmm(kB);
-    vmulps(a, x, c);
-    round_bits_to_bf16(a, k2);
-    vmulps(b, y, s);
-    round_bits_to_bf16(b, k3);
-    vmulps(y, y, c);
-    round_bits_to_bf16(y, k4);
-    vmulps(x, x, s);
-    round_bits_to_bf16(x, k5);
-    vaddps(y, y, x);
-    vsubps(x, a, b);
   }
 
   // Vectors of E pairs, and whether their cos/sin fit in registers (kHoisted.. up to the
@@ -203,7 +191,7 @@ class RopeGenerator : public Generator {
       } else {
         load_pairs(x, y, vmm(kT0), vmm(kT1), p_.dtype, reg_head_ + 2 * j * esize_, count);
       }
-      rotate(x, y, c, s);
+      rotate_pair(x, y, c, s, vmm(kA), vmm(kB), p_.dtype);
       if (neox) {
         store_f32(x, p_.dtype, reg_head_ + j * esize_, count);
         store_f32(y, p_.dtype, reg_head_ + (half + j) * esize_, count);
@@ -211,22 +199,6 @@ class RopeGenerator : public Generator {
         store_pairs(x, y, vmm(kT0), vmm(kT1), p_.dtype, reg_head_ + 2 * j * esize_, count);
       }
     }
-  }
-
-  // (x, y) <- (rnd(rnd(x c) - rnd(y s)), rnd(rnd(y c) + rnd(x s))); the outer rounding is the
-  // store's.
-  void rotate(const Xmm& x, const Xmm& y, const Xmm& c, const Xmm& s) {
-    const Xmm a = vmm(kA), b = vmm(kB);
-    vmulps(a, x, c);
-    round_to(a, p_.dtype);
-    vmulps(b, y, s);
-    round_to(b, p_.dtype);
-    vmulps(y, y, c);
-    round_to(y, p_.dtype);
-    vmulps(x, x, s);
-    round_to(x, p_.dtype);
-    vaddps(y, y, x);
-    vsubps(x, a, b);
   }
 
   const ir::RopeParams p_;

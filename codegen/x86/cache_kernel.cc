@@ -54,7 +54,7 @@ class FlashWriteGenerator : public CacheGenerator {
   void generate() {
     prologue();
     load_scales();
-    token_loop(p_.block_size, [&] { write_token(); });
+    with_streaming_stores(row_bytes(), [&] { token_loop(p_.block_size, [&] { write_token(); }); });
     epilogue();
   }
 
@@ -73,6 +73,9 @@ class FlashWriteGenerator : public CacheGenerator {
 
   // The register of scale_reciprocal(scale).
   Xmm recip_of(const Xmm& scale) const { return vmm(scale.getIdx() + 2); }
+
+  // Cache bytes one token writes (key and value rows).
+  int64_t row_bytes() const { return 2 * p_.head_count_kv * p_.head_size * csize_; }
 
   // The token's key and value rows into the caches (b in rax, o in rcx).
   void write_token() {
@@ -152,9 +155,11 @@ class RopeFlashGenerator : public FlashWriteGenerator {
   void generate() {
     prologue();
     load_scales();
-    token_loop(
-        q_.block_size, [&] { write_token(); }, offsetof(CacheWriteCallArgs, slots),
-        [&](const Label& l_skip) { rotate_token(l_skip); });
+    with_streaming_stores(row_bytes(), [&] {
+      token_loop(
+          q_.block_size, [&] { write_token(); }, offsetof(CacheWriteCallArgs, slots),
+          [&](const Label& l_skip) { rotate_token(l_skip); });
+    });
     epilogue();
   }
 
@@ -370,6 +375,12 @@ class MlaWriteGenerator : public CacheGenerator {
       vbroadcastss(vmm(kKScale), ptr[rax]);
       scale_reciprocal(vmm(kKRecip), vmm(kKScale));
     }
+    with_streaming_stores((p_.kv_lora_rank + p_.pe_dim) * csize_, [&] { write_tokens(); });
+    epilogue();
+  }
+
+ private:
+  void write_tokens() {
     token_loop(p_.block_size, [&] {
       // reg_q_ = entry = kv_cache + b * block_stride + o * entry_stride (spans advance their
       // pointers only partly, so the k_pe part is addressed from reg_q_).
@@ -385,10 +396,8 @@ class MlaWriteGenerator : public CacheGenerator {
       add(reg_dst_, p_.kv_lora_rank * csize_);
       span(reg_dst_, reg_src_, p_.pe_dim);
     });
-    epilogue();
   }
 
- private:
   void span(const Reg64& dst, const Reg64& src, int64_t elements) {
     write_span(dst, src, elements, p_.dtype, fp8_, format_, vmm(kKScale), vmm(kKRecip));
   }
@@ -561,6 +570,11 @@ class ConvertFp8Generator : public CacheGenerator {
   }
 
   void full_span(int64_t elements) {
+    if (quantise_) {
+      quantise_span(reg_dst_, reg_src_, elements, p_.src, DType::kFp8E4m3, vmm(kKScale),
+                    vmm(kKRecip));
+      return;
+    }
     for_units(
         elements / lanes(), [&](int64_t v) { step(int(v), lanes()); }, [&](int k) { advance(k); });
   }

@@ -63,8 +63,10 @@ std::vector<int64_t> random_slots(int64_t tokens, int64_t num_blocks,
 }
 
 // tokens = 0: the large shape.
+// `prefill`: the tokens fill consecutive slots of shuffled blocks (a prefill's slot mapping)
+// instead of random slots.
 void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
-                    ir::KvCacheDtype kv, int64_t tokens, int threads, bool peer) {
+                    ir::KvCacheDtype kv, int64_t tokens, int threads, bool peer, bool prefill) {
   const OpSpec spec =
       flash ? OpSpec::make(OpKind::kReshapeAndCacheFlash,
                            ir::FlashCacheWriteParams{DType::kBF16, kv, kHeads, kHeadSize,
@@ -82,6 +84,12 @@ void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
   auto key_cache = CacheBytes(cache_bytes);
   auto value_cache = CacheBytes(cache_bytes);
   auto slots = random_slots(tokens, num_blocks);
+  if (prefill) {
+    auto blocks = random_slots(num_blocks, num_blocks, 1);  // a permutation of the blocks
+    for (int64_t t = 0; t < tokens; ++t) {
+      slots[size_t(t)] = blocks[size_t(t / kBlockSize)] * kBlockSize + t % kBlockSize;
+    }
+  }
   float k_scale = 0.02f, v_scale = 0.03f;
   const DType cdt = fp8 ? DType::kU8 : DType::kBF16;
   auto cache_tensor = [&](void* data, bool is_key) {
@@ -615,8 +623,19 @@ int main(int argc, char** argv) {
         const std::string shape = tokens == 0 ? "/large" : fmt::format("/decode{}", tokens);
         for (const Write& w : writes) {
           benchmark::RegisterBenchmark((who + w.name + shape + suffix).c_str(), bm_cache_write,
-                                       w.flash, w.layout, w.kv, tokens, threads, peer)
+                                       w.flash, w.layout, w.kv, tokens, threads, peer, false)
               ->UseRealTime();
+        }
+        if (tokens == 0) {
+          for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3}) {
+            const std::string name = std::string("reshape_and_cache/") +
+                                     (kv == ir::KvCacheDtype::kAuto ? "auto" : "fp8_e4m3") +
+                                     "/prefill_slots";
+            benchmark::RegisterBenchmark((who + name + shape + suffix).c_str(), bm_cache_write,
+                                         false, ir::CacheLayout::kNhd, kv, tokens, threads, peer,
+                                         true)
+                ->UseRealTime();
+          }
         }
         benchmark::RegisterBenchmark((who + "swap_blocks" + shape + suffix).c_str(), bm_swap_blocks,
                                      tokens, threads, peer)

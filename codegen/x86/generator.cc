@@ -887,7 +887,8 @@ void Generator::store_fp8(const Xmm& codes, const RegExp& addr, int count) {
   copy_bytes(addr, RegExp(rsp), count);
 }
 
-void Generator::copy_span(const Reg64& dst, const Reg64& src, int64_t bytes, const Reg64& counter) {
+void Generator::copy_span(const Reg64& dst, const Reg64& src, int64_t bytes, const Reg64& counter,
+                          bool streaming) {
   const int width = lanes() * 4;
   int64_t vectors = bytes / width;
   const int rem = int(bytes % width);
@@ -895,7 +896,11 @@ void Generator::copy_span(const Reg64& dst, const Reg64& src, int64_t bytes, con
   auto move = [&](int i, int64_t offset) {
     const Xmm v = vmm(13 + i % 2);
     vmovups(v, ptr[src + offset]);
-    vmovups(ptr[dst + offset], v);
+    if (streaming) {
+      vmovntps(ptr[dst + offset], v);
+    } else {
+      vmovups(ptr[dst + offset], v);
+    }
   };
   if (vectors >= 2 * kUnroll) {
     Label l_loop;

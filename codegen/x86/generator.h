@@ -50,6 +50,10 @@ class Generator : public Xbyak::CodeGenerator {
   bool avx512() const { return avx512_; }
   /// AVX512_BF16 (vcvtneps2bf16) is available.
   bool has_bf16_convert() const { return isa_ >= X86Isa::kAvx512Bf16; }
+  /// AVX512_VBMI (vpermi2b, vpermb) is available: every AMX CPU (Sapphire Rapids and later) has
+  /// it, while Cooper Lake has AVX512_BF16 without it, so the AMX level is the first that
+  /// guarantees it.
+  bool has_vbmi() const { return isa_ >= X86Isa::kAmx; }
   /// Results only need bf16 accuracy (set by generators whose output type is bf16).
   void set_bf16_accuracy(bool on) { bf16_accuracy_ = on; }
   bool bf16_accuracy() const { return bf16_accuracy_; }
@@ -152,7 +156,11 @@ class Generator : public Xbyak::CodeGenerator {
   /// Copies `bytes` bytes from [src] to [dst] (non-overlapping) with full-width vector moves
   /// and a masked (AVX-512) or scalar (AVX2) tail; a loop of four vectors per step when long.
   /// src, dst and `counter` are advanced/clobbered; uses rax and vmm13..14.
-  void copy_span(const Reg64& dst, const Reg64& src, int64_t bytes, const Reg64& counter);
+  /// `streaming`: the full vectors are stored non-temporally (vmovntdq: no read-for-ownership
+  /// of the destination lines); dst must then be 64-byte aligned, and the kernel must execute
+  /// sfence before it returns (streaming stores are weakly ordered).
+  void copy_span(const Reg64& dst, const Reg64& src, int64_t bytes, const Reg64& counter,
+                 bool streaming = false);
 
   // ---- ISA-uniform integer/bitwise ops (VEX names on AVX2, EVEX names on AVX-512).
   void uni_vpand(const Xmm& d, const Xmm& a, const Xbyak::Operand& b);

@@ -95,9 +95,11 @@ class MlaRopeFusedGenerator : public CacheGenerator {
       vbroadcastss(vmm(kScale), ptr[rax]);
       scale_reciprocal(vmm(kRecip), vmm(kScale));
     }
-    token_loop(
-        p_.block_size, [&] { write_token(); }, offsetof(MlaRopeCallArgs, slots),
-        [&](const Label&) { rotate_queries(); });
+    with_streaming_stores((p_.kv_lora_rank + p_.rot_dim) * csize_, [&] {
+      token_loop(
+          p_.block_size, [&] { write_token(); }, offsetof(MlaRopeCallArgs, slots),
+          [&](const Label&) { rotate_queries(); });
+    });
     epilogue();
   }
 

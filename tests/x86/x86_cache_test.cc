@@ -6,7 +6,12 @@
 // message and nothing is written).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,8 +35,9 @@ const KvCacheDtype kKvModes[] = {KvCacheDtype::kAuto, KvCacheDtype::kFp8E4m3,
 const int64_t kHeadSizes[] = {1, 16, 46, 64, 80, 128, 256};
 const int64_t kBlockSizes[] = {1, 16, 32, 128};
 
+// amx too: the AMX level is the one whose generators use VBMI (the fast fp8 quantiser).
 std::vector<X86Isa> isa_paths() {
-  return test::isa_paths();
+  return test::isa_paths({X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16, X86Isa::kAmx});
 }
 
 using test::compile_x86;
@@ -279,6 +285,178 @@ TEST_P(X86CacheIsaTest, CacheWritesReciprocalIsBitExactForEveryBf16) {
       const auto report = check_against_ref(kernel, c.value());
       EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa) << "\n"
                              << report.message;
+    }
+  }
+}
+
+// reshape_and_cache's whole-block path (16 rows with the consecutive slots of one block take
+// a gather of the value rows): prefill slot mappings with full and partial blocks, blocks with a
+// padding slot, a swapped pair or a shifted start inside (those take the per-token path), for
+// 2- and 4-byte types and several head sizes, single- and multi-threaded.
+TEST_P(X86CacheIsaTest, PagedWholeBlocksMatchRef) {
+  const X86Isa isa = GetParam();
+  const Config parallel = Config().set("threads", 2).set("min_parallel_kib", 0);
+  for (DType dtype : kDtypes) {
+    for (int64_t d : {8, 24, 64, 80, 128}) {  // multiples of x (16 bytes)
+      const OpSpec spec = paged_spec(dtype, KvCacheDtype::kAuto, 3, d, 16);
+      for (const Config& config : {Config(), parallel}) {
+        const Kernel kernel = compile_x86(spec, isa, config);
+        const int64_t tokens = 16 * 6 + 5;
+        auto c = test::make_case(spec, tokens, InputKind::kNormal, uint64_t(d) * 7 + 1);
+        ASSERT_TRUE(c.is_ok());
+        const int64_t blocks = c->tensors[2].sizes()[0];
+        ASSERT_GE(blocks, 8) << "the case's cache is too small for this test";
+        // block of token group g (distinct, in reverse order)
+        auto block_of = [&](int64_t g) { return blocks - 1 - g; };
+        for (int64_t t = 0; t < tokens; ++t) {
+          c->tensors[4].set(t, double(block_of(t / 16) * 16 + t % 16));
+        }
+        c->tensors[4].set(16 + 7, -1.0);  // group 1: a padding row inside
+        const double a = c->tensors[4].get(32 + 3), b = c->tensors[4].get(32 + 4);
+        c->tensors[4].set(32 + 3, b);  // group 2: two rows swapped
+        c->tensors[4].set(32 + 4, a);
+        for (int64_t i = 0; i < 16; ++i) {  // group 3: slots 8..23 of two blocks
+          const int64_t slot = block_of(3) * 16 + 8 + i;
+          c->tensors[4].set(48 + i, double(i < 8 ? slot : block_of(7) * 16 + i - 8));
+        }
+        const auto report = check_against_ref(kernel, c.value());
+        EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa)
+                               << (config.get("threads", 0) == 2 ? " 2 threads" : "") << "\n"
+                               << report.message;
+      }
+    }
+  }
+}
+
+// The fast fp8 quantiser (AMX level: VBMI) over fp32 bit patterns of the critical ranges, for
+// both formats, through reshape_and_cache_flash with f32 input: every sign, every exponent,
+// every combination of the kept mantissa bits and the rounding bit, with the bits below it 0
+// (exact ties), 1, 2, 3, all ones, all ones - 1 and two random patterns; and a dense sweep of
+// the fp8 subnormal range and its boundary (the top 12 mantissa bits of every exponent from 12
+// binades below the min normal up to it, four low patterns each). Scale 1 and 0.5 take the
+// exact-reciprocal variant (exact ties, subnormals, zero), 3 the product path with its window
+// and the division retry; NaN, inf, saturation and zero go to the generic path.
+std::vector<double> fp8_critical_values(DType format) {
+  const int m = format == DType::kFp8E5m2 ? 2 : 3;
+  const int bias = format == DType::kFp8E5m2 ? 15 : 7;
+  const int kept = m + 1;  // the kept mantissa bits and the rounding bit
+  const int low_bits = 23 - kept;
+  const uint32_t low_max = (1u << low_bits) - 1;
+  std::mt19937 rng(11);
+  std::vector<double> values;
+  auto add = [&](uint32_t bits) { values.push_back(double(std::bit_cast<float>(bits))); };
+  for (uint32_t sign = 0; sign < 2; ++sign) {
+    for (uint32_t e = 0; e < 256; ++e) {
+      for (uint32_t top = 0; top < (1u << kept); ++top) {
+        for (uint32_t low : {0u, 1u, 2u, 3u, low_max, low_max - 1, uint32_t(rng()) & low_max,
+                             uint32_t(rng()) & low_max}) {
+          add(sign << 31 | e << 23 | top << low_bits | low);
+        }
+      }
+    }
+    const uint32_t min_normal_e = uint32_t(127 - bias + 1);
+    for (uint32_t e = min_normal_e - 12; e <= min_normal_e; ++e) {
+      for (uint32_t top = 0; top < (1u << 12); ++top) {
+        for (uint32_t low : {0u, 1u, 0x7FFu, uint32_t(rng()) & 0x7FFu}) {
+          add(sign << 31 | e << 23 | top << 11 | low);
+        }
+      }
+    }
+  }
+  return values;
+}
+
+TEST_P(X86CacheIsaTest, FastQuantiserIsBitExactOnCriticalFp32Patterns) {
+  const X86Isa isa = GetParam();
+  for (KvCacheDtype kv : {KvCacheDtype::kFp8E4m3, KvCacheDtype::kFp8E5m2}) {
+    const DType format = kv == KvCacheDtype::kFp8E5m2 ? DType::kFp8E5m2 : DType::kFp8E4m3;
+    const std::vector<double> values = fp8_critical_values(format);
+    const OpSpec spec =
+        flash_spec(DType::kF32, kv, 8, 128, 16, ir::CacheLayout::kNhd, /*per_head=*/false);
+    const Kernel kernel = compile_x86(spec, isa);
+    const int64_t row = 8 * 128;
+    const int64_t tokens = (int64_t(values.size()) + row - 1) / row;
+    auto c = test::make_case(spec, tokens, InputKind::kNormal, 21);
+    ASSERT_TRUE(c.is_ok());
+    for (int operand = 0; operand < 2; ++operand) {
+      test::HostTensor& t = c->tensors[size_t(operand)];
+      for (int64_t i = 0; i < tokens * row; ++i) {
+        // value: the same values shifted by half a row, so each lands in another step
+        const size_t j = (size_t(i) + size_t(operand) * size_t(row / 2)) % values.size();
+        t.set(i, values[j]);
+      }
+    }
+    for (double scale : {1.0, 0.5, 3.0}) {
+      for (int operand : {5, 6}) c->tensors[size_t(operand)].set(0, scale);
+      for (int64_t t = 0; t < tokens; ++t) c->tensors[4].set(t, double(t));  // every slot written
+      const auto report = check_against_ref(kernel, c.value());
+      EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa)
+                             << " scale=" << scale << " values=" << values.size() << "\n"
+                             << report.message;
+    }
+  }
+}
+
+// Calls that write >= 1 MiB take the streaming-store loop (CacheGenerator::with_streaming_stores),
+// which streams only 64-byte aligned rows: flash NHD/HND, auto/e4m3/e5m2, bf16, 600 tokens
+// (3.75 MiB of cache writes) into 64-byte aligned caches and into caches 16 bytes off, with
+// padding slots and scale 1 / an inexact scale, against the ref on the same buffers.
+TEST_P(X86CacheIsaTest, LargeCallsStreamingStoresMatchRef) {
+  const X86Isa isa = GetParam();
+  constexpr int64_t kH = 8, kD = 128, kBs = 16, kTokens = 600, kBlocks = 2 * kTokens / kBs + 2;
+  std::mt19937_64 rng(5);
+  std::vector<uint16_t> key(size_t(kTokens * kH * kD)), value(key.size());
+  for (auto& x : key) x = numeric::f32_to_bf16(float(int(rng() % 4001) - 2000) / 997.0f);
+  for (auto& x : value) x = numeric::f32_to_bf16(float(int(rng() % 4001) - 2000) / 13.0f);
+  std::vector<int64_t> slots(size_t(kBlocks * kBs));
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  slots.resize(size_t(kTokens));
+  for (int64_t t = 0; t < kTokens; t += 37) slots[size_t(t)] = -1;
+  CompileOptions ref_options;
+  ref_options.backend = BackendKind::kRef;
+  for (KvCacheDtype kv : {KvCacheDtype::kAuto, KvCacheDtype::kFp8E4m3, KvCacheDtype::kFp8E5m2}) {
+    for (ir::CacheLayout layout : {ir::CacheLayout::kNhd, ir::CacheLayout::kHnd}) {
+      const OpSpec spec = flash_spec(DType::kBF16, kv, kH, kD, kBs, layout, false);
+      const Kernel kernel = compile_x86(spec, isa);
+      auto ref = test::x86_test_runtime().compile(spec, ref_options);
+      ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
+      const bool fp8 = kv != KvCacheDtype::kAuto;
+      const DType cdt = fp8 ? DType::kU8 : DType::kBF16;
+      const size_t cache_bytes = size_t(kBlocks * kBs * kH * kD) * (fp8 ? 1 : 2);
+      for (size_t misalign : {size_t(0), size_t(16)}) {
+        for (float scale : {1.0f, 0.037f}) {
+          // [x86 key, x86 value, ref key, ref value], each 64-byte aligned + misalign
+          std::vector<uint8_t> storage(4 * (cache_bytes + 128), 0);
+          std::vector<uint8_t*> caches;
+          for (size_t i = 0; i < 4; ++i) {
+            auto base = reinterpret_cast<uintptr_t>(storage.data() + i * (cache_bytes + 128));
+            caches.push_back(reinterpret_cast<uint8_t*>((base + 63) / 64 * 64 + misalign));
+          }
+          auto cache_tensor = [&](void* data) {
+            return layout == ir::CacheLayout::kNhd ? Tensor(data, cdt, {kBlocks, kBs, kH, kD})
+                                                   : Tensor(data, cdt, {kBlocks, kBs, kH, kD},
+                                                            {kH * kBs * kD, kD, kBs * kD, 1});
+          };
+          float k_scale = scale, v_scale = scale * 3;
+          auto args = [&](uint8_t* kc, uint8_t* vc) {
+            return KernelArgs(
+                {Tensor(key.data(), DType::kBF16, {kTokens, kH, kD}),
+                 Tensor(value.data(), DType::kBF16, {kTokens, kH, kD}), cache_tensor(kc),
+                 cache_tensor(vc), Tensor(slots.data(), DType::kI64, {kTokens}),
+                 Tensor(&k_scale, DType::kF32, {1}), Tensor(&v_scale, DType::kF32, {1})},
+                {});
+          };
+          ASSERT_TRUE(kernel.run(args(caches[0], caches[1])).is_ok());
+          ASSERT_TRUE(ref.value().run(args(caches[2], caches[3])).is_ok());
+          EXPECT_EQ(std::memcmp(caches[0], caches[2], cache_bytes), 0)
+              << to_string(spec) << " isa=" << x86_isa_name(isa) << " misalign=" << misalign
+              << " scale=" << scale << " (key cache)";
+          EXPECT_EQ(std::memcmp(caches[1], caches[3], cache_bytes), 0)
+              << to_string(spec) << " isa=" << x86_isa_name(isa) << " misalign=" << misalign
+              << " scale=" << scale << " (value cache)";
+        }
+      }
     }
   }
 }

@@ -40,6 +40,8 @@
 //     One config per row count, loaded at entry; tilerelease at exit. While a group computes,
 //     the next group's K and V lines (through the block table) are prefetched into L1, spread
 //     over the Q·Kᵀ chunks and the P·V dims (two small routines shared by the variants).
+//     The softmax is emit_softmax_amx: the same steps with the rows of the group as lanes (one
+//     transpose tree per reduction instead of one horizontal chain per row), also shared.
 // Any head size D (vec / vec16 / neon layouts; the amx layout needs D % 32 == 0): Q·Kᵀ walks
 // the dims in steps of 4 (fp32) or 4 pairs (dpbf16) and emits the D % 4 (pairs) rest after
 // the loop; an odd D pairs its last dim with a zero K row and a zero query word. P·V walks the
@@ -817,16 +819,17 @@ class AttentionGenerator : public Generator {
     vpaddd(jv[0], jv[0], iota(0));
     vmovups(ninf, cst(-std::numeric_limits<float>::infinity()));
     Label l_done;
-    softmax_chunk(0, 8, true, m_tmp);
+    softmax_chunk(0, m_tmp);
     cmp(qword[ARG(rows)], 8);
     jle(l_done, T_NEAR);
-    softmax_chunk(8, 8, true, m_tmp);
+    softmax_chunk(8, m_tmp);
     L(l_done);
   }
 
-  // Rows r0 .. r0 + n − 1 (see emit_softmax_amx); `runtime`: the rows that exist are
-  // min(n, rows − r0) with rows read from the call. rsi = scratch, jv/ninf set.
-  void softmax_chunk(int r0, int n, bool runtime, int m_tmp) {
+  // Rows r0 .. r0 + 7 (see emit_softmax_amx), of which min(8, rows − r0) exist (rows read
+  // from the call). rsi = scratch, jv / ninf set.
+  void softmax_chunk(int r0, int m_tmp) {
+    constexpr int n = 8;
     const int prob_offset = max_rows_ * kGroupMax * 4;
     const Zmm x[2] = {zmm0, zmm1};
     const Zmm t[4] = {zmm2, zmm3, zmm4, zmm5};
@@ -835,18 +838,14 @@ class AttentionGenerator : public Generator {
     const Opmask keep[2] = {k3, k4};
     const Opmask valid = k6;  // lanes of the chunk's existing rows
     const Zmm y[8] = {zmm16, zmm17, zmm18, zmm19, zmm20, zmm21, zmm22, zmm23};
-    if (runtime) {
-      mov(rcx, ptr[ARG(rows)]);
-      sub(rcx, r0);
-      mov(edx, 8);
-      cmp(rcx, rdx);
-      cmovg(rcx, rdx);  // min(8, rows − r0): lanes 8.. must not be stored
-      mov(eax, 1);
-      shl(eax, cl);
-      dec(eax);
-    } else {
-      mov(eax, (1u << n) - 1);
-    }
+    mov(rcx, ptr[ARG(rows)]);
+    sub(rcx, r0);
+    mov(edx, n);
+    cmp(rcx, rdx);
+    cmovg(rcx, rdx);  // min(8, rows − r0): lanes 8.. must not be stored
+    mov(eax, 1);
+    shl(eax, cl);
+    dec(eax);
     kmovw(valid, eax);
     const auto row_at = [&](int i) { return r0 + i; };
     // Pass 1.

@@ -40,6 +40,8 @@
 //     One config per row count, loaded at entry; tilerelease at exit. While a group computes,
 //     the next group's K and V lines (through the block table) are prefetched into L1, spread
 //     over the Q·Kᵀ chunks and the P·V dims (two small routines shared by the variants).
+//     The softmax is emit_softmax_amx: the same steps with the rows of the group as lanes (one
+//     transpose tree per reduction instead of one horizontal chain per row), also shared.
 // Any head size D (vec / vec16 / neon layouts; the amx layout needs D % 32 == 0): Q·Kᵀ walks
 // the dims in steps of 4 (fp32) or 4 pairs (dpbf16) and emits the D % 4 (pairs) rest after
 // the loop; an odd D pairs its last dim with a zero K row and a zero query word. P·V walks the
@@ -168,7 +170,7 @@ class AttentionGenerator : public Generator {
       add(r9, rcx);
       call(l_next_group_);
       emit_qk_amx();
-      emit_softmax(rows);
+      call(l_softmax_);  // emit_softmax_amx, shared by the row-count variants
       emit_pv_amx(rows);
     } else {
       lea(r8, ptr[r8 + r12 * kv_esize_]);  // K: key offset t0 inside each dim row
@@ -433,6 +435,9 @@ class AttentionGenerator : public Generator {
   // l_next_group_) are used: free at every call site, native or emulated.
   void emit_prefetch_routines() {
     if (!amx_) return;
+    L(l_softmax_);
+    emit_softmax_amx();
+    ret();
     L(l_next_group_);
     emit_next_group_amx();
     ret();
@@ -450,7 +455,7 @@ class AttentionGenerator : public Generator {
     add(qword[ARG(next_v)], 32 * p_.block_size);
     ret();
   }
-  Label l_next_group_, l_prefetch_k_, l_prefetch_v_;
+  Label l_next_group_, l_prefetch_k_, l_prefetch_v_, l_softmax_;
 
   // prefetcht0: the next group (16 KiB) fits in L1 beside the current one; measured the same
   // as prefetcht1 (L2) and as fetching two groups ahead.
@@ -783,6 +788,173 @@ class AttentionGenerator : public Generator {
     inc(rbp);
     cmp_rows(rbp, rows);
     jl(l_row, T_NEAR);
+  }
+
+  // ---- online softmax, AMX path: the rows of a group batched ------------------------------
+  // The row loop above spends most of its time on two horizontal reductions per row (max and
+  // sum: extract/shuffle chains of ~6 dependent ops each) and on e^(m − m') evaluated on a
+  // whole vector for one lane. Here the rows go in chunks of up to 8, and the per-row scalars
+  // become lanes: lane i of one zmm is row r0 + i of the chunk.
+  //   pass 1 (per row): s = mask(softcap(scale·S) + ALiBi), written back over the logits;
+  //                     y_i = max(s[0:16], s[16:32]) (16 partial maxima)
+  //   tree:             M[i] = max over the 16 lanes of y_i, all rows at once (transpose_reduce)
+  //   vector:           m' = max(m, M); α = e^(m − m'); stored for the chunk's rows
+  //   pass 2 (per row): p = e^(s − m'_i) (0 where masked), bf16 P row (one vcvtne2ps2bf16),
+  //                     z_i = p[0:16] + p[16:32]
+  //   tree, vector:     l = α·l + Σ z_i lanes
+  // The chunk's rows past the call's rows (runtime count of the emulation, or a short last
+  // chunk) compute on in-bounds scratch / argument slots and are never stored to m, l, α.
+  // One routine for every row count (called; 16 unrolled copies would overflow the code
+  // buffer): the row count is read from the call, and a second chunk runs when rows > 8.
+  // Uses rax, rcx, rdx, rsi, zmm0..12, zmm16..31, k3, k4, k6.
+  void emit_softmax_amx() {
+    const int prob_offset = max_rows_ * kGroupMax * 4;
+    const int m_tmp = prob_offset + kMaxAttnRows * kGroupMax * 2;  // unused half of P region
+    const Zmm jv[2] = {zmm6, zmm7};
+    const Zmm ninf = zmm12;
+    mov(rsi, ptr[ARG(scratch)]);
+    vmovq(Xmm(jv[0].getIdx()), r10);
+    vpbroadcastd(jv[0], Xmm(jv[0].getIdx()));
+    vpaddd(jv[1], jv[0], iota(16));
+    vpaddd(jv[0], jv[0], iota(0));
+    vmovups(ninf, cst(-std::numeric_limits<float>::infinity()));
+    Label l_done;
+    softmax_chunk(0, m_tmp);
+    cmp(qword[ARG(rows)], 8);
+    jle(l_done, T_NEAR);
+    softmax_chunk(8, m_tmp);
+    L(l_done);
+  }
+
+  // Rows r0 .. r0 + 7 (see emit_softmax_amx), of which min(8, rows − r0) exist (rows read
+  // from the call). rsi = scratch, jv / ninf set.
+  void softmax_chunk(int r0, int m_tmp) {
+    constexpr int n = 8;
+    const int prob_offset = max_rows_ * kGroupMax * 4;
+    const Zmm x[2] = {zmm0, zmm1};
+    const Zmm t[4] = {zmm2, zmm3, zmm4, zmm5};
+    const Zmm jv[2] = {zmm6, zmm7};
+    const Zmm ninf = zmm12;
+    const Opmask keep[2] = {k3, k4};
+    const Opmask valid = k6;  // lanes of the chunk's existing rows
+    const Zmm y[8] = {zmm16, zmm17, zmm18, zmm19, zmm20, zmm21, zmm22, zmm23};
+    mov(rcx, ptr[ARG(rows)]);
+    sub(rcx, r0);
+    mov(edx, n);
+    cmp(rcx, rdx);
+    cmovg(rcx, rdx);  // min(8, rows − r0): lanes 8.. must not be stored
+    mov(eax, 1);
+    shl(eax, cl);
+    dec(eax);
+    kmovw(valid, eax);
+    const auto row_at = [&](int i) { return r0 + i; };
+    // Pass 1.
+    const Zmm scale = zmm8;
+    vbroadcastss(scale, ptr[ARG(scale)]);
+    for (int i = 0; i < n; ++i) {
+      const int r = row_at(i);
+      const int off = r * kGroupMax * 4;
+      for (int v = 0; v < 2; ++v) vmulps(x[v], scale, ptr[rsi + off + v * 64]);
+      if (p_.softcap) {
+        for (int v = 0; v < 2; ++v) {
+          vbroadcastss(t[0], ptr[ARG(softcap)]);
+          vdivps(x[v], x[v], t[0]);
+          tanh_ps({x[v]}, {t[0]}, {t[1]}, {t[2]}, {t[3]});
+          vbroadcastss(t[0], ptr[ARG(softcap)]);
+          vmulps(x[v], x[v], t[0]);
+        }
+      }
+      if (p_.alibi) {
+        vpbroadcastd(zmm10, ptr[ARG(pos) + r * 4]);
+        vbroadcastss(t[1], ptr[ARG(slope) + r * 4]);
+        for (int v = 0; v < 2; ++v) {
+          vpsubd(t[0], jv[v], zmm10);
+          vcvtdq2ps(t[0], t[0]);
+          vfmadd231ps(x[v], t[0], t[1]);
+        }
+      }
+      // Allowed iff lo <= j <= hi (the second compare ANDs under the first's mask).
+      for (int v = 0; v < 2; ++v) {
+        vpcmpd(keep[v], jv[v], ptr_b[ARG(lo) + r * 4], 5);            // j >= lo
+        vpcmpd(keep[v] | keep[v], jv[v], ptr_b[ARG(hi) + r * 4], 2);  // j <= hi
+        vblendmps(x[v] | keep[v], ninf, x[v]);
+        vmovups(ptr[rsi + off + v * 64], x[v]);
+      }
+      vmaxps(y[i], x[0], x[1]);
+    }
+    // m' = max(m, M); α = e^(m − m').
+    const Zmm m_old = zmm8, m_new = zmm9;
+    transpose_reduce(true, y, n, m_new);
+    vmovups(m_old | valid | T_z, ptr[ARG(m) + r0 * 4]);
+    vmaxps(m_new, m_new, m_old);
+    vmovups(ptr[ARG(m) + r0 * 4] | valid, m_new);
+    vmovups(ptr[rsi + m_tmp], m_new);  // read back per row as a broadcast
+    vsubps(m_old, m_old, m_new);
+    exp_ps({m_old}, {t[0]}, {t[1]}, /*nonpositive=*/true);
+    vmovups(ptr[ARG(alpha) + r0 * 4] | valid, m_old);
+    // Pass 2: p = e^(s − m'), zero where masked (s = −inf there).
+    const Zmm z[8] = {zmm24, zmm25, zmm26, zmm27, zmm28, zmm29, zmm30, zmm31};
+    for (int i = 0; i < n; ++i) {
+      const int r = row_at(i);
+      const int off = r * kGroupMax * 4;
+      for (int v = 0; v < 2; ++v) {
+        vmovups(x[v], ptr[rsi + off + v * 64]);
+        vcmpps(keep[v], x[v], ninf, 4);  // != −inf (NaN never gets here: masked to −inf)
+        vsubps(x[v], x[v], ptr_b[rsi + m_tmp + i * 4]);
+      }
+      exp_ps({x[0], x[1]}, {t[0], t[1]}, {t[2], t[3]}, true);
+      for (int v = 0; v < 2; ++v) vmovaps(x[v] | keep[v] | T_z, x[v]);
+      vaddps(z[i], x[0], x[1]);
+      vcvtne2ps2bf16(t[0], x[1], x[0]);  // keys 0-15 in the low half
+      vmovups(ptr[rsi + prob_offset + r * kGroupMax * 2], t[0]);
+    }
+    // l = α·l + Σ p.
+    transpose_reduce(false, z, n, t[1]);
+    vmovups(t[2] | valid | T_z, ptr[ARG(l) + r0 * 4]);
+    vfmadd231ps(t[1], t[2], m_old);
+    vmovups(ptr[ARG(l) + r0 * 4] | valid, t[1]);
+  }
+
+  // dst lane i (i < 8) = max (or sum) over the 16 lanes of y[i]; y[i] for i >= n are not
+  // read (y[n − 1] stands in). A transpose tree: 256-bit halves of row pairs, 128-bit
+  // quarters of row quads, then pairs and single lanes inside each 128-bit lane; 25 ops for
+  // 8 rows instead of 8 dependent extract / shuffle chains. Clobbers y[0..3], zmm10, zmm11.
+  void transpose_reduce(bool max, const Zmm* y, int n, const Zmm& dst) {
+    const auto op = [&](const Zmm& d, const Zmm& a, const Zmm& b) {
+      if (max) {
+        vmaxps(d, a, b);
+      } else {
+        vaddps(d, a, b);
+      }
+    };
+    const auto row = [&](int i) { return y[std::min(i, n - 1)]; };
+    const Zmm ta = zmm10, tb = zmm11;
+    // z[i] (written over y[i], already consumed): 256-bit half 0 = row 2i's 8 partials,
+    // half 1 = row 2i + 1's. With n < 8 the stand-in rows may read overwritten slots: their
+    // lanes are garbage, but every op is lane-wise per row, so the existing rows are exact.
+    Zmm z[4] = {y[0], y[1], y[2], y[3]};
+    Zmm zin[8];
+    for (int i = 0; i < 8; ++i) zin[i] = row(i);
+    for (int i = 0; i < 4; ++i) {
+      vshuff32x4(ta, zin[2 * i], zin[2 * i + 1], 0x44);
+      vshuff32x4(tb, zin[2 * i], zin[2 * i + 1], 0xEE);
+      op(z[i], ta, tb);
+    }
+    // w[h]: quarter q = row 4h + q's 4 partials.
+    for (int h = 0; h < 2; ++h) {
+      vshuff32x4(ta, z[2 * h], z[2 * h + 1], 0x88);
+      vshuff32x4(tb, z[2 * h], z[2 * h + 1], 0xDD);
+      op(z[h], ta, tb);
+    }
+    // In each 128-bit lane q: elements 0, 1 = row q's 2 partials, 2, 3 = row q + 4's.
+    vshufps(ta, z[0], z[1], 0x44);
+    vshufps(tb, z[0], z[1], 0xEE);
+    op(z[0], ta, tb);
+    vshufps(ta, z[0], z[0], 0xB1);
+    op(z[0], z[0], ta);  // element 0: row q, element 2: row q + 4
+    std::array<uint32_t, 16> idx{0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0};
+    vmovdqu32(ta, cst_table(idx));
+    vpermps(dst, ta, z[0]);
   }
 
   Address iota(int first) {

@@ -649,7 +649,9 @@ class CacheGenerator : public Generator {
       } else {
         load_pairs(x, y, vmm(kT0), vmm(kT1), r.dtype, row + int(2 * j * esize), count);
       }
-      rotate_pair(x, y, c, s, vmm(kA), vmm(kB), r.dtype);
+      // bf16 on AVX-512: the four product roundings on the bits (exact here: x, y, c, s are bf16
+      // values, so every NaN has a zero low half), not vcvtneps2bf16 behind a denormal guard.
+      rotate_pair(x, y, c, s, vmm(kA), vmm(kB), r.dtype, avx512() && r.dtype == DType::kBF16);
       if (neox) {
         store_f32(x, r.dtype, row + int(j * esize), count);
         store_f32(y, r.dtype, row + int((half + j) * esize), count);

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -303,21 +302,6 @@ int64_t blocks_for(int64_t tokens, int64_t block_size) {
   return 2 * ((tokens + block_size - 1) / block_size) + 2;
 }
 
-// A real cos/sin table [max_position, rot] (unit rotations, base 10000): the rope calls run in
-// place over and over, and random "cos/sin" would shrink the values into denormals (and
-// microcode assists) within a few iterations.
-std::vector<uint16_t> rope_table_bf16(int64_t max_position, int64_t rot) {
-  std::vector<uint16_t> table(size_t(max_position * rot));
-  for (int64_t pos = 0; pos < max_position; ++pos) {
-    for (int64_t j = 0; j < rot / 2; ++j) {
-      const double angle = double(pos) * std::pow(10000.0, -2.0 * double(j) / double(rot));
-      table[size_t(pos * rot + j)] = numeric::f32_to_bf16(float(std::cos(angle)));
-      table[size_t(pos * rot + rot / 2 + j)] = numeric::f32_to_bf16(float(std::sin(angle)));
-    }
-  }
-  return table;
-}
-
 // Deterministic fp32 values in [-3, 3] (log-sum-exp inputs).
 std::vector<float> random_lse(size_t n) {
   std::vector<float> v(n);
@@ -380,7 +364,7 @@ void bm_mla_rope_fused(benchmark::State& state, int64_t tokens, int threads, boo
   auto q_pe = bench::random_bf16(size_t(tokens * kMlaHeads * kMlaRot));
   auto k_pe = bench::random_bf16(size_t(tokens * kMlaRot));
   auto kv_c = bench::random_bf16(size_t(tokens * kMlaRank));
-  auto cos_sin = rope_table_bf16(kMaxPosition, kMlaRot);
+  auto cos_sin = bench::quarter_turn_rope_table_bf16(kMaxPosition, kMlaRot);
   auto positions = std::vector<int64_t>(size_t(tokens));
   for (int64_t t = 0; t < tokens; ++t) positions[size_t(t)] = (t * 37) % kMaxPosition;
   auto cache = std::vector<uint16_t, Aligned64<uint16_t>>(
@@ -536,7 +520,7 @@ void bm_rope_flash(benchmark::State& state, ir::KvCacheDtype kv, int64_t tokens,
   auto query = bench::random_bf16(size_t(tokens * kHeadsQ * kHeadSize));
   auto key = bench::random_bf16(size_t(tokens * row));
   auto value = bench::random_bf16(size_t(tokens * row));
-  auto cos_sin = rope_table_bf16(kMaxPosition, kHeadSize);
+  auto cos_sin = bench::quarter_turn_rope_table_bf16(kMaxPosition, kHeadSize);
   auto positions = std::vector<int64_t>(size_t(tokens));
   for (int64_t t = 0; t < tokens; ++t) positions[size_t(t)] = (t * 37) % kMaxPosition;
   const size_t cache_bytes = size_t(blocks * kBlockSize * row) * (fp8 ? 1 : 2);

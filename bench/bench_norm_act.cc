@@ -8,7 +8,6 @@
 #include <omp.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -81,17 +80,7 @@ void bm_rotary_embedding(benchmark::State& state) {
   const OpSpec spec = OpSpec::make(OpKind::kRotaryEmbedding, p);
   const int64_t tokens = bench::tokens_for(spec);
   auto q = bench::random_bf16(size_t(tokens * heads * head_size));
-  // A real cos/sin table (unit rotations): the call runs in place over and over, and random
-  // "cos/sin" would shrink q into denormals (and microcode assists) within a few iterations.
-  std::vector<uint16_t> cache(static_cast<size_t>(max_position * head_size));
-  for (int64_t pos = 0; pos < max_position; ++pos) {
-    for (int64_t j = 0; j < head_size / 2; ++j) {
-      const double angle = double(pos) * std::pow(10000.0, -2.0 * double(j) / double(head_size));
-      cache[size_t(pos * head_size + j)] = numeric::f32_to_bf16(float(std::cos(angle)));
-      cache[size_t(pos * head_size + head_size / 2 + j)] =
-          numeric::f32_to_bf16(float(std::sin(angle)));
-    }
-  }
+  std::vector<uint16_t> cache = bench::quarter_turn_rope_table_bf16(max_position, head_size);
   std::vector<int64_t> positions(static_cast<size_t>(tokens));
   for (int64_t t = 0; t < tokens; ++t) positions[size_t(t)] = (t * 7919) % max_position;
   const Kernel kernel =

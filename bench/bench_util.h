@@ -50,6 +50,26 @@ inline std::vector<uint16_t> random_bf16(size_t n) {
   return v;
 }
 
+/// A bf16 cos/sin table [max_position, rot] of quarter turns: cos, sin in {0, +-1}, the angle
+/// of pair j at position p being (p + j) quarter turns. Why not real angles: the rope benches
+/// rotate the same rows in place tens of thousands of times, and a real bf16 table has
+/// cos^2 + sin^2 = 1 +- 2^-8, so the rows shrink (or grow) geometrically into fp32 denormals
+/// (microcode assists on every multiply: rotary_embedding_and_cache_flash at 16 tokens went
+/// from 12 to 140 us per call mid-run) or inf. Quarter turns keep every value exactly, and the
+/// kernels execute the same instructions whatever the values are.
+inline std::vector<uint16_t> quarter_turn_rope_table_bf16(int64_t max_position, int64_t rot) {
+  constexpr float kCos[4] = {1, 0, -1, 0}, kSin[4] = {0, 1, 0, -1};
+  std::vector<uint16_t> table(size_t(max_position * rot));
+  for (int64_t pos = 0; pos < max_position; ++pos) {
+    for (int64_t j = 0; j < rot / 2; ++j) {
+      const size_t turn = size_t((pos + j) % 4);
+      table[size_t(pos * rot + j)] = numeric::f32_to_bf16(kCos[turn]);
+      table[size_t(pos * rot + rot / 2 + j)] = numeric::f32_to_bf16(kSin[turn]);
+    }
+  }
+  return table;
+}
+
 /// Tokens so that one call moves at least kMinBytesMoved (per-token bytes from the estimate).
 inline int64_t tokens_for(const OpSpec& spec) {
   const double per_token =

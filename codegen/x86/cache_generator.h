@@ -593,73 +593,9 @@ class CacheGenerator : public Generator {
     L(l_done);
   }
 
-  // ---- rotary_embedding's rotation (Generator::rotate_pair) of rows whose cos/sin table has
-  // the operands' type (no rounding of c, s needed). Vector registers 0..7, and the hoisted
-  // cos/sin from kHoistedCosSin (AVX-512 only: 16..31).
-  struct RopeShape {
-    DType dtype;
-    int64_t rot_dim;
-    ir::RopeStyle style;
-  };
-  static constexpr int kHoistedCosSin = 16;
-
-  int cos_sin_vectors(const RopeShape& r) const {
-    return int((r.rot_dim / 2 + lanes() - 1) / lanes());
-  }
-  // Whether a token's cos/sin fit in registers 16..31 (then load_cos_sin once per token).
-  bool can_hoist_cos_sin(const RopeShape& r) const {
-    return avx512() && 2 * cos_sin_vectors(r) <= 16;
-  }
-
-  // cos/sin vector v of the row at [cs]: into c, s (or the hoisted pair when `hoist`).
-  void load_cos_sin(const RopeShape& r, const Reg64& cs, int v, const Xmm& c, const Xmm& s) {
-    const int esize = int(dtype_size(r.dtype));
-    const int64_t half = r.rot_dim / 2, j = int64_t(v) * lanes();
-    const int count = int(std::min<int64_t>(lanes(), half - j));
-    load_f32(c, r.dtype, cs + int(j * esize), count);
-    load_f32(s, r.dtype, cs + int((half + j) * esize), count);
-  }
-  void hoist_cos_sin(const RopeShape& r, const Reg64& cs) {
-    for (int v = 0; v < cos_sin_vectors(r); ++v) {
-      load_cos_sin(r, cs, v, vmm(kHoistedCosSin + 2 * v), vmm(kHoistedCosSin + 2 * v + 1));
-    }
-  }
-
-  // The rot_dim values at [row] rotated in place (NeoX halves or GPT-J pairs) with the cos/sin
-  // row at [cs], or the hoisted registers when `hoisted`.
-  void rotate_row(const RopeShape& r, const Reg64& row, const Reg64& cs, bool hoisted) {
-    constexpr int kX = 0, kY = 1, kC = 2, kS = 3, kA = 4, kB = 5, kT0 = 6, kT1 = 7;
-    const int esize = int(dtype_size(r.dtype));
-    const int64_t half = r.rot_dim / 2;
-    const bool neox = r.style == ir::RopeStyle::kNeox;
-    for (int64_t j = 0; j < half; j += lanes()) {
-      const int count = int(std::min<int64_t>(lanes(), half - j));
-      const int v = int(j / lanes());
-      const Xmm x = vmm(kX), y = vmm(kY);
-      Xmm c = vmm(kC), s = vmm(kS);
-      if (hoisted) {
-        c = vmm(kHoistedCosSin + 2 * v);
-        s = vmm(kHoistedCosSin + 2 * v + 1);
-      } else {
-        load_cos_sin(r, cs, v, c, s);
-      }
-      if (neox) {
-        load_f32(x, r.dtype, row + int(j * esize), count);
-        load_f32(y, r.dtype, row + int((half + j) * esize), count);
-      } else {
-        load_pairs(x, y, vmm(kT0), vmm(kT1), r.dtype, row + int(2 * j * esize), count);
-      }
-      // bf16 on AVX-512: the four product roundings on the bits (exact here: x, y, c, s are bf16
-      // values, so every NaN has a zero low half), not vcvtneps2bf16 behind a denormal guard.
-      rotate_pair(x, y, c, s, vmm(kA), vmm(kB), r.dtype, avx512() && r.dtype == DType::kBF16);
-      if (neox) {
-        store_f32(x, r.dtype, row + int(j * esize), count);
-        store_f32(y, r.dtype, row + int((half + j) * esize), count);
-      } else {
-        store_pairs(x, y, vmm(kT0), vmm(kT1), r.dtype, row + int(2 * j * esize), count);
-      }
-    }
-  }
+  // The registers where the fused writers pin the rope pairs path's constants (above the
+  // hoisted cos/sin of every common rot_dim; the writers' own vectors are 0..12).
+  static constexpr std::array<int, 4> kRopeConstantRegs{28, 29, 30, 31};
 
   // reg_src_ = src + row * row_stride for the operand whose pointer/stride are at `data`,
   // `stride` in the args.

@@ -138,7 +138,7 @@ class FlashWriteGenerator : public CacheGenerator {
 
 // rotary_embedding_and_cache_flash: per token t (rows = positions; the runner has checked every
 // position and slot), the query heads and the key heads rotated in place (rotary_embedding's
-// rotation, cos/sin hoisted into registers on AVX-512), then, for t < slot_tokens with a slot
+// rotation, Generator::rotate_rope_head), then, for t < slot_tokens with a slot
 // >= 0, the rotated key row (just written, read back from L1) and the value row written into
 // the flash cache exactly as reshape_and_cache_flash does. One pass over the key instead of
 // rotary_embedding's read+write followed by the cache write's read.
@@ -150,8 +150,7 @@ class RopeFlashGenerator : public FlashWriteGenerator {
                                                       p.block_size, p.layout, p.per_head_scale},
                             kRopeScales),
         q_(p),
-        rope_{p.dtype, p.rot_dim, p.style},
-        hoist_(can_hoist_cos_sin(rope_)) {}
+        rope_(plan_rope(p.dtype, p.dtype, p.rot_dim, p.style, kRopeConstantRegs)) {}
 
   void generate() {
     prologue();
@@ -176,7 +175,7 @@ class RopeFlashGenerator : public FlashWriteGenerator {
     mov(reg_o_, ptr[reg_o_ + reg_row_ * 8]);
     imul(reg_o_, reg_o_, int(q_.rot_dim * esize));
     add(reg_o_, ptr[reg_args_ + offsetof(RopeFlashCallArgs, cos_sin_cache)]);
-    if (hoist_) hoist_cos_sin(rope_, reg_o_);
+    begin_rope_token(rope_, reg_o_);
     // Query heads (token and head strides from the args), then key heads (D apart).
     mov(reg_p_, ptr[reg_args_ + offsetof(RopeFlashCallArgs, query_token_stride)]);
     imul(reg_p_, reg_row_);
@@ -187,6 +186,7 @@ class RopeFlashGenerator : public FlashWriteGenerator {
     imul(reg_p_, reg_row_);
     add(reg_p_, ptr[reg_args_ + offsetof(CacheWriteCallArgs, key)]);
     heads(q_.head_count_kv, [&] { add(reg_p_, int(q_.head_size * esize)); });
+    end_rope_token(rope_);
     // Rows past the slot_mapping are rotated only.
     cmp(reg_row_, ptr[reg_args_ + offsetof(RopeFlashCallArgs, slot_tokens)]);
     jge(l_skip, T_NEAR);
@@ -198,15 +198,14 @@ class RopeFlashGenerator : public FlashWriteGenerator {
     Label l_head;
     mov(reg_heads_, count);
     L(l_head);
-    rotate_row(rope_, reg_p_, reg_o_, hoist_);
+    rotate_rope_head(rope_, reg_p_, reg_o_);
     next();
     dec(reg_heads_);
     jnz(l_head, T_NEAR);
   }
 
   const ir::RopeFlashCacheWriteParams q_;
-  const RopeShape rope_;
-  const bool hoist_;
+  const RopeRotation rope_;
 };
 
 class PagedWriteGenerator : public CacheGenerator {

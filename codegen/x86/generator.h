@@ -23,6 +23,7 @@
 
 #include "codegen/target.h"
 #include "ir/dtype.h"
+#include "ir/field.h"
 #include "ir/status.h"
 
 namespace jit::codegen::x86 {
@@ -187,6 +188,32 @@ class Generator : public Xbyak::CodeGenerator {
   /// round_bits_to_bf16 (masks k2..k5), which is exact there and needs no denormal guard.
   void rotate_pair(const Xmm& x, const Xmm& y, const Xmm& c, const Xmm& s, const Xmm& a,
                    const Xmm& b, DType dtype, bool on_bits = false);
+
+  // ---- rotary_embedding's rotation of one head in place, shared by the rope kernel and the
+  // fused cache writers (rope_rotation.cc has the math). Vector registers 0..7, the token's
+  // cos/sin from vmm16 on when hoisted (AVX-512), and on the bf16 pairs path the four
+  // kBf16PairsConstants pinned in `constant_regs`; k2..k5 on AVX-512.
+  struct RopeRotation {
+    DType dtype = DType::kBF16;        ///< of the rotated rows (f32/f16/bf16)
+    DType cache_dtype = DType::kBF16;  ///< of the cos/sin table; rounded to dtype if different
+    int64_t rot_dim = 0;               ///< rotated prefix of each head (even)
+    ir::RopeStyle style = ir::RopeStyle::kNeox;
+    std::array<int, 4> constant_regs{};  ///< where the pairs path pins its constants
+    bool hoisted = false;  ///< the token's cos/sin live in vmm16.. (begin_rope_token loads them)
+    bool pairs = false;    ///< the bf16 pairs path (see rope_rotation.cc)
+  };
+  /// What fits in registers at this ISA for a rotation of that shape. `constant_regs` must not
+  /// be touched by the caller between begin_rope_token and end_rope_token (the pairs path is
+  /// only taken when they lie outside the hoisted cos/sin).
+  RopeRotation plan_rope(DType dtype, DType cache_dtype, int64_t rot_dim, ir::RopeStyle style,
+                         std::array<int, 4> constant_regs) const;
+  /// Per token, before its heads: hoists the cos/sin row at [cs] and pins the pairs constants.
+  void begin_rope_token(const RopeRotation& r, const Reg64& cs);
+  /// The rot_dim values of the head at [head] rotated in place (the cos/sin row at [cs] when
+  /// not hoisted). Elements rot_dim.. are untouched.
+  void rotate_rope_head(const RopeRotation& r, const Reg64& head, const Reg64& cs);
+  /// After the token's heads: unpins the constants.
+  void end_rope_token(const RopeRotation& r);
 
   // ---- Math injectors (fp32, lane-wise, in place) over groups of independent vectors; each
   // step is emitted for every member before the next step. Temporaries must be distinct from

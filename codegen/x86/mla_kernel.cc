@@ -85,8 +85,7 @@ class MlaRopeFusedGenerator : public CacheGenerator {
         format_(fp8_format(p.kv)),
         esize_(int(dtype_size(p.dtype))),
         csize_(int(ir::cache_element_size(p.dtype, p.kv))),
-        rope_{p.dtype, p.rot_dim, p.style},
-        hoist_(can_hoist_cos_sin(rope_)) {}
+        rope_(plan_rope(p.dtype, p.dtype, p.rot_dim, p.style, kRopeConstantRegs)) {}
 
   void generate() {
     prologue();
@@ -113,17 +112,19 @@ class MlaRopeFusedGenerator : public CacheGenerator {
     mov(reg_cs_, ptr[reg_cs_ + reg_row_ * 8]);
     imul(reg_cs_, reg_cs_, int(p_.rot_dim * esize_));
     add(reg_cs_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, cos_sin_cache)]);
-    if (hoist_) hoist_cos_sin(rope_, reg_cs_);
+    begin_rope_token(rope_, reg_cs_);
     mov(reg_p_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, q_token_stride)]);
     imul(reg_p_, reg_row_);
     add(reg_p_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, q_pe)]);
     Label l_head;
     mov(reg_heads_, p_.head_count_q);
     L(l_head);
-    rotate_row(rope_, reg_p_, reg_cs_, hoist_);
+    rotate_rope_head(rope_, reg_p_, reg_cs_);
     add(reg_p_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, q_head_stride)]);
     dec(reg_heads_);
     jnz(l_head, T_NEAR);
+    // The rotation stays open (constants pinned) for k_pe: write_token is emitted next and
+    // always runs after this at run time.
   }
 
   // b in rax, o in rcx: k_pe rotated in place, then the entry [kv_c | k_pe].
@@ -135,7 +136,8 @@ class MlaRopeFusedGenerator : public CacheGenerator {
     mov(reg_p_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, k_pe_row_stride)]);
     imul(reg_p_, reg_row_);
     add(reg_p_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, k_pe)]);
-    rotate_row(rope_, reg_p_, reg_cs_, hoist_);
+    rotate_rope_head(rope_, reg_p_, reg_cs_);  // the token's rotation, begun in rotate_queries
+    end_rope_token(rope_);
     mov(reg_src_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, kv_c_row_stride)]);
     imul(reg_src_, reg_row_);
     add(reg_src_, ptr[reg_args_ + offsetof(MlaRopeCallArgs, kv_c)]);
@@ -150,8 +152,7 @@ class MlaRopeFusedGenerator : public CacheGenerator {
   const bool fp8_;
   const DType format_;
   const int esize_, csize_;
-  const RopeShape rope_;
-  const bool hoist_;
+  const RopeRotation rope_;
   const Reg64 reg_cs_ = rsi;  // reg_offset_: unused by this generator's spans
 };
 

@@ -171,7 +171,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-22", 0x6f2a4e832001e84dull};
+constexpr PinnedCode kAllExampleCode{"x86-23", 0xd625ddc895582c0ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -246,6 +246,21 @@ class CacheGenerator : public Generator {
   // whole step to load_scaled + fp8_encode (a few steps in 10^4 for real data).
   static constexpr int kFastUnit = 64;
 
+  // When x·r is exactly the ref's quotient for every x of `dtype` (the fast quantiser's exact
+  // steps then apply, ties included): with mu = r·s - 1 and eta = 1/(r s) - 1, the real
+  // quotient is x/s = x·r·(1 + eta). If x·r is exact (significand bits of x plus those of r
+  // at most 24: bf16 8, f16 11) and |eta| < 2^-25, then |x/s - x·r| < |x·r|·2^-25 < ulp(x·r)/2
+  // for every normal x·r, so RN(x/s) = x·r. |mu| <= 2^-25 (1 - 2^-20) (tested on the fused,
+  // once-rounded mu) gives |eta| <= |mu| / (1 - |mu|) < 2^-25. Decimal scales hit this:
+  // s = 0.1, 0.05, 0.02 give r = 10, 20, 50 and |mu| ~ 1.5e-8 / 1.5e-8 / 2.2e-8, so their
+  // midpoint lanes (frequent: exact products put q on an fp8 midpoint for ~1 lane in 2^9) no
+  // longer send the whole step to the division. Lanes that underflow, saturate or are not
+  // finite are still rejected by the range test.
+  static constexpr float exact_products_bound() { return 0x1p-25f * (1.0f - 0x1p-20f); }
+  static int significand_bits(DType dtype) {
+    return dtype == DType::kBF16 ? 8 : dtype == DType::kF16 ? 11 : 24;
+  }
+
   bool fast_quantise(DType dtype) const {
     return has_vbmi() && (dtype == DType::kBF16 || dtype == DType::kF32 || dtype == DType::kF16);
   }
@@ -266,7 +281,8 @@ class CacheGenerator : public Generator {
   // 64 codes of the values at [src + src_off] to [dst + dst_off] (see above). Uses zmm0..3,
   // zmm16..21, k3 and the generic path's registers. `exact`: the caller has checked that
   // r = 1/s exactly (s a power of two), so q = x/s exactly for every accepted lane (no
-  // underflow: those lanes are not accepted) and q is the ref's quotient itself: no window is
+  // underflow: those lanes are not accepted), or that x·r = RN(x/s) for every x of the type
+  // (exact_products_bound()); either way q is the ref's quotient itself: no window is
   // needed, but exact ties occur (scale 1.0, the common default, makes every bf16 value with
   // the dropped bits 1000b one), so the rounding is the generic encoder's exact RNE:
   //   u = 2a + 2^S - 2 + 2·lsb - (R + 1)·2^24,  2·lsb = (2a >> S) & 2,
@@ -454,13 +470,23 @@ class CacheGenerator : public Generator {
           add(dst, int(units * kFastUnit));
         }
       };
-      // r·s - 1 fused (one rounding): zero exactly when r = 1/s (a NaN marker gives NaN).
-      Label l_exact, l_fast_done;
+      // The exact steps serve every scale for which x·r is the ref's quotient RN(x/s) for
+      // every input x (see exact_products_bound()): mu = r·s - 1 fused (one rounding) is zero
+      // (r = 1/s exactly), or small with a short r. A NaN marker gives a NaN mu.
+      Label l_exact, l_window, l_fast_done;
       vmovaps(Xbyak::Xmm(13), Xbyak::Xmm(recip.getIdx()));
       vfmsub213ss(Xbyak::Xmm(13), Xbyak::Xmm(scale.getIdx()), cst(1.0f));
       vmovd(eax, Xbyak::Xmm(13));
-      test(eax, 0x7FFFFFFF);
+      and_(eax, 0x7FFFFFFF);
       jz(l_exact, T_NEAR);
+      if (const int bits = significand_bits(dtype); bits < 24) {
+        cmp(eax, std::bit_cast<uint32_t>(exact_products_bound()));
+        ja(l_window, T_NEAR);  // |mu| too large, or NaN (unsigned compare of the bits)
+        vmovd(eax, Xbyak::Xmm(recip.getIdx()));
+        test(eax, (1u << bits) - 1);  // r has at most 24 - bits significant bits
+        jz(l_exact, T_NEAR);
+      }
+      L(l_window);
       fast(false);
       jmp(l_fast_done, T_NEAR);
       L(l_exact);

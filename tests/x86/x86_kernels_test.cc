@@ -171,7 +171,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-23", 0xd625ddc895582c0ull};
+constexpr PinnedCode kAllExampleCode{"x86-24", 0x1be83421d3d8d549ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();
@@ -181,7 +181,7 @@ TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   for (const auto& [op, texts] : test::valid_examples()) {
     for (const std::string& text : texts) {
       const OpSpec spec = parse_spec(text).value();
-      for (X86Isa isa : {X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16}) {
+      for (X86Isa isa : {X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16, X86Isa::kAmx}) {
         Target target;
         target.backend = BackendKind::kX86;
         target.isa = isa;

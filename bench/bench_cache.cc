@@ -37,19 +37,7 @@ constexpr int64_t kHeads = 8, kHeadSize = 128, kBlockSize = 16;
 // 64-byte aligned storage for the caches, as a framework's allocator gives (PyTorch aligns
 // to at least 64): malloc's 16-byte alignment would make every row straddle cache lines and
 // keep the kernels off their streaming stores.
-template <class T>
-struct Aligned64 {
-  using value_type = T;
-  Aligned64() = default;
-  template <class U>
-  Aligned64(const Aligned64<U>&) {}
-  T* allocate(size_t n) {
-    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64)));
-  }
-  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
-  bool operator==(const Aligned64&) const { return true; }
-};
-using CacheBytes = std::vector<uint8_t, Aligned64<uint8_t>>;
+using CacheBytes = bench::Aligned64Vector<uint8_t>;
 
 // Distinct random slots of a cache with twice the blocks the tokens need.
 std::vector<int64_t> random_slots(int64_t tokens, int64_t num_blocks,
@@ -367,7 +355,7 @@ void bm_mla_rope_fused(benchmark::State& state, int64_t tokens, int threads, boo
   auto cos_sin = bench::quarter_turn_rope_table_bf16(kMaxPosition, kMlaRot);
   auto positions = std::vector<int64_t>(size_t(tokens));
   for (int64_t t = 0; t < tokens; ++t) positions[size_t(t)] = (t * 37) % kMaxPosition;
-  auto cache = std::vector<uint16_t, Aligned64<uint16_t>>(
+  auto cache = bench::Aligned64Vector<uint16_t>(
       size_t(blocks * kMlaBlockSize * (kMlaRank + kMlaRot)));
   auto slots = random_slots(tokens, blocks, kMlaBlockSize);
   float scale = 1.0f;

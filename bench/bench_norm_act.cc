@@ -56,7 +56,7 @@ void bm_silu_and_mul(benchmark::State& state) {
   const OpSpec spec = OpSpec::make(OpKind::kSiluAndMul, p);
   const int64_t tokens = bench::tokens_for(spec);
   auto x = bench::random_bf16(size_t(tokens * 2 * d));
-  std::vector<uint16_t> y(size_t(tokens * d));
+  bench::Aligned64Vector<uint16_t> y(size_t(tokens * d));
   const Kernel kernel =
       bench::compile_x86_or_die(spec, Config().set("threads", threads).set("min_parallel_kib", 0));
   const KernelArgs args({Tensor(y.data(), DType::kBF16, {tokens, d}),

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <map>
+#include <new>
 #include <vector>
 
 #include "bench/ceilings.h"
@@ -49,6 +50,23 @@ inline std::vector<uint16_t> random_bf16(size_t n) {
   }
   return v;
 }
+
+/// Allocates on 64-byte boundaries, as PyTorch's allocator does (and as non-temporal stores
+/// need): std::vector's default heap blocks are 16-byte aligned.
+template <class T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <class U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(size_t n) {
+    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64)));
+  }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  bool operator==(const Aligned64&) const { return true; }
+};
+template <class T>
+using Aligned64Vector = std::vector<T, Aligned64<T>>;
 
 /// A bf16 cos/sin table [max_position, rot] of quarter turns: cos, sin in {0, +-1}, the angle
 /// of pair j at position p being (p + j) quarter turns. Why not real angles: the rope benches

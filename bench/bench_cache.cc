@@ -355,8 +355,8 @@ void bm_mla_rope_fused(benchmark::State& state, int64_t tokens, int threads, boo
   auto cos_sin = bench::quarter_turn_rope_table_bf16(kMaxPosition, kMlaRot);
   auto positions = std::vector<int64_t>(size_t(tokens));
   for (int64_t t = 0; t < tokens; ++t) positions[size_t(t)] = (t * 37) % kMaxPosition;
-  auto cache = bench::Aligned64Vector<uint16_t>(
-      size_t(blocks * kMlaBlockSize * (kMlaRank + kMlaRot)));
+  auto cache =
+      bench::Aligned64Vector<uint16_t>(size_t(blocks * kMlaBlockSize * (kMlaRank + kMlaRot)));
   auto slots = random_slots(tokens, blocks, kMlaBlockSize);
   float scale = 1.0f;
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));

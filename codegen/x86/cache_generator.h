@@ -162,12 +162,16 @@ class CacheGenerator : public Generator {
   // take the division: a few lanes in 2^16 for real data.
   static constexpr uint32_t kNearUlps = 8;  // > 2.5 ulp, with room for binade crossings
 
-  // r = RN(1 / s) for load_scaled; an infinite reciprocal (s zero or denormal: x·r would be
-  // inf where x/s is finite) becomes NaN, so that every product takes the division.
+  // r = RN(1 / s) for load_scaled (s: a broadcast scale; lane 0 is read); an infinite
+  // reciprocal (s zero or denormal: x·r would be inf where x/s is finite) becomes NaN, so that
+  // every product takes the division. One scalar division and a broadcast: a 512-bit vdivps
+  // occupies port 0 for ~10 cycles, and the dynamic-scale writers divide once per group.
   void scale_reciprocal(const Xmm& r, const Xmm& s) {
     constexpr uint8_t kInfClass = 0x18;  // vfpclassps: +inf | -inf
+    const Xbyak::Xmm r0(r.getIdx()), s0(s.getIdx());
     vmovups(r, cst(1.0f));
-    vdivps(r, r, s);
+    vdivss(r0, r0, s0);
+    vbroadcastss(r, r0);
     if (avx512()) {
       vfpclassps(k2, r, kInfClass);
       vmovups(r | k2, cst_bits(0x7FC00000));

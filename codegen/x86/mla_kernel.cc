@@ -56,9 +56,12 @@ class DsMlaWriteGenerator : public CacheGenerator {
       for (int64_t k = 0; k < kDsMlaRank / kDsMlaTile; ++k) {
         lea(reg_p_, ptr[reg_src_ + int(k * kDsMlaTile * esize_)]);
         amax_span(scale, reg_p_, kDsMlaTile, p_.dtype);
-        vdivps(scale, scale, cst(kE4m3Max));
-        vmaxps(scale, scale, cst(FLT_MIN));
-        vmovss(ptr[reg_q_ + int(kDsMlaScaleOffset + 4 * k)], Xbyak::Xmm(kTileScale));
+        // The scale on 128 bits (a 512-bit vdivps occupies port 0 for ~10 cycles), broadcast.
+        const Xbyak::Xmm scale0(kTileScale);
+        vdivps(scale0, scale0, cst(kE4m3Max));
+        vmaxps(scale0, scale0, cst(FLT_MIN));
+        vmovss(ptr[reg_q_ + int(kDsMlaScaleOffset + 4 * k)], scale0);
+        vbroadcastss(scale, scale0);
         scale_reciprocal(vmm(kTileRecip), scale);
         lea(reg_dst_, ptr[reg_q_ + int(k * kDsMlaTile)]);
         quantise_span(reg_dst_, reg_p_, kDsMlaTile, p_.dtype, DType::kFp8E4m3, scale,

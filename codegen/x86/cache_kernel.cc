@@ -564,30 +564,13 @@ class GatherGenerator : public CacheGenerator {
       mov(rax, ptr[rdi + offsetof(GatherCallArgs, scale)]);
       vbroadcastss(vmm(kKScale), ptr[rax]);
     }
-    mov(reg_args_, rdi);
-    mov(reg_row_, rsi);
-    mov(reg_row_end_, rdx);
-    mov(reg_slots_, ptr[rdi + offsetof(GatherCallArgs, src_offsets)]);
-    Label l_row, l_next, l_done;
-    L(l_row);
-    cmp(reg_row_, reg_row_end_);
-    jge(l_done, T_NEAR);
-    mov(reg_src_, ptr[reg_slots_ + reg_row_ * 8]);
-    test(reg_src_, reg_src_);
-    js(l_next, T_NEAR);  // a skipped row
-    add(reg_src_, ptr[reg_args_ + offsetof(GatherCallArgs, src)]);
-    mov(reg_dst_, ptr[reg_args_ + offsetof(GatherCallArgs, dst_row_stride)]);
-    imul(reg_dst_, reg_row_);
-    add(reg_dst_, ptr[reg_args_ + offsetof(GatherCallArgs, dst)]);
-    if (fp8_) {
-      dequantise_span(reg_dst_, reg_src_, elements_, format_, dtype_, vmm(kKScale));
-    } else {
-      copy_span(reg_dst_, reg_src_, elements_ * int64_t(dtype_size(dtype_)), reg_count_);
-    }
-    L(l_next);
-    inc(reg_row_);
-    jmp(l_row, T_NEAR);
-    L(l_done);
+    gather_loop([&] {
+      if (fp8_) {
+        dequantise_span(reg_dst_, reg_src_, elements_, format_, dtype_, vmm(kKScale));
+      } else {
+        copy_span(reg_dst_, reg_src_, elements_ * int64_t(dtype_size(dtype_)), reg_count_);
+      }
+    });
     epilogue();
   }
 

@@ -694,14 +694,7 @@ class AttentionGenerator : public Generator {
     vbroadcastss(t[0], ptr[ARG(scale)]);
     for (int v = 0; v < nv_; ++v) vmulps(x[v], x[v], t[0]);
     if (p_.softcap) {
-      // s = c·tanh(s / c), one vector at a time (AVX2 has registers for one).
-      for (int v = 0; v < nv_; ++v) {
-        vbroadcastss(t[0], ptr[ARG(softcap)]);
-        vdivps(x[v], x[v], t[0]);
-        tanh_ps({x[v]}, {t[0]}, {t[1]}, {t[2]}, {t[3]});
-        vbroadcastss(t[0], ptr[ARG(softcap)]);
-        vmulps(x[v], x[v], t[0]);
-      }
+      for (int v = 0; v < nv_; ++v) soft_cap(x[v], t[0], t[1], t[2], t[3]);
     }
     // Key indices j = j0 + lane.
     vmovq(Xmm(jv[0].getIdx()), r10);
@@ -709,14 +702,9 @@ class AttentionGenerator : public Generator {
     if (nv_ == 2) vpaddd(jv[1], jv[0], iota(lanes()));
     vpaddd(jv[0], jv[0], iota(0));
     if (p_.alibi) {
-      // s += slope · (j − pos), the distance exact in int32 then converted.
       vpbroadcastd(bound, ptr[ARG(pos) + rbp * 4]);
       vbroadcastss(t[1], ptr[ARG(slope) + rbp * 4]);
-      for (int v = 0; v < nv_; ++v) {
-        vpsubd(t[0], jv[v], bound);
-        vcvtdq2ps(t[0], t[0]);
-        vfmadd231ps(x[v], t[0], t[1]);
-      }
+      for (int v = 0; v < nv_; ++v) add_alibi(x[v], jv[v], bound, t[1], t[0]);
     }
     // Mask: allowed iff lo ≤ j ≤ hi.
     vmovups(t[2], cst(-std::numeric_limits<float>::infinity()));
@@ -790,6 +778,25 @@ class AttentionGenerator : public Generator {
     jl(l_row, T_NEAR);
   }
 
+  // ---- score transforms shared by the row softmax and the AMX one -----------------------
+  // x = c·tanh(x / c), c = ARG(softcap); one vector at a time (AVX2 has registers for one).
+  // t0..t3: temporaries (the tanh's).
+  void soft_cap(const Xmm& x, const Xmm& t0, const Xmm& t1, const Xmm& t2, const Xmm& t3) {
+    vbroadcastss(t0, ptr[ARG(softcap)]);
+    vdivps(x, x, t0);
+    tanh_ps({x}, {t0}, {t1}, {t2}, {t3});
+    vbroadcastss(t0, ptr[ARG(softcap)]);
+    vmulps(x, x, t0);
+  }
+
+  // x += slope · (j − pos) (ALiBi): the distance exact in int32, then converted. j: the key
+  // indices, pos / slope: the row's, broadcast; tmp is clobbered.
+  void add_alibi(const Xmm& x, const Xmm& j, const Xmm& pos, const Xmm& slope, const Xmm& tmp) {
+    vpsubd(tmp, j, pos);
+    vcvtdq2ps(tmp, tmp);
+    vfmadd231ps(x, tmp, slope);
+  }
+
   // ---- online softmax, AMX path: the rows of a group batched ------------------------------
   // The row loop above spends most of its time on two horizontal reductions per row (max and
   // sum: extract/shuffle chains of ~6 dependent ops each) and on e^(m − m') evaluated on a
@@ -856,22 +863,12 @@ class AttentionGenerator : public Generator {
       const int off = r * kGroupMax * 4;
       for (int v = 0; v < 2; ++v) vmulps(x[v], scale, ptr[rsi + off + v * 64]);
       if (p_.softcap) {
-        for (int v = 0; v < 2; ++v) {
-          vbroadcastss(t[0], ptr[ARG(softcap)]);
-          vdivps(x[v], x[v], t[0]);
-          tanh_ps({x[v]}, {t[0]}, {t[1]}, {t[2]}, {t[3]});
-          vbroadcastss(t[0], ptr[ARG(softcap)]);
-          vmulps(x[v], x[v], t[0]);
-        }
+        for (int v = 0; v < 2; ++v) soft_cap(x[v], t[0], t[1], t[2], t[3]);
       }
       if (p_.alibi) {
         vpbroadcastd(zmm10, ptr[ARG(pos) + r * 4]);
         vbroadcastss(t[1], ptr[ARG(slope) + r * 4]);
-        for (int v = 0; v < 2; ++v) {
-          vpsubd(t[0], jv[v], zmm10);
-          vcvtdq2ps(t[0], t[0]);
-          vfmadd231ps(x[v], t[0], t[1]);
-        }
+        for (int v = 0; v < 2; ++v) add_alibi(x[v], jv[v], zmm10, t[1], t[0]);
       }
       // Allowed iff lo <= j <= hi (the second compare ANDs under the first's mask).
       for (int v = 0; v < 2; ++v) {

@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstring>
 
+#include "ir/numeric.h"
+
 // GCC 12's _mm512_reduce_* use _mm512_undefined_*, written `__m512i __Y = __Y;`, which
 // -Wuninitialized reports in every instantiation; the value is never read.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -111,16 +113,6 @@ BlockFn block_for(int g, int r) {
   return table[r == 8 ? 0 : r == 4 ? 1 : 2][g - 1];
 }
 
-// fp32 -> bf16 bits, round to nearest even; NaN stays a quiet NaN.
-inline uint16_t bf16_bits(float v) {
-  const uint32_t u = std::bit_cast<uint32_t>(v);
-  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-  return uint16_t((u & 0x7FFFFFFFu) > 0x7F800000u ? (u >> 16) | 0x40u : rounded);
-}
-inline float bf16_to_f32(uint16_t bits) {
-  return std::bit_cast<float>(uint32_t(bits) << 16);
-}
-
 // What to do with the sums of one output (row m, column n).
 struct Sink {
   int kind = kF32;
@@ -141,8 +133,8 @@ struct Sink {
       if (bias != nullptr) v += static_cast<const float*>(bias)[n];
       static_cast<float*>(c)[i] = v;
     } else {
-      if (bias != nullptr) v += bf16_to_f32(static_cast<const uint16_t*>(bias)[n]);
-      static_cast<uint16_t*>(c)[i] = bf16_bits(v);
+      if (bias != nullptr) v += numeric::bf16_to_f32(static_cast<const uint16_t*>(bias)[n]);
+      static_cast<uint16_t*>(c)[i] = numeric::f32_to_bf16(v);
     }
   }
 };

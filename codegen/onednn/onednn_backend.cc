@@ -366,6 +366,11 @@ class State {
     erase_locked(handler_data);
   }
 
+  // Counts a GEMM call by the path that served it (relaxed: statistics only).
+  void count_call(bool small_m) {
+    (small_m ? small_m_calls_ : onednn_calls_).fetch_add(1, std::memory_order_relaxed);
+  }
+
   Stats stats() const {
     std::lock_guard lock(mutex_);
     Stats s = stats_;
@@ -394,9 +399,7 @@ class State {
       packed_;
   int64_t packed_bytes_ = 0;
   Stats stats_;
-
- public:
-  // Calls by path (relaxed counters; read by stats()).
+  // Calls by path (count_call; read by stats()).
   std::atomic<int64_t> small_m_calls_{0};
   std::atomic<int64_t> onednn_calls_{0};
 };
@@ -558,10 +561,10 @@ Status run_mm(State& state, const OpSpec& spec, int64_t chunk_rows, int64_t smal
     small_m::mm(p.dtype, m_total, p.k, p.n, a.data(), a.stride(0),
                 static_cast<const std::byte*>(handler.data()) + kHeaderBytes,
                 bias.defined() ? bias.data() : nullptr, c.data());
-    state.small_m_calls_.fetch_add(1, std::memory_order_relaxed);
+    state.count_call(/*small_m=*/true);
     return Status::ok();
   }
-  state.onednn_calls_.fetch_add(1, std::memory_order_relaxed);
+  state.count_call(/*small_m=*/false);
   ASSIGN_OR_RETURN(const std::shared_ptr<const Packed> packed, state.find_or_pack(spec, handler));
   const ClassKey cls = packed->cls;
   const int64_t esize = int64_t(dtype_size(p.dtype));
@@ -635,10 +638,10 @@ Status run_scaled_mm(State& state, const OpSpec& spec, int64_t chunk_rows, int64
     e.row0 = 0;
     e.rows = m_total;
     run_epilogue(e);
-    state.small_m_calls_.fetch_add(1, std::memory_order_relaxed);
+    state.count_call(/*small_m=*/true);
     return Status::ok();
   }
-  state.onednn_calls_.fetch_add(1, std::memory_order_relaxed);
+  state.count_call(/*small_m=*/false);
   for (int64_t row0 = 0; row0 < m_total; row0 += chunk_rows) {
     const int64_t rows = std::min(chunk_rows, m_total - row0);
     const int64_t bucket = m_bucket(rows);

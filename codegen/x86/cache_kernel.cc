@@ -596,6 +596,18 @@ class ConvertFp8Generator : public CacheGenerator {
     vbroadcastss(vmm(kKScale), ptr[rdi + offsetof(ConvertFp8CallArgs, scale)]);
     if (quantise_) scale_reciprocal(vmm(kKRecip), vmm(kKScale));
     mov(reg_args_, rdi);
+    // A large quantising call (a whole cache converted) streams its codes past the caches.
+    if (quantise_) {
+      with_streaming_stores(kConvertRowElements * dst_size(), [&] { row_loop(); });
+    } else {
+      row_loop();
+    }
+    epilogue();
+  }
+
+ private:
+  // Rows [rsi, rdx).
+  void row_loop() {
     mov(reg_row_, rsi);
     mov(reg_row_end_, rdx);
     const int64_t n = kConvertRowElements;
@@ -618,10 +630,8 @@ class ConvertFp8Generator : public CacheGenerator {
     inc(reg_row_);
     jmp(l_row, T_NEAR);
     L(l_done);
-    epilogue();
   }
 
- private:
   int src_size() const { return int(dtype_size(p_.src)); }
   int dst_size() const { return int(dtype_size(p_.dst)); }
 
@@ -657,8 +667,8 @@ class ConvertFp8Generator : public CacheGenerator {
 
   void full_span(int64_t elements) {
     if (quantise_) {
-      quantise_span(reg_dst_, reg_src_, elements, p_.src, DType::kFp8E4m3, vmm(kKScale),
-                    vmm(kKRecip));
+      write_span(reg_dst_, reg_src_, elements, p_.src, /*fp8=*/true, DType::kFp8E4m3, vmm(kKScale),
+                 vmm(kKRecip));
       return;
     }
     for_units(

@@ -464,6 +464,56 @@ TEST_P(X86CacheIsaTest, LargeCallsStreamingStoresMatchRef) {
   }
 }
 
+// convert_fp8's quantising direction streams its codes when a thread writes >= 1 MiB (rows of
+// 4096 codes; only a 64-byte aligned row is streamed): 3 Mi + 1000 values (a partial last row)
+// on 1 and 2 threads, into an aligned buffer and one 16 bytes off, scale 1 and an inexact
+// scale, bf16 and f16, byte for byte against the ref on the same input.
+TEST_P(X86CacheIsaTest, ConvertFp8LargeCallsStreamingStoresMatchRef) {
+  const X86Isa isa = GetParam();
+  constexpr int64_t kElements = (int64_t(3) << 20) + 1000;
+  std::mt19937_64 rng(11);
+  CompileOptions ref_options;
+  ref_options.backend = BackendKind::kRef;
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    std::vector<uint16_t> src(static_cast<size_t>(kElements));
+    for (auto& x : src) {
+      const float v = float(int(rng() % 20001) - 10000) / 997.0f;  // within e4m3 at 0.037
+      x = dtype == DType::kBF16 ? numeric::f32_to_bf16(v) : numeric::f32_to_f16(v);
+    }
+    const OpSpec spec =
+        OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, dtype});
+    auto ref = test::x86_test_runtime().compile(spec, ref_options);
+    ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
+    std::vector<uint8_t> storage(2 * size_t(kElements) + 256);
+    const auto base = (reinterpret_cast<uintptr_t>(storage.data()) + 63) / 64 * 64;
+    uint8_t* ref_dst = reinterpret_cast<uint8_t*>(base + size_t(kElements) + 64);
+    for (int threads : {1, 2}) {
+      const Kernel kernel = compile_x86(spec, isa, Config().set("threads", threads));
+      for (size_t misalign : {size_t(0), size_t(16)}) {
+        uint8_t* dst = reinterpret_cast<uint8_t*>(base + misalign);
+        for (double scale : {1.0, 0.037}) {
+          auto args = [&](uint8_t* out) {
+            return KernelArgs(
+                {Tensor(out, DType::kU8, {kElements}), Tensor(src.data(), dtype, {kElements})},
+                {scale});
+          };
+          std::fill(storage.begin(), storage.end(), uint8_t(0xA5));
+          ASSERT_TRUE(kernel.run(args(dst)).is_ok());
+          ASSERT_TRUE(ref.value().run(args(ref_dst)).is_ok());
+          EXPECT_EQ(std::memcmp(dst, ref_dst, size_t(kElements)), 0)
+              << to_string(spec) << " isa=" << x86_isa_name(isa) << " threads=" << threads
+              << " misalign=" << misalign << " scale=" << scale;
+          if (misalign == 16) {
+            EXPECT_EQ(storage[size_t(base - reinterpret_cast<uintptr_t>(storage.data())) + 15],
+                      0xA5)
+                << "a byte before the output was written";
+          }
+        }
+      }
+    }
+  }
+}
+
 // ---- cp_gather_cache and gather_and_maybe_dequant_cache -------------------------------------
 
 const int64_t kGatherWidths[] = {1, 7, 64, 576};

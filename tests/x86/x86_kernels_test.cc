@@ -171,7 +171,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-25", 0xb5d3de2904af7da6ull};
+constexpr PinnedCode kAllExampleCode{"x86-26", 0x29d6c97b710512f3ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -167,18 +167,25 @@ class CacheGenerator : public Generator {
   // every product takes the division. One scalar division and a broadcast: a 512-bit vdivps
   // occupies port 0 for ~10 cycles, and the dynamic-scale writers divide once per group.
   void scale_reciprocal(const Xmm& r, const Xmm& s) {
-    constexpr uint8_t kInfClass = 0x18;  // vfpclassps: +inf | -inf
-    const Xbyak::Xmm r0(r.getIdx()), s0(s.getIdx());
-    vmovups(r, cst(1.0f));
-    vdivss(r0, r0, s0);
+    const Xbyak::Xmm r0(r.getIdx());
+    scalar_reciprocal(r0, Xbyak::Xmm(s.getIdx()));
     vbroadcastss(r, r0);
+  }
+
+  // Lane 0 of scale_reciprocal: r0 = RN(1 / s0), or NaN where that is infinite (uses k2, or
+  // xmm13 on AVX2).
+  void scalar_reciprocal(const Xbyak::Xmm& r0, const Xbyak::Xmm& s0) {
+    constexpr uint8_t kInfClass = 0x18;  // vfpclassss: +inf | -inf
+    vmovups(r0, cst(1.0f));
+    vdivss(r0, r0, s0);
     if (avx512()) {
-      vfpclassps(k2, r, kInfClass);
-      vmovups(r | k2, cst_bits(0x7FC00000));
+      vfpclassss(k2, r0, kInfClass);
+      vmovups(r0 | k2, cst_bits(0x7FC00000));
     } else {
-      vandps(vmm(13), r, cst_bits(0x7FFFFFFF));
-      vcmpps(vmm(13), vmm(13), cst_bits(0x7F800000), 0 /* equal */);
-      vblendvps(r, r, cst_bits(0x7FC00000), vmm(13));
+      const Xbyak::Xmm t(13);
+      vandps(t, r0, cst_bits(0x7FFFFFFF));
+      vcmpps(t, t, cst_bits(0x7F800000), 0 /* equal */);
+      vblendvps(r0, r0, cst_bits(0x7FC00000), t);
     }
   }
 
@@ -592,6 +599,57 @@ class CacheGenerator : public Generator {
     mov(rax, ptr[reg_slots_ + reg_row_ * 8]);
     test(rax, rax);
     js(l_next, T_NEAR);  // padding
+    split_slot(block_size);
+    token();
+    L(l_next);
+    inc(reg_row_);
+    jmp(l_token, T_NEAR);
+    L(l_done);
+  }
+
+  // token_loop in chunks of up to `chunk` rows: `pre_row()` first for every row of the chunk
+  // (padding included; the row in reg_q_; it may clobber rax, rcx, rdx, reg_p_, reg_o_,
+  // reg_src_, reg_dst_, reg_heads_ and reg_count_), then `token()` for the chunk's rows as in
+  // token_loop (it must keep reg_offset_, the chunk's end). The quantisers with dynamic scales
+  // compute a row's scales in pre_row: that chain (max over the row, a horizontal max, two
+  // divisions, ~100 cycles) is independent from row to row, while the quantising steps that
+  // wait for it would otherwise fill the scheduler and leave one row in flight at a time.
+  template <class PreRow, class Token>
+  void chunked_token_loop(int64_t block_size, size_t slots_offset, int64_t chunk, PreRow pre_row,
+                          Token token) {
+    mov(reg_args_, rdi);
+    mov(reg_row_, rsi);
+    mov(reg_row_end_, rdx);
+    mov(reg_slots_, ptr[rdi + slots_offset]);
+    Label l_chunk, l_pre, l_token, l_next, l_done;
+    L(l_chunk);
+    cmp(reg_row_, reg_row_end_);
+    jge(l_done, T_NEAR);
+    lea(reg_offset_, ptr[reg_row_ + int(chunk)]);
+    cmp(reg_offset_, reg_row_end_);
+    cmovg(reg_offset_, reg_row_end_);
+    mov(reg_q_, reg_row_);
+    L(l_pre);
+    pre_row();
+    inc(reg_q_);
+    cmp(reg_q_, reg_offset_);
+    jl(l_pre, T_NEAR);
+    L(l_token);
+    mov(rax, ptr[reg_slots_ + reg_row_ * 8]);
+    test(rax, rax);
+    js(l_next, T_NEAR);  // padding
+    split_slot(block_size);
+    token();
+    L(l_next);
+    inc(reg_row_);
+    cmp(reg_row_, reg_offset_);
+    jl(l_token, T_NEAR);
+    jmp(l_chunk, T_NEAR);
+    L(l_done);
+  }
+
+  // rax = slot (>= 0) -> rax = slot / BS, rcx = slot % BS. Clobbers rdx.
+  void split_slot(int64_t block_size) {
     if ((block_size & (block_size - 1)) == 0) {
       mov(rcx, rax);
       and_(rcx, block_size - 1);
@@ -602,11 +660,6 @@ class CacheGenerator : public Generator {
       div(rcx);  // rax = slot / BS, rdx = slot % BS (slot >= 0)
       mov(rcx, rdx);
     }
-    token();
-    L(l_next);
-    inc(reg_row_);
-    jmp(l_token, T_NEAR);
-    L(l_done);
   }
 
   // The row loop of the gathers (GatherCallArgs): for rows with src_offsets[row] >= 0,
@@ -642,10 +695,22 @@ class CacheGenerator : public Generator {
 
   // reg_src_ = src + row * row_stride for the operand whose pointer/stride are at `data`,
   // `stride` in the args.
-  void load_row(size_t data, size_t stride) {
+  void load_row(size_t data, size_t stride) { load_row(data, stride, reg_row_); }
+  // The same for row `row`.
+  void load_row(size_t data, size_t stride, const Reg64& row) {
     mov(reg_src_, ptr[reg_args_ + stride]);
-    imul(reg_src_, reg_row_);
+    imul(reg_src_, row);
     add(reg_src_, ptr[reg_args_ + data]);
+  }
+
+  // dst = the stack scratch of `row` in a chunked_token_loop: rsp + kStageBytes + (row % chunk)
+  // · bytes_per_row (chunk a power of two; the kernel reserved chunk · bytes_per_row below
+  // the staging buffer, see Generator::kStageBytes).
+  void chunk_scratch(const Reg64& dst, const Reg64& row, int64_t chunk, int64_t bytes_per_row) {
+    mov(dst, row);
+    and_(dst, int(chunk - 1));
+    imul(dst, dst, int(bytes_per_row));
+    lea(dst, ptr[rsp + dst + kStageBytes]);
   }
 
   const Reg64 reg_args_ = rbx, reg_row_ = r12, reg_row_end_ = r13, reg_slots_ = rbp;

@@ -15,9 +15,6 @@ namespace {
 constexpr size_t kMaxCodeBytes = 64 * 1024;
 // Callee-saved registers of the SysV ABI that kernels may use.
 const Reg64 kSaved[] = {util::rbx, util::rbp, util::r12, util::r13, util::r14, util::r15};
-// Six pushes (48 bytes) plus this keep rsp 16-byte aligned with kStageBytes at [rsp].
-constexpr int kStageBytes = 128;
-constexpr int kFrameBytes = kStageBytes + 8;
 }  // namespace
 
 Generator::Generator(X86Isa isa)
@@ -37,13 +34,14 @@ std::vector<int> Generator::free_registers() const {
 }
 
 void Generator::prologue() {
+  // Six pushes (48 bytes) plus 8 keep rsp 16-byte aligned with the staging buffer at [rsp].
   for (const Reg64& r : kSaved) push(r);
-  sub(rsp, kFrameBytes);
+  sub(rsp, kStageBytes + 8);
 }
 
 void Generator::epilogue() {
   vzeroupper();  // avoid AVX-SSE transition penalties in the caller
-  add(rsp, kFrameBytes);
+  add(rsp, kStageBytes + 8);
   for (int i = int(std::size(kSaved)) - 1; i >= 0; --i) pop(kSaved[i]);
   ret();
 }

@@ -69,6 +69,11 @@ class Generator : public Xbyak::CodeGenerator {
   /// Saves callee-saved registers and reserves the tail staging buffer; `epilogue` undoes it.
   void prologue();
   void epilogue();
+  /// The tail staging buffer is [rsp, rsp + kStageBytes). A kernel that needs stack scratch of
+  /// its own subtracts it (a multiple of 16 bytes) from rsp after prologue() and finds it at
+  /// [rsp + kStageBytes, ...) (the staging buffer moves down with rsp); it adds it back before
+  /// epilogue().
+  static constexpr int kStageBytes = 128;
 
   /// Loads `count` (1..lanes) elements of `dtype` (f32/f16/bf16) at `addr` as fp32 lanes;
   /// lanes past `count` are zero. Never reads memory past the `count` elements.

@@ -560,12 +560,16 @@ class GatherGenerator : public CacheGenerator {
 
   void generate() {
     prologue();
+    const bool table = fp8_ && dequant_table(dtype_);
     if (fp8_) {
       mov(rax, ptr[rdi + offsetof(GatherCallArgs, scale)]);
       vbroadcastss(vmm(kKScale), ptr[rax]);
+      if (table) build_dequant_table(format_, dtype_, vmm(kKScale));
     }
     gather_loop([&] {
-      if (fp8_) {
+      if (table) {
+        dequantise_span_table(reg_dst_, reg_src_, elements_, format_, dtype_, vmm(kKScale));
+      } else if (fp8_) {
         dequantise_span(reg_dst_, reg_src_, elements_, format_, dtype_, vmm(kKScale));
       } else {
         copy_span(reg_dst_, reg_src_, elements_ * int64_t(dtype_size(dtype_)), reg_count_);
@@ -589,12 +593,16 @@ class GatherGenerator : public CacheGenerator {
 class ConvertFp8Generator : public CacheGenerator {
  public:
   ConvertFp8Generator(X86Isa isa, const ir::ConvertFp8Params& p)
-      : CacheGenerator(isa), p_(p), quantise_(is_float_activation(p.src)) {}
+      : CacheGenerator(isa),
+        p_(p),
+        quantise_(is_float_activation(p.src)),
+        table_(!quantise_ && dequant_table(p.dst)) {}
 
   void generate() {
     prologue();
     vbroadcastss(vmm(kKScale), ptr[rdi + offsetof(ConvertFp8CallArgs, scale)]);
     if (quantise_) scale_reciprocal(vmm(kKRecip), vmm(kKScale));
+    if (table_) build_dequant_table(DType::kFp8E4m3, p_.dst, vmm(kKScale));
     mov(reg_args_, rdi);
     // A large quantising call (a whole cache converted) streams its codes past the caches.
     if (quantise_) {
@@ -671,6 +679,10 @@ class ConvertFp8Generator : public CacheGenerator {
                  vmm(kKRecip));
       return;
     }
+    if (table_) {
+      dequantise_span_table(reg_dst_, reg_src_, elements, DType::kFp8E4m3, p_.dst, vmm(kKScale));
+      return;
+    }
     for_units(
         elements / lanes(), [&](int64_t v) { step(int(v), lanes()); }, [&](int k) { advance(k); });
   }
@@ -699,6 +711,7 @@ class ConvertFp8Generator : public CacheGenerator {
 
   const ir::ConvertFp8Params p_;
   const bool quantise_;
+  const bool table_;  // dequantising through build_dequant_table's table
 };
 
 }  // namespace

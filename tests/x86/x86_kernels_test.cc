@@ -171,7 +171,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-27", 0x2c9061ca13d499f1ull};
+constexpr PinnedCode kAllExampleCode{"x86-28", 0xdf8180ffeea91d9full};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -193,13 +193,19 @@ class UpconvertGatherGenerator : public CacheGenerator {
 
   void generate() {
     prologue();
+    const bool table = decode_table(DType::kBF16);
+    if (table) load_decode_tables(DType::kFp8E4m3);
     gather_loop([&] {
       const Xmm scale = vmm(kTileScale);
       for (int64_t k = 0; k < kDsMlaRank / kDsMlaTile; ++k) {
         vbroadcastss(scale, ptr[reg_src_ + int(kDsMlaScaleOffset + 4 * k)]);
         lea(reg_p_, ptr[reg_src_ + int(k * kDsMlaTile)]);
         lea(reg_q_, ptr[reg_dst_ + int(k * kDsMlaTile * 2)]);
-        dequantise_span(reg_q_, reg_p_, kDsMlaTile, DType::kFp8E4m3, DType::kBF16, scale);
+        if (table) {
+          dequantise_span_decoded(reg_q_, reg_p_, kDsMlaTile, DType::kFp8E4m3, scale);
+        } else {
+          dequantise_span(reg_q_, reg_p_, kDsMlaTile, DType::kFp8E4m3, DType::kBF16, scale);
+        }
       }
       add(reg_src_, int(kDsMlaRopeOffset));
       add(reg_dst_, int(kDsMlaRank * 2));

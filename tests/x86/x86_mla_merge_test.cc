@@ -8,6 +8,9 @@
 // arguments (wrong dtype or shape) rejected before anything runs.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -195,6 +198,33 @@ TEST_P(X86MlaMergeIsaTest, UpconvertGatherMatchesRef) {
       if (!check_spec(upconvert_spec(bs), isa, rows)) return;
     }
   }
+}
+
+// Every e4m3 code at every position of the 512 values, with tile scales that are positive,
+// negative, tiny (denormal and zero products) and huge (products that overflow): on AVX-512
+// the codes are decoded through a bf16 word table (CacheGenerator::dequantise_span_decoded),
+// which this pins down code by code, NaN and -0 included.
+TEST_P(X86MlaMergeIsaTest, UpconvertEveryCodeEveryScaleMatchesRef) {
+  const X86Isa isa = GetParam();
+  const OpSpec spec = upconvert_spec(16);
+  const Kernel kernel = compile_x86(spec, isa);
+  auto c = test::make_case(spec, 40, InputKind::kNormal, 9);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  test::HostTensor& cache = c->tensors[0];
+  const int64_t entry = cache.sizes().back(), entries = cache.numel() / entry;
+  const float scales[] = {0.1f, -2.5f, 1e-30f, 0x1p-140f, 3e38f, 1.0f};
+  for (int64_t e = 0; e < entries; ++e) {
+    for (int64_t i = 0; i < 512; ++i) cache.set(e * entry + i, double((i * 7 + e) % 256));
+    for (int64_t tile = 0; tile < 4; ++tile) {
+      const auto bits = std::bit_cast<uint32_t>(scales[size_t(e + tile) % std::size(scales)]);
+      for (int64_t byte = 0; byte < 4; ++byte) {
+        cache.set(e * entry + 512 + 4 * tile + byte, double((bits >> (8 * byte)) & 0xFF));
+      }
+    }
+  }
+  const auto report = check_against_ref(kernel, c.value());
+  EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa) << "\n"
+                         << report.message;
 }
 
 // ---- indexer_k_quant_and_cache and cp_gather_indexer_k_quant_cache ----------------------------

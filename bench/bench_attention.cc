@@ -314,18 +314,24 @@ __attribute__((target("avx512f"))) void copy_avx512_nt(uint8_t* dst, const uint8
 // faults, placement) by the threads that copy them, outside the timing; the time is each copying
 // thread's own CPU time (CLOCK_THREAD_CPUTIME_ID), so idle OpenMP threads spinning in the pool do
 // not count.
+// A `bytes` buffer of huge pages, allocated and not touched: the measuring threads touch their
+// own parts first (page faults, placement).
+using CeilingBuffer = std::unique_ptr<uint8_t, void (*)(uint8_t*)>;
+CeilingBuffer ceiling_buffer(size_t bytes) {
+  return CeilingBuffer(HugePageAllocator<uint8_t>().allocate(bytes),
+                       [](uint8_t* q) { HugePageAllocator<uint8_t>().deallocate(q, 0); });
+}
+
+// The calling OpenMP thread's part [begin, end) of `bytes` (4 KiB aligned).
+void thread_part(size_t bytes, size_t* begin, size_t* end) {
+  const size_t t = size_t(omp_get_thread_num()), n = size_t(omp_get_num_threads());
+  *begin = bytes / 4096 * t / n * 4096;
+  *end = t + 1 == n ? bytes : bytes / 4096 * (t + 1) / n * 4096;
+}
+
 double measure_copy_gbps_cpu(int threads, size_t bytes = size_t(32) << 20) {
-  // Allocated, not touched: the copying threads touch them first, below.
-  HugePageAllocator<uint8_t> alloc;
-  const std::unique_ptr<uint8_t, std::function<void(uint8_t*)>> src(
-      alloc.allocate(bytes), [&](uint8_t* q) { alloc.deallocate(q, bytes); });
-  const std::unique_ptr<uint8_t, std::function<void(uint8_t*)>> dst(
-      alloc.allocate(bytes), [&](uint8_t* q) { alloc.deallocate(q, bytes); });
-  const auto range = [&](size_t* begin, size_t* end) {
-    const size_t t = size_t(omp_get_thread_num()), n = size_t(omp_get_num_threads());
-    *begin = bytes / 4096 * t / n * 4096;
-    *end = t + 1 == n ? bytes : bytes / 4096 * (t + 1) / n * 4096;
-  };
+  const CeilingBuffer src = ceiling_buffer(bytes), dst = ceiling_buffer(bytes);
+  const auto range = [&](size_t* begin, size_t* end) { thread_part(bytes, begin, end); };
 #pragma omp parallel num_threads(threads)
   {
     size_t begin = 0, end = 0;
@@ -379,14 +385,8 @@ __attribute__((target("avx512f"))) uint64_t read_avx512(const uint8_t* src, size
 // Read bandwidth of a `bytes` buffer with `threads` threads, per second of CPU time, measured
 // as measure_copy_gbps_cpu measures the copy (first touch by the reading threads, best of 7).
 double measure_read_gbps_cpu(int threads, size_t bytes) {
-  HugePageAllocator<uint8_t> alloc;
-  const std::unique_ptr<uint8_t, std::function<void(uint8_t*)>> src(
-      alloc.allocate(bytes), [&](uint8_t* q) { alloc.deallocate(q, bytes); });
-  const auto range = [&](size_t* begin, size_t* end) {
-    const size_t t = size_t(omp_get_thread_num()), n = size_t(omp_get_num_threads());
-    *begin = bytes / 4096 * t / n * 4096;
-    *end = t + 1 == n ? bytes : bytes / 4096 * (t + 1) / n * 4096;
-  };
+  const CeilingBuffer src = ceiling_buffer(bytes);
+  const auto range = [&](size_t* begin, size_t* end) { thread_part(bytes, begin, end); };
 #pragma omp parallel num_threads(threads)
   {
     size_t begin = 0, end = 0;

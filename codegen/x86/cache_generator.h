@@ -727,20 +727,13 @@ class CacheGenerator : public Generator {
   // the row's cache write.
   template <class Token, class EveryRow>
   void token_loop(int64_t block_size, Token token, size_t slots_offset, EveryRow every_row) {
-    mov(reg_args_, rdi);
-    mov(reg_row_, rsi);
-    mov(reg_row_end_, rdx);
-    mov(reg_slots_, ptr[rdi + slots_offset]);
+    enter_row_loop(slots_offset);
     Label l_token, l_next, l_done;
     L(l_token);
     cmp(reg_row_, reg_row_end_);
     jge(l_done, T_NEAR);
     every_row(l_next);
-    mov(rax, ptr[reg_slots_ + reg_row_ * 8]);
-    test(rax, rax);
-    js(l_next, T_NEAR);  // padding
-    split_slot(block_size);
-    token();
+    write_row_at_slot(block_size, l_next, token);
     L(l_next);
     inc(reg_row_);
     jmp(l_token, T_NEAR);
@@ -757,10 +750,7 @@ class CacheGenerator : public Generator {
   template <class PreRow, class Token>
   void chunked_token_loop(int64_t block_size, size_t slots_offset, int64_t chunk, PreRow pre_row,
                           Token token) {
-    mov(reg_args_, rdi);
-    mov(reg_row_, rsi);
-    mov(reg_row_end_, rdx);
-    mov(reg_slots_, ptr[rdi + slots_offset]);
+    enter_row_loop(slots_offset);
     Label l_chunk, l_pre, l_token, l_next, l_done;
     L(l_chunk);
     cmp(reg_row_, reg_row_end_);
@@ -775,17 +765,32 @@ class CacheGenerator : public Generator {
     cmp(reg_q_, reg_offset_);
     jl(l_pre, T_NEAR);
     L(l_token);
-    mov(rax, ptr[reg_slots_ + reg_row_ * 8]);
-    test(rax, rax);
-    js(l_next, T_NEAR);  // padding
-    split_slot(block_size);
-    token();
+    write_row_at_slot(block_size, l_next, token);
     L(l_next);
     inc(reg_row_);
     cmp(reg_row_, reg_offset_);
     jl(l_token, T_NEAR);
     jmp(l_chunk, T_NEAR);
     L(l_done);
+  }
+
+  // The row loops' registers from the call (rdi = args, rows [rsi, rdx)); reg_slots_ = the
+  // args' pointer at `slots_offset`.
+  void enter_row_loop(size_t slots_offset) {
+    mov(reg_args_, rdi);
+    mov(reg_row_, rsi);
+    mov(reg_row_end_, rdx);
+    mov(reg_slots_, ptr[rdi + slots_offset]);
+  }
+
+  // Row reg_row_'s slot: padding (< 0) jumps to l_next; else b -> rax, o -> rcx, then token().
+  template <class Token>
+  void write_row_at_slot(int64_t block_size, const Label& l_next, Token token) {
+    mov(rax, ptr[reg_slots_ + reg_row_ * 8]);
+    test(rax, rax);
+    js(l_next, T_NEAR);  // padding
+    split_slot(block_size);
+    token();
   }
 
   // rax = slot (>= 0) -> rax = slot / BS, rcx = slot % BS. Clobbers rdx.
@@ -807,10 +812,7 @@ class CacheGenerator : public Generator {
   // (which may clobber every scratch register but the loop's).
   template <class Row>
   void gather_loop(Row row) {
-    mov(reg_args_, rdi);
-    mov(reg_row_, rsi);
-    mov(reg_row_end_, rdx);
-    mov(reg_slots_, ptr[rdi + offsetof(GatherCallArgs, src_offsets)]);
+    enter_row_loop(offsetof(GatherCallArgs, src_offsets));
     Label l_row, l_next, l_done;
     L(l_row);
     cmp(reg_row_, reg_row_end_);

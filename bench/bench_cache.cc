@@ -176,6 +176,29 @@ void bm_convert_fp8(benchmark::State& state, int64_t elements, int threads, bool
   });
 }
 
+// e4m3 -> bf16 (scale 0.02): through the per-call table of the 128 non-negative codes'
+// outputs (CacheGenerator::build_dequant_table); elements = 0: large shape.
+void bm_convert_fp8_dequant(benchmark::State& state, int64_t elements, int threads, bool peer) {
+  const OpSpec spec =
+      OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kBF16, DType::kFp8E4m3});
+  if (elements == 0) elements = bench::tokens_for(spec);
+  std::vector<uint8_t> src(static_cast<size_t>(elements));
+  std::mt19937 rng(3);
+  for (auto& code : src) code = uint8_t(rng() & 0xFF);
+  bench::Aligned64Vector<uint16_t> dst(static_cast<size_t>(elements));
+  const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
+  const KernelArgs args(
+      {Tensor(dst.data(), DType::kBF16, {elements}), Tensor(src.data(), DType::kU8, {elements})},
+      {0.02});
+  bench::run_and_report(state, spec, elements, threads, [&] {
+    if (peer) {
+      bench::plain_convert_e4m3_to_bf16(dst.data(), src.data(), elements, 0.02f, threads);
+    } else {
+      (void)kernel.run_unchecked(args);
+    }
+  });
+}
+
 // The gathers' MLA shape: entries of 576 (512 latent + 64 rope), 64 tokens per block.
 constexpr int64_t kMlaEntry = 576, kMlaBlockSize = 64, kGatherRequests = 8;
 
@@ -615,6 +638,10 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark((who + "convert_fp8/bf16" + shape + suffix).c_str(),
                                      bm_convert_fp8, tokens * kHeads * kHeadSize, threads, peer,
                                      0.02)
+            ->UseRealTime();
+        benchmark::RegisterBenchmark((who + "convert_fp8/e4m3_to_bf16" + shape + suffix).c_str(),
+                                     bm_convert_fp8_dequant, tokens * kHeads * kHeadSize, threads,
+                                     peer)
             ->UseRealTime();
         if (!peer) {
           benchmark::RegisterBenchmark(

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace jit::bench {
 namespace {
@@ -45,17 +46,19 @@ inline uint8_t to_e4m3(float f) {
 }
 
 // e4m3fn code -> fp32 as a plain scalar function: exponent field 0 is subnormal (m · 2^-9),
-// S.1111.111 is NaN, else (1 + m/8) · 2^(e - 7).
+// S.1111.111 is NaN, else (1 + m/8) · 2^(e - 7), built on the bits (std::ldexp and
+// std::nanf("") calls made this peer ~30x slower on codes that cover the whole range).
 inline float from_e4m3(uint8_t code) {
-  const int e = (code >> 3) & 0xF;
-  const int m = code & 7;
+  const uint32_t e = (code >> 3) & 0xF;
+  const uint32_t m = code & 7;
   float v;
   if (e == 0) {
-    v = std::ldexp(float(m), -9);
+    v = float(m) * 0x1p-9f;
   } else if (e == 15 && m == 7) {
-    v = std::nanf("");
+    v = std::numeric_limits<float>::quiet_NaN();
   } else {
-    v = std::ldexp(float(8 + m), e - 10);
+    const uint32_t bits = (e + 120) << 23 | m << 20;
+    std::memcpy(&v, &bits, 4);
   }
   return (code & 0x80) ? -v : v;
 }
@@ -185,6 +188,12 @@ void plain_convert_fp8_bf16(uint8_t* dst, const uint16_t* src, int64_t elements,
                             int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t i = 0; i < elements; ++i) dst[i] = to_e4m3(from_bf16(src[i]) / scale);
+}
+
+void plain_convert_e4m3_to_bf16(uint16_t* dst, const uint8_t* src, int64_t elements, float scale,
+                                int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < elements; ++i) dst[i] = to_bf16(from_e4m3(src[i]) * scale);
 }
 
 void plain_cp_gather_bf16(uint16_t* dst, const uint16_t* cache, const int32_t* block_table,

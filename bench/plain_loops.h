@@ -42,6 +42,10 @@ void plain_swap_blocks(uint8_t* dst, const uint8_t* src, const int64_t* mapping,
 void plain_convert_fp8_bf16(uint8_t* dst, const uint16_t* src, int64_t elements, float scale,
                             int threads);
 
+/// convert_fp8 dequantise: dst[i] = bf16(decode_e4m3(src[i]) * scale).
+void plain_convert_e4m3_to_bf16(uint16_t* dst, const uint8_t* src, int64_t elements, float scale,
+                                int threads);
+
 /// cp_gather_cache of bf16 entries: for request r < batch and row p of its rows
 /// [cu[r], cu[r+1]), dst row cu[r] + p = cache entry (block_table[r, p / BS], p % BS); cache
 /// [NB, BS, entry] dense, block table rows `table_stride` apart. Rows over threads.

@@ -99,9 +99,18 @@ class CacheGenerator : public Generator {
       }
     };
     const int64_t bytes = elements * (fp8 ? 1 : int64_t(dtype_size(dtype)));
-    const bool can_stream =
-        streaming_ && bytes >= kStreamingMinSpan && (!fp8 || fast_quantise(dtype));
-    if (!can_stream) {
+    if (bytes < kStreamingMinSpan || (fp8 && !fast_quantise(dtype))) {
+      body(false);
+      return;
+    }
+    maybe_streaming(dst, body);
+  }
+
+  // Emits body(streaming): inside with_streaming_stores' streaming loop, body(true) when dst is
+  // 64-byte aligned at run time and body(false) otherwise; elsewhere body(false).
+  template <class Body>
+  void maybe_streaming(const Reg64& dst, Body body) {
+    if (!streaming_) {
       body(false);
       return;
     }
@@ -614,7 +623,7 @@ class CacheGenerator : public Generator {
   // dequantise_span through the table of build_dequant_table (built for this format, dtype
   // and scale): steps of 32 codes, the rest (< 32) through dequantise_span.
   void dequantise_span_table(const Reg64& dst, const Reg64& src, int64_t elements, DType format,
-                             DType dtype, const Xmm& scale) {
+                             DType dtype, const Xmm& scale, bool streaming = false) {
     using Xbyak::Zmm;
     constexpr int kStep = 32;
     constexpr uint8_t kXorAnd = 0x78;  // vpternlogd: a ^ (b & c)
@@ -629,7 +638,11 @@ class CacheGenerator : public Generator {
       vmovdqu16(low | k2, high);
       vpsllw(code, code, 8);  // the sign bit to bit 15
       vpternlogd(low, code, cst_bits(0x80008000), kXorAnd);
-      vmovdqu16(ptr[dst + offset * 2], low);
+      if (streaming) {
+        vmovntdq(ptr[dst + offset * 2], low);
+      } else {
+        vmovdqu16(ptr[dst + offset * 2], low);
+      }
     };
     const int64_t steps = elements / kStep;
     if (steps > 0) {

@@ -604,8 +604,9 @@ class ConvertFp8Generator : public CacheGenerator {
     if (quantise_) scale_reciprocal(vmm(kKRecip), vmm(kKScale));
     if (table_) build_dequant_table(DType::kFp8E4m3, p_.dst, vmm(kKScale));
     mov(reg_args_, rdi);
-    // A large quantising call (a whole cache converted) streams its codes past the caches.
-    if (quantise_) {
+    // A large call (a whole cache converted) streams its output past the caches (the quantiser
+    // and the table dequantiser have streaming steps).
+    if (quantise_ || table_) {
       with_streaming_stores(kConvertRowElements * dst_size(), [&] { row_loop(); });
     } else {
       row_loop();
@@ -680,7 +681,10 @@ class ConvertFp8Generator : public CacheGenerator {
       return;
     }
     if (table_) {
-      dequantise_span_table(reg_dst_, reg_src_, elements, DType::kFp8E4m3, p_.dst, vmm(kKScale));
+      maybe_streaming(reg_dst_, [&](bool streaming) {
+        dequantise_span_table(reg_dst_, reg_src_, elements, DType::kFp8E4m3, p_.dst, vmm(kKScale),
+                              streaming);
+      });
       return;
     }
     for_units(

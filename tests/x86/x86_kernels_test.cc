@@ -171,7 +171,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-29", 0x439cfee23d95b7beull};
+constexpr PinnedCode kAllExampleCode{"x86-30", 0x439cfee23d95b7beull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

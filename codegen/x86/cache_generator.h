@@ -620,24 +620,36 @@ class CacheGenerator : public Generator {
     add(rsp, kScratch);
   }
 
+  // low = the words of a sign-symmetric 128-entry table for the 32 codes at `addr`: two
+  // vpermi2w over (t0, t1) for codes 0..63 and (t2, t3) for 64..127 (t1, t3 registers or
+  // 64-byte constants), the one selected by bit 6, then the code's sign bit (bit 7) xored into
+  // bit 15. Clobbers code, high and k2.
+  void lookup_sign_symmetric(const Xbyak::Zmm& low, const Xbyak::Zmm& code, const Xbyak::Zmm& high,
+                             const Xbyak::Address& addr, const Xbyak::Zmm& t0,
+                             const Xbyak::Operand& t1, const Xbyak::Zmm& t2,
+                             const Xbyak::Operand& t3) {
+    constexpr uint8_t kXorAnd = 0x78;  // vpternlogd: a ^ (b & c)
+    vpmovzxbw(code, addr);
+    vmovdqa64(low, code);
+    vpermi2w(low, t0, t1);
+    vmovdqa64(high, code);
+    vpermi2w(high, t2, t3);
+    vptestmw(k2, code, cst_bits(0x00400040));  // bit 6: codes 64..127
+    vmovdqu16(low | k2, high);
+    vpsllw(code, code, 8);  // the sign bit to bit 15
+    vpternlogd(low, code, cst_bits(0x80008000), kXorAnd);
+  }
+
   // dequantise_span through the table of build_dequant_table (built for this format, dtype
   // and scale): steps of 32 codes, the rest (< 32) through dequantise_span.
   void dequantise_span_table(const Reg64& dst, const Reg64& src, int64_t elements, DType format,
                              DType dtype, const Xmm& scale, bool streaming = false) {
     using Xbyak::Zmm;
     constexpr int kStep = 32;
-    constexpr uint8_t kXorAnd = 0x78;  // vpternlogd: a ^ (b & c)
     const Zmm code(0), low(1), high(2);
     auto step = [&](int offset) {
-      vpmovzxbw(code, ptr[src + offset]);
-      vmovdqa64(low, code);
-      vpermi2w(low, Zmm(kDequantTable), Zmm(kDequantTable + 1));
-      vmovdqa64(high, code);
-      vpermi2w(high, Zmm(kDequantTable + 2), Zmm(kDequantTable + 3));
-      vptestmw(k2, code, cst_bits(0x00400040));  // bit 6: codes 64..127
-      vmovdqu16(low | k2, high);
-      vpsllw(code, code, 8);  // the sign bit to bit 15
-      vpternlogd(low, code, cst_bits(0x80008000), kXorAnd);
+      lookup_sign_symmetric(low, code, high, ptr[src + offset], Zmm(kDequantTable),
+                            Zmm(kDequantTable + 1), Zmm(kDequantTable + 2), Zmm(kDequantTable + 3));
       if (streaming) {
         vmovntdq(ptr[dst + offset * 2], low);
       } else {
@@ -697,24 +709,17 @@ class CacheGenerator : public Generator {
   }
 
   // dequantise_span into bf16 through load_decode_tables' tables (loaded for this format):
-  // steps of 32 codes, the rest (< 32) through dequantise_span. Uses zmm0..4 and k2.
+  // steps of 32 codes, the rest (< 32) through dequantise_span. Uses zmm0..3 and k2.
   void dequantise_span_decoded(const Reg64& dst, const Reg64& src, int64_t elements, DType format,
                                const Xmm& scale) {
     using Xbyak::Zmm;
     constexpr int kStep = 32;
-    constexpr uint8_t kXorAnd = 0x78;  // vpternlogd: a ^ (b & c)
     const Zmm code(0), low(1), high(2), even(3), scale_z(scale.getIdx());
     for (int64_t first = 0; first + kStep <= elements; first += kStep) {
       const int offset = int(first);
-      vpmovzxbw(code, ptr[src + offset]);
-      vmovdqa64(low, code);
-      vpermi2w(low, Zmm(kDecodeTable), decode_table_part(format, 1));
-      vmovdqa64(high, code);
-      vpermi2w(high, Zmm(kDecodeTable + 1), decode_table_part(format, 3));
-      vptestmw(k2, code, cst_bits(0x00400040));  // bit 6: codes 64..127
-      vmovdqu16(low | k2, high);
-      vpsllw(code, code, 8);  // the sign bit to bit 15
-      vpternlogd(low, code, cst_bits(0x80008000), kXorAnd);
+      lookup_sign_symmetric(low, code, high, ptr[src + offset], Zmm(kDecodeTable),
+                            decode_table_part(format, 1), Zmm(kDecodeTable + 1),
+                            decode_table_part(format, 3));
       split_bf16_pairs(even, low, low);
       vmulps(even, even, scale_z);
       vmulps(low, low, scale_z);

@@ -8,7 +8,9 @@
 //   swigluoai_and_mul  gate = input[2i], up = input[2i+1]; g = min(gate, limit),
 //                      u = clamp(up, -limit, limit); rnd_T((u + 1) * g * sigmoid(alpha g))
 // The activation is computed in fp32 with the injectors of Generator; rnd_T is the
-// intermediate rounding vLLM's GPU kernels (and PyTorch eager) perform.
+// intermediate rounding vLLM's GPU kernels (and PyTorch eager) perform. The bf16 pairs path
+// rounds the activation (an approximation at bf16 accuracy) to nearest with ties away from
+// zero, the product to nearest even (Generator::round_bits_to_bf16_ties_away says why).
 #include <algorithm>
 #include <bit>
 #include <cstddef>
@@ -92,15 +94,18 @@ class ActivationGenerator : public Generator {
   }
 
   // The constants of a pairs step, most used first (as many as there are spare registers are
-  // pinned; the rest stay memory operands): the rounding and packing ones, then silu's exp.
+  // pinned; the rest stay memory operands): the rounding and packing ones, then silu's. The
+  // exp cubic's leading coefficient is left in the pool on purpose: it only starts the Horner
+  // chain (a copy), and a zmm register copy takes a vector-port uop here (not eliminated,
+  // measured) where a load from the pool takes a load port, which this loop has to spare.
   std::vector<uint32_t> pairs_constants() const {
     std::vector<uint32_t> bits(kBf16PairsConstants.begin(), kBf16PairsConstants.end());
+    if (op_ != OpKind::kFatreluAndMul) bits.push_back(0x8000);  // ..._ties_away
     if (op_ == OpKind::kSiluAndMul || op_ == OpKind::kMulAndSilu) {
-      for (float c : {1.0f, 1.44269504088896341f, 0.07706379145383835f, 0.2276485413312912f,
-                      0.6951159834861755f}) {
+      for (float c :
+           {1.0f, 1.44269504088896341f, 20.0f, 0.2276485413312912f, 0.6951159834861755f}) {
         bits.push_back(std::bit_cast<uint32_t>(c));
       }
-      bits.push_back(0x80000000);
     }
     bits.resize(std::min(bits.size(), constant_regs_.size()));
     return bits;
@@ -254,8 +259,9 @@ class ActivationGenerator : public Generator {
       default: break;
     }
     for (int u = 0; u < 2; ++u) {
-      // fatrelu selects exactly: nothing to round before the product.
-      if (op_ != OpKind::kFatreluAndMul) round_bits_to_bf16(activated[u], k2);
+      // The activation is an approximation (bf16 accuracy), so its rounding to bf16 may
+      // break ties away from zero; fatrelu selects exactly: nothing to round.
+      if (op_ != OpKind::kFatreluAndMul) round_bits_to_bf16_ties_away(activated[u]);
       vmulps(activated[u], activated[u], other[u]);
     }
     // Pack: the even result's rounded bits shifted down, or'ed with the odd result's top half.

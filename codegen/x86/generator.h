@@ -109,6 +109,13 @@ class Generator : public Xbyak::CodeGenerator {
   void add_bf16_rounding_bias(const Xmm& x, const Xbyak::Opmask& k);
   /// x = fp32 bits of rnd_bf16(x) (add_bf16_rounding_bias, then the low half cleared).
   void round_bits_to_bf16(const Xmm& x, const Xbyak::Opmask& k);
+  /// x = fp32 bits of x rounded to bf16 to nearest, ties away from zero: x + 0x8000, then the
+  /// low half cleared (two uops; round_bits_to_bf16 takes four). Only for values that are
+  /// themselves approximations, such as an activation computed at bf16 accuracy (relative
+  /// error ~2^-13): their error, not the tie rule, decides the last bit, and either rounding
+  /// is within one ulp of rnd_bf16 of the exact value. A product of bf16 operands is exact and
+  /// can be a true tie: it needs round_bits_to_bf16. Same NaN condition as that one.
+  void round_bits_to_bf16_ties_away(const Xmm& x);
   /// odd = the dwords of rnd_bf16(even) (low half) and rnd_bf16(odd) (high half): the store
   /// form of a pairs vector. even is clobbered.
   void pack_bf16_pairs(const Xmm& odd, const Xmm& even, const Xbyak::Opmask& k);
@@ -244,7 +251,9 @@ class Generator : public Xbyak::CodeGenerator {
   /// otherwise x is preserved (silu needs x afterwards, and a copy costs a uop per vector).
   void sigmoid_ps(const Group& dst, const Group& x, const Group& t0, const Group& t1,
                   const Group& t2, const Group& t3);
-  /// x = silu(x) = x * sigmoid(x).
+  /// x = silu(x) = x * sigmoid(x). With bf16_accuracy() on AVX-512, one form for both signs
+  /// instead of sigmoid_ps's two branches: silu(x) = x e (1 / (1 + e)), e = e^min(x, 20):
+  /// one uop per vector fewer (no sign mask) and no mask register.
   void silu_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2, const Group& t3,
                const Group& t4);
   /// x = 0.5 x (1 + erf(x / sqrt 2)), through erfc(z) (z = |x|/sqrt 2) so that the x < 0 side

@@ -118,7 +118,9 @@ const std::map<std::string, std::vector<std::string>>& valid_examples() {
         "cpu_attention_with_kv_cache(isa=vec,dtype=f16,head_size=64,block_size=32,heads_q=8,"
         "heads_kv=2,sliding_window=true,softcap=true,kv=fp8_e5m2)",
         "cpu_attention_with_kv_cache(isa=vec,dtype=bf16,head_size=57,block_size=32,heads_q=8,"
-        "heads_kv=1,alibi=true,kv=fp8_e4m3)"}},
+        "heads_kv=1,alibi=true,kv=fp8_e4m3)",
+        "cpu_attention_with_kv_cache(isa=amx,dtype=bf16,head_size=128,block_size=32,heads_q=32,"
+        "heads_kv=4)"}},
       {"create_onednn_mm",
        {"create_onednn_mm(dtype=bf16,k=4096,n=16384)", "create_onednn_mm(dtype=f32,k=491,n=1023)"}},
       {"onednn_mm", {"onednn_mm(dtype=bf16,k=128,n=256)", "onednn_mm(dtype=f16,k=15,n=1001)"}},

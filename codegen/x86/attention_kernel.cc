@@ -173,6 +173,7 @@ class AttentionGenerator : public Generator {
       call(l_softmax_);  // emit_softmax_amx, shared by the row-count variants
       emit_pv_amx(rows);
     } else {
+      call(l_stream_kick_);  // emit_stream_kick of the groups 1..4 ahead (rax, rcx, rdx)
       lea(r8, ptr[r8 + r12 * kv_esize_]);  // K: key offset t0 inside each dim row
       mov(rcx, r12);
       imul(rcx, rcx, p_.head_size * kv_esize_);  // V: row t0
@@ -432,9 +433,15 @@ class AttentionGenerator : public Generator {
   // next_k + 32·D (one 32-dim chunk of both 16-key tiles) and moves next_k on by a chunk
   // (1 KiB); each l_prefetch_v_ call fetches the 16 lines at next_v (one 16-dim V tile of 32
   // keys) and moves next_v on by 16 dims (32·bs bytes). Only rdx (and rax, rcx in
-  // l_next_group_) are used: free at every call site, native or emulated.
+  // l_next_group_) are used: free at every call site, native or emulated. The vec paths have
+  // one routine, l_stream_kick_ (emit_stream_kick of the groups 1..4 ahead; rax, rcx, rdx).
   void emit_prefetch_routines() {
-    if (!amx_) return;
+    if (!amx_) {
+      L(l_stream_kick_);
+      emit_stream_kick(/*first=*/1);
+      ret();
+      return;
+    }
     L(l_softmax_);
     emit_softmax_amx();
     ret();
@@ -455,7 +462,7 @@ class AttentionGenerator : public Generator {
     add(qword[ARG(next_v)], 32 * p_.block_size);
     ret();
   }
-  Label l_next_group_, l_prefetch_k_, l_prefetch_v_, l_softmax_;
+  Label l_next_group_, l_prefetch_k_, l_prefetch_v_, l_softmax_, l_stream_kick_;
 
   // prefetcht0: the next group (16 KiB) fits in L1 beside the current one; measured the same
   // as prefetcht1 (L2) and as fetching two groups ahead.
@@ -470,7 +477,7 @@ class AttentionGenerator : public Generator {
     emit_group_slabs(group_, l_last);
     mov(ptr[ARG(next_k)], rcx);
     mov(ptr[ARG(next_v)], rax);
-    emit_stream_kick();
+    emit_stream_kick(/*first=*/2);
     jmp(l_done, T_NEAR);
     L(l_last);
     mov(ptr[ARG(next_k)], r8);
@@ -493,41 +500,61 @@ class AttentionGenerator : public Generator {
     mov(rcx, ptr[ARG(block_row)]);
     movsxd(rax, dword[rcx + rax * 4]);
     imul(rax, ptr[ARG(block_stride)]);
-    mov(rcx, rdx);
-    imul(rcx, rcx, p_.head_size * 2);  // K: offset t0 at t0·D elements
-    add(rcx, rax);
-    add(rcx, ptr[ARG(k_base)]);
-    shl(rdx, 5);  // V: key pair t0/2 at (t0/2)·32 elements
-    add(rax, rdx);
+    if (amx_) {
+      mov(rcx, rdx);
+      imul(rcx, rcx, p_.head_size * 2);  // K: offset t0 at t0·D elements
+      add(rcx, rax);
+      add(rcx, ptr[ARG(k_base)]);
+      shl(rdx, 5);  // V: key pair t0/2 at (t0/2)·32 elements
+      add(rax, rdx);
+    } else {
+      lea(rcx, ptr[rax + rdx * kv_esize_]);  // K: key t0 of each dim row
+      add(rcx, ptr[ARG(k_base)]);
+      imul(rdx, rdx, p_.head_size * kv_esize_);  // V: row t0
+      add(rax, rdx);
+    }
     add(rax, ptr[ARG(v_base)]);
   }
 
-  // The stream kick: the full prefetch above fetches one group ahead, through the L1 fill
-  // buffers (a few dozen lines in flight: at DRAM latency ~10 GB/s from one core). The L2
-  // streamer runs further ahead without them, but each group's slabs are new 4 KiB pages at
-  // random places, and it trains on every page again. Two lines at the start of each page the
-  // groups 2..kKickGroups ahead will read start those streams early, so several pages stream
-  // at once. Microbenchmark (random 8 KiB slabs, 1 GiB, light compute per line): full prefetch
-  // of the next slab 9.0 GB/s, plus this kick 11.9.
+  // The stream kick. The AMX path's full prefetch fetches one group ahead through the L1 fill
+  // buffers (a few dozen lines in flight: at DRAM latency ~10 GB/s from one core); the vec
+  // paths have none. The L2 streamer runs further ahead without fill buffers, but each group's
+  // slabs are new 4 KiB pages at random places, and it trains on every page again. Two lines
+  // at the start of each page that the groups `first`..kKickGroups ahead will read start those
+  // streams early, so several pages stream at once. Microbenchmark (random 8 KiB slabs, 1 GiB,
+  // light compute per line): full prefetch of the next slab 9.0 GB/s, plus this kick 11.9.
   static constexpr int kKickGroups = 4;
   static constexpr int64_t kPage = 4096;
 
-  void emit_stream_kick() {
+  void emit_stream_kick(int first) {
     Label l_end;
-    for (int a = 2; a <= kKickGroups; ++a) {
+    for (int a = first; a <= kKickGroups; ++a) {
       emit_group_slabs(int64_t(a) * group_, l_end);
-      // K: the group's two 16-key tiles, 32·D bytes each, contiguous.
-      for (int64_t offset = 0; offset < 64 * p_.head_size; offset += kPage) kick_page(rcx, offset);
-      // V: one 1 KiB tile of 32 keys per 16 dims, 32·bs bytes apart: kick each tile that
-      // starts in a page the previous tile did not reach.
-      int64_t previous_page = -1;
-      for (int64_t tile = 0; tile < p_.head_size / 16; ++tile) {
-        const int64_t offset = tile * 32 * p_.block_size;
-        if (offset / kPage != previous_page) kick_page(rax, offset);
-        previous_page = (offset + 1023) / kPage;
+      for (const auto& [base, span] : group_spans()) {
+        for (int64_t offset = 0; offset < span; offset += kPage) kick_page(base, offset);
+      }
+      if (amx_) {
+        // V: one 1 KiB tile of 32 keys per 16 dims, 32·bs bytes apart: kick each tile that
+        // starts in a page the previous tile did not reach.
+        int64_t previous_page = -1;
+        for (int64_t tile = 0; tile < p_.head_size / 16; ++tile) {
+          const int64_t offset = tile * 32 * p_.block_size;
+          if (offset / kPage != previous_page) kick_page(rax, offset);
+          previous_page = (offset + 1023) / kPage;
+        }
       }
     }
     L(l_end);
+  }
+
+  // The address ranges a group reads from its slabs (emit_group_slabs: rcx = K, rax = V),
+  // as (base, bytes from it): amx K, two 16-key tiles of 32·D bytes; vec K, G keys of every
+  // dim row (D rows, bs elements apart); vec V, G rows of D. (amx V is kicked per tile.)
+  std::vector<std::pair<Reg64, int64_t>> group_spans() const {
+    if (amx_) return {{rcx, 64 * p_.head_size}};
+    const int64_t e = kv_esize_;
+    return {{rcx, (p_.head_size - 1) * p_.block_size * e + group_ * e},
+            {rax, group_ * p_.head_size * e}};
   }
 
   void kick_page(const Reg64& base, int64_t offset) {

@@ -202,7 +202,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-33", 0x5c29b45161fdd58dull};
+constexpr PinnedCode kAllExampleCode{"x86-34", 0xe226f7494a8bbc2ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

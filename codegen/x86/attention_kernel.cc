@@ -173,7 +173,7 @@ class AttentionGenerator : public Generator {
       call(l_softmax_);  // emit_softmax_amx, shared by the row-count variants
       emit_pv_amx(rows);
     } else {
-      call(l_stream_kick_);  // emit_stream_kick of the groups 1..4 ahead (rax, rcx, rdx)
+      call(l_stream_kick_);  // next-group cursors (dpbf16) and the stream kick (rax, rcx, rdx)
       lea(r8, ptr[r8 + r12 * kv_esize_]);  // K: key offset t0 inside each dim row
       mov(rcx, r12);
       imul(rcx, rcx, p_.head_size * kv_esize_);  // V: row t0
@@ -429,7 +429,7 @@ class AttentionGenerator : public Generator {
   // (~1 µs of tile work) ahead hides the DRAM latency.
   // Routines shared by every variant (called: the 16 variants must fit the code buffer at
   // D = 256). l_next_group_ sets the cursors ARG(next_k), ARG(next_v) at the next group's
-  // slabs (emit_next_group_amx); each l_prefetch_k_ call fetches the 16 lines at next_k and at
+  // slabs (emit_next_group); each l_prefetch_k_ call fetches the 16 lines at next_k and at
   // next_k + 32·D (one 32-dim chunk of both 16-key tiles) and moves next_k on by a chunk
   // (1 KiB); each l_prefetch_v_ call fetches the 16 lines at next_v (one 16-dim V tile of 32
   // keys) and moves next_v on by 16 dims (32·bs bytes). Only rdx (and rax, rcx in
@@ -441,17 +441,10 @@ class AttentionGenerator : public Generator {
     if (!amx_) {
       L(l_stream_kick_);
       if (spread_prefetch()) {
-        Label l_last, l_done;
-        emit_group_slabs(group_, l_last);
-        mov(ptr[ARG(next_k)], rcx);
-        mov(ptr[ARG(next_v)], rax);
-        jmp(l_done, T_NEAR);
-        L(l_last);
-        mov(ptr[ARG(next_k)], r8);
-        mov(ptr[ARG(next_v)], r9);
-        L(l_done);
+        emit_next_group(/*kick_from=*/1);
+      } else {
+        emit_stream_kick(/*first=*/1);
       }
-      emit_stream_kick(/*first=*/1);
       ret();
       return;
     }
@@ -459,7 +452,7 @@ class AttentionGenerator : public Generator {
     emit_softmax_amx();
     ret();
     L(l_next_group_);
-    emit_next_group_amx();
+    emit_next_group(/*kick_from=*/2);
     ret();
     L(l_prefetch_k_);
     mov(rdx, ptr[ARG(next_k)]);
@@ -484,13 +477,14 @@ class AttentionGenerator : public Generator {
   // ARG(next_k), ARG(next_v): the slabs of the group after this one (r10 = j0, r11 = block
   // column, r12 = offset in the block, r8/r9 = this group's slabs), or this group's when it is
   // the call's last (nothing past kv_end is fetched, and the block table entry past the
-  // sequence is never read). Then the stream kick of the groups after that. Uses rax, rcx, rdx.
-  void emit_next_group_amx() {
+  // sequence is never read). Then the stream kick of the groups `kick_from`.. ahead. Uses rax,
+  // rcx, rdx.
+  void emit_next_group(int kick_from) {
     Label l_last, l_done;
     emit_group_slabs(group_, l_last);
     mov(ptr[ARG(next_k)], rcx);
     mov(ptr[ARG(next_v)], rax);
-    emit_stream_kick(/*first=*/2);
+    emit_stream_kick(kick_from);
     jmp(l_done, T_NEAR);
     L(l_last);
     mov(ptr[ARG(next_k)], r8);

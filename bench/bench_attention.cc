@@ -8,7 +8,8 @@
 //           moving as many bytes as the call reads (copy_same_bytes: past the caches the
 //           kernel's KV is, too), and of a sequential read of as many bytes (read_same_bytes:
 //           decode only reads, and one core reads well below the copy figure); also the vec
-//           path over an fp8 e4m3 cache (half the bytes);
+//           path over an fp8 e4m3 cache (half the bytes), and the bf16 vec kernel on the fp32
+//           path (kiln_vec_fma: config dpbf16=0);
 //   prefill one request of 512..2048 tokens, causal: GFLOP/s (4·pairs·heads·D) against the
 //           measured vdpbf16ps peak (16 lanes x 2 products x 2 flops per instruction).
 // With 2 threads (the machine's cores) and 1 thread. Every figure comes twice: per wall-clock
@@ -457,10 +458,10 @@ void report(benchmark::State& state, const Problem& p, int threads, double wall_
 
 void bm_attention(benchmark::State& state, int64_t requests, int64_t q_len, int64_t context,
                   int threads, bool peer, ir::CpuAttnIsa isa,
-                  ir::KvCacheDtype kv = ir::KvCacheDtype::kAuto) {
+                  ir::KvCacheDtype kv = ir::KvCacheDtype::kAuto, Config config = {}) {
   auto p = make_problem(requests, q_len, context, isa, kv);
   const Kernel kernel =
-      bench::compile_x86_or_die(attention_spec(isa, kv), Config().set("threads", threads));
+      bench::compile_x86_or_die(attention_spec(isa, kv), config.set("threads", threads));
   const auto start = std::chrono::steady_clock::now();
   const double cpu_start = process_cpu_seconds();
   for (auto _ : state) {
@@ -495,6 +496,24 @@ void register_all() {
               [=](benchmark::State& s) { bm_attention(s, batch, 1, context, threads, peer, isa); })
               ->Unit(benchmark::kMicrosecond)
               ->MinTime(0.2);
+        }
+      }
+      if (who_index == 0 && detect_host_x86_isa() >= X86Isa::kAvx512Bf16) {
+        // The same bf16 vec kernel on the fp32 path (config dpbf16=0: widen + FMA instead of
+        // vdpbf16ps; which is faster depends on the CPU, and `kiln tune` picks).
+        for (int64_t batch : {1, 8, 32}) {
+          for (int64_t context : {512, 2048, 8192}) {
+            benchmark::RegisterBenchmark(
+                fmt::format("decode/kiln_vec_fma/batch:{}/context:{}/threads:{}", batch, context,
+                            threads)
+                    .c_str(),
+                [=](benchmark::State& s) {
+                  bm_attention(s, batch, 1, context, threads, false, ir::CpuAttnIsa::kVec,
+                               ir::KvCacheDtype::kAuto, Config().set("dpbf16", 0));
+                })
+                ->Unit(benchmark::kMicrosecond)
+                ->MinTime(0.2);
+          }
         }
       }
       if (who_index == 0) {

@@ -1297,11 +1297,46 @@ class AttentionGenerator : public Generator {
 
 }  // namespace
 
-bool attention_uses_dpbf16(const OpSpec& spec, X86Isa isa) {
+namespace {
+// Whether the vec layout's vdpbf16ps path serves the spec at the ISA (bf16, kv=auto: fp8 caches
+// take the fp32 path, decoding to fp32 on load).
+bool vec_dpbf16_serves(const ir::CpuAttentionParams& p, X86Isa isa) {
+  return p.kv == ir::KvCacheDtype::kAuto && isa >= X86Isa::kAvx512Bf16 &&
+         p.dtype == DType::kBF16;
+}
+}  // namespace
+
+bool attention_uses_dpbf16(const OpSpec& spec, const Config& config, X86Isa isa) {
   const auto& p = spec.get<ir::CpuAttentionParams>();
-  // fp8 caches take the fp32 path (decode to fp32 on load; the amx layout rejects fp8).
-  if (p.isa != ir::CpuAttnIsa::kAmx && p.kv != ir::KvCacheDtype::kAuto) return false;
-  return p.isa == ir::CpuAttnIsa::kAmx || (isa >= X86Isa::kAvx512Bf16 && p.dtype == DType::kBF16);
+  if (p.isa == ir::CpuAttnIsa::kAmx) return true;
+  return vec_dpbf16_serves(p, isa) && config.get(kDpbf16Knob, 1) != 0;
+}
+
+Status attention_config_status(const OpSpec& spec, const Config& config, X86Isa isa) {
+  const auto& p = spec.get<ir::CpuAttentionParams>();
+  const int64_t knob = config.get(kDpbf16Knob, -1);
+  if (knob == -1) return Status::ok();
+  if (knob != 0 && knob != 1) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("config knob {}={}: allowed values are 1 (vdpbf16ps) and 0 (fp32 "
+                              "FMA)",
+                              kDpbf16Knob, knob));
+  }
+  if (knob == 1 && p.isa != ir::CpuAttnIsa::kAmx && !vec_dpbf16_serves(p, isa)) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("config knob {}=1 needs dtype=bf16, kv=auto and an AVX512_BF16 "
+                              "target (spec has dtype={}, kv={}; target {}); use {}=0 or leave "
+                              "it unset",
+                              kDpbf16Knob, dtype_name(p.dtype), enum_name(p.kv),
+                              x86_isa_name(isa), kDpbf16Knob));
+  }
+  if (knob == 0 && p.isa == ir::CpuAttnIsa::kAmx) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("config knob {}=0: isa=amx always multiplies on bf16 tiles; "
+                              "leave it unset or 1",
+                              kDpbf16Knob));
+  }
+  return Status::ok();
 }
 
 int attention_token_group(const OpSpec& spec, X86Isa isa) {
@@ -1329,8 +1364,11 @@ Status request_amx_permission() {
   return status;
 }
 
-Result<std::vector<uint8_t>> generate_cpu_attention(const OpSpec& spec, X86Isa isa) {
-  AttentionGenerator gen(spec.get<ir::CpuAttentionParams>(), isa, attention_uses_dpbf16(spec, isa),
+Result<std::vector<uint8_t>> generate_cpu_attention(const OpSpec& spec, const Config& config,
+                                                    X86Isa isa) {
+  if (Status status = attention_config_status(spec, config, isa); !status.is_ok()) return status;
+  AttentionGenerator gen(spec.get<ir::CpuAttentionParams>(), isa,
+                         attention_uses_dpbf16(spec, config, isa),
                          attention_token_group(spec, isa), attention_max_rows(spec, isa));
   gen.generate();
   return gen.finish();

@@ -67,9 +67,18 @@ inline constexpr int64_t attention_scratch_floats(int64_t head_size) {
   return 2 * kMaxAttnRows * 32 + 16 * head_size;
 }
 
-/// Which arithmetic a spec gets at an ISA: bf16 queries and probabilities (vdpbf16ps for bf16
-/// with AVX512_BF16, or the AMX tiles for the amx layout), or fp32 FMA after widening.
-bool attention_uses_dpbf16(const OpSpec& spec, X86Isa isa);
+/// The config knob that picks the vector arithmetic where both serve (isa=vec, bf16, kv=auto,
+/// AVX512_BF16): 1 (the default) vdpbf16ps on bf16 pairs, 0 the fp32 path (widen + FMA).
+/// Which one is faster depends on the CPU: where vdpbf16ps issues one per two cycles (this
+/// project's Sapphire Rapids VM) the fp32 path decodes ~25% faster; `kiln tune` tries both.
+inline constexpr std::string_view kDpbf16Knob = "dpbf16";
+/// Which arithmetic a spec gets at an ISA under `config`: bf16 queries and probabilities
+/// (vdpbf16ps for bf16 with AVX512_BF16 unless config sets dpbf16=0, or the AMX tiles for the
+/// amx layout), or fp32 FMA after widening. Assumes attention_config_status() is ok.
+bool attention_uses_dpbf16(const OpSpec& spec, const Config& config, X86Isa isa);
+/// Whether `config`'s dpbf16 knob is valid for `spec` at `isa` (0 or 1; 1 only where
+/// vdpbf16ps serves the spec), with an error naming the knob and its allowed values.
+Status attention_config_status(const OpSpec& spec, const Config& config, X86Isa isa);
 /// Keys per kernel step (the token group): 32 or 16; divides the block size.
 int attention_token_group(const OpSpec& spec, X86Isa isa);
 /// Rows one call serves for `spec` at `isa`.
@@ -80,7 +89,8 @@ Status request_amx_permission();
 
 /// Emits the tile kernel of cpu_attention_with_kv_cache (CpuAttentionParams; isa vec, vec16 or
 /// neon layout) at `isa` (AVX2 or higher).
-Result<std::vector<uint8_t>> generate_cpu_attention(const OpSpec& spec, X86Isa isa);
+Result<std::vector<uint8_t>> generate_cpu_attention(const OpSpec& spec, const Config& config,
+                                                    X86Isa isa);
 
 /// Emits cpu_attn_reshape_and_cache (CpuAttnCacheWriteParams; vec, vec16, neon layouts).
 Result<std::vector<uint8_t>> generate_cpu_attn_cache_write(const OpSpec& spec, X86Isa isa);
@@ -90,7 +100,8 @@ Support cpu_attention_support(const OpSpec& spec, const Target& target);
 /// The tuning space of the CPU-attention ops (first entry: the heuristic default).
 std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& target);
 /// Generates the code of a CPU-attention op.
-Result<std::vector<uint8_t>> generate_cpu_attention_op(const OpSpec& spec, X86Isa isa);
+Result<std::vector<uint8_t>> generate_cpu_attention_op(const OpSpec& spec, const Config& config,
+                                                       X86Isa isa);
 /// The executable of a CPU-attention op whose code is at `code` (`size` bytes).
 std::shared_ptr<const Executable> make_cpu_attention_executable(const OpSpec& spec,
                                                                 const Config& config, X86Isa isa,
@@ -104,7 +115,8 @@ std::shared_ptr<const Executable> make_cpu_attn_cache_write_executable(const OpS
 /// legacy cache into the vec layout.
 bool is_paged_attention_op(OpKind op);
 Support paged_attention_support(const OpSpec& spec);
-Result<std::vector<uint8_t>> generate_paged_attention(const OpSpec& spec, X86Isa isa);
+Result<std::vector<uint8_t>> generate_paged_attention(const OpSpec& spec, const Config& config,
+                                                      X86Isa isa);
 std::shared_ptr<const Executable> make_paged_attention_executable(const OpSpec& spec,
                                                                   const Config& config, X86Isa isa,
                                                                   const void* code, size_t size);

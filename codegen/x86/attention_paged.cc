@@ -91,7 +91,7 @@ class PagedAttentionExecutable final : public Executable {
         config_(std::move(config)),
         code_(code),
         size_(size),
-        dpbf16_(attention_uses_dpbf16(inner_, isa)),
+        dpbf16_(attention_uses_dpbf16(inner_, config_, isa)),
         max_rows_(attention_max_rows(inner_, isa)) {}
 
   const void* code_address() const override { return code_; }
@@ -394,8 +394,9 @@ Support paged_attention_support(const OpSpec& spec) {
   return Support::yes();
 }
 
-Result<std::vector<uint8_t>> generate_paged_attention(const OpSpec& spec, X86Isa isa) {
-  return generate_cpu_attention(inner_spec(spec), isa);
+Result<std::vector<uint8_t>> generate_paged_attention(const OpSpec& spec, const Config& config,
+                                                      X86Isa isa) {
+  return generate_cpu_attention(inner_spec(spec), config, isa);
 }
 
 std::shared_ptr<const Executable> make_paged_attention_executable(const OpSpec& spec,

@@ -44,6 +44,8 @@ using numeric::f32_to_f16;
 //   kv_tile    keys per tile inside a task (rounded to the token group).
 //   q_passes   passes (of max_rows rows) per task that share each KV tile.
 //   min_split  fewest keys in a KV split; 0 disables splitting.
+//   dpbf16     1 / 0: vdpbf16ps or the fp32 path where both serve (kDpbf16Knob; read by the
+//              generator, so it is part of the code, and checked there).
 constexpr std::string_view kThreads = "threads";
 constexpr std::string_view kKvTile = "kv_tile";
 constexpr std::string_view kQPasses = "q_passes";
@@ -135,7 +137,7 @@ class CpuAttentionExecutable final : public Executable {
         code_(code),
         size_(size),
         isa_(isa),
-        dpbf16_(attention_uses_dpbf16(spec_, isa)),
+        dpbf16_(attention_uses_dpbf16(spec_, config_, isa)),
         group_tokens_(attention_token_group(spec_, isa)),
         max_rows_(attention_max_rows(spec_, isa)) {}
 
@@ -474,7 +476,6 @@ Support cpu_attention_support(const OpSpec& spec, const Target& target) {
 }
 
 std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& target) {
-  (void)target;
   std::vector<Config> space;
   space.push_back(Config{});  // heuristic default
   if (is_paged_attention_op(spec.op)) {
@@ -482,22 +483,31 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
     return space;
   }
   if (spec.op != OpKind::kCpuAttentionWithKvCache) return space;
+  // Where vdpbf16ps and the fp32 path both serve, each runner config with either (which is
+  // faster depends on the CPU; see kDpbf16Knob).
+  const Config dot = Config().set(std::string(kDpbf16Knob), 1);
+  const bool both_paths = spec.get<ir::CpuAttentionParams>().isa != CpuAttnIsa::kAmx &&
+                          attention_config_status(spec, dot, target.isa).is_ok();
+  if (both_paths) space.push_back(Config().set(std::string(kDpbf16Knob), 0));
   for (int64_t tile : {128, 512, 2048}) {
     for (int64_t passes : {1, 4}) {
       for (int64_t split : {0, 256}) {
-        space.push_back(Config()
-                            .set(std::string(kKvTile), tile)
-                            .set(std::string(kQPasses), passes)
-                            .set(std::string(kMinSplit), split));
+        const Config runner = Config()
+                                  .set(std::string(kKvTile), tile)
+                                  .set(std::string(kQPasses), passes)
+                                  .set(std::string(kMinSplit), split);
+        space.push_back(runner);
+        if (both_paths) space.push_back(Config(runner).set(std::string(kDpbf16Knob), 0));
       }
     }
   }
   return space;
 }
 
-Result<std::vector<uint8_t>> generate_cpu_attention_op(const OpSpec& spec, X86Isa isa) {
-  if (is_paged_attention_op(spec.op)) return generate_paged_attention(spec, isa);
-  if (spec.op == OpKind::kCpuAttentionWithKvCache) return generate_cpu_attention(spec, isa);
+Result<std::vector<uint8_t>> generate_cpu_attention_op(const OpSpec& spec, const Config& config,
+                                                       X86Isa isa) {
+  if (is_paged_attention_op(spec.op)) return generate_paged_attention(spec, config, isa);
+  if (spec.op == OpKind::kCpuAttentionWithKvCache) return generate_cpu_attention(spec, config, isa);
   return generate_cpu_attn_cache_write(spec, isa);
 }
 

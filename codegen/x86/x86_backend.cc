@@ -678,7 +678,7 @@ class X86Backend final : public Backend {
 
   Result<Artifact> lower(const OpSpec& spec, const Config& config,
                          const Target& target) const override {
-    Result<std::vector<uint8_t>> code = generate(spec, target.isa);
+    Result<std::vector<uint8_t>> code = generate(spec, config, target.isa);
     if (!code.is_ok()) return code.status();
     Artifact artifact;
     artifact.code = std::move(code).value();
@@ -704,8 +704,11 @@ class X86Backend final : public Backend {
   std::string_view codegen_version() const override { return kCodegenVersion; }
 
  private:
-  static Result<std::vector<uint8_t>> generate(const OpSpec& spec, X86Isa isa) {
-    if (is_cpu_attention_op(spec.op)) return generate_cpu_attention_op(spec, isa);
+  // `config` matters to the attention kernels only (the dpbf16 knob); the other generators'
+  // knobs are read by their runners.
+  static Result<std::vector<uint8_t>> generate(const OpSpec& spec, const Config& config,
+                                               X86Isa isa) {
+    if (is_cpu_attention_op(spec.op)) return generate_cpu_attention_op(spec, config, isa);
     if (is_norm(spec.op)) return generate_norm(spec, isa);
     if (is_rope(spec.op)) return generate_rope(spec, isa);
     if (is_cache_write(spec.op)) return generate_cache_write(spec, isa);

@@ -4,6 +4,7 @@
 // AVX512_BF16 vdpbf16ps).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -574,6 +575,63 @@ TEST_P(X86AttentionTest, PagedDtypesFp8GqaAlibi) {
         6);
 }
 
+// ---- The dpbf16 config knob (vdpbf16ps or the fp32 path for bf16 at AVX512_BF16) -----------
+
+// Both arithmetic paths match the ref (GQA 8 at D 128, a head size with a tail, an odd one,
+// softcap + ALiBi, splits forced and not), and the knob changes the kernel (the two codes
+// differ; were it ignored they would be the same bytes).
+TEST(X86AttentionConfig, Dpbf16KnobPicksTheArithmeticAndBothMatchRef) {
+  const std::vector<X86Isa> paths = test::isa_paths();
+  if (std::find(paths.begin(), paths.end(), X86Isa::kAvx512Bf16) == paths.end()) {
+    GTEST_SKIP() << "host lacks AVX512_BF16: both knob values need it to run (the refusals "
+                    "are tested in BadDpbf16KnobIsAClearError)";
+  }
+  const Features extras{.causal = true, .alibi = true, .softcap = true};
+  for (const OpSpec& spec : {attention_spec(CpuAttnIsa::kVec, DType::kBF16, 128, 32, 32, 4),
+                             attention_spec(CpuAttnIsa::kVec, DType::kBF16, 80, 64, 8, 8, extras),
+                             attention_spec(CpuAttnIsa::kVec, DType::kBF16, 57, 32, 8, 1)}) {
+    auto dot = codegen::x86::generate_cpu_attention(spec, Config().set("dpbf16", 1),
+                                                    X86Isa::kAvx512Bf16);
+    auto fma = codegen::x86::generate_cpu_attention(spec, Config().set("dpbf16", 0),
+                                                    X86Isa::kAvx512Bf16);
+    ASSERT_TRUE(dot.is_ok() && fma.is_ok());
+    EXPECT_NE(dot.value(), fma.value()) << to_string(spec);
+    for (int64_t knob : {0, 1}) {
+      check(spec, X86Isa::kAvx512Bf16, 3, Config().set("dpbf16", knob));
+      check(spec, X86Isa::kAvx512Bf16, 3, Config(kForceSplit).set("dpbf16", knob));
+    }
+  }
+}
+
+// A value outside {0, 1}, dpbf16=1 where vdpbf16ps does not serve the spec, and dpbf16=0 for
+// the amx layout are refused with the knob's name and what is allowed, through the generator
+// and through jit::compile.
+TEST(X86AttentionConfig, BadDpbf16KnobIsAClearError) {
+  const OpSpec bf16 = attention_spec(CpuAttnIsa::kVec, DType::kBF16, 128, 32, 8, 1);
+  const OpSpec f16 = attention_spec(CpuAttnIsa::kVec, DType::kF16, 128, 32, 8, 1);
+  const OpSpec amx = attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 128, 32, 8, 1);
+  const auto expect_refused = [](const OpSpec& spec, int64_t knob, X86Isa isa,
+                                 std::string_view fragment) {
+    auto code = codegen::x86::generate_cpu_attention(spec, Config().set("dpbf16", knob), isa);
+    ASSERT_FALSE(code.is_ok()) << to_string(spec) << " dpbf16=" << knob;
+    const std::string message = code.status().to_string();
+    EXPECT_NE(message.find("dpbf16"), std::string::npos) << message;
+    EXPECT_NE(message.find(fragment), std::string::npos) << message;
+  };
+  expect_refused(bf16, 2, X86Isa::kAvx512Bf16, "allowed values are 1 (vdpbf16ps) and 0");
+  expect_refused(bf16, -3, X86Isa::kAvx512Bf16, "allowed values are 1 (vdpbf16ps) and 0");
+  expect_refused(f16, 1, X86Isa::kAvx512Bf16, "dtype=f16");
+  expect_refused(bf16, 1, X86Isa::kAvx512, "target avx512");
+  expect_refused(amx, 0, X86Isa::kAmx, "isa=amx");
+  CompileOptions options;
+  options.backend = BackendKind::kX86;
+  options.config = Config().set("dpbf16", 7);
+  auto kernel = test_runtime().compile(bf16, options);
+  ASSERT_FALSE(kernel.is_ok());
+  EXPECT_NE(kernel.status().to_string().find("dpbf16=7"), std::string::npos)
+      << kernel.status().to_string();
+}
+
 // ---- AMX (isa=amx cache layout, tdpbf16ps) -----------------------------------------------
 
 // The generated AMX kernel disassembles (objdump) to the tile sequence it is meant to be:
@@ -584,7 +642,7 @@ TEST(X86AttentionAmx, EmittedBytesDisassembleToTileSequence) {
     GTEST_SKIP() << "objdump (binutils) not found: cannot disassemble the emitted bytes";
   }
   const OpSpec spec = attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 128, 32, 8, 1);
-  auto code = codegen::x86::generate_cpu_attention(spec, X86Isa::kAmx);
+  auto code = codegen::x86::generate_cpu_attention(spec, Config{}, X86Isa::kAmx);
   ASSERT_TRUE(code.is_ok()) << code.status().to_string();
   const std::string bin = ::testing::TempDir() + "kiln_amx_attention.bin";
   const std::string txt = bin + ".txt";

@@ -173,7 +173,7 @@ class AttentionGenerator : public Generator {
       call(l_softmax_);  // emit_softmax_amx, shared by the row-count variants
       emit_pv_amx(rows);
     } else {
-      call(l_stream_kick_);  // next-group cursors (dpbf16) and the stream kick (rax, rcx, rdx)
+      call(l_stream_kick_);  // next-group cursors (kv=auto) and the stream kick (rax, rcx, rdx)
       lea(r8, ptr[r8 + r12 * kv_esize_]);  // K: key offset t0 inside each dim row
       mov(rcx, r12);
       imul(rcx, rcx, p_.head_size * kv_esize_);  // V: row t0
@@ -434,9 +434,9 @@ class AttentionGenerator : public Generator {
   // (1 KiB); each l_prefetch_v_ call fetches the 16 lines at next_v (one 16-dim V tile of 32
   // keys) and moves next_v on by 16 dims (32·bs bytes). Only rdx (and rax, rcx in
   // l_next_group_) are used: free at every call site, native or emulated. The vec paths have
-  // one routine, l_stream_kick_: on the dpbf16 path the next group's slabs into ARG(next_k),
-  // ARG(next_v) as above (spread_prefetch), then emit_stream_kick of the groups 1..4 ahead
-  // (rax, rcx, rdx).
+  // one routine, l_stream_kick_: the next group's slabs into ARG(next_k), ARG(next_v) as above
+  // (spread_prefetch: kv=auto), then emit_stream_kick of the groups 1..4 ahead (rax, rcx,
+  // rdx).
   void emit_prefetch_routines() {
     if (!amx_) {
       L(l_stream_kick_);
@@ -564,13 +564,16 @@ class AttentionGenerator : public Generator {
             {rax, group_ * p_.head_size * e}};
   }
 
-  // The dpbf16 path prefetches the next group as the AMX path does, spread over its loops:
-  // each Q·Kᵀ step fetches the next group's copies of the K rows it reads, each pair step of
-  // the first P·V chunk the next group's two whole V rows (ARG(next_k) / ARG(next_v), set by
-  // l_stream_kick_). bench_attention decode/kiln_vec, 1 / 2 threads, >= 128 MiB of KV: 5.7-6.2
-  // -> 7.3-8.3 / 11.5-14.3 -> 14.6-17.6 GB/s; in the caches (batch 8 / 2048) 9.6-9.7 ->
-  // 9.9-10.4. (All 256 lines at the group start instead: -13-15% in the caches.)
-  bool spread_prefetch() const { return dpbf16_ && !amx_; }
+  // The vec paths prefetch the next group as the AMX path does, spread over their loops: each
+  // Q·Kᵀ step fetches the next group's copies of the K rows it reads, each step of the first
+  // P·V chunk the next group's whole V rows (ARG(next_k) / ARG(next_v), set by
+  // l_stream_kick_). bench_attention, 1 / 2 threads, >= 128 MiB of KV: decode/kiln_vec
+  // (dpbf16) 5.7-6.2 -> 7.3-8.3 / 11.5-14.3 -> 14.6-17.6 GB/s, in the caches (batch 8 / 2048)
+  // 9.6-9.7 -> 9.9-10.4; decode/kiln_vec_fma (fp32 path) 6.4-6.7 -> 8.6-9.6 / 12.5-14.8 ->
+  // 16.8-21.1, in the caches 12.8-13.1 -> 13.8-14.0. Not for fp8 caches: their fp32 path is
+  // bound by the decode (mixed, -10 to +10%). (All 256 lines at the group start instead:
+  // -13-15% in the caches.)
+  bool spread_prefetch() const { return !amx_ && p_.kv == ir::KvCacheDtype::kAuto; }
 
   // prefetcht0 of the next group's lines at the place of `cursor` in this group (`base`: this
   // group's slab; the next group's at [rdi + next_offset]): `rows` rows `row_stride` bytes
@@ -743,6 +746,10 @@ class AttentionGenerator : public Generator {
       mov(r15, d / kUnroll);
       Label l_loop;
       L(l_loop);
+      if (spread_prefetch()) {
+        prefetch_next_alongside(r13, r8, offsetof(CpuAttnTileArgs, next_k), kUnroll, row_bytes,
+                                (group_ * kv_esize_ + 63) / 64);
+      }
       for (int u = 0; u < kUnroll; ++u) dim_step(u);
       add(r13, kUnroll * row_bytes);
       add(r14, kUnroll * 4);
@@ -1220,6 +1227,10 @@ class AttentionGenerator : public Generator {
       mov(r15, rbx);
       Label l_token;
       L(l_token);
+      if (spread_prefetch() && c0 == 0) {
+        prefetch_next_alongside(r13, r9, offsetof(CpuAttnTileArgs, next_v), 1, d * kv_esize_,
+                                (d * kv_esize_ + 63) / 64);
+      }
       for (int c = 0; c < count; ++c) {
         load_kv(work(c), r13 + (c0 + c * lanes()) * kv_esize_, c == count - 1 ? tail : lanes());
       }
@@ -1301,8 +1312,7 @@ namespace {
 // Whether the vec layout's vdpbf16ps path serves the spec at the ISA (bf16, kv=auto: fp8 caches
 // take the fp32 path, decoding to fp32 on load).
 bool vec_dpbf16_serves(const ir::CpuAttentionParams& p, X86Isa isa) {
-  return p.kv == ir::KvCacheDtype::kAuto && isa >= X86Isa::kAvx512Bf16 &&
-         p.dtype == DType::kBF16;
+  return p.kv == ir::KvCacheDtype::kAuto && isa >= X86Isa::kAvx512Bf16 && p.dtype == DType::kBF16;
 }
 }  // namespace
 
@@ -1327,8 +1337,8 @@ Status attention_config_status(const OpSpec& spec, const Config& config, X86Isa 
                   fmt::format("config knob {}=1 needs dtype=bf16, kv=auto and an AVX512_BF16 "
                               "target (spec has dtype={}, kv={}; target {}); use {}=0 or leave "
                               "it unset",
-                              kDpbf16Knob, dtype_name(p.dtype), enum_name(p.kv),
-                              x86_isa_name(isa), kDpbf16Knob));
+                              kDpbf16Knob, dtype_name(p.dtype), enum_name(p.kv), x86_isa_name(isa),
+                              kDpbf16Knob));
   }
   if (knob == 0 && p.isa == ir::CpuAttnIsa::kAmx) {
     return Status(StatusCode::kInvalidArgument,
@@ -1368,8 +1378,8 @@ Result<std::vector<uint8_t>> generate_cpu_attention(const OpSpec& spec, const Co
                                                     X86Isa isa) {
   if (Status status = attention_config_status(spec, config, isa); !status.is_ok()) return status;
   AttentionGenerator gen(spec.get<ir::CpuAttentionParams>(), isa,
-                         attention_uses_dpbf16(spec, config, isa),
-                         attention_token_group(spec, isa), attention_max_rows(spec, isa));
+                         attention_uses_dpbf16(spec, config, isa), attention_token_group(spec, isa),
+                         attention_max_rows(spec, isa));
   gen.generate();
   return gen.finish();
 }

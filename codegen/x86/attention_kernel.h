@@ -56,8 +56,8 @@ struct CpuAttnTileArgs {
   int32_t hi[kMaxAttnRows];
   int32_t pos[kMaxAttnRows];
   float alpha[kMaxAttnRows];  ///< kernel-internal: this group's rescale factor per row
-  const uint8_t* next_k;      ///< kernel-internal (AMX, dpbf16): the next key group's K (prefetch)
-  const uint8_t* next_v;      ///< kernel-internal (AMX, dpbf16): the next key group's V (prefetch)
+  const uint8_t* next_k;      ///< kernel-internal: the next key group's K (prefetch)
+  const uint8_t* next_v;      ///< kernel-internal: the next key group's V (prefetch)
 };
 
 /// Floats of CpuAttnTileArgs::scratch for head size `head_size`: logits [rows][32] fp32,

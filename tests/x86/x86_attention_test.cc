@@ -590,10 +590,10 @@ TEST(X86AttentionConfig, Dpbf16KnobPicksTheArithmeticAndBothMatchRef) {
   for (const OpSpec& spec : {attention_spec(CpuAttnIsa::kVec, DType::kBF16, 128, 32, 32, 4),
                              attention_spec(CpuAttnIsa::kVec, DType::kBF16, 80, 64, 8, 8, extras),
                              attention_spec(CpuAttnIsa::kVec, DType::kBF16, 57, 32, 8, 1)}) {
-    auto dot = codegen::x86::generate_cpu_attention(spec, Config().set("dpbf16", 1),
-                                                    X86Isa::kAvx512Bf16);
-    auto fma = codegen::x86::generate_cpu_attention(spec, Config().set("dpbf16", 0),
-                                                    X86Isa::kAvx512Bf16);
+    auto dot =
+        codegen::x86::generate_cpu_attention(spec, Config().set("dpbf16", 1), X86Isa::kAvx512Bf16);
+    auto fma =
+        codegen::x86::generate_cpu_attention(spec, Config().set("dpbf16", 0), X86Isa::kAvx512Bf16);
     ASSERT_TRUE(dot.is_ok() && fma.is_ok());
     EXPECT_NE(dot.value(), fma.value()) << to_string(spec);
     for (int64_t knob : {0, 1}) {

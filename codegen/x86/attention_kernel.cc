@@ -523,9 +523,10 @@ class AttentionGenerator : public Generator {
     add(rax, ptr[ARG(v_base)]);
   }
 
-  // The stream kick. The AMX path's full prefetch fetches one group ahead through the L1 fill
-  // buffers (a few dozen lines in flight: at DRAM latency ~10 GB/s from one core); the vec
-  // paths have none. The L2 streamer runs further ahead without fill buffers, but each group's
+  // The stream kick. The full prefetch of the next group (AMX: l_prefetch_k_/l_prefetch_v_;
+  // vec: spread_prefetch) goes through the L1 fill buffers (a few dozen lines in flight: at
+  // DRAM latency ~10 GB/s from one core). The L2 streamer runs further ahead without fill
+  // buffers, but each group's
   // slabs are new 4 KiB pages at random places, and it trains on every page again. Two lines
   // at the start of each page that the groups `first`..kKickGroups ahead will read start those
   // streams early, so several pages stream at once. Microbenchmark (random 8 KiB slabs, 1 GiB,

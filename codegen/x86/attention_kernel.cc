@@ -439,6 +439,11 @@ class AttentionGenerator : public Generator {
   // rdx).
   void emit_prefetch_routines() {
     if (!amx_) {
+      if (fp8_kv()) {
+        L(l_decode_fp8_);
+        decode_fp8_words(zwork(4), zwork(0), zwork(3));
+        ret();
+      }
       L(l_stream_kick_);
       if (spread_prefetch()) {
         emit_next_group(/*kick_from=*/1);
@@ -468,7 +473,7 @@ class AttentionGenerator : public Generator {
     add(qword[ARG(next_v)], 32 * p_.block_size);
     ret();
   }
-  Label l_next_group_, l_prefetch_k_, l_prefetch_v_, l_softmax_, l_stream_kick_;
+  Label l_next_group_, l_prefetch_k_, l_prefetch_v_, l_softmax_, l_stream_kick_, l_decode_fp8_;
 
   // prefetcht0: the next group (16 KiB) fits in L1 beside the current one; measured the same
   // as prefetcht1 (L2) and as fetching two groups ahead.
@@ -623,6 +628,10 @@ class AttentionGenerator : public Generator {
   // Interleaves the bf16 rows at `a_addr` and `b_addr` (b_zero: a zero row instead) into
   // `count` (1 or 2) zmm of 16 (a, b) pairs each: dst[0] pairs 0..15, dst[1] pairs 16..31.
   void interleave(const Zmm* dst, int count, const Address& a_addr, const Address* b_addr) {
+    if (fp8_kv()) {
+      interleave_fp8(dst, count, a_addr, b_addr, /*masked=*/false);
+      return;
+    }
     const Zmm a = zwork(0);
     if (count == 2) {
       vmovdqu16(a, a_addr);
@@ -664,7 +673,7 @@ class AttentionGenerator : public Generator {
 
   void emit_qk_dpbf16(int rows) {
     const int64_t d = p_.head_size;
-    const int64_t row_bytes = int64_t(p_.block_size) * 2;  // one dim row of the K slab
+    const int64_t row_bytes = int64_t(p_.block_size) * kv_esize_;  // one dim row of the K slab
     constexpr int kUnroll = 4;  // pairs per loop step; the (D/2) % 4 rest follows the loop
     for (int k = 0; k < rows * nv_; ++k) uni_vpxor(acc_reg(k), acc_reg(k), acc_reg(k));
     load_pair_tables(nv_);
@@ -1122,6 +1131,10 @@ class AttentionGenerator : public Generator {
   // fill its `count` vectors: both rows are read under the word mask k7 (zeros past the D
   // elements of a row, which are never read).
   void interleave_masked(const Zmm* dst, int count, const Address& a_addr, const Address* b_addr) {
+    if (fp8_kv()) {
+      interleave_fp8(dst, count, a_addr, b_addr, /*masked=*/true);
+      return;
+    }
     const Zmm a = zwork(0);
     const Zmm b = zwork(4);
     if (count == 2) {
@@ -1145,9 +1158,87 @@ class AttentionGenerator : public Generator {
     vpermw(dst[0], zwork(5), a);
   }
 
+  // ---- fp8 caches on the vdpbf16ps path: every e4m3 / e5m2 value is exact as a bf16, so a
+  // row of codes becomes the bf16 words the bf16 path multiplies (the scales stay folded in by
+  // the runner, as on the fp32 path).
+  bool fp8_kv() const { return dpbf16_ && !amx_ && p_.kv != ir::KvCacheDtype::kAuto; }
+
+  // interleave / interleave_masked for an fp8 cache: each row's 16·count codes widened to
+  // words (under k7 when `masked`), decoded to bf16 words (the shared routine l_decode_fp8_:
+  // inlined, D = 256 overflowed the code buffer), then paired as there. Uses zwork 0, 3, 4, 7
+  // (free while rows are paired), k1, k2.
+  void interleave_fp8(const Zmm* dst, int count, const Address& a_addr, const Address* b_addr,
+                      bool masked) {
+    const Zmm codes = zwork(0), a = zwork(7), b = zwork(4);
+    const auto load_decoded = [&](const Address& addr) {  // into b
+      const Xmm w = count == 2 ? Xmm(codes) : Xmm(Ymm(codes.getIdx()));
+      if (masked) {
+        vpmovzxbw(w | k7 | T_z, addr);
+      } else {
+        vpmovzxbw(w, addr);  // a ymm destination clears words 16..31
+      }
+      call(l_decode_fp8_);
+    };
+    load_decoded(a_addr);
+    vmovdqa32(a, b);
+    if (b_addr != nullptr) {
+      load_decoded(*b_addr);
+    } else {
+      vpxord(b, b, b);
+    }
+    if (count == 2) {
+      for (int h = 0; h < 2; ++h) {
+        vmovdqa32(dst[h], h == 0 ? zwork(5) : zwork(6));  // the index tables
+        vpermi2w(dst[h], a, b);
+      }
+      return;
+    }
+    vinserti64x4(a, a, Ymm(b.getIdx()), 1);
+    vpermw(dst[0], zwork(5), a);
+  }
+
+  // out = the bf16 words of the fp8 codes in the words of `codes` (clobbered), exactly:
+  // e4m3 |c| = e·8 + m: normal (e > 0) 2^(e-7)(1 + m/8) is bf16 exponent e + 120, mantissa m
+  // in its top 3 bits, i.e. (|c| << 4) + (120 << 7); e = 0 is m·2^-9 (a table of 8); |c| = 0x7F
+  // is NaN. e5m2 |c| = e·4 + m: (|c| << 5) + (112 << 7); e = 0 is m·2^-16; e = 31 is inf
+  // (m = 0) or NaN. Then the sign bit. Uses k1, k2.
+  void decode_fp8_words(const Zmm& out, const Zmm& codes, const Zmm& tmp) {
+    const bool e4m3 = p_.kv == ir::KvCacheDtype::kFp8E4m3;
+    vpandd(tmp, codes, cst_bits(0x007F007F));
+    vpsllw(out, tmp, e4m3 ? 4 : 5);
+    vpaddw(out, out, cst_bits(e4m3 ? 0x3C003C00 : 0x38003800));
+    vptestnmw(k1, tmp, cst_bits(e4m3 ? 0x00780078 : 0x007C007C));  // exponent 0
+    vpermw(out | k1, tmp, subnormal_table(e4m3));
+    if (e4m3) {
+      vpcmpeqw(k2, tmp, cst_bits(0x007F007F));
+      vmovdqu16(out | k2, cst_bits(0x7FC07FC0));
+    } else {
+      constexpr uint8_t kNotLess = 5, kGreater = 6;
+      vpcmpuw(k2, tmp, cst_bits(0x007C007C), kNotLess);
+      vmovdqu16(out | k2, cst_bits(0x7F807F80));  // inf
+      vpcmpuw(k2, tmp, cst_bits(0x007C007C), kGreater);
+      vmovdqu16(out | k2, cst_bits(0x7FC07FC0));  // NaN
+    }
+    vpsllw(codes, codes, 8);
+    constexpr uint8_t kOrAnd = 0xF8;  // out | (codes & mask)
+    vpternlogd(out, codes, cst_bits(0x80008000), kOrAnd);
+  }
+
+  // The bf16 words of the fp8 subnormals (and zero) by magnitude: e4m3 m·2^-9 (m < 8), e5m2
+  // m·2^-16 (m < 4); vpermw reads the words at the lane's magnitude.
+  Address subnormal_table(bool e4m3) {
+    const std::array<uint16_t, 8> e4m3_words{0,      0x3B00, 0x3B80, 0x3BC0,
+                                             0x3C00, 0x3C20, 0x3C40, 0x3C60};
+    const std::array<uint16_t, 8> e5m2_words{0, 0x3780, 0x3800, 0x3840, 0, 0, 0, 0};
+    const auto& words = e4m3 ? e4m3_words : e5m2_words;
+    std::array<uint32_t, 16> table{};
+    for (size_t i = 0; i < 4; ++i) table[i] = words[2 * i] | uint32_t(words[2 * i + 1]) << 16;
+    return cst_table(table);
+  }
+
   void emit_pv_dpbf16(int rows) {
     const int64_t d = p_.head_size;
-    const int64_t v_row = d * 2;
+    const int64_t v_row = d * kv_esize_;
     const int prob_offset = max_rows_ * kGroupMax * 4;
     for (int64_t c0 = 0; c0 < d; c0 += 32) {
       const int n = int(std::min<int64_t>(d - c0, 32));  // dims of this chunk
@@ -1195,8 +1286,8 @@ class AttentionGenerator : public Generator {
                                 (v_row + 63) / 64);
       }
       {
-        const Address b_addr = ptr[r13 + v_row + c0 * 2];
-        pair_rows(pairs, ptr[r13 + c0 * 2], &b_addr);
+        const Address b_addr = ptr[r13 + v_row + c0 * kv_esize_];
+        pair_rows(pairs, ptr[r13 + c0 * kv_esize_], &b_addr);
       }
       accumulate();
       add(r13, 2 * v_row);
@@ -1206,7 +1297,7 @@ class AttentionGenerator : public Generator {
       L(l_tail);
       test(rbx, 1);
       jz(l_store, T_NEAR);
-      pair_rows(pairs, ptr[r13 + c0 * 2], nullptr);  // (v[t], 0) pairs
+      pair_rows(pairs, ptr[r13 + c0 * kv_esize_], nullptr);  // (v[t], 0) pairs
       accumulate();
       L(l_store);
       store_acc(rows, c0, count, masked ? tail : 16);
@@ -1310,17 +1401,24 @@ class AttentionGenerator : public Generator {
 }  // namespace
 
 namespace {
-// Whether the vec layout's vdpbf16ps path serves the spec at the ISA (bf16, kv=auto: fp8 caches
-// take the fp32 path, decoding to fp32 on load).
+// Whether the vec layout's vdpbf16ps path serves the spec at the ISA: bf16 queries, a bf16 or
+// fp8 cache (fp8 codes decoded to bf16 words on load: exact).
 bool vec_dpbf16_serves(const ir::CpuAttentionParams& p, X86Isa isa) {
-  return p.kv == ir::KvCacheDtype::kAuto && isa >= X86Isa::kAvx512Bf16 && p.dtype == DType::kBF16;
+  return isa >= X86Isa::kAvx512Bf16 && p.dtype == DType::kBF16;
 }
 }  // namespace
 
 bool attention_uses_dpbf16(const OpSpec& spec, const Config& config, X86Isa isa) {
   const auto& p = spec.get<ir::CpuAttentionParams>();
   if (p.isa == ir::CpuAttnIsa::kAmx) return true;
-  return vec_dpbf16_serves(p, isa) && config.get(kDpbf16Knob, 1) != 0;
+  return vec_dpbf16_serves(p, isa) && config.get(kDpbf16Knob, attention_default_dpbf16(spec)) != 0;
+}
+
+int64_t attention_default_dpbf16(const OpSpec& spec) {
+  // fp8 caches default to the fp32 path: on this project's machine the bf16-word decode on
+  // the vdpbf16ps path measured the same in the caches (4.0 GB/s of fp8 bytes) and slower from
+  // DRAM (2.6-3.2 against 3.6-4.0); the tuner tries both.
+  return spec.get<ir::CpuAttentionParams>().kv == ir::KvCacheDtype::kAuto ? 1 : 0;
 }
 
 Status attention_config_status(const OpSpec& spec, const Config& config, X86Isa isa) {
@@ -1335,11 +1433,9 @@ Status attention_config_status(const OpSpec& spec, const Config& config, X86Isa 
   }
   if (knob == 1 && p.isa != ir::CpuAttnIsa::kAmx && !vec_dpbf16_serves(p, isa)) {
     return Status(StatusCode::kInvalidArgument,
-                  fmt::format("config knob {}=1 needs dtype=bf16, kv=auto and an AVX512_BF16 "
-                              "target (spec has dtype={}, kv={}; target {}); use {}=0 or leave "
-                              "it unset",
-                              kDpbf16Knob, dtype_name(p.dtype), enum_name(p.kv), x86_isa_name(isa),
-                              kDpbf16Knob));
+                  fmt::format("config knob {}=1 needs dtype=bf16 and an AVX512_BF16 target "
+                              "(spec has dtype={}; target {}); use {}=0 or leave it unset",
+                              kDpbf16Knob, dtype_name(p.dtype), x86_isa_name(isa), kDpbf16Knob));
   }
   if (knob == 0 && p.isa == ir::CpuAttnIsa::kAmx) {
     return Status(StatusCode::kInvalidArgument,

@@ -67,8 +67,9 @@ inline constexpr int64_t attention_scratch_floats(int64_t head_size) {
   return 2 * kMaxAttnRows * 32 + 16 * head_size;
 }
 
-/// The config knob that picks the vector arithmetic where both serve (isa=vec, bf16, kv=auto,
-/// AVX512_BF16): 1 (the default) vdpbf16ps on bf16 pairs, 0 the fp32 path (widen + FMA).
+/// The config knob that picks the vector arithmetic where both serve (isa=vec, bf16 queries,
+/// AVX512_BF16): 1 vdpbf16ps on bf16 pairs (fp8 codes decoded to bf16 words), 0 the fp32 path
+/// (widen or decode to fp32, FMA). Default: attention_default_dpbf16.
 /// Which one is faster depends on the CPU: where vdpbf16ps issues one per two cycles (this
 /// project's Sapphire Rapids VM) the fp32 path decodes ~25% faster; `kiln tune` tries both.
 inline constexpr std::string_view kDpbf16Knob = "dpbf16";
@@ -76,6 +77,8 @@ inline constexpr std::string_view kDpbf16Knob = "dpbf16";
 /// (vdpbf16ps for bf16 with AVX512_BF16 unless config sets dpbf16=0, or the AMX tiles for the
 /// amx layout), or fp32 FMA after widening. Assumes attention_config_status() is ok.
 bool attention_uses_dpbf16(const OpSpec& spec, const Config& config, X86Isa isa);
+/// The dpbf16 knob's value when a config does not set it: 1 for bf16 caches, 0 for fp8 ones.
+int64_t attention_default_dpbf16(const OpSpec& spec);
 /// Whether `config`'s dpbf16 knob is valid for `spec` at `isa` (0 or 1; 1 only where
 /// vdpbf16ps serves the spec), with an error naming the knob and its allowed values.
 Status attention_config_status(const OpSpec& spec, const Config& config, X86Isa isa);

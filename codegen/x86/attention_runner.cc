@@ -488,7 +488,8 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
   const Config dot = Config().set(std::string(kDpbf16Knob), 1);
   const bool both_paths = spec.get<ir::CpuAttentionParams>().isa != CpuAttnIsa::kAmx &&
                           attention_config_status(spec, dot, target.isa).is_ok();
-  if (both_paths) space.push_back(Config().set(std::string(kDpbf16Knob), 0));
+  const int64_t other = 1 - attention_default_dpbf16(spec);
+  if (both_paths) space.push_back(Config().set(std::string(kDpbf16Knob), other));
   for (int64_t tile : {128, 512, 2048}) {
     for (int64_t passes : {1, 4}) {
       for (int64_t split : {0, 256}) {
@@ -497,7 +498,7 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
                                   .set(std::string(kQPasses), passes)
                                   .set(std::string(kMinSplit), split);
         space.push_back(runner);
-        if (both_paths) space.push_back(Config(runner).set(std::string(kDpbf16Knob), 0));
+        if (both_paths) space.push_back(Config(runner).set(std::string(kDpbf16Knob), other));
       }
     }
   }

@@ -163,6 +163,10 @@ double HostTensor::get(int64_t flat) const {
   return decode(dtype_, storage_.data() + byte_offset(flat));
 }
 
+void HostTensor::set_bits(int64_t flat, uint64_t bits) {
+  std::memcpy(storage_.data() + byte_offset(flat), &bits, dtype_size(dtype_));
+}
+
 void HostTensor::set(int64_t flat, double value) {
   encode(dtype_, storage_.data() + byte_offset(flat), value);
 }

@@ -50,6 +50,9 @@ class HostTensor {
   float get_float(int64_t flat) const { return float(get(flat)); }
   /// Writes `value` rounded to the dtype (f16/bf16: from fp32 with RNE).
   void set(int64_t flat, double value);
+  /// Writes the raw bits of element `flat` (its dtype's size, little-endian): an fp8 code, a
+  /// NaN payload, what set() would round or saturate.
+  void set_bits(int64_t flat, uint64_t bits);
   /// Every logical element in row-major order.
   std::vector<double> values() const;
   /// The whole storage, padding included (to prove that nothing was written).

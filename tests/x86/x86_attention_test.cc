@@ -364,6 +364,43 @@ TEST_P(X86AttentionTest, Fp8KvCache) {
   }
 }
 
+// Every fp8 code through P·V, exactly: all keys 0 (every logit 0, so every probability is 1
+// before the normalisation), every value row the same 128 codes (base .. base + 127), v_scale
+// 1: each output element is decode(code) exactly (NaN codes: NaN), on every arithmetic path
+// of the ISA (vdpbf16ps: codes decoded to bf16 words; fp32 path). The e5m2 infinities
+// (0x7C, 0xFC) are left out: the AVX-512 P·V multiplies the causally masked keys of a group
+// by p = 0 and 0·inf is NaN where the ref skips those keys (a known difference, also on the
+// fp32 path), so the decoder's e5m2 inf words are not checked here.
+TEST_P(X86AttentionTest, Fp8EveryCodeDecodesExactly) {
+  const bool dot = GetParam() >= X86Isa::kAvx512Bf16;
+  for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
+    const OpSpec spec = fp8_spec(kv, DType::kBF16, 128, 32, 8, 2);
+    for (int64_t knob : dot ? std::vector<int64_t>{1, 0} : std::vector<int64_t>{-1}) {
+      const Config config = knob < 0 ? Config{} : Config().set("dpbf16", knob);
+      const Kernel kernel = compile_x86(spec, GetParam(), config);
+      for (uint32_t base : {0u, 128u}) {
+        auto c = test::make_case(spec, 3, InputKind::kNormal, 17);
+        ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+        test::HostTensor& keys = c->tensors[1];
+        test::HostTensor& values = c->tensors[2];
+        for (int64_t i = 0; i < keys.numel(); ++i) keys.set_bits(i, 0);
+        for (int64_t i = 0; i < values.numel(); ++i) {
+          const uint32_t code = (base + uint32_t(i % 128)) & 0xFF;
+          const bool inf = kv == ir::KvCacheDtype::kFp8E5m2 && (code & 0x7F) == 0x7C;
+          values.set_bits(i, inf ? 0 : code);
+        }
+        c->scalars[5] = 1.0;  // v_scale
+        c->tolerances = {test::Tolerance::exact()};
+        const auto report = check_against_ref(kernel, c.value());
+        EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(GetParam())
+                               << " config=" << config.to_string() << " codes " << base << ".."
+                               << base + 127 << "\n"
+                               << report.message;
+      }
+    }
+  }
+}
+
 // fp8 caches at head sizes off vLLM's list: the masked fp8 tail loads of P·V.
 TEST_P(X86AttentionTest, Fp8KvCacheAnyHeadSize) {
   for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
@@ -578,8 +615,8 @@ TEST_P(X86AttentionTest, PagedDtypesFp8GqaAlibi) {
 // ---- The dpbf16 config knob (vdpbf16ps or the fp32 path for bf16 at AVX512_BF16) -----------
 
 // Both arithmetic paths match the ref (GQA 8 at D 128, a head size with a tail, an odd one,
-// softcap + ALiBi, splits forced and not), and the knob changes the kernel (the two codes
-// differ; were it ignored they would be the same bytes).
+// softcap + ALiBi, fp8 e4m3 / e5m2 caches with every feature, splits forced and not), and the
+// knob changes the kernel (the two codes differ; were it ignored they would be the same bytes).
 TEST(X86AttentionConfig, Dpbf16KnobPicksTheArithmeticAndBothMatchRef) {
   const std::vector<X86Isa> paths = test::isa_paths();
   if (std::find(paths.begin(), paths.end(), X86Isa::kAvx512Bf16) == paths.end()) {
@@ -589,7 +626,10 @@ TEST(X86AttentionConfig, Dpbf16KnobPicksTheArithmeticAndBothMatchRef) {
   const Features extras{.causal = true, .alibi = true, .softcap = true};
   for (const OpSpec& spec : {attention_spec(CpuAttnIsa::kVec, DType::kBF16, 128, 32, 32, 4),
                              attention_spec(CpuAttnIsa::kVec, DType::kBF16, 80, 64, 8, 8, extras),
-                             attention_spec(CpuAttnIsa::kVec, DType::kBF16, 57, 32, 8, 1)}) {
+                             attention_spec(CpuAttnIsa::kVec, DType::kBF16, 57, 32, 8, 1),
+                             fp8_spec(ir::KvCacheDtype::kFp8E4m3, DType::kBF16, 128, 32, 8, 2),
+                             fp8_spec(ir::KvCacheDtype::kFp8E5m2, DType::kBF16, 57, 64, 8, 1,
+                                      {true, true, true, true, true})}) {
     auto dot =
         codegen::x86::generate_cpu_attention(spec, Config().set("dpbf16", 1), X86Isa::kAvx512Bf16);
     auto fma =

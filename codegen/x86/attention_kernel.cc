@@ -531,11 +531,11 @@ class AttentionGenerator : public Generator {
   // The stream kick. The full prefetch of the next group (AMX: l_prefetch_k_/l_prefetch_v_;
   // vec: spread_prefetch) goes through the L1 fill buffers (a few dozen lines in flight: at
   // DRAM latency ~10 GB/s from one core). The L2 streamer runs further ahead without fill
-  // buffers, but each group's
-  // slabs are new 4 KiB pages at random places, and it trains on every page again. Two lines
-  // at the start of each page that the groups `first`..kKickGroups ahead will read start those
-  // streams early, so several pages stream at once. Microbenchmark (random 8 KiB slabs, 1 GiB,
-  // light compute per line): full prefetch of the next slab 9.0 GB/s, plus this kick 11.9.
+  // buffers, but each group's slabs are new 4 KiB pages at random places, and it trains on
+  // every page again. Two lines at the start of each page that the groups `first`..kKickGroups
+  // ahead will read start those streams early, so several pages stream at once.
+  // Microbenchmark (random 8 KiB slabs, 1 GiB, light compute per line): full prefetch of the
+  // next slab 9.0 GB/s, plus this kick 11.9.
   static constexpr int kKickGroups = 4;
   static constexpr int64_t kPage = 4096;
 
@@ -1164,9 +1164,9 @@ class AttentionGenerator : public Generator {
   bool fp8_kv() const { return dpbf16_ && !amx_ && p_.kv != ir::KvCacheDtype::kAuto; }
 
   // interleave / interleave_masked for an fp8 cache: each row's 16·count codes widened to
-  // words (under k7 when `masked`), decoded to bf16 words (the shared routine l_decode_fp8_:
-  // inlined, D = 256 overflowed the code buffer), then paired as there. Uses zwork 0, 3, 4, 7
-  // (free while rows are paired), k1, k2.
+  // words (under k7 when `masked`), decoded to bf16 words by a shared routine, l_decode_fp8_
+  // (decode_fp8_words inlined at every row overflowed the code buffer at D = 256), then paired
+  // as there. Uses zwork 0, 3, 4, 7 (free while rows are paired), k1, k2.
   void interleave_fp8(const Zmm* dst, int count, const Address& a_addr, const Address* b_addr,
                       bool masked) {
     const Zmm codes = zwork(0), a = zwork(7), b = zwork(4);

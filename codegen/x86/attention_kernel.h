@@ -74,8 +74,9 @@ inline constexpr int64_t attention_scratch_floats(int64_t head_size) {
 /// project's Sapphire Rapids VM) the fp32 path decodes ~25% faster; `kiln tune` tries both.
 inline constexpr std::string_view kDpbf16Knob = "dpbf16";
 /// Which arithmetic a spec gets at an ISA under `config`: bf16 queries and probabilities
-/// (vdpbf16ps for bf16 with AVX512_BF16 unless config sets dpbf16=0, or the AMX tiles for the
-/// amx layout), or fp32 FMA after widening. Assumes attention_config_status() is ok.
+/// (vdpbf16ps for bf16 queries at AVX512_BF16 where the dpbf16 knob, set or defaulted, is 1;
+/// or the AMX tiles for the amx layout), or fp32 FMA after widening or decoding. Assumes
+/// attention_config_status() is ok.
 bool attention_uses_dpbf16(const OpSpec& spec, const Config& config, X86Isa isa);
 /// The dpbf16 knob's value when a config does not set it: 1 for bf16 caches, 0 for fp8 ones.
 int64_t attention_default_dpbf16(const OpSpec& spec);

@@ -51,9 +51,11 @@ std::vector<int64_t> random_slots(int64_t tokens, int64_t num_blocks,
 
 // tokens = 0: the large shape.
 // `prefill`: the tokens fill consecutive slots of shuffled blocks (a prefill's slot mapping)
-// instead of random slots.
+// instead of random slots. fp8 scales 0.02 / 0.03, or 1.0 with `unit_scales` (vLLM's default
+// k/v scale: a power of two, the 16-bit quantiser).
 void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
-                    ir::KvCacheDtype kv, int64_t tokens, int threads, bool peer, bool prefill) {
+                    ir::KvCacheDtype kv, int64_t tokens, int threads, bool peer, bool prefill,
+                    bool unit_scales) {
   const OpSpec spec =
       flash ? OpSpec::make(OpKind::kReshapeAndCacheFlash,
                            ir::FlashCacheWriteParams{DType::kBF16, kv, kHeads, kHeadSize,
@@ -77,7 +79,7 @@ void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
       slots[size_t(t)] = blocks[size_t(t / kBlockSize)] * kBlockSize + t % kBlockSize;
     }
   }
-  float k_scale = 0.02f, v_scale = 0.03f;
+  float k_scale = unit_scales ? 1.0f : 0.02f, v_scale = unit_scales ? 1.0f : 0.03f;
   const DType cdt = fp8 ? DType::kU8 : DType::kBF16;
   auto cache_tensor = [&](void* data, bool is_key) {
     if (!flash) {
@@ -618,7 +620,14 @@ int main(int argc, char** argv) {
         const std::string shape = tokens == 0 ? "/large" : fmt::format("/decode{}", tokens);
         for (const Write& w : writes) {
           benchmark::RegisterBenchmark((who + w.name + shape + suffix).c_str(), bm_cache_write,
-                                       w.flash, w.layout, w.kv, tokens, threads, peer, false)
+                                       w.flash, w.layout, w.kv, tokens, threads, peer, false, false)
+              ->UseRealTime();
+        }
+        if (!peer) {
+          benchmark::RegisterBenchmark(
+              ("kiln_scale1/reshape_and_cache_flash/nhd/fp8_e4m3" + shape + suffix).c_str(),
+              bm_cache_write, true, ir::CacheLayout::kNhd, ir::KvCacheDtype::kFp8E4m3, tokens,
+              threads, peer, false, true)
               ->UseRealTime();
         }
         if (tokens == 0) {
@@ -628,7 +637,7 @@ int main(int argc, char** argv) {
                                      "/prefill_slots";
             benchmark::RegisterBenchmark((who + name + shape + suffix).c_str(), bm_cache_write,
                                          false, ir::CacheLayout::kNhd, kv, tokens, threads, peer,
-                                         true)
+                                         true, false)
                 ->UseRealTime();
           }
         }
@@ -648,8 +657,8 @@ int main(int argc, char** argv) {
               ("kiln_division_path/convert_fp8/bf16" + shape + suffix).c_str(), bm_convert_fp8,
               tokens * kHeads * kHeadSize, threads, peer, 0.0)
               ->UseRealTime();
-          // scale 1.0 (vLLM's default k/v scale): 1/scale is exact, the fast quantiser's
-          // exact-tie variant.
+          // scale 1.0 (vLLM's default k/v scale): a power of two, the 16-bit quantiser
+          // (AVX512-FP16; elsewhere the fast quantiser's exact-tie variant).
           benchmark::RegisterBenchmark(("kiln_scale1/convert_fp8/bf16" + shape + suffix).c_str(),
                                        bm_convert_fp8, tokens * kHeads * kHeadSize, threads, peer,
                                        1.0)

@@ -16,7 +16,10 @@ X86Isa detect_host_x86_isa() {
                         cpu.has(Cpu::tAVX512DQ) && cpu.has(Cpu::tAVX512VL);
     if (!avx512) return X86Isa::kAvx2;
     if (!cpu.has(Cpu::tAVX512_BF16)) return X86Isa::kAvx512;
-    if (cpu.has(Cpu::tAMX_TILE) && cpu.has(Cpu::tAMX_BF16) && cpu.has(Cpu::tAMX_INT8)) {
+    // The AMX level also promises AVX512_VBMI and AVX512_FP16 to the generators (every AMX
+    // CPU has both; a hypervisor that hides one gets the level below).
+    if (cpu.has(Cpu::tAMX_TILE) && cpu.has(Cpu::tAMX_BF16) && cpu.has(Cpu::tAMX_INT8) &&
+        cpu.has(Cpu::tAVX512_VBMI) && cpu.has(Cpu::tAVX512_FP16)) {
       return X86Isa::kAmx;
     }
     return X86Isa::kAvx512Bf16;

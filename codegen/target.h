@@ -19,7 +19,7 @@ enum class X86Isa : uint8_t {
   kAvx2,        ///< AVX2 + FMA + F16C
   kAvx512,      ///< AVX-512 F/BW/DQ/VL
   kAvx512Bf16,  ///< + AVX512_BF16 (vdpbf16ps, vcvtne2ps2bf16)
-  kAmx,         ///< + AMX-TILE/AMX-BF16/AMX-INT8
+  kAmx,         ///< + AMX-TILE/AMX-BF16/AMX-INT8 (and AVX512_VBMI, AVX512_FP16)
 };
 
 /// "avx2", "avx512", "avx512_bf16", "amx" ("none" for kNone).

@@ -55,6 +55,8 @@ class Generator : public Xbyak::CodeGenerator {
   /// it, while Cooper Lake has AVX512_BF16 without it, so the AMX level is the first that
   /// guarantees it.
   bool has_vbmi() const { return isa_ >= X86Isa::kAmx; }
+  /// AVX512_FP16 (32 fp16 lanes per vector: vaddph): also first guaranteed at the AMX level.
+  bool has_fp16() const { return isa_ >= X86Isa::kAmx; }
   /// Results only need bf16 accuracy (set by generators whose output type is bf16).
   void set_bf16_accuracy(bool on) { bf16_accuracy_ = on; }
   bool bf16_accuracy() const { return bf16_accuracy_; }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -256,6 +257,69 @@ TEST_P(X86CacheIsaTest, ConvertFp8ReciprocalIsBitExactForEveryInput) {
       const auto report = check_against_ref(kernel, c.value());
       EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa)
                              << " scale=" << scale << "\n"
+                             << report.message;
+    }
+  }
+}
+
+// Power-of-two scales (vLLM's default 1.0, the ue8m0 scales): bf16 -> e4m3 takes the 16-bit
+// lanes of quantise_pow2_unit on AVX512-FP16 for 2^k, k in [-100, 100], and the fp32 steps
+// outside it (2^-101, 2^101). Every bf16 value (zero, denormals, the fp8 subnormal range and
+// its ties, saturation, +-inf, NaN: a NaN sends its step to the generic path), then a tail.
+TEST_P(X86CacheIsaTest, ConvertFp8PowerOfTwoScalesAreBitExactForEveryBf16) {
+  const X86Isa isa = GetParam();
+  const OpSpec spec =
+      OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16});
+  const Kernel kernel = compile_x86(spec, isa);
+  for (double scale :
+       {1.0, 0.5, 2.0, 0x1p-7, 0x1p-20, 0x1p20, 0x1p-100, 0x1p100, 0x1p-101, 0x1p101}) {
+    const int64_t n = 65536 + 37;
+    auto c = test::make_case(spec, n, InputKind::kNormal, 1);
+    ASSERT_TRUE(c.is_ok());
+    for (int64_t i = 0; i < 65536; ++i) {
+      c->tensors[1].set(i, double(numeric::bf16_to_f32(uint16_t(i))));
+    }
+    c->scalars[0] = scale;
+    const auto report = check_against_ref(kernel, c.value());
+    EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa) << " scale=" << scale
+                           << "\n"
+                           << report.message;
+  }
+  // The path is there exactly where AVX512-FP16 is (vaddph: its fp16 subnormal step).
+  auto text = kernel.disassembly();
+  ASSERT_TRUE(text.is_ok()) << text.status().to_string();
+  EXPECT_EQ(text.value().find("vaddph") != std::string::npos, isa >= X86Isa::kAmx)
+      << x86_isa_name(isa);
+}
+
+// The cache writers with power-of-two scales: flash with per-tensor 1.0 (NHD) and per-head
+// 2^k (HND), and the paged layout, over every bf16 value (e5m2 keeps the fp32 steps).
+TEST_P(X86CacheIsaTest, CacheWritesPowerOfTwoScalesAreBitExactForEveryBf16) {
+  const X86Isa isa = GetParam();
+  for (KvCacheDtype kv : {KvCacheDtype::kFp8E4m3, KvCacheDtype::kFp8E5m2}) {
+    const OpSpec specs[] = {flash_spec(DType::kBF16, kv, 8, 128, 16, ir::CacheLayout::kNhd, false),
+                            flash_spec(DType::kBF16, kv, 8, 128, 16, ir::CacheLayout::kHnd, true),
+                            paged_spec(DType::kBF16, kv, 8, 128, 16)};
+    for (const OpSpec& spec : specs) {
+      const Kernel kernel = compile_x86(spec, isa);
+      auto c = test::make_case(spec, 64, InputKind::kNormal, 3);  // 64 x 1024 = 65536 values
+      ASSERT_TRUE(c.is_ok());
+      for (int operand = 0; operand < 2; ++operand) {
+        test::HostTensor& t = c->tensors[size_t(operand)];
+        for (int64_t i = 0; i < 65536; ++i) {
+          const int64_t row = i / 1024, col = i % 1024;
+          t.set(row * (t.numel() / t.sizes()[0]) + col,
+                double(numeric::bf16_to_f32(uint16_t(i * (operand + 1)))));
+        }
+      }
+      for (int scale : {5, 6}) {
+        test::HostTensor& s = c->tensors[size_t(scale)];
+        for (int64_t i = 0; i < s.numel(); ++i) {
+          s.set(i, std::ldexp(1.0, int(i % 7) * (i % 2 == 1 ? 1 : -1)));  // 1, 2, 1/4, 8, ..
+        }
+      }
+      const auto report = check_against_ref(kernel, c.value());
+      EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa) << "\n"
                              << report.message;
     }
   }

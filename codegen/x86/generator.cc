@@ -12,7 +12,7 @@ using namespace Xbyak;
 
 namespace {
 // Upper bound of one kernel's code; our generators stay far below it.
-constexpr size_t kMaxCodeBytes = 64 * 1024;
+constexpr size_t kMaxCodeBytes = 128 * 1024;
 // Callee-saved registers of the SysV ABI that kernels may use.
 const Reg64 kSaved[] = {util::rbx, util::rbp, util::r12, util::r13, util::r14, util::r15};
 }  // namespace

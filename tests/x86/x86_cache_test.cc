@@ -262,6 +262,33 @@ TEST_P(X86CacheIsaTest, ConvertFp8ReciprocalIsBitExactForEveryInput) {
   }
 }
 
+// The exact-products steps (scales 0.1, 0.02: r = 10, 50) jump over the fp8-subnormal fix-up
+// when none of a step's 64 lanes needs it: one value in the subnormal range (or zero) at each
+// of the 64 positions of a step, among normal ones, must still take it, for every input type
+// (bf16 steps split their values into even and odd vectors).
+TEST_P(X86CacheIsaTest, ConvertFp8ExactProductsSubnormalLaneAtEveryPosition) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    const OpSpec spec =
+        OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, dtype});
+    const Kernel kernel = compile_x86(spec, isa);
+    for (double scale : {0.1, 0.02}) {
+      for (double small : {1e-5, -3e-5, 0.0}) {
+        auto c = test::make_case(spec, 64 * 64, InputKind::kNormal, 1);
+        ASSERT_TRUE(c.is_ok());
+        for (int64_t i = 0; i < 64 * 64; ++i) {
+          c->tensors[1].set(i, i % 64 == i / 64 ? small : 0.75 + 0.001 * double(i % 7));
+        }
+        c->scalars[0] = scale;
+        const auto report = check_against_ref(kernel, c.value());
+        EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa)
+                               << " scale=" << scale << " small=" << small << "\n"
+                               << report.message;
+      }
+    }
+  }
+}
+
 // Power-of-two scales (vLLM's default 1.0, the ue8m0 scales): bf16 -> e4m3 takes the 16-bit
 // lanes of quantise_pow2_unit on AVX512-FP16 for 2^k, k in [-100, 100], and the fp32 steps
 // outside it (2^-101, 2^101). Every bf16 value (zero, denormals, the fp8 subnormal range and

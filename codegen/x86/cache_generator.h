@@ -484,33 +484,47 @@ class CacheGenerator : public Generator {
     vpternlogd(p, q, cst_bits(0x7F7F7F7F), kBitSelect);
   }
 
-  // ---- Power-of-two scales: bf16 -> e4m3 in 16-bit lanes (AVX512-FP16) -------------------
+  // ---- Power-of-two scales: bf16 -> fp8 in 16-bit lanes (AVX512-FP16) ---------------------
   //
   // A scale s = 2^k (vLLM's default 1.0, and every ue8m0 scale) makes the ref's quotient
   // q = x/s exact, and for bf16 x a bf16 itself (or an underflow, whose code is 0): with
   // a = bits(|x|) as a 16-bit integer, bits(|q|) = a - 128k. So the code needs no fp32 lanes,
-  // and a vector holds 32 values. With s' = max(a - K2, 0), K2 = 128·(k + 112):
-  //  * normal codes (|q| >= 2^-6, i.e. s' >= 1152): the exponent rebias and the 4 dropped
-  //    mantissa bits as integers, code = RNE((bits(|q|) - 120·128) / 16)
-  //    = (s' - 1024 + 7 + lsb) >> 4, lsb = bit 4 of s' (K2 is a multiple of 128, so it is bit 4
-  //    of bits(|q|)), then min(code, 0x7E): the ref saturates (inf included);
-  //  * the fp8 subnormal range (s' < 1152): s' << 3 is |q| as an fp16 (bias 15 = 127 - 112, a
-  //    bf16 significand fits an fp16's; below fp16's normal range |q| < 2^-14 and the code is 0
-  //    either way), and RNE(|q| · 2^9) = bits(|q| + 2) - bits(2) in fp16 (vaddph: the ulp of
-  //    2 is 2^-9, as the fp32 encoder's magic add);
+  // and a vector holds 32 values. For a format with R = 127 - its bias, D = 7 - its mantissa
+  // bits dropped from a bf16, and a shift B (below), s' = max(a - K2, 0) with K2 = 128·(k + B):
+  //  * normal codes (bits(|q|) >= (R + 1)·128, i.e. s' >= (R - B + 1)·128): the exponent
+  //    rebias and the D dropped mantissa bits as integers,
+  //    code = RNE((bits(|q|) - R·128) / 2^D) = (s' - (R - B)·128 + 2^(D-1) - 1 + lsb) >> D,
+  //    lsb = bit D of s' (K2 is a multiple of 128, so it is that bit of bits(|q|)), then
+  //    min(code, max finite): the ref saturates (inf included);
+  //  * the fp8 subnormal range: s' << 3 is |q|·2^(112-B) as an fp16 (fp16's bias is 127 - 112,
+  //    and its significand holds a bf16's); B puts the whole subnormal grid (quantum Q) in
+  //    fp16's normal range: e4m3 B = 112 (|q| itself; Q = 2^-9), e5m2 B = 102 (|q|·2^10;
+  //    Q = 2^-16). Below that range the code is 0 either way. The code RNE(|q| / Q) is then
+  //    bits(v + C) - bits(C) in fp16 with C = 2^10·Q·2^(112-B) (vaddph: C's ulp is the grid's
+  //    step; 2 for e4m3, 16 for e5m2), the fp32 encoder's magic add;
   //  * the sign bit copied from x; a NaN lane (a > 0x7F80) sends the step to the generic path.
   // ~16 uops per 32 values, against ~16 per 16 in fp32 lanes (quantise_fast_unit's exact
   // steps). k in [-100, 100] keeps every intermediate inside 16 bits.
   static constexpr int kPow2Bias = 22;  // zmm22: K2 in every word
   static constexpr int kPow2MinK = -100, kPow2MaxK = 100;
 
-  bool pow2_quantise(DType dtype, DType format) const {
-    return has_fp16() && dtype == DType::kBF16 && format == DType::kFp8E4m3;
+  struct Pow2Format {
+    int shift;          // B
+    int dropped;        // D
+    uint32_t offset;    // (R - B)·128
+    uint32_t max_code;  // the largest finite code
+    uint32_t magic;     // C as fp16 bits
+  };
+  static Pow2Format pow2_format(DType format) {
+    return format == DType::kFp8E5m2 ? Pow2Format{102, 5, (112 - 102) * 128, 0x7B, 0x4C00}
+                                     : Pow2Format{112, 4, (120 - 112) * 128, 0x7E, 0x4000};
   }
+
+  bool pow2_quantise(DType dtype) const { return has_fp16() && dtype == DType::kBF16; }
 
   // Jumps to `l_other` unless lane 0 of `scale` is 2^k with k in [kPow2MinK, kPow2MaxK] (zero,
   // denormal, negative, inf and NaN scales all fail); else zmm22 = K2 (uses eax).
-  void load_pow2_bias(const Xmm& scale, const Label& l_other) {
+  void load_pow2_bias(const Xmm& scale, DType format, const Label& l_other) {
     vmovd(eax, Xbyak::Xmm(scale.getIdx()));
     test(eax, 0x807FFFFF);  // sign and mantissa clear
     jnz(l_other, T_NEAR);
@@ -518,7 +532,7 @@ class CacheGenerator : public Generator {
     sub(eax, 127 + kPow2MinK);
     cmp(eax, kPow2MaxK - kPow2MinK);
     ja(l_other, T_NEAR);  // unsigned: also a zero scale (exponent 0 wraps)
-    add(eax, kPow2MinK + 112);
+    add(eax, kPow2MinK + pow2_format(format).shift);
     shl(eax, 7);
     vpbroadcastw(Xbyak::Zmm(kPow2Bias), ax);
   }
@@ -526,10 +540,11 @@ class CacheGenerator : public Generator {
   // 64 codes of the bf16 values at [src + src_off] to [dst + dst_off] (see above; zmm22 from
   // load_pow2_bias). Uses zmm0..3, zmm16..20, k3, k4 and the generic path's registers.
   void quantise_pow2_unit(const Reg64& dst, const Reg64& src, int dst_off, int src_off,
-                          const Xmm& scale, const Xmm& recip, bool streaming) {
+                          DType format, const Xmm& scale, const Xmm& recip, bool streaming) {
     using Xbyak::Zmm;
     constexpr uint8_t kLt = 1, kLe = 2, kBitSelect = 0xD8;  // vpternlogd: c ? b : a
-    const auto words = [](uint32_t w) { return w * 0x00010001u; };
+    const auto words = [](uint32_t w) { return (w & 0xFFFF) * 0x00010001u; };
+    const Pow2Format f = pow2_format(format);
     const Zmm bias(kPow2Bias), packed(kFastPacked);
     Label l_generic, l_done;
     for (int h = 0; h < 2; ++h) {
@@ -538,16 +553,16 @@ class CacheGenerator : public Generator {
       vpandd(a, x, cst_bits(words(0x7FFF)));
       vpcmpuw(h == 0 ? k3 : k3 | k3, a, cst_bits(words(0x7F80)), kLe);  // not NaN
       vpsubusw(s, a, bias);
-      vpsrlw(code, s, 4);
+      vpsrlw(code, s, f.dropped);
       vpandd(code, code, cst_bits(words(1)));
       vpaddw(code, code, s);
-      vpaddw(code, code, cst_bits(words(7 - 1024 + 0x10000)));
-      vpsrlw(code, code, 4);
-      vpminuw(code, code, cst_bits(words(0x7E)));
+      vpaddw(code, code, cst_bits(words((1u << (f.dropped - 1)) - 1 - f.offset)));
+      vpsrlw(code, code, f.dropped);
+      vpminuw(code, code, cst_bits(words(f.max_code)));
       vpsllw(a, s, 3);
-      vaddph(a, a, cst_bits(words(0x4000)));  // + 2.0 (fp16)
-      vpcmpuw(k4, s, cst_bits(words(1152)), kLt);
-      vpsubw(code | k4, a, cst_bits(words(0x4000)));
+      vaddph(a, a, cst_bits(words(f.magic)));
+      vpcmpuw(k4, s, cst_bits(words(f.offset + 128)), kLt);  // the subnormal range
+      vpsubw(code | k4, a, cst_bits(words(f.magic)));
       vpsrlw(s, x, 8);
       vpternlogd(code, s, cst_bits(words(0x80)), kBitSelect);
     }
@@ -566,8 +581,8 @@ class CacheGenerator : public Generator {
     jmp(l_done, T_NEAR);
     L(l_generic);
     for (int v = 0; v < 4; ++v) {
-      load_scaled(vmm(v), DType::kBF16, src + src_off + v * 32, 16, scale, recip, DType::kFp8E4m3);
-      fp8_encode(vmm(v), DType::kFp8E4m3);
+      load_scaled(vmm(v), DType::kBF16, src + src_off + v * 32, 16, scale, recip, format);
+      fp8_encode(vmm(v), format);
       store_fp8(vmm(v), dst + dst_off + v * 16, 16);
     }
     L(l_done);
@@ -586,7 +601,7 @@ class CacheGenerator : public Generator {
 
   // Quantises `elements` values of `dtype` at [src] into fp8 codes at [dst] (dst, src
   // advanced): code = fp8(x / scale), through load_scaled (`recip` = scale_reciprocal(scale)),
-  // in steps of 64 by quantise_pow2_unit (bf16 -> e4m3 with a power-of-two scale, AVX512-FP16)
+  // in steps of 64 by quantise_pow2_unit (bf16 with a power-of-two scale, AVX512-FP16)
   // or quantise_fast_unit where fast_quantise(dtype). `streaming`: the fast
   // steps' stores are streaming (dst 64-byte aligned).
   void quantise_span(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype,
@@ -598,7 +613,7 @@ class CacheGenerator : public Generator {
       enum class Steps { kWindow, kExact, kExactProducts, kPow2 };
       auto unit = [&](Steps steps, int dst_off, int src_off) {
         if (steps == Steps::kPow2) {
-          quantise_pow2_unit(dst, src, dst_off, src_off, scale, recip, streaming);
+          quantise_pow2_unit(dst, src, dst_off, src_off, format, scale, recip, streaming);
         } else {
           quantise_fast_unit(dst, src, dst_off, src_off, dtype, format, scale, recip, streaming,
                              steps != Steps::kWindow, steps == Steps::kExactProducts);
@@ -624,9 +639,9 @@ class CacheGenerator : public Generator {
         }
       };
       Label l_exact, l_window, l_fast_done;
-      if (pow2_quantise(dtype, format)) {
+      if (pow2_quantise(dtype)) {
         Label l_not_pow2;
-        load_pow2_bias(scale, l_not_pow2);
+        load_pow2_bias(scale, format, l_not_pow2);
         fast(Steps::kPow2);
         jmp(l_fast_done, T_NEAR);
         L(l_not_pow2);

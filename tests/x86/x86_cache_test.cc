@@ -319,8 +319,10 @@ TEST_P(X86CacheIsaTest, ConvertFp8PowerOfTwoScalesAreBitExactForEveryBf16) {
       << x86_isa_name(isa);
 }
 
-// The cache writers with power-of-two scales: flash with per-tensor 1.0 (NHD) and per-head
-// 2^k (HND), and the paged layout, over every bf16 value (e5m2 keeps the fp32 steps).
+// The cache writers with power-of-two scales, e4m3 and e5m2 (both take the 16-bit lanes on
+// AVX512-FP16): flash with a per-tensor scale (NHD) and per-head ones (HND), and the paged
+// layout, over every bf16 value; scales 2^(base + j), j in {0, 1, -2, 3, -4, 5, -6} by head,
+// with bases at the ends of the path's range [-100, 100] and past them.
 TEST_P(X86CacheIsaTest, CacheWritesPowerOfTwoScalesAreBitExactForEveryBf16) {
   const X86Isa isa = GetParam();
   for (KvCacheDtype kv : {KvCacheDtype::kFp8E4m3, KvCacheDtype::kFp8E5m2}) {
@@ -329,25 +331,28 @@ TEST_P(X86CacheIsaTest, CacheWritesPowerOfTwoScalesAreBitExactForEveryBf16) {
                             paged_spec(DType::kBF16, kv, 8, 128, 16)};
     for (const OpSpec& spec : specs) {
       const Kernel kernel = compile_x86(spec, isa);
-      auto c = test::make_case(spec, 64, InputKind::kNormal, 3);  // 64 x 1024 = 65536 values
-      ASSERT_TRUE(c.is_ok());
-      for (int operand = 0; operand < 2; ++operand) {
-        test::HostTensor& t = c->tensors[size_t(operand)];
-        for (int64_t i = 0; i < 65536; ++i) {
-          const int64_t row = i / 1024, col = i % 1024;
-          t.set(row * (t.numel() / t.sizes()[0]) + col,
-                double(numeric::bf16_to_f32(uint16_t(i * (operand + 1)))));
+      for (int base : {0, 20, -20, 94, -94, 100, -100, 101, -101}) {
+        auto c = test::make_case(spec, 64, InputKind::kNormal, 3);  // 64 x 1024 = 65536 values
+        ASSERT_TRUE(c.is_ok());
+        for (int operand = 0; operand < 2; ++operand) {
+          test::HostTensor& t = c->tensors[size_t(operand)];
+          for (int64_t i = 0; i < 65536; ++i) {
+            const int64_t row = i / 1024, col = i % 1024;
+            t.set(row * (t.numel() / t.sizes()[0]) + col,
+                  double(numeric::bf16_to_f32(uint16_t(i * (operand + 1)))));
+          }
         }
-      }
-      for (int scale : {5, 6}) {
-        test::HostTensor& s = c->tensors[size_t(scale)];
-        for (int64_t i = 0; i < s.numel(); ++i) {
-          s.set(i, std::ldexp(1.0, int(i % 7) * (i % 2 == 1 ? 1 : -1)));  // 1, 2, 1/4, 8, ..
+        for (int scale : {5, 6}) {
+          test::HostTensor& s = c->tensors[size_t(scale)];
+          for (int64_t i = 0; i < s.numel(); ++i) {
+            s.set(i, std::ldexp(1.0, base + int(i % 7) * (i % 2 == 1 ? 1 : -1)));
+          }
         }
+        const auto report = check_against_ref(kernel, c.value());
+        EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa)
+                               << " base=" << base << "\n"
+                               << report.message;
       }
-      const auto report = check_against_ref(kernel, c.value());
-      EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa) << "\n"
-                             << report.message;
     }
   }
 }

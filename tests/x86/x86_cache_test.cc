@@ -319,48 +319,11 @@ TEST_P(X86CacheIsaTest, ConvertFp8PowerOfTwoScalesAreBitExactForEveryBf16) {
       << x86_isa_name(isa);
 }
 
-// The cache writers with power-of-two scales, e4m3 and e5m2 (both take the 16-bit lanes on
-// AVX512-FP16): flash with a per-tensor scale (NHD) and per-head ones (HND), and the paged
-// layout, over every bf16 value; scales 2^(base + j), j in {0, 1, -2, 3, -4, 5, -6} by head,
-// with bases at the ends of the path's range [-100, 100] and past them.
-TEST_P(X86CacheIsaTest, CacheWritesPowerOfTwoScalesAreBitExactForEveryBf16) {
-  const X86Isa isa = GetParam();
-  for (KvCacheDtype kv : {KvCacheDtype::kFp8E4m3, KvCacheDtype::kFp8E5m2}) {
-    const OpSpec specs[] = {flash_spec(DType::kBF16, kv, 8, 128, 16, ir::CacheLayout::kNhd, false),
-                            flash_spec(DType::kBF16, kv, 8, 128, 16, ir::CacheLayout::kHnd, true),
-                            paged_spec(DType::kBF16, kv, 8, 128, 16)};
-    for (const OpSpec& spec : specs) {
-      const Kernel kernel = compile_x86(spec, isa);
-      for (int base : {0, 20, -20, 94, -94, 100, -100, 101, -101}) {
-        auto c = test::make_case(spec, 64, InputKind::kNormal, 3);  // 64 x 1024 = 65536 values
-        ASSERT_TRUE(c.is_ok());
-        for (int operand = 0; operand < 2; ++operand) {
-          test::HostTensor& t = c->tensors[size_t(operand)];
-          for (int64_t i = 0; i < 65536; ++i) {
-            const int64_t row = i / 1024, col = i % 1024;
-            t.set(row * (t.numel() / t.sizes()[0]) + col,
-                  double(numeric::bf16_to_f32(uint16_t(i * (operand + 1)))));
-          }
-        }
-        for (int scale : {5, 6}) {
-          test::HostTensor& s = c->tensors[size_t(scale)];
-          for (int64_t i = 0; i < s.numel(); ++i) {
-            s.set(i, std::ldexp(1.0, base + int(i % 7) * (i % 2 == 1 ? 1 : -1)));
-          }
-        }
-        const auto report = check_against_ref(kernel, c.value());
-        EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa)
-                               << " base=" << base << "\n"
-                               << report.message;
-      }
-    }
-  }
-}
-
-// The same argument inside the cache writers: flash (per-tensor and per-head scales), paged
-// and MLA writes with scales whose reciprocals are inexact, over every bf16 value.
-TEST_P(X86CacheIsaTest, CacheWritesReciprocalIsBitExactForEveryBf16) {
-  const X86Isa isa = GetParam();
+// Flash (a per-tensor scale, NHD; per-head ones, HND) and paged writes, e4m3 and e5m2, over
+// every bf16 value (64 rows of 1024: keys i, values 2i mod 2^16); element i of the scale
+// tensors 5 and 6 set to scale_of(i, tensor).
+template <class ScaleOf>
+void check_cache_writes_every_bf16(X86Isa isa, const std::string& label, ScaleOf scale_of) {
   for (KvCacheDtype kv : {KvCacheDtype::kFp8E4m3, KvCacheDtype::kFp8E5m2}) {
     const OpSpec specs[] = {flash_spec(DType::kBF16, kv, 8, 128, 16, ir::CacheLayout::kNhd, false),
                             flash_spec(DType::kBF16, kv, 8, 128, 16, ir::CacheLayout::kHnd, true),
@@ -377,15 +340,33 @@ TEST_P(X86CacheIsaTest, CacheWritesReciprocalIsBitExactForEveryBf16) {
                 double(numeric::bf16_to_f32(uint16_t(i * (operand + 1)))));
         }
       }
-      for (int scale : {5, 6}) {
-        test::HostTensor& s = c->tensors[size_t(scale)];
-        for (int64_t i = 0; i < s.numel(); ++i) s.set(i, 0.1 * double(i + scale));
+      for (int tensor : {5, 6}) {
+        test::HostTensor& s = c->tensors[size_t(tensor)];
+        for (int64_t i = 0; i < s.numel(); ++i) s.set(i, scale_of(i, tensor));
       }
       const auto report = check_against_ref(kernel, c.value());
-      EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa) << "\n"
+      EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa) << " " << label
+                             << "\n"
                              << report.message;
     }
   }
+}
+
+// The cache writers with power-of-two scales (e4m3 and e5m2 both take the 16-bit lanes on
+// AVX512-FP16): scales 2^(base + j), j in {0, 1, -2, 3, -4, 5, -6} by head, with bases at the
+// ends of the path's range [-100, 100] and past them.
+TEST_P(X86CacheIsaTest, CacheWritesPowerOfTwoScalesAreBitExactForEveryBf16) {
+  for (int base : {0, 20, -20, 94, -94, 100, -100, 101, -101}) {
+    check_cache_writes_every_bf16(GetParam(), "base=" + std::to_string(base), [&](int64_t i, int) {
+      return std::ldexp(1.0, base + int(i % 7) * (i % 2 ? 1 : -1));
+    });
+  }
+}
+
+// The reciprocal argument inside the cache writers: scales whose reciprocals are inexact.
+TEST_P(X86CacheIsaTest, CacheWritesReciprocalIsBitExactForEveryBf16) {
+  check_cache_writes_every_bf16(GetParam(), "scales 0.1·(i + 5|6)",
+                                [](int64_t i, int tensor) { return 0.1 * double(i + tensor); });
 }
 
 // reshape_and_cache's whole-block path (16 rows with the consecutive slots of one block take

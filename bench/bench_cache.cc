@@ -51,11 +51,12 @@ std::vector<int64_t> random_slots(int64_t tokens, int64_t num_blocks,
 
 // tokens = 0: the large shape.
 // `prefill`: the tokens fill consecutive slots of shuffled blocks (a prefill's slot mapping)
-// instead of random slots. fp8 scales 0.02 / 0.03, or 1.0 with `unit_scales` (vLLM's default
-// k/v scale: a power of two, the 16-bit quantiser).
+// instead of random slots. fp8 scales 0.02 / 0.03 (short reciprocals: the exact-products
+// steps), or `fp8_scale` for both where it is not 0 (1.0, vLLM's default: the power-of-two
+// steps; a calibrated amax / 448: the window steps).
 void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
                     ir::KvCacheDtype kv, int64_t tokens, int threads, bool peer, bool prefill,
-                    bool unit_scales) {
+                    float fp8_scale) {
   const OpSpec spec =
       flash ? OpSpec::make(OpKind::kReshapeAndCacheFlash,
                            ir::FlashCacheWriteParams{DType::kBF16, kv, kHeads, kHeadSize,
@@ -79,7 +80,7 @@ void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
       slots[size_t(t)] = blocks[size_t(t / kBlockSize)] * kBlockSize + t % kBlockSize;
     }
   }
-  float k_scale = unit_scales ? 1.0f : 0.02f, v_scale = unit_scales ? 1.0f : 0.03f;
+  float k_scale = fp8_scale != 0 ? fp8_scale : 0.02f, v_scale = fp8_scale != 0 ? fp8_scale : 0.03f;
   const DType cdt = fp8 ? DType::kU8 : DType::kBF16;
   auto cache_tensor = [&](void* data, bool is_key) {
     if (!flash) {
@@ -620,15 +621,19 @@ int main(int argc, char** argv) {
         const std::string shape = tokens == 0 ? "/large" : fmt::format("/decode{}", tokens);
         for (const Write& w : writes) {
           benchmark::RegisterBenchmark((who + w.name + shape + suffix).c_str(), bm_cache_write,
-                                       w.flash, w.layout, w.kv, tokens, threads, peer, false, false)
+                                       w.flash, w.layout, w.kv, tokens, threads, peer, false, 0.0f)
               ->UseRealTime();
         }
         if (!peer) {
-          benchmark::RegisterBenchmark(
-              ("kiln_scale1/reshape_and_cache_flash/nhd/fp8_e4m3" + shape + suffix).c_str(),
-              bm_cache_write, true, ir::CacheLayout::kNhd, ir::KvCacheDtype::kFp8E4m3, tokens,
-              threads, peer, false, true)
-              ->UseRealTime();
+          for (const auto& [who_scale, scale] :
+               {std::pair{"kiln_scale1/", 1.0f}, std::pair{"kiln_scale_calibrated/", 3.1f / 448}}) {
+            benchmark::RegisterBenchmark(
+                (who_scale + std::string("reshape_and_cache_flash/nhd/fp8_e4m3") + shape + suffix)
+                    .c_str(),
+                bm_cache_write, true, ir::CacheLayout::kNhd, ir::KvCacheDtype::kFp8E4m3, tokens,
+                threads, peer, false, scale)
+                ->UseRealTime();
+          }
         }
         if (tokens == 0) {
           for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3}) {
@@ -637,7 +642,7 @@ int main(int argc, char** argv) {
                                      "/prefill_slots";
             benchmark::RegisterBenchmark((who + name + shape + suffix).c_str(), bm_cache_write,
                                          false, ir::CacheLayout::kNhd, kv, tokens, threads, peer,
-                                         true, false)
+                                         true, 0.0f)
                 ->UseRealTime();
           }
         }
@@ -656,6 +661,12 @@ int main(int argc, char** argv) {
           benchmark::RegisterBenchmark(
               ("kiln_division_path/convert_fp8/bf16" + shape + suffix).c_str(), bm_convert_fp8,
               tokens * kHeads * kHeadSize, threads, peer, 0.0)
+              ->UseRealTime();
+          // A calibrated scale (amax / 448 of some tensor: a full-width reciprocal): the fast
+          // quantiser's window steps.
+          benchmark::RegisterBenchmark(
+              ("kiln_scale_calibrated/convert_fp8/bf16" + shape + suffix).c_str(), bm_convert_fp8,
+              tokens * kHeads * kHeadSize, threads, peer, 3.1 / 448.0)
               ->UseRealTime();
           // scale 1.0 (vLLM's default k/v scale): a power of two, the 16-bit quantiser
           // (AVX512-FP16; elsewhere the fast quantiser's exact-tie variant).

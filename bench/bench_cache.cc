@@ -51,9 +51,10 @@ std::vector<int64_t> random_slots(int64_t tokens, int64_t num_blocks,
 
 // tokens = 0: the large shape.
 // `prefill`: the tokens fill consecutive slots of shuffled blocks (a prefill's slot mapping)
-// instead of random slots. fp8 scales 0.02 / 0.03 (short reciprocals: the exact-products
-// steps), or `fp8_scale` for both where it is not 0 (1.0, vLLM's default: the power-of-two
-// steps; a calibrated amax / 448: the window steps).
+// instead of random slots. fp8 scales 0.02 for K (a short reciprocal, 50: the exact-products
+// steps) and 0.03 for V (1/0.03 is full width: the window steps), or `fp8_scale` for both where
+// it is not 0 (1.0, vLLM's default: the power-of-two steps; a calibrated amax / 448: the
+// window steps).
 void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
                     ir::KvCacheDtype kv, int64_t tokens, int threads, bool peer, bool prefill,
                     float fp8_scale) {

@@ -300,7 +300,7 @@ class CacheGenerator : public Generator {
   }
 
   // 64 codes of the values at [src + src_off] to [dst + dst_off] (see above). Uses zmm0..3,
-  // zmm16..21, k3 and the generic path's registers. `exact`: the caller has checked that
+  // zmm16..21, k2..k7 and the generic path's registers. `exact`: the caller has checked that
   // r = 1/s exactly (s a power of two), so q = x/s exactly for every accepted lane (no
   // underflow: those lanes are not accepted), or that x·r = RN(x/s) for every x of the type
   // (exact_products_bound()); either way q is the ref's quotient itself: no window is
@@ -496,17 +496,23 @@ class CacheGenerator : public Generator {
   //    code = RNE((bits(|q|) - R·128) / 2^D) = (s' - (R - B)·128 + 2^(D-1) - 1 + lsb) >> D,
   //    lsb = bit D of s' (K2 is a multiple of 128, so it is that bit of bits(|q|)), then
   //    min(code, max finite): the ref saturates (inf included);
-  //  * the fp8 subnormal range: s' << 3 is |q|·2^(112-B) as an fp16 (fp16's bias is 127 - 112,
-  //    and its significand holds a bf16's); B puts the whole subnormal grid (quantum Q) in
-  //    fp16's normal range: e4m3 B = 112 (|q| itself; Q = 2^-9), e5m2 B = 102 (|q|·2^10;
-  //    Q = 2^-16). Below that range the code is 0 either way. The code RNE(|q| / Q) is then
-  //    bits(v + C) - bits(C) in fp16 with C = 2^10·Q·2^(112-B) (vaddph: C's ulp is the grid's
-  //    step; 2 for e4m3, 16 for e5m2), the fp32 encoder's magic add;
+  //  * the fp8 subnormal range: for s' >= 128, s' << 3 is v = |q|·2^(112-B) as an fp16 (fp16's
+  //    bias is 127 - 112, and its significand holds a bf16's); B puts the whole subnormal grid
+  //    (quantum Q) in fp16's normal range: e4m3 B = 112 (v = |q|; Q = 2^-9), e5m2 B = 102
+  //    (v = |q|·2^10; Q = 2^-16). Below s' = 128 it is an fp16 denormal and a value far below
+  //    half the grid's step: code 0, as the ref's. The code RNE(|q| / Q) is then
+  //    bits(v + C) - bits(C) in fp16 (vaddph) with C = 2.0 (0x4000) for e4m3, 16.0 (0x4C00) for
+  //    e5m2, whose fp16 ulp (2^-9, 2^-6) is the grid's step Q·2^(112-B): the fp32 encoder's
+  //    magic add;
   //  * the sign bit copied from x; a NaN lane (a > 0x7F80) sends the step to the generic path.
   // ~16 uops per 32 values, against ~16 per 16 in fp32 lanes (quantise_fast_unit's exact
-  // steps). k in [-100, 100] keeps every intermediate inside 16 bits.
+  // steps). The range of k: K2 >= 0 needs k >= -B (-102 for e5m2); an infinite x reads as
+  // 2^(128-k), which saturates while k <= 112 (e5m2; e4m3 119); for k < 0 a bf16 denormal x
+  // (no implicit bit) reads as a normal number, but one below 2^(-k-126) <= 2^-26, where both
+  // codes are 0. Every intermediate stays inside 16 bits (a + 128·|k| < 2^16).
   static constexpr int kPow2Bias = 22;  // zmm22: K2 in every word
   static constexpr int kPow2MinK = -100, kPow2MaxK = 100;
+  static_assert(kPow2MinK >= -102 && kPow2MaxK <= 112, "see the range of k above");
 
   struct Pow2Format {
     int shift;          // B
@@ -538,7 +544,8 @@ class CacheGenerator : public Generator {
   }
 
   // 64 codes of the bf16 values at [src + src_off] to [dst + dst_off] (see above; zmm22 from
-  // load_pow2_bias). Uses zmm0..3, zmm16..20, k3, k4 and the generic path's registers.
+  // load_pow2_bias). Uses zmm0..3, zmm16..20, k3, k4 and the generic path's registers (vmm0..3,
+  // vmm13..15, k1, k2).
   void quantise_pow2_unit(const Reg64& dst, const Reg64& src, int dst_off, int src_off,
                           DType format, const Xmm& scale, const Xmm& recip, bool streaming) {
     using Xbyak::Zmm;
@@ -601,9 +608,10 @@ class CacheGenerator : public Generator {
 
   // Quantises `elements` values of `dtype` at [src] into fp8 codes at [dst] (dst, src
   // advanced): code = fp8(x / scale), through load_scaled (`recip` = scale_reciprocal(scale)),
-  // in steps of 64 by quantise_pow2_unit (bf16 with a power-of-two scale, AVX512-FP16)
-  // or quantise_fast_unit where fast_quantise(dtype). `streaming`: the fast
-  // steps' stores are streaming (dst 64-byte aligned).
+  // in steps of 64 by quantise_pow2_unit (bf16 with a power-of-two scale, AVX512-FP16) or
+  // quantise_fast_unit where fast_quantise(dtype). `streaming`: the fast steps' stores are
+  // streaming (dst 64-byte aligned). Clobbers vmm0..3, vmm13..15, zmm16..22, k1..k7, eax and
+  // reg_count_: callers keep their scales in vmm4..12 (write_span's callers do).
   void quantise_span(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype,
                      DType format, const Xmm& scale, const Xmm& recip, bool streaming = false) {
     const int esize = int(dtype_size(dtype));

@@ -2,7 +2,8 @@
 // constant pool, and ISA-uniform helpers so that one generator serves AVX-512 (zmm, k-mask
 // tails) and AVX2 (ymm, tails staged through a stack buffer).
 //
-// Register conventions (both ISAs use only vector registers 0..15):
+// Register conventions (the helpers here use only vector registers 0..15; AVX-512 kernels
+// and the AVX-512 paths of derived generators also use zmm16..31, each documenting which):
 //   vmm0..vmm12  free for the kernel
 //   vmm13..15    scratch of the helpers below (clobbered by load/store/round/reduce)
 //   k1           tail mask (AVX-512), k2 compare mask (AVX-512); k2..k6 sign masks of the

@@ -264,8 +264,9 @@ TEST_P(X86CacheIsaTest, ConvertFp8ReciprocalIsBitExactForEveryInput) {
 
 // The exact-products steps (scales 0.1, 0.02: r = 10, 50) jump over the fp8-subnormal fix-up
 // when none of a step's 64 lanes needs it: one value in the subnormal range (or zero) at each
-// of the 64 positions of a step, among normal ones, must still take it, for every input type
-// (bf16 steps split their values into even and odd vectors).
+// of the 64 positions of a step, among normal ones, must still take it: bf16 (whose steps split
+// their values into even and odd vectors) and f16; f32 never takes these steps (its products
+// are not exact) and is the control.
 TEST_P(X86CacheIsaTest, ConvertFp8ExactProductsSubnormalLaneAtEveryPosition) {
   const X86Isa isa = GetParam();
   for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
@@ -317,6 +318,51 @@ TEST_P(X86CacheIsaTest, ConvertFp8PowerOfTwoScalesAreBitExactForEveryBf16) {
   ASSERT_TRUE(text.is_ok()) << text.status().to_string();
   EXPECT_EQ(text.value().find("vaddph") != std::string::npos, isa >= X86Isa::kAmx)
       << x86_isa_name(isa);
+}
+
+// The specials on the power-of-two steps, one at each of a step's 64 positions among finite
+// values: a NaN must send its step to the generic path (the others' codes unchanged), and +-inf
+// must saturate there too (the 16-bit steps read inf as 2^(128-k)); at scales 2^-100, 1 and
+// 2^100 (the ends of the path's range), e4m3 through convert_fp8 and e5m2 through the flash
+// write (a per-tensor scale).
+TEST_P(X86CacheIsaTest, PowerOfTwoStepsHandleNanAndInfAtEveryPosition) {
+  const X86Isa isa = GetParam();
+  const OpSpec convert =
+      OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16});
+  const OpSpec flash =
+      flash_spec(DType::kBF16, KvCacheDtype::kFp8E5m2, 8, 128, 16, ir::CacheLayout::kNhd, false);
+  const double nan = std::nan(""), inf = HUGE_VAL;
+  for (const bool is_convert : {true, false}) {
+    const OpSpec& spec = is_convert ? convert : flash;
+    const Kernel kernel = compile_x86(spec, isa);
+    for (double special : {nan, inf, -inf}) {
+      for (int k : {-100, 0, 100}) {
+        // convert: 4096 values; flash: 64 rows of 1024.
+        auto c = test::make_case(spec, is_convert ? 64 * 64 : 64, InputKind::kNormal, 5);
+        ASSERT_TRUE(c.is_ok());
+        // Values 0..4095 of each operand: step i / 64 holds the special at position step % 64;
+        // the others finite, normal codes at this scale (flash: the rest of the rows random).
+        for (int operand = 0; operand < (is_convert ? 1 : 2); ++operand) {
+          test::HostTensor& t = c->tensors[size_t(is_convert ? 1 : operand)];
+          const int64_t row_stride = t.numel() / t.sizes()[0];
+          for (int64_t i = 0; i < 64 * 64; ++i) {
+            const int64_t index = is_convert ? i : (i / 1024) * row_stride + i % 1024;
+            const double finite = std::ldexp(0.75 + 0.01 * double(i % 13), k + int(i % 9) - 4);
+            t.set(index, i % 64 == (i / 64) % 64 ? special : (i % 2 ? -finite : finite));
+          }
+        }
+        if (is_convert) {
+          c->scalars[0] = std::ldexp(1.0, k);
+        } else {
+          for (int tensor : {5, 6}) c->tensors[size_t(tensor)].set(0, std::ldexp(1.0, k));
+        }
+        const auto report = check_against_ref(kernel, c.value());
+        EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa)
+                               << " special=" << special << " k=" << k << "\n"
+                               << report.message;
+      }
+    }
+  }
 }
 
 // Flash (a per-tensor scale, NHD; per-head ones, HND) and paged writes, e4m3 and e5m2, over

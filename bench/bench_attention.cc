@@ -70,21 +70,20 @@ double& fma_peak_gflops(int threads) {
 // in registers: an intrinsics loop with an asm barrier on an array of them kept them on the
 // stack (a third of the FMA rate).
 #define KILN_PEAK_STEP(ins, acc) ins " %%zmm12, %%zmm13, %%zmm" #acc "\n"
-#define KILN_PEAK_LOOP(ins)                                                                     \
-  __asm__ volatile(                                                                            \
-      "vxorps %%zmm0, %%zmm0, %%zmm0\n vmovaps %%zmm0, %%zmm1\n vmovaps %%zmm0, %%zmm2\n"      \
-      "vmovaps %%zmm0, %%zmm3\n vmovaps %%zmm0, %%zmm4\n vmovaps %%zmm0, %%zmm5\n"             \
-      "vmovaps %%zmm0, %%zmm6\n vmovaps %%zmm0, %%zmm7\n vmovaps %%zmm0, %%zmm8\n"             \
-      "vmovaps %%zmm0, %%zmm9\n vmovaps %%zmm0, %%zmm10\n vmovaps %%zmm0, %%zmm11\n"           \
-      "vmovaps %%zmm0, %%zmm12\n vmovaps %%zmm0, %%zmm13\n mov %0, %%rcx\n 1:\n"              \
-      KILN_PEAK_STEP(ins, 0) KILN_PEAK_STEP(ins, 1) KILN_PEAK_STEP(ins, 2)                     \
-      KILN_PEAK_STEP(ins, 3) KILN_PEAK_STEP(ins, 4) KILN_PEAK_STEP(ins, 5)                     \
-      KILN_PEAK_STEP(ins, 6) KILN_PEAK_STEP(ins, 7) KILN_PEAK_STEP(ins, 8)                     \
-      KILN_PEAK_STEP(ins, 9) KILN_PEAK_STEP(ins, 10) KILN_PEAK_STEP(ins, 11)                   \
-      "dec %%rcx\n jnz 1b\n"                                                                   \
-      :                                                                                        \
-      : "r"(steps)                                                                             \
-      : "rcx", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",  \
+#define KILN_PEAK_LOOP(ins)                                                                      \
+  __asm__ volatile(                                                                              \
+      "vxorps %%zmm0, %%zmm0, %%zmm0\n vmovaps %%zmm0, %%zmm1\n vmovaps %%zmm0, %%zmm2\n"        \
+      "vmovaps %%zmm0, %%zmm3\n vmovaps %%zmm0, %%zmm4\n vmovaps %%zmm0, %%zmm5\n"               \
+      "vmovaps %%zmm0, %%zmm6\n vmovaps %%zmm0, %%zmm7\n vmovaps %%zmm0, %%zmm8\n"               \
+      "vmovaps %%zmm0, %%zmm9\n vmovaps %%zmm0, %%zmm10\n vmovaps %%zmm0, %%zmm11\n"             \
+      "vmovaps %%zmm0, %%zmm12\n vmovaps %%zmm0, %%zmm13\n mov %0, %%rcx\n 1:\n" KILN_PEAK_STEP( \
+          ins, 0) KILN_PEAK_STEP(ins, 1) KILN_PEAK_STEP(ins, 2) KILN_PEAK_STEP(ins, 3)           \
+          KILN_PEAK_STEP(ins, 4) KILN_PEAK_STEP(ins, 5) KILN_PEAK_STEP(ins, 6)                   \
+              KILN_PEAK_STEP(ins, 7) KILN_PEAK_STEP(ins, 8) KILN_PEAK_STEP(ins, 9)               \
+                  KILN_PEAK_STEP(ins, 10) KILN_PEAK_STEP(ins, 11) "dec %%rcx\n jnz 1b\n"         \
+      :                                                                                          \
+      : "r"(steps)                                                                               \
+      : "rcx", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",   \
         "xmm10", "xmm11", "xmm12", "xmm13", "cc")
 
 template <class Loop>
@@ -96,24 +95,21 @@ double measure_peak_gflops_cpu(int threads, double flops_per_instruction, Loop l
 #pragma omp parallel num_threads(threads)
     loop(kSteps);
     const double seconds = (process_cpu_seconds() - start) / double(threads);
-    best = std::max(best, double(threads) * double(kSteps * 12) * flops_per_instruction /
-                              seconds / 1e9);
+    best = std::max(best,
+                    double(threads) * double(kSteps * 12) * flops_per_instruction / seconds / 1e9);
   }
   return best;
 }
 
 // vfmadd231ps zmm (the fp32 path's instruction, config dpbf16=0): 16 lanes x 2 flops.
 double measure_fma_gflops(int threads) {
-  return measure_peak_gflops_cpu(threads, 32.0, [](int64_t steps) {
-    KILN_PEAK_LOOP("vfmadd231ps");
-  });
+  return measure_peak_gflops_cpu(threads, 32.0,
+                                 [](int64_t steps) { KILN_PEAK_LOOP("vfmadd231ps"); });
 }
 
 // vdpbf16ps zmm: 16 lanes x 2 pairs x 2 flops.
 double measure_dpbf16_gflops(int threads) {
-  return measure_peak_gflops_cpu(threads, 64.0, [](int64_t steps) {
-    KILN_PEAK_LOOP("vdpbf16ps");
-  });
+  return measure_peak_gflops_cpu(threads, 64.0, [](int64_t steps) { KILN_PEAK_LOOP("vdpbf16ps"); });
 }
 
 // An allocator for the KV caches and the copy buffers that asks for transparent huge pages
@@ -719,6 +715,58 @@ void register_fp8() {
   }
 }
 
+// cpu_attn_reshape_and_cache into fp8 vec slabs (kv=fp8_e4m3, bf16 K/V rows of 4 heads x 128,
+// block 32, random distinct slots): `tokens` = 0 is the large shape (>= 64 MB moved), else a
+// decode step of that many tokens; k_scale = v_scale = `scale` picks the quantiser's steps
+// (1.0: powers of two; 0.02: exact products; 3.1 / 448: a calibrated scale).
+void bm_fp8_cache_write(benchmark::State& state, int64_t tokens, int threads, double scale) {
+  const OpSpec spec =
+      OpSpec::make(OpKind::kCpuAttnReshapeAndCache,
+                   ir::CpuAttnCacheWriteParams{ir::CpuAttnIsa::kVec, DType::kBF16, kHeadsKv,
+                                               kHeadSize, kBlockSize, ir::KvCacheDtype::kFp8E4m3});
+  if (tokens == 0) tokens = bench::tokens_for(spec);
+  const int64_t blocks = 2 * (tokens + kBlockSize - 1) / kBlockSize + 2;
+  const std::vector<uint16_t> key = bench::random_bf16(size_t(tokens * kHeadsKv * kHeadSize));
+  const std::vector<uint16_t> value = key;
+  std::vector<uint8_t> key_cache(size_t(blocks * kHeadsKv * kBlockSize * kHeadSize));
+  std::vector<uint8_t> value_cache(key_cache.size());
+  std::vector<int64_t> slots(size_t(blocks * kBlockSize));
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), std::mt19937_64(5));
+  slots.resize(size_t(tokens));
+  const std::initializer_list<int64_t> rows = {tokens, kHeadsKv, kHeadSize};
+  const std::initializer_list<int64_t> cache = {blocks, kHeadsKv, kBlockSize, kHeadSize};
+  KernelArgs args(
+      {Tensor(const_cast<uint16_t*>(key.data()), DType::kBF16, rows),
+       Tensor(const_cast<uint16_t*>(value.data()), DType::kBF16, rows),
+       Tensor(key_cache.data(), DType::kU8, cache), Tensor(value_cache.data(), DType::kU8, cache),
+       Tensor(slots.data(), DType::kI64, {tokens})},
+      {});
+  args.add_scalar(scale).add_scalar(scale);
+  const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
+  if (const Status status = kernel.run(args); !status.is_ok()) {
+    state.SkipWithError(status.to_string().c_str());
+    return;
+  }
+  bench::run_and_report(state, spec, tokens, threads, [&] { (void)kernel.run_unchecked(args); });
+}
+
+void register_fp8_cache_write() {
+  const std::pair<const char*, double> scales[] = {
+      {"scale1", 1.0}, {"scale0.02", 0.02}, {"calibrated", 3.1 / 448}};
+  for (int threads : {1, 2}) {
+    for (int64_t tokens : {int64_t(16), int64_t(0)}) {
+      for (const auto& [name, scale] : scales) {
+        const std::string shape = tokens == 0 ? "large" : fmt::format("decode{}", tokens);
+        benchmark::RegisterBenchmark(
+            fmt::format("cache_write_fp8_e4m3/kiln_{}/{}/threads:{}", name, shape, threads).c_str(),
+            [=](benchmark::State& s) { bm_fp8_cache_write(s, tokens, threads, scale); })
+            ->UseRealTime();
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -745,6 +793,7 @@ int main(int argc, char** argv) {
   register_all();
   register_paged();
   register_fp8();
+  register_fp8_cache_write();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

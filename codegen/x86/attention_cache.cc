@@ -6,10 +6,10 @@
 // Any head size for the vec layouts: the K element loop has a D % 4 rest, the V copy a masked
 // (AVX-512) or scalar (AVX2) tail, and the fp8 encode a D % lanes tail vector.
 // fp8 caches (kv=fp8_e4m3/fp8_e5m2, spec §3.6; vec layout only, supports() rejects amx): each
-// head row is widened to fp32, divided by k_scale / v_scale (vdivps: the fp32 quotient of the
-// spec's fp8(x / scale), bit-exact with the ref) and encoded (Generator::fp8_encode); V codes
-// are stored as one contiguous row, K codes go through a D-byte stack buffer and are stored
-// one byte per dim, bs bytes apart.
+// head row is quantised by the cache writers' quantiser (CacheGenerator::quantise_span:
+// fp8(x / scale) bit-exact with the ref, without a division; bf16 rows at a power-of-two scale
+// such as the default 1.0 in 16-bit lanes); V codes are stored as one contiguous row, K codes
+// go through a D-byte stack buffer and are stored one byte per dim, bs bytes apart.
 #include <fmt/format.h>
 #include <omp.h>
 #include <xbyak/xbyak.h>
@@ -18,7 +18,7 @@
 #include <cstddef>
 
 #include "codegen/x86/attention_kernel.h"
-#include "codegen/x86/generator.h"
+#include "codegen/x86/cache_generator.h"
 #include "ir/estimate.h"
 #include "ir/params_cache.h"
 #include "ir/params_cpu.h"
@@ -48,9 +48,10 @@ struct CpuAttnCacheWriteArgs {
 
 #define ARG(field) (rdi + int(offsetof(CpuAttnCacheWriteArgs, field)))
 
-class CacheWriteGenerator : public Generator {
+class CacheWriteGenerator : public CacheGenerator {
  public:
-  CacheWriteGenerator(const ir::CpuAttnCacheWriteParams& p, X86Isa isa) : Generator(isa), p_(p) {}
+  CacheWriteGenerator(const ir::CpuAttnCacheWriteParams& p, X86Isa isa)
+      : CacheGenerator(isa), p_(p) {}
 
   // rsi = token, rdx = end; r8 key_cache slab, r9 value_cache slab, r10 key src, r11 value src,
   // r12 head counter, r13 dim counter, r14 offset in block, r15/rbx copy pointers.
@@ -65,7 +66,13 @@ class CacheWriteGenerator : public Generator {
     // the Generator's tail staging at [rsp] (used by the AVX2 tail loads and stores when
     // D % lanes != 0).
     const int64_t stage = kCodes + (d + 63) / 64 * 64;
-    if (fp8) sub(rsp, stage);
+    if (fp8) {
+      sub(rsp, stage);
+      vbroadcastss(vmm(kKScale), ptr[ARG(k_scale)]);
+      scale_reciprocal(vmm(kKRecip), vmm(kKScale));
+      vbroadcastss(vmm(kVScale), ptr[ARG(v_scale)]);
+      scale_reciprocal(vmm(kVRecip), vmm(kVScale));
+    }
     Label l_token, l_next, l_done, l_head, l_dim;
     L(l_token);
     cmp(rsi, rdx);
@@ -162,43 +169,23 @@ class CacheWriteGenerator : public Generator {
   }
 
  private:
+  // The per-call fp8 scales and their reciprocals (scale_reciprocal), above the quantiser's
+  // vmm0..3.
+  static constexpr int kKScale = 4, kKRecip = 5, kVScale = 6, kVRecip = 7;
+
   // One token of one head into fp8 vec slabs: r8/r9 point at the token's K/V slot, r10/r11 at
   // its key/value row. V: codes of fp8(v / v_scale) stored as one contiguous row of D bytes.
-  // K: codes staged at [rsp], then one byte per dim at r8 + d·bs. Uses vmm0..1 (the fp8
-  // helpers use vmm13..15), r13, r15, rbx, rax.
+  // K: codes staged at [rsp + kCodes], then one byte per dim at r8 + d·bs. quantise_span
+  // clobbers vmm0..3, vmm13..22, k1..k7, eax and r15 (its loop counter); r13, rbx, rax here.
   void emit_fp8_token() {
     const int64_t d = p_.head_size;
-    const int esize = int(dtype_size(p_.dtype));
     const DType format = ir::cpu_attn_cache_dtype(p_.dtype, p_.kv);
-    const Xmm x = vmm(0), scale = vmm(1);
-    // Encodes D elements at [src] to codes at [dst] (both advanced by the loop): whole
-    // vectors, then a D % lanes tail (loaded and stored without touching the bytes past D).
-    auto encode_row = [&](const Reg64& dst, const Reg64& src, const Address& scale_arg) {
-      vbroadcastss(scale, scale_arg);
-      const auto encode = [&](int count) {
-        load_f32(x, p_.dtype, src, count);
-        vdivps(x, x, scale);
-        fp8_encode(x, format);
-        store_fp8(x, dst, count);
-      };
-      if (d / lanes() > 0) {
-        mov(r13, d / lanes());
-        Label l_vec;
-        L(l_vec);
-        encode(lanes());
-        add(src, lanes() * esize);
-        add(dst, lanes());
-        dec(r13);
-        jnz(l_vec, T_NEAR);
-      }
-      if (d % lanes() != 0) encode(int(d % lanes()));
-    };
-    mov(r15, r9);
+    mov(r13, r9);
     mov(rbx, r11);
-    encode_row(r15, rbx, ptr[ARG(v_scale)]);
-    lea(r15, ptr[rsp + kCodes]);
+    quantise_span(r13, rbx, d, p_.dtype, format, vmm(kVScale), vmm(kVRecip));
+    lea(r13, ptr[rsp + kCodes]);
     mov(rbx, r10);
-    encode_row(r15, rbx, ptr[ARG(k_scale)]);
+    quantise_span(r13, rbx, d, p_.dtype, format, vmm(kKScale), vmm(kKRecip));
     // Transposed K: code d to r8 + d·bs, unrolled by 4, the D % 4 rest after the loop.
     mov(r15, r8);
     lea(rbx, ptr[rsp + kCodes]);

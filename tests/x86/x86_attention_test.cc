@@ -413,8 +413,11 @@ TEST_P(X86AttentionTest, Fp8KvCacheAnyHeadSize) {
   }
 }
 
-// The fp8 cache write (widen, divide by the scale, encode) is bit-exact with the ref for every
-// input kind, specials and out-of-range values included; any head size (the D % lanes tail).
+// The fp8 cache write (the cache writers' quantiser) is bit-exact with the ref for every input
+// kind, specials and out-of-range values included; any head size (the D % lanes tail, rows
+// shorter than one 64-value step); the case's scales, then each class of the quantiser's steps:
+// powers of two (1.0, 2^-7: the 16-bit lanes for bf16), short reciprocals (0.02) and full-width
+// ones (3.1 / 448).
 TEST_P(X86AttentionTest, Fp8CacheWriteBitExact) {
   for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
     for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
@@ -424,12 +427,16 @@ TEST_P(X86AttentionTest, Fp8CacheWriteBitExact) {
                          ir::CpuAttnCacheWriteParams{CpuAttnIsa::kVec, dtype, 2, head, 32, kv});
         const Kernel kernel = compile_x86(spec, GetParam());
         for (InputKind kind : test::input_kinds_for(spec.op)) {
-          auto c = test::make_case(spec, 37, kind, 9);
-          ASSERT_TRUE(c.is_ok()) << c.status().to_string();
-          const auto report = check_against_ref(kernel, c.value());
-          EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(GetParam())
-                                 << " inputs=" << test::input_kind_name(kind) << "\n"
-                                 << report.message;
+          for (double scale : {0.0, 1.0, 0x1p-7, 0.02, 3.1 / 448}) {  // 0: the case's own
+            auto c = test::make_case(spec, 37, kind, 9);
+            ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+            if (scale != 0.0) c->scalars = {scale, scale * 2};
+            const auto report = check_against_ref(kernel, c.value());
+            EXPECT_TRUE(report.ok)
+                << to_string(spec) << " isa=" << x86_isa_name(GetParam())
+                << " inputs=" << test::input_kind_name(kind) << " scale=" << scale << "\n"
+                << report.message;
+          }
         }
       }
     }

@@ -320,7 +320,6 @@ class CacheGenerator : public Generator {
                           DType format, const Xmm& scale, const Xmm& recip, bool streaming,
                           bool exact, bool skip_absent_subnormals = false) {
     using Xbyak::Zmm;
-    const int esize = int(dtype_size(dtype));
     const Zmm x[4] = {Zmm(0), Zmm(1), Zmm(2), Zmm(3)};
     Label l_divide, l_generic, l_store, l_done;
     fast_load(x, src, src_off, dtype);
@@ -335,19 +334,32 @@ class CacheGenerator : public Generator {
     kortestw(k3, k3);
     jc(l_store, T_NEAR);
     L(l_generic);
+    quantise_generic_unit(dst, src, dst_off, src_off, dtype, format, scale, recip);
+    jmp(l_done, T_NEAR);
+    L(l_store);
+    store_fast_packed(dst, dst_off, streaming);
+    L(l_done);
+  }
+
+  // The 64 values at [src + src_off] through load_scaled + fp8_encode + store_fp8 (vmm0..3):
+  // the steps the fast units reject.
+  void quantise_generic_unit(const Reg64& dst, const Reg64& src, int dst_off, int src_off,
+                             DType dtype, DType format, const Xmm& scale, const Xmm& recip) {
+    const int esize = int(dtype_size(dtype));
     for (int v = 0; v < 4; ++v) {
       load_scaled(vmm(v), dtype, src + src_off + v * 16 * esize, 16, scale, recip, format);
       fp8_encode(vmm(v), format);
       store_fp8(vmm(v), dst + dst_off + v * 16, 16);
     }
-    jmp(l_done, T_NEAR);
-    L(l_store);
+  }
+
+  // The 64 codes in zmm20 (kFastPacked) to [dst + dst_off], streaming or not.
+  void store_fast_packed(const Reg64& dst, int dst_off, bool streaming) {
     if (streaming) {
-      vmovntdq(ptr[dst + dst_off], Zmm(kFastPacked));
+      vmovntdq(ptr[dst + dst_off], Xbyak::Zmm(kFastPacked));
     } else {
-      vmovdqu8(ptr[dst + dst_off], Zmm(kFastPacked));
+      vmovdqu8(ptr[dst + dst_off], Xbyak::Zmm(kFastPacked));
     }
-    L(l_done);
   }
 
   // zmm20: the 64 packed codes of fast_encode.
@@ -580,18 +592,10 @@ class CacheGenerator : public Generator {
     vpermi2b(packed, Zmm(18), Zmm(19));
     kortestd(k3, k3);
     jnc(l_generic, T_NEAR);  // CF = 0: a NaN lane
-    if (streaming) {
-      vmovntdq(ptr[dst + dst_off], packed);
-    } else {
-      vmovdqu8(ptr[dst + dst_off], packed);
-    }
+    store_fast_packed(dst, dst_off, streaming);
     jmp(l_done, T_NEAR);
     L(l_generic);
-    for (int v = 0; v < 4; ++v) {
-      load_scaled(vmm(v), DType::kBF16, src + src_off + v * 32, 16, scale, recip, format);
-      fp8_encode(vmm(v), format);
-      store_fp8(vmm(v), dst + dst_off + v * 16, 16);
-    }
+    quantise_generic_unit(dst, src, dst_off, src_off, DType::kBF16, format, scale, recip);
     L(l_done);
   }
 

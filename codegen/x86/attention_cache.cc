@@ -176,7 +176,8 @@ class CacheWriteGenerator : public CacheGenerator {
   // One token of one head into fp8 vec slabs: r8/r9 point at the token's K/V slot, r10/r11 at
   // its key/value row. V: codes of fp8(v / v_scale) stored as one contiguous row of D bytes.
   // K: codes staged at [rsp + kCodes], then one byte per dim at r8 + d·bs. quantise_span
-  // clobbers vmm0..3, vmm13..22, k1..k7, eax and r15 (its loop counter); r13, rbx, rax here.
+  // clobbers vmm0..3, vmm13..15, zmm16..22, k1..k7, eax and r15 (its loop counter); r13, rbx,
+  // rax here.
   void emit_fp8_token() {
     const int64_t d = p_.head_size;
     const DType format = ir::cpu_attn_cache_dtype(p_.dtype, p_.kv);

@@ -7,6 +7,7 @@
 #include <array>
 #include <bit>
 #include <cstddef>
+#include <optional>
 
 #include "codegen/x86/generator.h"
 #include "codegen/x86/kernels.h"
@@ -18,6 +19,39 @@ namespace jit::codegen::x86 {
 // Units of a span fully unrolled up to this count; longer spans loop over kUnroll units.
 inline constexpr int64_t kMaxUnrolled = 16;
 inline constexpr int kUnroll = 4;
+
+// The constants of CacheGenerator::quantise_pow2_unit per input type and fp8 format (see the
+// derivation there).
+struct Pow2Format {
+  int min_k, max_k;    // the scales 2^k the steps serve
+  int shift;           // B, so K2 = (k + B) << exponent_lsb
+  int exponent_lsb;    // 7 (bf16) or 10 (f16)
+  int dropped;         // D
+  uint32_t offset;     // (R - B)·2^exponent_lsb
+  uint32_t max_code;   // the largest finite code
+  uint32_t magic;      // C as fp16 bits
+  int to_fp16;         // the left shift from s' to the fp16 view: 3 (bf16) or 0 (f16)
+  uint32_t max_input;  // the largest accepted a (NaN above; for f16 also inf)
+};
+// bf16 -> e4m3 / e5m2 and f16 -> e4m3 (the others: std::nullopt).
+constexpr std::optional<Pow2Format> pow2_format(DType dtype, DType format) {
+  const bool e5m2 = format == DType::kFp8E5m2;
+  if (dtype == DType::kBF16) {
+    return e5m2 ? Pow2Format{-100, 100, 102, 7, 5, (112 - 102) * 128, 0x7B, 0x4C00, 3, 0x7F80}
+                : Pow2Format{-100, 100, 112, 7, 4, (120 - 112) * 128, 0x7E, 0x4000, 3, 0x7F80};
+  }
+  if (dtype == DType::kF16 && !e5m2) {
+    return Pow2Format{0, 15, 0, 10, 7, (15 - 7) * 1024, 0x7E, 0x4000, 0, 0x7BFF};
+  }
+  return std::nullopt;
+}
+// The ranges of k (derived at quantise_pow2_unit): K2 >= 0, infinities that saturate (bf16).
+static_assert(pow2_format(DType::kBF16, DType::kFp8E5m2)->min_k >= -102 &&
+                  pow2_format(DType::kBF16, DType::kFp8E5m2)->max_k <= 112 &&
+                  pow2_format(DType::kBF16, DType::kFp8E4m3)->min_k >= -112 &&
+                  pow2_format(DType::kBF16, DType::kFp8E4m3)->max_k <= 119 &&
+                  pow2_format(DType::kF16, DType::kFp8E4m3)->min_k >= 0,
+              "see the range of k at quantise_pow2_unit");
 
 class CacheGenerator : public Generator {
  public:
@@ -522,55 +556,50 @@ class CacheGenerator : public Generator {
   // 2^(128-k), which saturates while k <= 112 (e5m2; e4m3 119); for k < 0 a bf16 denormal x
   // (no implicit bit) reads as a normal number, but one below 2^(-k-126) <= 2^-26, where both
   // codes are 0. Every intermediate stays inside 16 bits (a + 128·|k| < 2^16).
+  //
+  // f16 input (e4m3 only), the same steps on f16 bits: bits(|q|) = a - 1024k, so K2 = 1024k,
+  // D = 7 dropped bits, offset (15 - 7)·1024, and the subnormal range is |q| itself (no
+  // shift), for k in [0, 15] only: with k < 0 an f16 denormal x (no implicit bit) would read as
+  // a normal number of the same order as its true quotient, and with k >= 0 every quotient
+  // below fp16's normal range is below 2^-14, code 0 either way. Infinities go to the generic
+  // path with the NaNs (they would read as 2^(16-k), which need not saturate).
   static constexpr int kPow2Bias = 22;  // zmm22: K2 in every word
-  static constexpr int kPow2MinK = -100, kPow2MaxK = 100;
-  static_assert(kPow2MinK >= -102 && kPow2MaxK <= 112, "see the range of k above");
 
-  struct Pow2Format {
-    int shift;          // B
-    int dropped;        // D
-    uint32_t offset;    // (R - B)·128
-    uint32_t max_code;  // the largest finite code
-    uint32_t magic;     // C as fp16 bits
-  };
-  static Pow2Format pow2_format(DType format) {
-    return format == DType::kFp8E5m2 ? Pow2Format{102, 5, (112 - 102) * 128, 0x7B, 0x4C00}
-                                     : Pow2Format{112, 4, (120 - 112) * 128, 0x7E, 0x4000};
+  bool pow2_quantise(DType dtype, DType format) const {
+    return has_fp16() && pow2_format(dtype, format).has_value();
   }
 
-  bool pow2_quantise(DType dtype) const { return has_fp16() && dtype == DType::kBF16; }
-
-  // Jumps to `l_other` unless lane 0 of `scale` is 2^k with k in [kPow2MinK, kPow2MaxK] (zero,
+  // Jumps to `l_other` unless lane 0 of `scale` is 2^k with k in the format's range (zero,
   // denormal, negative, inf and NaN scales all fail); else zmm22 = K2 (uses eax).
-  void load_pow2_bias(const Xmm& scale, DType format, const Label& l_other) {
+  void load_pow2_bias(const Xmm& scale, const Pow2Format& f, const Label& l_other) {
     vmovd(eax, Xbyak::Xmm(scale.getIdx()));
     test(eax, 0x807FFFFF);  // sign and mantissa clear
     jnz(l_other, T_NEAR);
     shr(eax, 23);  // 127 + k
-    sub(eax, 127 + kPow2MinK);
-    cmp(eax, kPow2MaxK - kPow2MinK);
+    sub(eax, 127 + f.min_k);
+    cmp(eax, f.max_k - f.min_k);
     ja(l_other, T_NEAR);  // unsigned: also a zero scale (exponent 0 wraps)
-    add(eax, kPow2MinK + pow2_format(format).shift);
-    shl(eax, 7);
+    add(eax, f.min_k + f.shift);
+    shl(eax, f.exponent_lsb);
     vpbroadcastw(Xbyak::Zmm(kPow2Bias), ax);
   }
 
-  // 64 codes of the bf16 values at [src + src_off] to [dst + dst_off] (see above; zmm22 from
-  // load_pow2_bias). Uses zmm0..3, zmm16..20, k3, k4 and the generic path's registers (vmm0..3,
-  // vmm13..15, k1, k2).
-  void quantise_pow2_unit(const Reg64& dst, const Reg64& src, int dst_off, int src_off,
+  // 64 codes of the bf16 / f16 values at [src + src_off] to [dst + dst_off] (see above; zmm22
+  // from load_pow2_bias). Uses zmm0..3, zmm16..20, k3, k4 and the generic path's registers
+  // (vmm0..3, vmm13..15, k1, k2).
+  void quantise_pow2_unit(const Reg64& dst, const Reg64& src, int dst_off, int src_off, DType dtype,
                           DType format, const Xmm& scale, const Xmm& recip, bool streaming) {
     using Xbyak::Zmm;
     constexpr uint8_t kLt = 1, kLe = 2, kBitSelect = 0xD8;  // vpternlogd: c ? b : a
     const auto words = [](uint32_t w) { return (w & 0xFFFF) * 0x00010001u; };
-    const Pow2Format f = pow2_format(format);
+    const Pow2Format f = pow2_format(dtype, format).value();
     const Zmm bias(kPow2Bias), packed(kFastPacked);
     Label l_generic, l_done;
     for (int h = 0; h < 2; ++h) {
       const Zmm x(16 + h), a(h), s(2 + h), code(18 + h);
       vmovdqu16(x, ptr[src + src_off + 64 * h]);
       vpandd(a, x, cst_bits(words(0x7FFF)));
-      vpcmpuw(h == 0 ? k3 : k3 | k3, a, cst_bits(words(0x7F80)), kLe);  // not NaN
+      vpcmpuw(h == 0 ? k3 : k3 | k3, a, cst_bits(words(f.max_input)), kLe);  // not NaN
       vpsubusw(s, a, bias);
       vpsrlw(code, s, f.dropped);
       vpandd(code, code, cst_bits(words(1)));
@@ -578,9 +607,13 @@ class CacheGenerator : public Generator {
       vpaddw(code, code, cst_bits(words((1u << (f.dropped - 1)) - 1 - f.offset)));
       vpsrlw(code, code, f.dropped);
       vpminuw(code, code, cst_bits(words(f.max_code)));
-      vpsllw(a, s, 3);
-      vaddph(a, a, cst_bits(words(f.magic)));
-      vpcmpuw(k4, s, cst_bits(words(f.offset + 128)), kLt);  // the subnormal range
+      if (f.to_fp16 > 0) {
+        vpsllw(a, s, uint8_t(f.to_fp16));
+        vaddph(a, a, cst_bits(words(f.magic)));
+      } else {
+        vaddph(a, s, cst_bits(words(f.magic)));
+      }
+      vpcmpuw(k4, s, cst_bits(words(f.offset + (1u << f.exponent_lsb))), kLt);  // subnormal
       vpsubw(code | k4, a, cst_bits(words(f.magic)));
       vpsrlw(s, x, 8);
       vpternlogd(code, s, cst_bits(words(0x80)), kBitSelect);
@@ -595,7 +628,7 @@ class CacheGenerator : public Generator {
     store_fast_packed(dst, dst_off, streaming);
     jmp(l_done, T_NEAR);
     L(l_generic);
-    quantise_generic_unit(dst, src, dst_off, src_off, DType::kBF16, format, scale, recip);
+    quantise_generic_unit(dst, src, dst_off, src_off, dtype, format, scale, recip);
     L(l_done);
   }
 
@@ -625,7 +658,7 @@ class CacheGenerator : public Generator {
       enum class Steps { kWindow, kExact, kExactProducts, kPow2 };
       auto unit = [&](Steps steps, int dst_off, int src_off) {
         if (steps == Steps::kPow2) {
-          quantise_pow2_unit(dst, src, dst_off, src_off, format, scale, recip, streaming);
+          quantise_pow2_unit(dst, src, dst_off, src_off, dtype, format, scale, recip, streaming);
         } else {
           quantise_fast_unit(dst, src, dst_off, src_off, dtype, format, scale, recip, streaming,
                              steps != Steps::kWindow, steps == Steps::kExactProducts);
@@ -651,9 +684,9 @@ class CacheGenerator : public Generator {
         }
       };
       Label l_exact, l_window, l_fast_done;
-      if (pow2_quantise(dtype)) {
+      if (pow2_quantise(dtype, format)) {
         Label l_not_pow2;
-        load_pow2_bias(scale, format, l_not_pow2);
+        load_pow2_bias(scale, pow2_format(dtype, format).value(), l_not_pow2);
         fast(Steps::kPow2);
         jmp(l_fast_done, T_NEAR);
         L(l_not_pow2);

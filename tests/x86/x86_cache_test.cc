@@ -290,53 +290,60 @@ TEST_P(X86CacheIsaTest, ConvertFp8ExactProductsSubnormalLaneAtEveryPosition) {
   }
 }
 
-// Power-of-two scales (vLLM's default 1.0, the ue8m0 scales): bf16 -> e4m3 takes the 16-bit
-// lanes of quantise_pow2_unit on AVX512-FP16 for 2^k, k in [-100, 100], and the fp32 steps
-// outside it (2^-101, 2^101). Every bf16 value (zero, denormals, the fp8 subnormal range and
-// its ties, saturation, +-inf, NaN: a NaN sends its step to the generic path), then a tail.
-TEST_P(X86CacheIsaTest, ConvertFp8PowerOfTwoScalesAreBitExactForEveryBf16) {
+// Power-of-two scales (vLLM's default 1.0, the ue8m0 scales) take the 16-bit lanes of
+// quantise_pow2_unit on AVX512-FP16: bf16 -> e4m3 for 2^k, k in [-100, 100], f16 -> e4m3 for k
+// in [0, 15]; the fp32 steps outside (2^+-101 and, for f16, 2^1 and 2^-16). Every bf16 / f16
+// value (zero, denormals, the fp8 subnormal range and its ties, saturation, +-inf, NaN: a NaN
+// sends its step to the generic path, and for f16 an inf), then a tail.
+TEST_P(X86CacheIsaTest, ConvertFp8PowerOfTwoScalesAreBitExactForEveryInput) {
   const X86Isa isa = GetParam();
-  const OpSpec spec =
-      OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16});
-  const Kernel kernel = compile_x86(spec, isa);
-  for (double scale :
-       {1.0, 0.5, 2.0, 0x1p-7, 0x1p-20, 0x1p20, 0x1p-100, 0x1p100, 0x1p-101, 0x1p101}) {
-    const int64_t n = 65536 + 37;
-    auto c = test::make_case(spec, n, InputKind::kNormal, 1);
-    ASSERT_TRUE(c.is_ok());
-    for (int64_t i = 0; i < 65536; ++i) {
-      c->tensors[1].set(i, double(numeric::bf16_to_f32(uint16_t(i))));
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    const OpSpec spec =
+        OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, dtype});
+    const Kernel kernel = compile_x86(spec, isa);
+    for (double scale : {1.0, 0.5, 2.0, 0x1p-7, 0x1p-15, 0x1p-16, 0x1p-20, 0x1p20, 0x1p-100,
+                         0x1p100, 0x1p-101, 0x1p101}) {
+      const int64_t n = 65536 + 37;
+      auto c = test::make_case(spec, n, InputKind::kNormal, 1);
+      ASSERT_TRUE(c.is_ok());
+      for (int64_t i = 0; i < 65536; ++i) {
+        const auto bits = uint16_t(i);
+        c->tensors[1].set(i, dtype == DType::kBF16 ? double(numeric::bf16_to_f32(bits))
+                                                   : double(numeric::f16_to_f32(bits)));
+      }
+      c->scalars[0] = scale;
+      const auto report = check_against_ref(kernel, c.value());
+      EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa)
+                             << " scale=" << scale << "\n"
+                             << report.message;
     }
-    c->scalars[0] = scale;
-    const auto report = check_against_ref(kernel, c.value());
-    EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa) << " scale=" << scale
-                           << "\n"
-                           << report.message;
+    // The path is there exactly where AVX512-FP16 is (vaddph: its fp16 subnormal step).
+    auto text = kernel.disassembly();
+    ASSERT_TRUE(text.is_ok()) << text.status().to_string();
+    EXPECT_EQ(text.value().find("vaddph") != std::string::npos, isa >= X86Isa::kAmx)
+        << to_string(spec) << " isa=" << x86_isa_name(isa);
   }
-  // The path is there exactly where AVX512-FP16 is (vaddph: its fp16 subnormal step).
-  auto text = kernel.disassembly();
-  ASSERT_TRUE(text.is_ok()) << text.status().to_string();
-  EXPECT_EQ(text.value().find("vaddph") != std::string::npos, isa >= X86Isa::kAmx)
-      << x86_isa_name(isa);
 }
 
 // The specials on the power-of-two steps, one at each of a step's 64 positions among finite
 // values: a NaN must send its step to the generic path (the others' codes unchanged), and +-inf
-// must saturate there too (the 16-bit steps read inf as 2^(128-k)); at scales 2^-100, 1 and
-// 2^100 (the ends of the path's range), e4m3 through convert_fp8 and e5m2 through the flash
-// write (a per-tensor scale).
+// must saturate there too (the bf16 steps read inf as 2^(128-k); f16 steps send it to the
+// generic path); at scales 2^-100, 1, 2^15 and 2^100 (the ends of the paths' ranges), e4m3
+// through convert_fp8 (bf16 and f16) and e5m2 through the flash write (a per-tensor scale).
 TEST_P(X86CacheIsaTest, PowerOfTwoStepsHandleNanAndInfAtEveryPosition) {
   const X86Isa isa = GetParam();
-  const OpSpec convert =
-      OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16});
-  const OpSpec flash =
-      flash_spec(DType::kBF16, KvCacheDtype::kFp8E5m2, 8, 128, 16, ir::CacheLayout::kNhd, false);
+  const auto convert = [](DType dtype) {
+    return OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, dtype});
+  };
+  const OpSpec specs[] = {
+      convert(DType::kBF16), convert(DType::kF16),
+      flash_spec(DType::kBF16, KvCacheDtype::kFp8E5m2, 8, 128, 16, ir::CacheLayout::kNhd, false)};
   const double nan = std::nan(""), inf = HUGE_VAL;
-  for (const bool is_convert : {true, false}) {
-    const OpSpec& spec = is_convert ? convert : flash;
+  for (const OpSpec& spec : specs) {
+    const bool is_convert = spec.op == OpKind::kConvertFp8;
     const Kernel kernel = compile_x86(spec, isa);
     for (double special : {nan, inf, -inf}) {
-      for (int k : {-100, 0, 100}) {
+      for (int k : {-100, 0, 15, 100}) {
         // convert: 4096 values; flash: 64 rows of 1024.
         auto c = test::make_case(spec, is_convert ? 64 * 64 : 64, InputKind::kNormal, 5);
         ASSERT_TRUE(c.is_ok());

@@ -202,7 +202,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-41", 0xb326d386f2e8db3aull};
+constexpr PinnedCode kAllExampleCode{"x86-42", 0xf3cc31bbfef79061ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

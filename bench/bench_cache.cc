@@ -160,17 +160,19 @@ void bm_swap_blocks(benchmark::State& state, int64_t pairs, int threads, bool pe
 // scale of 0 (reciprocal inf: the NaN marker) forces the division on every vector, the
 // pre-reciprocal code path, for the comparison in the same run (the codes differ only in what
 // the values saturate to).
-void bm_convert_fp8(benchmark::State& state, int64_t elements, int threads, bool peer,
-                    double scale) {
+void bm_convert_fp8(benchmark::State& state, int64_t elements, int threads, bool peer, double scale,
+                    DType dtype = DType::kBF16) {
   const OpSpec spec =
-      OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, DType::kBF16});
+      OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, dtype});
   if (elements == 0) elements = bench::tokens_for(spec);
   auto src = bench::random_bf16(size_t(elements));
+  if (dtype == DType::kF16) {  // the same values as f16
+    for (auto& v : src) v = numeric::f32_to_f16(numeric::bf16_to_f32(v));
+  }
   auto dst = std::vector<uint8_t>(size_t(elements));
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
   const KernelArgs args(
-      {Tensor(dst.data(), DType::kU8, {elements}), Tensor(src.data(), DType::kBF16, {elements})},
-      {scale});
+      {Tensor(dst.data(), DType::kU8, {elements}), Tensor(src.data(), dtype, {elements})}, {scale});
   bench::run_and_report(state, spec, elements, threads, [&] {
     if (peer) {
       bench::plain_convert_fp8_bf16(dst.data(), src.data(), elements, 0.02f, threads);
@@ -652,7 +654,7 @@ int main(int argc, char** argv) {
             ->UseRealTime();
         benchmark::RegisterBenchmark((who + "convert_fp8/bf16" + shape + suffix).c_str(),
                                      bm_convert_fp8, tokens * kHeads * kHeadSize, threads, peer,
-                                     0.02)
+                                     0.02, DType::kBF16)
             ->UseRealTime();
         benchmark::RegisterBenchmark((who + "convert_fp8/e4m3_to_bf16" + shape + suffix).c_str(),
                                      bm_convert_fp8_dequant, tokens * kHeads * kHeadSize, threads,
@@ -661,19 +663,23 @@ int main(int argc, char** argv) {
         if (!peer) {
           benchmark::RegisterBenchmark(
               ("kiln_division_path/convert_fp8/bf16" + shape + suffix).c_str(), bm_convert_fp8,
-              tokens * kHeads * kHeadSize, threads, peer, 0.0)
+              tokens * kHeads * kHeadSize, threads, peer, 0.0, DType::kBF16)
               ->UseRealTime();
           // A calibrated scale (amax / 448 of some tensor: a full-width reciprocal): the fast
           // quantiser's window steps.
           benchmark::RegisterBenchmark(
               ("kiln_scale_calibrated/convert_fp8/bf16" + shape + suffix).c_str(), bm_convert_fp8,
-              tokens * kHeads * kHeadSize, threads, peer, 3.1 / 448.0)
+              tokens * kHeads * kHeadSize, threads, peer, 3.1 / 448.0, DType::kBF16)
               ->UseRealTime();
           // scale 1.0 (vLLM's default k/v scale): a power of two, the 16-bit quantiser
           // (AVX512-FP16; elsewhere the fast quantiser's exact-tie variant).
+          benchmark::RegisterBenchmark(("kiln_scale1/convert_fp8/f16" + shape + suffix).c_str(),
+                                       bm_convert_fp8, tokens * kHeads * kHeadSize, threads, peer,
+                                       1.0, DType::kF16)
+              ->UseRealTime();
           benchmark::RegisterBenchmark(("kiln_scale1/convert_fp8/bf16" + shape + suffix).c_str(),
                                        bm_convert_fp8, tokens * kHeads * kHeadSize, threads, peer,
-                                       1.0)
+                                       1.0, DType::kBF16)
               ->UseRealTime();
         }
         benchmark::RegisterBenchmark((who + "cp_gather_cache/bf16" + shape + suffix).c_str(),

@@ -231,6 +231,31 @@ TEST_P(X86CacheIsaTest, ConvertFp8MatchesRefBothDirections) {
   }
 }
 
+// convert_fp8 (-> e4m3) of every `dtype` value (bf16 or f16; then `tail` more of the case's
+// values) at each of `scales`, against the ref. Returns the kernel.
+Kernel check_convert_every_16bit_input(X86Isa isa, DType dtype,
+                                       std::initializer_list<double> scales, int64_t tail) {
+  const OpSpec spec =
+      OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, dtype});
+  const Kernel kernel = compile_x86(spec, isa);
+  for (double scale : scales) {
+    auto c = test::make_case(spec, 65536 + tail, InputKind::kNormal, 1);
+    EXPECT_TRUE(c.is_ok());
+    if (!c.is_ok()) break;
+    for (int64_t i = 0; i < 65536; ++i) {
+      const auto bits = uint16_t(i);
+      c->tensors[1].set(i, dtype == DType::kBF16 ? double(numeric::bf16_to_f32(bits))
+                                                 : double(numeric::f16_to_f32(bits)));
+    }
+    c->scalars[0] = scale;
+    const auto report = check_against_ref(kernel, c.value());
+    EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa) << " scale=" << scale
+                           << "\n"
+                           << report.message;
+  }
+  return kernel;
+}
+
 // The quantisers multiply by 1/scale and fall back to the division only next to an fp8
 // rounding midpoint (CacheGenerator::load_scaled): every f16 and bf16 value (all 65536 bit
 // patterns, so every midpoint neighbourhood of every binade the scale maps them to) against the
@@ -239,26 +264,10 @@ TEST_P(X86CacheIsaTest, ConvertFp8MatchesRefBothDirections) {
 // 0.1, 0.05 and 0.02 (r = 10, 20, 50) take the exact steps through exact_products_bound();
 // 1/3 (|r s - 1| = 2^-25 exactly) and 1e-3 (r = 1000 short, |r s - 1| = 4.7e-8) just miss it.
 TEST_P(X86CacheIsaTest, ConvertFp8ReciprocalIsBitExactForEveryInput) {
-  const X86Isa isa = GetParam();
   for (DType dtype : {DType::kF16, DType::kBF16}) {
-    const OpSpec spec =
-        OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, dtype});
-    const Kernel kernel = compile_x86(spec, isa);
-    for (double scale :
-         {0.1, 0.05, 0.02, 1.0 / 3.0, 0.3, 7.0, 0.25, 1e-3, 3e5, 1e-30, 0x1p-140, 0.0}) {
-      auto c = test::make_case(spec, 65536, InputKind::kNormal, 1);
-      ASSERT_TRUE(c.is_ok());
-      for (int64_t i = 0; i < 65536; ++i) {
-        const auto bits = uint16_t(i);
-        c->tensors[1].set(i, dtype == DType::kBF16 ? double(numeric::bf16_to_f32(bits))
-                                                   : double(numeric::f16_to_f32(bits)));
-      }
-      c->scalars[0] = scale;
-      const auto report = check_against_ref(kernel, c.value());
-      EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa)
-                             << " scale=" << scale << "\n"
-                             << report.message;
-    }
+    check_convert_every_16bit_input(
+        GetParam(), dtype,
+        {0.1, 0.05, 0.02, 1.0 / 3.0, 0.3, 7.0, 0.25, 1e-3, 3e5, 1e-30, 0x1p-140, 0.0}, 0);
   }
 }
 
@@ -298,30 +307,16 @@ TEST_P(X86CacheIsaTest, ConvertFp8ExactProductsSubnormalLaneAtEveryPosition) {
 TEST_P(X86CacheIsaTest, ConvertFp8PowerOfTwoScalesAreBitExactForEveryInput) {
   const X86Isa isa = GetParam();
   for (DType dtype : {DType::kBF16, DType::kF16}) {
-    const OpSpec spec =
-        OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, dtype});
-    const Kernel kernel = compile_x86(spec, isa);
-    for (double scale : {1.0, 0.5, 2.0, 0x1p-7, 0x1p-15, 0x1p-16, 0x1p-20, 0x1p20, 0x1p-100,
-                         0x1p100, 0x1p-101, 0x1p101}) {
-      const int64_t n = 65536 + 37;
-      auto c = test::make_case(spec, n, InputKind::kNormal, 1);
-      ASSERT_TRUE(c.is_ok());
-      for (int64_t i = 0; i < 65536; ++i) {
-        const auto bits = uint16_t(i);
-        c->tensors[1].set(i, dtype == DType::kBF16 ? double(numeric::bf16_to_f32(bits))
-                                                   : double(numeric::f16_to_f32(bits)));
-      }
-      c->scalars[0] = scale;
-      const auto report = check_against_ref(kernel, c.value());
-      EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa)
-                             << " scale=" << scale << "\n"
-                             << report.message;
-    }
+    const Kernel kernel =
+        check_convert_every_16bit_input(isa, dtype,
+                                        {1.0, 0.5, 2.0, 0x1p-7, 0x1p-15, 0x1p-16, 0x1p-20, 0x1p20,
+                                         0x1p-100, 0x1p100, 0x1p-101, 0x1p101},
+                                        37);
     // The path is there exactly where AVX512-FP16 is (vaddph: its fp16 subnormal step).
     auto text = kernel.disassembly();
     ASSERT_TRUE(text.is_ok()) << text.status().to_string();
     EXPECT_EQ(text.value().find("vaddph") != std::string::npos, isa >= X86Isa::kAmx)
-        << to_string(spec) << " isa=" << x86_isa_name(isa);
+        << dtype_name(dtype) << " isa=" << x86_isa_name(isa);
   }
 }
 

@@ -464,9 +464,7 @@ class CacheGenerator : public Generator {
         }
       }
       // k4..k7 = the subnormal (or zero) lanes of each vector: a < min normal.
-      if (skip_absent_subnormals) {
-        for (int v = 0; v < 4; ++v) vpcmpud(Xbyak::Opmask(4 + v), t[v], cst_bits(min_normal2), kLt);
-      }
+      for (int v = 0; v < 4; ++v) vpcmpud(Xbyak::Opmask(4 + v), t[v], cst_bits(min_normal2), kLt);
       // p, q hold 2·lsb (they are free until the pack).
       for (int v = 0; v < 4; ++v) {
         const Zmm lsb = v % 2 == 0 ? p : q;
@@ -499,12 +497,10 @@ class CacheGenerator : public Generator {
       for (int v = 0; v < 4; ++v) {
         // subnormal range (or zero): t = (idx_base + RNE(a / q_sub)) << 24
         const Zmm sub = v % 2 == 0 ? p : q;
-        const Xbyak::Opmask subnormal = skip_absent_subnormals ? Xbyak::Opmask(4 + v) : k4;
         vpandd(sub, x[v], cst_bits(0x7FFFFFFF));
-        if (!skip_absent_subnormals) vpcmpud(k4, sub, cst_bits(min_normal2 >> 1), kLt);
         vaddps(sub, sub, cst(magic));
         vpaddd(sub, sub, cst_bits(idx_base - std::bit_cast<uint32_t>(magic)));
-        vpslld(t[v] | subnormal, sub, 24);
+        vpslld(t[v] | Xbyak::Opmask(4 + v), sub, 24);
       }
       L(l_normal_only);
     }
@@ -530,7 +526,7 @@ class CacheGenerator : public Generator {
     vpternlogd(p, q, cst_bits(0x7F7F7F7F), kBitSelect);
   }
 
-  // ---- Power-of-two scales: bf16 -> fp8 in 16-bit lanes (AVX512-FP16) ---------------------
+  // ---- Power-of-two scales: bf16 / f16 -> fp8 in 16-bit lanes (AVX512-FP16) ---------------
   //
   // A scale s = 2^k (vLLM's default 1.0, and every ue8m0 scale) makes the ref's quotient
   // q = x/s exact, and for bf16 x a bf16 itself (or an underflow, whose code is 0): with
@@ -645,7 +641,7 @@ class CacheGenerator : public Generator {
 
   // Quantises `elements` values of `dtype` at [src] into fp8 codes at [dst] (dst, src
   // advanced): code = fp8(x / scale), through load_scaled (`recip` = scale_reciprocal(scale)),
-  // in steps of 64 by quantise_pow2_unit (bf16 with a power-of-two scale, AVX512-FP16) or
+  // in steps of 64 by quantise_pow2_unit (bf16 / f16 with a power-of-two scale, AVX512-FP16) or
   // quantise_fast_unit where fast_quantise(dtype). `streaming`: the fast steps' stores are
   // streaming (dst 64-byte aligned). Clobbers vmm0..3, vmm13..15, zmm16..22, k1..k7, eax and
   // reg_count_: callers keep their scales in vmm4..12 (write_span's callers do).

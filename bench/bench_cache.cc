@@ -161,7 +161,7 @@ void bm_swap_blocks(benchmark::State& state, int64_t pairs, int threads, bool pe
 // pre-reciprocal code path, for the comparison in the same run (the codes differ only in what
 // the values saturate to).
 void bm_convert_fp8(benchmark::State& state, int64_t elements, int threads, bool peer, double scale,
-                    DType dtype = DType::kBF16) {
+                    DType dtype) {
   const OpSpec spec =
       OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, dtype});
   if (elements == 0) elements = bench::tokens_for(spec);

@@ -49,12 +49,28 @@ std::vector<int64_t> random_slots(int64_t tokens, int64_t num_blocks,
   return all;
 }
 
+// The slots of `tokens` rows: distinct random slots (random_slots), or with `prefill` the
+// consecutive slots of shuffled blocks that a prefill's slot mapping gives (each block filled
+// front to back, the blocks in random order). With 4 KiB pages, random rows cost the
+// quantising writers more than the copy figures suggest: every row lands on a page the TLB
+// has not seen (docs/decisions.md, eighth round).
+std::vector<int64_t> cache_slots(int64_t tokens, int64_t num_blocks, int64_t block_size,
+                                 bool prefill) {
+  auto slots = random_slots(tokens, num_blocks, block_size);
+  if (prefill) {
+    const auto blocks = random_slots(num_blocks, num_blocks, 1);  // a permutation of the blocks
+    for (int64_t t = 0; t < tokens; ++t) {
+      slots[size_t(t)] = blocks[size_t(t / block_size)] * block_size + t % block_size;
+    }
+  }
+  return slots;
+}
+
 // tokens = 0: the large shape.
-// `prefill`: the tokens fill consecutive slots of shuffled blocks (a prefill's slot mapping)
-// instead of random slots. fp8 scales 0.02 for K (a short reciprocal, 50: the exact-products
-// steps) and 0.03 for V (1/0.03 is full width: the window steps), or `fp8_scale` for both where
-// it is not 0 (1.0, vLLM's default: the power-of-two steps; a calibrated amax / 448: the
-// window steps).
+// `prefill`: cache_slots' prefill slot mapping instead of random slots. fp8 scales 0.02 for K (a
+// short reciprocal, 50: the exact-products steps) and 0.03 for V (1/0.03 is full width: the window
+// steps), or `fp8_scale` for both where it is not 0 (1.0, vLLM's default: the power-of-two steps; a
+// calibrated amax / 448: the window steps).
 void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
                     ir::KvCacheDtype kv, int64_t tokens, int threads, bool peer, bool prefill,
                     float fp8_scale) {
@@ -74,13 +90,7 @@ void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
   auto value = bench::random_bf16(size_t(tokens * row));
   auto key_cache = CacheBytes(cache_bytes);
   auto value_cache = CacheBytes(cache_bytes);
-  auto slots = random_slots(tokens, num_blocks);
-  if (prefill) {
-    auto blocks = random_slots(num_blocks, num_blocks, 1);  // a permutation of the blocks
-    for (int64_t t = 0; t < tokens; ++t) {
-      slots[size_t(t)] = blocks[size_t(t / kBlockSize)] * kBlockSize + t % kBlockSize;
-    }
-  }
+  auto slots = cache_slots(tokens, num_blocks, kBlockSize, prefill);
   float k_scale = fp8_scale != 0 ? fp8_scale : 0.02f, v_scale = fp8_scale != 0 ? fp8_scale : 0.03f;
   const DType cdt = fp8 ? DType::kU8 : DType::kBF16;
   auto cache_tensor = [&](void* data, bool is_key) {
@@ -345,7 +355,8 @@ void time_kiln_or_peer(benchmark::State& state, const OpSpec& spec, int64_t rows
 }
 
 // concat_and_cache_mla, kv=fp8_ds_mla (DeepSeek-V3.2): bf16 kv_c [T, 512], k_pe [T, 64].
-void bm_ds_mla(benchmark::State& state, int64_t tokens, int threads, bool peer) {
+// `prefill`: cache_slots' prefill slot mapping instead of random slots.
+void bm_ds_mla(benchmark::State& state, int64_t tokens, int threads, bool peer, bool prefill) {
   const OpSpec spec = OpSpec::make(
       OpKind::kConcatAndCacheMla,
       ir::MlaCacheWriteParams{DType::kBF16, ir::KvCacheDtype::kFp8DsMla, 512, 64, kMlaBlockSize});
@@ -354,7 +365,7 @@ void bm_ds_mla(benchmark::State& state, int64_t tokens, int threads, bool peer) 
   auto kv_c = bench::random_bf16(size_t(tokens * 512));
   auto k_pe = bench::random_bf16(size_t(tokens * 64));
   auto cache = std::vector<uint8_t>(size_t(blocks * kMlaBlockSize * 656));
-  auto slots = random_slots(tokens, blocks, kMlaBlockSize);
+  auto slots = cache_slots(tokens, blocks, kMlaBlockSize, prefill);
   float scale = 1.0f;
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
   const KernelArgs args(
@@ -444,7 +455,9 @@ void bm_upconvert(benchmark::State& state, int64_t rows, int threads, bool peer)
 }
 
 // indexer_k_quant_and_cache, DeepSeek-V3.2: bf16 k [T, 128], one group, ue8m0, BS 64.
-void bm_indexer_quant(benchmark::State& state, int64_t tokens, int threads, bool peer) {
+// `prefill`: cache_slots' prefill slot mapping instead of random slots.
+void bm_indexer_quant(benchmark::State& state, int64_t tokens, int threads, bool peer,
+                      bool prefill) {
   const OpSpec spec = OpSpec::make(
       OpKind::kIndexerKQuantAndCache,
       ir::IndexerQuantParams{DType::kBF16, 128, 128, kMlaBlockSize, ir::ScaleFormat::kUe8m0});
@@ -452,7 +465,7 @@ void bm_indexer_quant(benchmark::State& state, int64_t tokens, int threads, bool
   const int64_t blocks = blocks_for(tokens, kMlaBlockSize);
   auto k = bench::random_bf16(size_t(tokens * 128));
   auto cache = std::vector<uint8_t>(size_t(blocks * kMlaBlockSize * 132));
-  auto slots = random_slots(tokens, blocks, kMlaBlockSize);
+  auto slots = cache_slots(tokens, blocks, kMlaBlockSize, prefill);
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
   const KernelArgs args({Tensor(k.data(), DType::kBF16, {tokens, 128}),
                          Tensor(cache.data(), DType::kU8, {blocks, kMlaBlockSize, 132}),
@@ -639,6 +652,20 @@ int main(int argc, char** argv) {
           }
         }
         if (tokens == 0) {
+          // The flash fp8 write at a prefill's slots: at the default scales, and at 1.0.
+          benchmark::RegisterBenchmark(
+              (who + "reshape_and_cache_flash/nhd/fp8_e4m3/prefill_slots" + shape + suffix).c_str(),
+              bm_cache_write, true, ir::CacheLayout::kNhd, ir::KvCacheDtype::kFp8E4m3, tokens,
+              threads, peer, true, 0.0f)
+              ->UseRealTime();
+          if (!peer) {
+            benchmark::RegisterBenchmark(
+                ("kiln_scale1/reshape_and_cache_flash/nhd/fp8_e4m3/prefill_slots" + shape + suffix)
+                    .c_str(),
+                bm_cache_write, true, ir::CacheLayout::kNhd, ir::KvCacheDtype::kFp8E4m3, tokens,
+                threads, peer, true, 1.0f)
+                ->UseRealTime();
+          }
           for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3}) {
             const std::string name = std::string("reshape_and_cache/") +
                                      (kv == ir::KvCacheDtype::kAuto ? "auto" : "fp8_e4m3") +
@@ -697,10 +724,8 @@ int main(int argc, char** argv) {
         }
         using Bm = void (*)(benchmark::State&, int64_t, int, bool);
         const std::pair<const char*, Bm> more[] = {
-            {"concat_and_cache_mla/fp8_ds_mla", bm_ds_mla},
             {"concat_and_cache_mla_rope_fused/auto", bm_mla_rope_fused},
             {"cp_gather_and_upconvert_fp8_kv_cache", bm_upconvert},
-            {"indexer_k_quant_and_cache/ue8m0", bm_indexer_quant},
             {"cp_gather_indexer_k_quant_cache", bm_indexer_gather},
             {"merge_attn_states/bf16", bm_merge},
         };
@@ -708,6 +733,20 @@ int main(int argc, char** argv) {
           benchmark::RegisterBenchmark((who + name + shape + suffix).c_str(), fn, tokens, threads,
                                        peer)
               ->UseRealTime();
+        }
+        // The dynamic-scale writers at random slots, and at a prefill's slots (large calls).
+        using QuantBm = void (*)(benchmark::State&, int64_t, int, bool, bool);
+        const std::pair<const char*, QuantBm> quantisers[] = {
+            {"concat_and_cache_mla/fp8_ds_mla", bm_ds_mla},
+            {"indexer_k_quant_and_cache/ue8m0", bm_indexer_quant},
+        };
+        for (const auto& [name, fn] : quantisers) {
+          for (bool prefill : tokens == 0 ? std::vector{false, true} : std::vector{false}) {
+            const std::string pattern = prefill ? "/prefill_slots" : "";
+            benchmark::RegisterBenchmark((who + name + pattern + shape + suffix).c_str(), fn,
+                                         tokens, threads, peer, prefill)
+                ->UseRealTime();
+          }
         }
         for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3}) {
           const std::string name = std::string("rotary_embedding_and_cache_flash/") +

@@ -51,6 +51,13 @@ constexpr int64_t kDsMlaTile = 128;
 constexpr int64_t kDsMlaScaleOffset = 512;
 constexpr int64_t kDsMlaRopeOffset = 528;
 constexpr int64_t kDsMlaPeDim = 64;
+// max(acc, x) with a NaN x ignored, quiet or signalling (CUDA's fmaxf, the dynamic scales'
+// reduction in vLLM's kernels): glibc's std::fmax returns NaN for a signalling operand (IEEE
+// 754-2008 maxNum), so a group holding one would get its scale from the values after it.
+float max_ignoring_nan(float acc, float x) {
+  return std::isnan(x) ? acc : std::max(acc, x);
+}
+
 // Largest finite e4m3 value: the dynamic scales map a group's amax onto it.
 constexpr float kE4m3Max = 448.0f;
 // Floor of the indexer's amax: an all-zero group gets scale 1e-4 / 448, not 0.
@@ -235,7 +242,7 @@ void write_ds_mla_entry(DType dtype, const Tensor& kv_c, const Tensor& k_pe, int
   for (int64_t k = 0; k < kDsMlaRank / kDsMlaTile; ++k) {
     float amax = 0.0f;
     for (int64_t i = k * kDsMlaTile; i < (k + 1) * kDsMlaTile; ++i) {
-      amax = std::fmax(amax, std::fabs(load(dtype, row_element(kv_c, t, i), 0)));
+      amax = max_ignoring_nan(amax, std::fabs(load(dtype, row_element(kv_c, t, i), 0)));
     }
     const float scale = std::max(amax / kE4m3Max, FLT_MIN);
     for (int64_t i = k * kDsMlaTile; i < (k + 1) * kDsMlaTile; ++i) {
@@ -511,7 +518,7 @@ Status indexer_quant(std::string_view op, const ir::IndexerQuantParams& p, const
     for (int64_t g = 0; g < groups; ++g) {
       float amax = 0.0f;
       for (int64_t i = g * p.quant_block; i < (g + 1) * p.quant_block; ++i) {
-        amax = std::fmax(amax, std::fabs(load(p.dtype, row, i)));
+        amax = max_ignoring_nan(amax, std::fabs(load(p.dtype, row, i)));
       }
       float sc = std::fmax(amax, kIndexerAmaxFloor) / kE4m3Max;
       if (p.scale_fmt == ir::ScaleFormat::kUe8m0) sc = power_of_two_ceil(sc);

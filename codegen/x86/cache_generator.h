@@ -85,6 +85,10 @@ class CacheGenerator : public Generator {
   // the zero lanes of a tail load cannot raise it). Uses vmm0..3 and vmm13..15.
   void amax_span(const Xmm& acc, const Reg64& src, int64_t elements, DType dtype) {
     const int esize = int(dtype_size(dtype));
+    if (avx512() && esize == 2 && elements % kWordLanes == 0) {
+      amax_span_words(acc, src, elements, dtype);
+      return;
+    }
     vxorps(acc, acc, acc);
     for (int64_t first = 0; first < elements; first += lanes()) {
       const int count = int(std::min<int64_t>(lanes(), elements - first));
@@ -94,6 +98,50 @@ class CacheGenerator : public Generator {
       vmaxps(acc, x, acc);
     }
     reduce_max(acc);
+  }
+
+  // 16-bit values per 512-bit vector.
+  static constexpr int64_t kWordLanes = 32;
+
+  // amax_span for bf16 / f16 (AVX-512, elements % 32 == 0) on the values' own 16-bit lanes:
+  // 32 values per vector in 3 instructions instead of 8 (two widening loads, shifts, |x| and
+  // vmaxps per 16). With M the format's infinity bits (bf16 0x7F80, f16 0x7C00) and
+  // C = 0x7FFF - M, t = (bits + C) mod 2^16 & 0x7FFF is |x|'s bits + C for every non-NaN x
+  // (m = |x|'s bits <= M: m + C <= 0x7FFF, the sign bit alone carries out) and lands in
+  // [0, C) for a NaN (m + C > 0x7FFF wraps past bit 15): t is monotonic in |x| with the NaNs
+  // below every number, so max t - C is the bits of the largest non-NaN |x| (0 if none), as
+  // vmaxps ignores NaN. The lanes hold u = ~t = ~(bits + C) | 0x8000 (one vpternlogd) so the
+  // final reduction is vphminposuw's horizontal min: amax bits = K - min u, K = 0xFFFF - C
+  // (u of |x| = 0, also the accumulator's start: all-NaN groups give 0). The result, widened
+  // exactly to fp32, in every lane of acc. Uses vmm0..3 and vmm14.
+  void amax_span_words(const Xmm& acc, const Reg64& src, int64_t elements, DType dtype) {
+    const uint32_t inf_bits = dtype == DType::kBF16 ? 0x7F80 : 0x7C00;
+    const uint32_t c = 0x7FFF - inf_bits, k = 0xFFFF - c;
+    auto words = [](uint32_t w) { return w << 16 | w; };
+    const Xbyak::Zmm z_acc(acc.getIdx()), z_c(14);
+    vmovdqu16(z_acc, cst_bits(words(k)));
+    vmovdqu16(z_c, cst_bits(words(c)));
+    for (int64_t first = 0; first < elements; first += kWordLanes) {
+      const Xbyak::Zmm u(int((first / kWordLanes) % 4));
+      vpaddw(u, z_c, ptr[src + int(first * 2)]);
+      vpternlogd(u, u, cst_bits(words(0x8000)), 0xAF);  // ~u | 0x8000
+      vpminuw(z_acc, z_acc, u);
+    }
+    const Xbyak::Ymm y_acc(acc.getIdx());
+    const Xmm x_acc(acc.getIdx());
+    vextracti64x4(Xbyak::Ymm(14), z_acc, 1);
+    vpminuw(y_acc, y_acc, Xbyak::Ymm(14));
+    vextracti128(Xmm(14), y_acc, 1);
+    vpminuw(x_acc, x_acc, Xmm(14));
+    vphminposuw(x_acc, x_acc);  // word 0 = min u
+    vmovdqu16(Xbyak::Zmm(14), cst_bits(words(k)));
+    vpsubw(Xmm(14), Xmm(14), x_acc);  // word 0 = the amax bits
+    if (dtype == DType::kBF16) {
+      vpslld(x_acc, Xmm(14), 16);
+    } else {
+      vcvtph2ps(x_acc, Xmm(14));
+    }
+    vbroadcastss(vmm(acc.getIdx()), x_acc);
   }
 
   // Emits body(i) for units i = 0 .. units-1 addressed from the current pointers: unrolled

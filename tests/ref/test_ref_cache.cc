@@ -740,6 +740,22 @@ TEST(IndexerKnown, ScalesPerGroupAndUe8m0) {
   }
 }
 
+// The amax ignores every NaN, signalling ones included (CUDA's fmaxf): a signalling NaN right
+// after the group's largest value must not reset the reduction (glibc's std::fmax returns NaN
+// for it, and the values after it would then set the scale: 2 / 448 here).
+TEST(IndexerKnown, SignallingNanIgnoredByTheAmax) {
+  std::vector<double> row(128, 2.0);
+  row[0] = -1000;
+  HostTensor k = HostTensor::from_values(DType::kBF16, {1, 128}, row);
+  k.set_bits(1, 0x7F81);  // a signalling NaN (quiet bit clear)
+  k.set_bits(2, 0xFFC0);  // and a quiet one
+  HostTensor slots = i64({0});
+  HostTensor cache = HostTensor::zeros(DType::kU8, {1, 1, 128 + 4});
+  run_ok(indexer_spec(DType::kBF16, 128, 128, 1, ScaleFormat::kPlain),
+         {k.tensor(), cache.tensor(), slots.tensor()});
+  EXPECT_EQ(f32_at(cache, 128), 1000.0f / 448.0f);
+}
+
 TEST(IndexerRoundTrip, QuantGatherDequantWithinSixteenScales) {
   // vLLM's round-trip test: D 128, qbs 128, BS 16, sequential slots, ue8m0; the max error per
   // token is <= 16 x the scale (half an e4m3 ulp at the top binade [256, 448]).

@@ -253,6 +253,56 @@ TEST_P(X86MlaMergeIsaTest, IndexerQuantMatchesRefOverTheGrid) {
   }
 }
 
+// The dynamic scales' amax (CacheGenerator::amax_span; on AVX-512 over the 16-bit lanes) sees
+// every 16-bit input as a group's largest value: group n (of the op's groups or tiles, in
+// order) holds the bits n at position 7n mod size and zeros elsewhere, so every finite
+// magnitude, both infinities and every NaN (ignored: the scale falls to the amax floor) sits
+// at every position mod 8 of a 32-value vector; odd n also put a NaN beside it (amax must
+// ignore it), and every third group a value of the other sign and half the magnitude bits. Scales
+// and codes exactly as the ref's.
+TEST_P(X86MlaMergeIsaTest, DynamicScalesSeeEveryValueAsTheGroupMaximum) {
+  const X86Isa isa = GetParam();
+  struct Shape {
+    OpSpec spec;
+    int64_t row, group;  // values per token and per group (tile)
+  };
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    const int64_t inf_bits = dtype == DType::kBF16 ? 0x7F80 : 0x7C00;
+    const uint64_t nan = uint64_t(inf_bits) + 1;  // signalling (glibc's fmaxf does not ignore it)
+    for (const Shape& shape :
+         {Shape{indexer_quant_spec(dtype, 128, 128, 64, ir::ScaleFormat::kUe8m0), 128, 128},
+          Shape{indexer_quant_spec(dtype, 128, 32, 16, ir::ScaleFormat::kPlain), 128, 32},
+          Shape{indexer_quant_spec(dtype, 96, 96, 16, ir::ScaleFormat::kUe8m0), 96, 96},
+          Shape{ds_mla_spec(dtype, 64), 512, 128}}) {
+      const int64_t groups_per_row = shape.row / shape.group;
+      const int64_t tokens = 65536 / groups_per_row;
+      const Kernel kernel = compile_x86(shape.spec, isa, kParallel);
+      auto c = test::make_case(shape.spec, tokens, InputKind::kNormal, 5);
+      ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+      test::HostTensor& x = c->tensors[0];
+      const int64_t stride = x.numel() / tokens;  // ds_mla's kv_c rows are 512 wide
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int64_t g = 0; g < groups_per_row; ++g) {
+          const int64_t n = t * groups_per_row + g, first = t * stride + g * shape.group;
+          const int64_t at = (7 * n) % shape.group;
+          for (int64_t i = 0; i < shape.group; ++i) x.set_bits(first + i, 0);
+          // A NaN's code may take its sign or not (spec §1.3): NaNs go in with a positive sign.
+          const bool is_nan = (n & 0x7FFF) > inf_bits;
+          x.set_bits(first + at, uint64_t(is_nan ? n & 0x7FFF : n));
+          if (n % 2 == 1) x.set_bits(first + (at + 1) % shape.group, nan);
+          if (n % 3 == 0) {
+            const uint64_t smaller = (uint64_t(n) & 0x8000) ^ 0x8000 | (uint64_t(n) & 0x7FFF) >> 1;
+            x.set_bits(first + (at + 2) % shape.group, smaller);
+          }
+        }
+      }
+      const auto report = check_against_ref(kernel, c.value());
+      EXPECT_TRUE(report.ok) << to_string(shape.spec) << " isa=" << x86_isa_name(isa) << "\n"
+                             << report.message;
+    }
+  }
+}
+
 TEST_P(X86MlaMergeIsaTest, IndexerGatherMatchesRef) {
   const X86Isa isa = GetParam();
   for (auto [dim, qbs] :

@@ -3,6 +3,7 @@
 // deadlock reported instead of hanging.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 #include <vector>
 
@@ -169,6 +170,16 @@ TEST(Simt, RejectsOversizedBlocks) {
   EXPECT_EQ(s.code(), jit::StatusCode::kInvalidArgument);
 }
 
-// The software conversions the emulator runs (and NVRTC replaces with cvt.rn) against the
-// host's exact ones in ir/numeric.h, on every fp16/bf16/fp8 code and a sweep of fp32 values.
+// fmaxf as the device computes it: any NaN operand, signalling included, gives the other one
+// (the templates' amax reductions rely on it; glibc's fmaxf returns NaN for a signalling one).
+TEST(Simt, FmaxfIgnoresEveryNan) {
+  const float snan = __uint_as_float(0x7F800001u), qnan = __uint_as_float(0xFFC00000u);
+  for (float nan : {snan, qnan}) {
+    EXPECT_EQ(kiln::fmaxf(nan, 2.5f), 2.5f);
+    EXPECT_EQ(kiln::fmaxf(-2.5f, nan), -2.5f);
+    EXPECT_TRUE(std::isnan(kiln::fmaxf(nan, nan)));
+  }
+  EXPECT_EQ(kiln::fmaxf(1.0f, 3.0f), 3.0f);
+  EXPECT_EQ(kiln::fmaxf(-1.0f, -3.0f), -1.0f);
+}
 }  // namespace

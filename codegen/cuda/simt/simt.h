@@ -175,6 +175,18 @@ inline T atomicOr(T* p, T v) {
   return old;
 }
 
+// CUDA's fmaxf (IEEE 754-2019 maximumNumber): a NaN operand, quiet or signalling, gives the
+// other operand. glibc's fmaxf returns NaN for a signalling one (754-2008 maxNum), and the
+// templates' amax reductions (indexer, fp8_ds_mla) must ignore every NaN as the device does.
+// The templates live in namespace kiln, so their unqualified calls find this before ::fmaxf.
+namespace kiln {
+inline float fmaxf(float a, float b) {
+  if (std::isnan(b)) return std::isnan(a) ? a + b : a;
+  if (std::isnan(a)) return b;
+  return std::fmax(a, b);
+}
+}  // namespace kiln
+
 /// The block's dynamic shared memory as T* (the templates' spelling of extern __shared__).
 template <class T>
 inline T* kiln_dynamic_shared() {

@@ -2,7 +2,7 @@
 //
 // indexer_k_quant_and_cache: per token t with slot s >= 0 (checked by the runner), b = s / BS,
 //   o = s % BS, block = cache + b·BS·(D + 4G) (dense, G = D / qbs groups). Per group g:
-//     amax = max |x|  over k[t, g·qbs .. (g+1)·qbs)   (vmaxps, accumulator second: NaN ignored)
+//     amax = max |x|  over k[t, g·qbs .. (g+1)·qbs)   (amax_span: NaN ignored)
 //     sc   = max(amax, 1e-4) / 448                     (vdivss: the ref's IEEE division)
 //     ue8m0: sc = 2^ceil(log2 sc), exactly, on the bits: for a positive normal sc,
 //            (bits + 0x7FFFFF) & 0xFF800000 keeps a power of two (mantissa 0: no carry) and

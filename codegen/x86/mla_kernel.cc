@@ -3,7 +3,7 @@
 //
 // concat_and_cache_mla, kv=fp8_ds_mla: per token, the 656-byte DeepSeek entry at
 //   kv_cache + b·block_stride + o·entry_stride (bytes). Per 128-element tile k of kv_c:
-//     amax_k  = max |x|        (vmaxps with the accumulator second: NaN ignored, as fmaxf)
+//     amax_k  = max |x|        (CacheGenerator::amax_span: NaN ignored, as fmaxf)
 //     scale_k = max(amax_k / 448, FLT_MIN)    (vdivss: the ref's IEEE division)
 //     code_i  = e4m3(x_i / scale_k)           (CacheGenerator::load_scaled: x·(1/scale) where
 //                                               that gives the same code, else vdivps)

@@ -652,18 +652,30 @@ int main(int argc, char** argv) {
           }
         }
         if (tokens == 0) {
-          // The flash fp8 write at a prefill's slots: at the default scales, and at 1.0.
-          benchmark::RegisterBenchmark(
-              (who + "reshape_and_cache_flash/nhd/fp8_e4m3/prefill_slots" + shape + suffix).c_str(),
-              bm_cache_write, true, ir::CacheLayout::kNhd, ir::KvCacheDtype::kFp8E4m3, tokens,
-              threads, peer, true, 0.0f)
-              ->UseRealTime();
-          if (!peer) {
+          // The flash writes at a prefill's slots: HND auto, and fp8 at the default scales and
+          // at 1.0 (the kiln_scale1 rows; kiln only).
+          struct PrefillWrite {
+            const char* name;
+            ir::CacheLayout layout;
+            ir::KvCacheDtype kv;
+            float fp8_scale;
+          };
+          const PrefillWrite prefill_writes[] = {
+              {"reshape_and_cache_flash/hnd/auto", ir::CacheLayout::kHnd, ir::KvCacheDtype::kAuto,
+               0.0f},
+              {"reshape_and_cache_flash/nhd/fp8_e4m3", ir::CacheLayout::kNhd,
+               ir::KvCacheDtype::kFp8E4m3, 0.0f},
+              {"reshape_and_cache_flash/nhd/fp8_e4m3", ir::CacheLayout::kNhd,
+               ir::KvCacheDtype::kFp8E4m3, 1.0f},
+              {"reshape_and_cache_flash/hnd/fp8_e4m3", ir::CacheLayout::kHnd,
+               ir::KvCacheDtype::kFp8E4m3, 1.0f},
+          };
+          for (const PrefillWrite& w : prefill_writes) {
+            if (peer && w.fp8_scale != 0) continue;
+            const std::string label = w.fp8_scale != 0 ? "kiln_scale1/" : who;
             benchmark::RegisterBenchmark(
-                ("kiln_scale1/reshape_and_cache_flash/nhd/fp8_e4m3/prefill_slots" + shape + suffix)
-                    .c_str(),
-                bm_cache_write, true, ir::CacheLayout::kNhd, ir::KvCacheDtype::kFp8E4m3, tokens,
-                threads, peer, true, 1.0f)
+                (label + w.name + "/prefill_slots" + shape + suffix).c_str(), bm_cache_write, true,
+                w.layout, w.kv, tokens, threads, peer, true, w.fp8_scale)
                 ->UseRealTime();
           }
           for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3}) {

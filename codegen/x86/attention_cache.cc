@@ -72,6 +72,8 @@ class CacheWriteGenerator : public CacheGenerator {
       scale_reciprocal(vmm(kKRecip), vmm(kKScale));
       vbroadcastss(vmm(kVScale), ptr[ARG(v_scale)]);
       scale_reciprocal(vmm(kVRecip), vmm(kVScale));
+      reserve_quantise_tables(p_.dtype, fp8_format(p_.kv), {vmm(kKScale), vmm(kVScale)},
+                              int(stage));
     }
     Label l_token, l_next, l_done, l_head, l_dim;
     L(l_token);
@@ -164,7 +166,10 @@ class CacheWriteGenerator : public CacheGenerator {
     inc(rsi);
     jmp(l_token, T_NEAR);
     L(l_done);
-    if (fp8) add(rsp, stage);
+    if (fp8) {
+      release_quantise_tables();
+      add(rsp, stage);
+    }
     epilogue();
   }
 

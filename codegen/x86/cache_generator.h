@@ -7,6 +7,8 @@
 #include <array>
 #include <bit>
 #include <cstddef>
+#include <initializer_list>
+#include <map>
 #include <optional>
 
 #include "codegen/x86/generator.h"
@@ -676,6 +678,184 @@ class CacheGenerator : public Generator {
     L(l_done);
   }
 
+  // ---- Other scales: bf16 -> fp8 through a table of the mantissa (AVX-512 VBMI) ------------
+  //
+  // For bf16 x with exponent field e in [1, 254] and mantissa field m (7 bits),
+  // x = (1 + m/128)·2^(e-127), and while the quotients stay normal fp32 the ref's
+  // RN32(x / s) = 2^(e-127)·RN32(x_m / s) with x_m = 1 + m/128. An fp8 code of the normal
+  // range, c(q) = RNE(bits(q) / 2^(23-M)) - 2^M·R (M mantissa bits, R = 127 - the fp8 bias),
+  // then moves by 2^M per binade: c(x/s) = c(x_m/s) + 2^M·(e - 127). With h = |x|'s bits
+  // >> (7 - M) = 2^M·e + (m >> (7 - M)) that is
+  //   c = h + T'(m),   T'(m) = c(RN32(x_m / s)) - 2^M·127 - (m >> (7 - M)),
+  // a function of the 7 mantissa bits alone for a given scale. build_quantise_table computes
+  // T' with the ref's own division for the 128 mantissas once per call and stores
+  // T(m) = T'(m) - Tmin (0 .. 2^M·2 + 7: bytes) and the bias Tmin·2^(7-M) (added to |x|'s bits
+  // before the shift, exact since it is a multiple of 2^(7-M)). A step is then, per 32 values
+  // on 16-bit lanes: |x|, the bias, the shift, one vpermt2b (x's low byte indexes the table by
+  // its 7 mantissa bits; byte zero-masking clears the high byte), an add, the clamp to
+  // [0, max code] (the ref saturates: an infinity, or a quotient past the largest code), the
+  // sign bit from x: ~29 vector uops per 64 values against ~39 on the fp32 window steps.
+  // Lanes the formula does not cover send the 64-value step to the generic path: a NaN, and a
+  // nonzero exponent whose code falls below 2^M (an fp8-subnormal or zero code: its rounding
+  // depends on e). Zero and denormal x (e = 0) give code 0 (signed), exactly the ref's since the
+  // scale is at least 2^-60 (|x / s| < 2^-66). The table serves scales in [2^-60, 2^60] that
+  // are not powers of two (those keep the 16-bit power-of-two steps or the exact steps, with
+  // no fallback on the fp8 subnormal range); other scales, NaN and negative ones included,
+  // clear the table's flag and take the other steps.
+  static constexpr int kQuantiseTableBytes = 256;  // T[0..63], T[64..127], bias words, flag
+  static constexpr int kTableHigh = 64, kTableBias = 128, kTableFlag = 192;
+
+  // Builds the table of the broadcast scale `scale` for `format` at [rsp + offset] (stack the
+  // caller reserved: reserve_quantise_tables) and registers it for `scale`'s register:
+  // quantise_span of bf16 values with that scale register uses it while rsp is unchanged.
+  // Uses zmm0..2, zmm13..15 and eax.
+  void build_quantise_table(const Xmm& scale, DType format, int offset) {
+    using Xbyak::Zmm;
+    const QuantiseTableFormat f = table_format(format);
+    const Zmm m(0), q(1), t(2), tmin(15), sc(scale.getIdx());
+    std::array<uint32_t, 16> iota{};
+    for (uint32_t i = 0; i < 16; ++i) iota[i] = i;
+    // T'(m) of the 16 mantissas 16v .. 16v + 15 into q.
+    auto table_entries = [&](int v) {
+      vmovdqu32(m, cst_table(iota));
+      if (v > 0) vpaddd(m, m, cst_bits(uint32_t(16 * v)));
+      vpord(q, m, cst_bits(0x3F80));
+      vpslld(q, q, 16);
+      vdivps(q, q, sc);  // RN32(x_m / s), the ref's quotient
+      vpsrld(t, q, uint8_t(f.dropped));
+      vpandd(t, t, cst_bits(1));
+      vpaddd(q, q, t);
+      vpaddd(q, q, cst_bits((1u << (f.dropped - 1)) - 1));
+      vpsrld(q, q, uint8_t(f.dropped));
+      vpsrld(t, m, uint8_t(7 - f.mantissa));
+      vpsubd(q, q, t);
+      vpsubd(q, q, cst_bits(uint32_t(f.code_offset + 127 * (1 << f.mantissa))));
+    };
+    for (int v = 0; v < 8; ++v) {
+      table_entries(v);
+      if (v == 0) {
+        vmovdqa32(tmin, q);
+      } else {
+        vpminsd(tmin, tmin, q);
+      }
+    }
+    vshufi32x4(t, tmin, tmin, 0x4E);
+    vpminsd(tmin, tmin, t);
+    vshufi32x4(t, tmin, tmin, 0xB1);
+    vpminsd(tmin, tmin, t);
+    vpshufd(t, tmin, 0x4E);
+    vpminsd(tmin, tmin, t);
+    vpshufd(t, tmin, 0xB1);
+    vpminsd(tmin, tmin, t);  // Tmin in every dword
+    for (int v = 0; v < 8; ++v) {
+      table_entries(v);
+      vpsubd(q, q, tmin);
+      vpmovdb(ptr[rsp + offset + 16 * v], q);
+    }
+    vpslld(tmin, tmin, uint8_t(7 - f.mantissa));
+    vpmovdw(ptr[rsp + offset + kTableBias], tmin);
+    vpmovdw(ptr[rsp + offset + kTableBias + 32], tmin);
+    // The flag: a scale in [2^-60, 2^60] (positive, normal) that is not a power of two.
+    Label l_no_table, l_flag_done;
+    vmovd(eax, Xbyak::Xmm(scale.getIdx()));
+    test(eax, 0x007FFFFF);
+    jz(l_no_table, T_NEAR);
+    sub(eax, std::bit_cast<uint32_t>(0x1p-60f));
+    cmp(eax, std::bit_cast<uint32_t>(0x1p60f) - std::bit_cast<uint32_t>(0x1p-60f));
+    ja(l_no_table, T_NEAR);  // unsigned: below 2^-60 wraps, negative and NaN are above
+    mov(dword[rsp + offset + kTableFlag], 1);
+    jmp(l_flag_done, T_NEAR);
+    L(l_no_table);
+    mov(dword[rsp + offset + kTableFlag], 0);
+    L(l_flag_done);
+    quantise_tables_[scale.getIdx()] = offset;
+  }
+
+  // For bf16 input at the AMX level (AVX512_VBMI): reserves kQuantiseTableBytes of stack per
+  // register of `scales` (loaded, broadcast) at [rsp + above + 256·i] after the reservation,
+  // `above` being the bytes the kernel keeps at [rsp] (at least the staging buffer), and builds
+  // their tables; release_quantise_tables() before the epilogue. rsp must not move in between.
+  void reserve_quantise_tables(DType dtype, DType format, std::initializer_list<Xmm> scales,
+                               int above = kStageBytes) {
+    if (dtype != DType::kBF16 || !has_vbmi()) return;
+    quantise_table_bytes_ = int(scales.size()) * kQuantiseTableBytes;
+    sub(rsp, quantise_table_bytes_);
+    int offset = above;
+    for (const Xmm& scale : scales) {
+      build_quantise_table(scale, format, offset);
+      offset += kQuantiseTableBytes;
+    }
+  }
+
+  // Releases reserve_quantise_tables' stack (nothing when it reserved none).
+  void release_quantise_tables() {
+    if (quantise_table_bytes_ == 0) return;
+    add(rsp, quantise_table_bytes_);
+    quantise_table_bytes_ = 0;
+    quantise_tables_.clear();
+  }
+
+  // 64 codes of the bf16 values at [src + src_off] to [dst + dst_off] through the table at
+  // [rsp + table] (see above). Uses zmm0..3, zmm13, zmm14, zmm16..20, rax, k1, k3..k5 and the
+  // generic path's registers.
+  void quantise_table_unit(const Reg64& dst, const Reg64& src, int dst_off, int src_off,
+                           DType format, int table, const Xmm& scale, const Xmm& recip,
+                           bool streaming) {
+    using Xbyak::Zmm;
+    constexpr uint8_t kLt = 1, kLe = 2, kNle = 6, kBitSelect = 0xD8;  // vpternlogd: c ? b : a
+    const auto words = [](uint32_t w) { return (w & 0xFFFF) * 0x00010001u; };
+    const QuantiseTableFormat f = table_format(format);
+    const Zmm packed(kFastPacked);
+    Label l_generic, l_done;
+    mov(rax, 0x5555555555555555);  // the low byte of every word
+    kmovq(k1, rax);
+    for (int h = 0; h < 2; ++h) {
+      const Zmm x(16 + h), a(h), c(2 + h), lookup(18 + h), sign(13 + h);
+      vmovdqu16(x, ptr[src + src_off + 64 * h]);
+      vpandd(a, x, cst_bits(words(0x7FFF)));
+      vpcmpuw(h == 0 ? k3 : k3 | k3, a, cst_bits(words(0x7F80)), kLe);  // not NaN
+      vpcmpuw(k4, a, cst_bits(words(0x007F)), kNle);                    // e > 0
+      vpaddw(c, a, ptr[rsp + table + kTableBias]);
+      vpsraw(c, c, uint8_t(7 - f.mantissa));
+      vmovdqu8(lookup, ptr[rsp + table]);
+      vpermt2b(lookup | k1 | T_z, x, ptr[rsp + table + kTableHigh]);
+      vpaddw(c, c, lookup);
+      vpcmpw(k5 | k4, c, cst_bits(words(1u << f.mantissa)), kLt);  // an fp8-subnormal code
+      kandnd(k3, k5, k3);
+      vpmaxsw(c, c, cst_bits(0));
+      vpminsw(c, c, cst_bits(words(f.max_code)));
+      vpsrlw(sign, x, 8);
+      vpternlogd(c, sign, cst_bits(words(0x80)), kBitSelect);
+    }
+    std::array<uint32_t, 16> low_bytes{};
+    for (uint32_t i = 0; i < 64; ++i) low_bytes[i / 4] |= (2 * i) << (8 * (i % 4));
+    vmovdqu32(packed, cst_table(low_bytes));
+    vpermi2b(packed, Zmm(2), Zmm(3));
+    kortestd(k3, k3);
+    jnc(l_generic, T_NEAR);  // CF = 0: a lane the table does not cover
+    store_fast_packed(dst, dst_off, streaming);
+    jmp(l_done, T_NEAR);
+    L(l_generic);
+    quantise_generic_unit(dst, src, dst_off, src_off, DType::kBF16, format, scale, recip);
+    L(l_done);
+  }
+
+  // The constants of the table steps per fp8 format.
+  struct QuantiseTableFormat {
+    int mantissa;     // M
+    int dropped;      // 23 - M: fp32 mantissa bits below the code's
+    int code_offset;  // 2^M·R: c(q) = RNE(bits(q) >> dropped) - code_offset
+    uint32_t max_code;
+  };
+  static QuantiseTableFormat table_format(DType format) {
+    return format == DType::kFp8E5m2 ? QuantiseTableFormat{2, 21, 112 * 4, 0x7B}
+                                     : QuantiseTableFormat{3, 20, 120 * 8, 0x7E};
+  }
+
+  // Scale register -> rsp offset of its table (build_quantise_table).
+  std::map<int, int> quantise_tables_;
+  int quantise_table_bytes_ = 0;
+
   // The quantising loops are compute-bound (tens of uops per 64-byte line they read), so the
   // out-of-order window holds too few of their loads to keep enough lines in flight, and the
   // hardware prefetcher alone leaves them exposed: each loop iteration asks for the source
@@ -699,10 +879,15 @@ class CacheGenerator : public Generator {
     if (fast_quantise(dtype) && elements >= kFastUnit) {
       const int64_t units = elements / kFastUnit;
       constexpr int64_t kMaxFastUnrolled = 1;  // code size: each step carries its fallback
-      enum class Steps { kWindow, kExact, kExactProducts, kPow2 };
+      enum class Steps { kWindow, kExact, kExactProducts, kPow2, kTable };
+      const auto table = quantise_tables_.find(scale.getIdx());
+      const bool has_table = dtype == DType::kBF16 && table != quantise_tables_.end();
       auto unit = [&](Steps steps, int dst_off, int src_off) {
         if (steps == Steps::kPow2) {
           quantise_pow2_unit(dst, src, dst_off, src_off, dtype, format, scale, recip, streaming);
+        } else if (steps == Steps::kTable) {
+          quantise_table_unit(dst, src, dst_off, src_off, format, table->second, scale, recip,
+                              streaming);
         } else {
           quantise_fast_unit(dst, src, dst_off, src_off, dtype, format, scale, recip, streaming,
                              steps != Steps::kWindow, steps == Steps::kExactProducts);
@@ -734,6 +919,14 @@ class CacheGenerator : public Generator {
         fast(Steps::kPow2);
         jmp(l_fast_done, T_NEAR);
         L(l_not_pow2);
+      }
+      if (has_table) {
+        Label l_no_table;
+        cmp(dword[rsp + table->second + kTableFlag], 0);
+        je(l_no_table, T_NEAR);
+        fast(Steps::kTable);
+        jmp(l_fast_done, T_NEAR);
+        L(l_no_table);
       }
       // The exact steps serve every scale for which x·r is the ref's quotient RN(x/s) for
       // every input x (see exact_products_bound()): mu = r·s - 1 fused (one rounding) is zero

@@ -56,11 +56,13 @@ class FlashWriteGenerator : public CacheGenerator {
     prologue();
     load_scales();
     with_streaming_stores(row_bytes(), [&] { token_loop(p_.block_size, [&] { write_token(); }); });
+    release_quantise_tables();
     epilogue();
   }
 
  protected:
-  // Per-tensor fp8 scales into their registers (rdi: the args).
+  // Per-tensor fp8 scales into their registers (rdi: the args), and their mantissa tables
+  // (reserve_quantise_tables; released before the epilogue).
   void load_scales() {
     if (fp8_ && !p_.per_head_scale) {
       mov(rax, ptr[rdi + offsetof(CacheWriteCallArgs, k_scale)]);
@@ -69,6 +71,7 @@ class FlashWriteGenerator : public CacheGenerator {
       vbroadcastss(vmm(v_scale_), ptr[rax]);
       scale_reciprocal(recip_of(vmm(k_scale_)), vmm(k_scale_));
       scale_reciprocal(recip_of(vmm(v_scale_)), vmm(v_scale_));
+      reserve_quantise_tables(p_.dtype, format_, {vmm(k_scale_), vmm(v_scale_)});
     }
   }
 
@@ -160,6 +163,7 @@ class RopeFlashGenerator : public FlashWriteGenerator {
           q_.block_size, [&] { write_token(); }, offsetof(CacheWriteCallArgs, slots),
           [&](const Label& l_skip) { rotate_token(l_skip); });
     });
+    release_quantise_tables();
     epilogue();
   }
 
@@ -477,8 +481,10 @@ class MlaWriteGenerator : public CacheGenerator {
       mov(rax, ptr[rdi + offsetof(CacheWriteCallArgs, k_scale)]);
       vbroadcastss(vmm(kKScale), ptr[rax]);
       scale_reciprocal(vmm(kKRecip), vmm(kKScale));
+      reserve_quantise_tables(p_.dtype, format_, {vmm(kKScale)});
     }
     with_streaming_stores((p_.kv_lora_rank + p_.pe_dim) * csize_, [&] { write_tokens(); });
+    release_quantise_tables();
     epilogue();
   }
 
@@ -603,6 +609,7 @@ class ConvertFp8Generator : public CacheGenerator {
     vbroadcastss(vmm(kKScale), ptr[rdi + offsetof(ConvertFp8CallArgs, scale)]);
     if (quantise_) scale_reciprocal(vmm(kKRecip), vmm(kKScale));
     if (table_) build_dequant_table(DType::kFp8E4m3, p_.dst, vmm(kKScale));
+    if (quantise_) reserve_quantise_tables(p_.src, DType::kFp8E4m3, {vmm(kKScale)});
     mov(reg_args_, rdi);
     // A large call (a whole cache converted) streams its output past the caches (the quantiser
     // and the table dequantiser have streaming steps).
@@ -611,6 +618,7 @@ class ConvertFp8Generator : public CacheGenerator {
     } else {
       row_loop();
     }
+    release_quantise_tables();
     epilogue();
   }
 

@@ -124,12 +124,14 @@ class MlaRopeFusedGenerator : public CacheGenerator {
       mov(rax, ptr[rdi + offsetof(MlaRopeCallArgs, scale)]);
       vbroadcastss(vmm(kScale), ptr[rax]);
       scale_reciprocal(vmm(kRecip), vmm(kScale));
+      reserve_quantise_tables(p_.dtype, format_, {vmm(kScale)});
     }
     with_streaming_stores((p_.kv_lora_rank + p_.rot_dim) * csize_, [&] {
       token_loop(
           p_.block_size, [&] { write_token(); }, offsetof(MlaRopeCallArgs, slots),
           [&](const Label&) { rotate_queries(); });
     });
+    release_quantise_tables();
     epilogue();
   }
 

@@ -418,14 +418,14 @@ TEST_P(X86AttentionTest, Fp8KvCacheAnyHeadSize) {
 // shorter than one 64-value step); the case's scales, then each class of the quantiser's steps:
 // powers of two (1.0, 2^-7: the 16-bit lanes for bf16), short reciprocals (0.02) and full-width
 // ones (3.1 / 448).
-TEST_P(X86AttentionTest, Fp8CacheWriteBitExact) {
+void check_fp8_cache_write_bit_exact(X86Isa isa) {
   for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
     for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
       for (int64_t head : {1, 7, 32, 57, 64, 100, 256}) {
         const OpSpec spec =
             OpSpec::make(OpKind::kCpuAttnReshapeAndCache,
                          ir::CpuAttnCacheWriteParams{CpuAttnIsa::kVec, dtype, 2, head, 32, kv});
-        const Kernel kernel = compile_x86(spec, GetParam());
+        const Kernel kernel = compile_x86(spec, isa);
         for (InputKind kind : test::input_kinds_for(spec.op)) {
           for (double scale : {0.0, 1.0, 0x1p-7, 0.02, 3.1 / 448}) {  // 0: the case's own
             auto c = test::make_case(spec, 37, kind, 9);
@@ -433,7 +433,7 @@ TEST_P(X86AttentionTest, Fp8CacheWriteBitExact) {
             if (scale != 0.0) c->scalars = {scale, scale * 2};
             const auto report = check_against_ref(kernel, c.value());
             EXPECT_TRUE(report.ok)
-                << to_string(spec) << " isa=" << x86_isa_name(GetParam())
+                << to_string(spec) << " isa=" << x86_isa_name(isa)
                 << " inputs=" << test::input_kind_name(kind) << " scale=" << scale << "\n"
                 << report.message;
           }
@@ -441,6 +441,20 @@ TEST_P(X86AttentionTest, Fp8CacheWriteBitExact) {
       }
     }
   }
+}
+
+TEST_P(X86AttentionTest, Fp8CacheWriteBitExact) {
+  check_fp8_cache_write_bit_exact(GetParam());
+}
+
+// The same at the AMX level, where bf16 rows at scales that are not powers of two take the
+// quantiser's mantissa table (AVX512_VBMI) and powers of two its 16-bit steps (AVX512_FP16).
+TEST(X86AttentionAmxLevel, Fp8CacheWriteBitExact) {
+  if (detect_host_x86_isa() < X86Isa::kAmx) {
+    GTEST_SKIP() << "host CPU is below the amx level (AVX512_VBMI, AVX512_FP16, AMX): its cache "
+                    "write steps are not run here";
+  }
+  check_fp8_cache_write_bit_exact(X86Isa::kAmx);
 }
 
 // NaN codes in every slot past a request's seq_len: never read (as for the bf16 caches).

@@ -417,6 +417,38 @@ TEST_P(X86CacheIsaTest, CacheWritesReciprocalIsBitExactForEveryBf16) {
                                 [](int64_t i, int tensor) { return 0.1 * double(i + tensor); });
 }
 
+// Scales that are not powers of two take the mantissa table for bf16 at the AMX level
+// (CacheGenerator::build_quantise_table) when they lie in [2^-60, 2^60]: every bf16 value at
+// calibrated-like scales, at both ends of the range and where a table would be wrong, at a negative
+// scale (no table), through convert_fp8 and through the flash, paged and rope-free cache
+// writers (K and V scales from the list in pairs, e4m3 and e5m2). The table's lookup is in the
+// code exactly at the AMX level.
+TEST_P(X86CacheIsaTest, MantissaTableScalesAreBitExactForEveryBf16) {
+  const X86Isa isa = GetParam();
+  // 0x1.8p-120: a denormal x over it is no longer code 0; 0x1.8p126: x_m / s is no longer
+  // a normal fp32. Both are outside the table's range and must not take it.
+  const double scales[] = {3.1 / 448,  0.0213,    1.7,  0x1.8p-60,    0x1.8p60,
+                           0x1.8p-120, 0x1.8p126, -0.3, 0x1.fffffep-1};
+  const Kernel kernel =
+      check_convert_every_16bit_input(isa, DType::kBF16,
+                                      {scales[0], scales[1], scales[2], scales[3], scales[4],
+                                       scales[5], scales[6], scales[7], scales[8]},
+                                      45);
+  auto text = kernel.disassembly();
+  ASSERT_TRUE(text.is_ok()) << text.status().to_string();
+  EXPECT_EQ(text.value().find("vpermt2b") != std::string::npos, isa >= X86Isa::kAmx)
+      << "isa=" << x86_isa_name(isa);
+  for (size_t k = 0; k < std::size(scales); ++k) {
+    const double k_scale = scales[k], v_scale = scales[(k + 4) % std::size(scales)];
+    check_cache_writes_every_bf16(
+        isa, "k_scale=" + std::to_string(k_scale) + " v_scale=" + std::to_string(v_scale),
+        [&](int64_t i, int tensor) {
+          const double s = tensor == 5 ? k_scale : v_scale;
+          return i == 0 ? s : s * (1.0 + 0.01 * double(i));  // per-head scales vary
+        });
+  }
+}
+
 // reshape_and_cache's whole-block path (16 rows with the consecutive slots of one block take
 // a gather of the value rows): prefill slot mappings with full and partial blocks, blocks with a
 // padding slot, a swapped pair or a shifted start inside (those take the per-token path), for

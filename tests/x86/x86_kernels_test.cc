@@ -202,7 +202,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-44", 0xc23fd3490b3804c8ull};
+constexpr PinnedCode kAllExampleCode{"x86-45", 0x8fe822ce8c027fdaull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -713,6 +713,16 @@ class CacheGenerator : public Generator {
     using Xbyak::Zmm;
     const QuantiseTableFormat f = table_format(format);
     const Zmm m(0), q(1), t(2), tmin(15), sc(scale.getIdx());
+    // The flag: a scale in [2^-60, 2^60] (positive, normal) that is not a power of two; no
+    // table is built for the others (a decode call would pay ~0.1 us for it).
+    Label l_no_table, l_done;
+    vmovd(eax, Xbyak::Xmm(scale.getIdx()));
+    test(eax, 0x007FFFFF);
+    jz(l_no_table, T_NEAR);
+    sub(eax, std::bit_cast<uint32_t>(0x1p-60f));
+    cmp(eax, std::bit_cast<uint32_t>(0x1p60f) - std::bit_cast<uint32_t>(0x1p-60f));
+    ja(l_no_table, T_NEAR);  // unsigned: below 2^-60 wraps, negative and NaN are above
+    mov(dword[rsp + offset + kTableFlag], 1);
     std::array<uint32_t, 16> iota{};
     for (uint32_t i = 0; i < 16; ++i) iota[i] = i;
     // T'(m) of the 16 mantissas 16v .. 16v + 15 into q.
@@ -755,19 +765,10 @@ class CacheGenerator : public Generator {
     vpslld(tmin, tmin, uint8_t(7 - f.mantissa));
     vpmovdw(ptr[rsp + offset + kTableBias], tmin);
     vpmovdw(ptr[rsp + offset + kTableBias + 32], tmin);
-    // The flag: a scale in [2^-60, 2^60] (positive, normal) that is not a power of two.
-    Label l_no_table, l_flag_done;
-    vmovd(eax, Xbyak::Xmm(scale.getIdx()));
-    test(eax, 0x007FFFFF);
-    jz(l_no_table, T_NEAR);
-    sub(eax, std::bit_cast<uint32_t>(0x1p-60f));
-    cmp(eax, std::bit_cast<uint32_t>(0x1p60f) - std::bit_cast<uint32_t>(0x1p-60f));
-    ja(l_no_table, T_NEAR);  // unsigned: below 2^-60 wraps, negative and NaN are above
-    mov(dword[rsp + offset + kTableFlag], 1);
-    jmp(l_flag_done, T_NEAR);
+    jmp(l_done, T_NEAR);
     L(l_no_table);
     mov(dword[rsp + offset + kTableFlag], 0);
-    L(l_flag_done);
+    L(l_done);
     quantise_tables_[scale.getIdx()] = offset;
   }
 

@@ -202,7 +202,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-45", 0x8fe822ce8c027fdaull};
+constexpr PinnedCode kAllExampleCode{"x86-46", 0x5fedbe5e035e83f7ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -639,8 +639,7 @@ class CacheGenerator : public Generator {
     constexpr uint8_t kLt = 1, kLe = 2, kBitSelect = 0xD8;  // vpternlogd: c ? b : a
     const auto words = [](uint32_t w) { return (w & 0xFFFF) * 0x00010001u; };
     const Pow2Format f = pow2_format(dtype, format).value();
-    const Zmm bias(kPow2Bias), packed(kFastPacked);
-    Label l_generic, l_done;
+    const Zmm bias(kPow2Bias);
     for (int h = 0; h < 2; ++h) {
       const Zmm x(16 + h), a(h), s(2 + h), code(18 + h);
       vmovdqu16(x, ptr[src + src_off + 64 * h]);
@@ -664,13 +663,25 @@ class CacheGenerator : public Generator {
       vpsrlw(s, x, 8);
       vpternlogd(code, s, cst_bits(words(0x80)), kBitSelect);
     }
-    // The low byte of each word, in order.
+    // k3 clear: a NaN lane.
+    store_word_codes(Zmm(18), Zmm(19), dst, src, dst_off, src_off, dtype, format, scale, recip,
+                     streaming);
+  }
+
+  // The end of the 16-bit steps: the low bytes of the code words in `lo` (values 0..31) and
+  // `hi` (32..63) packed in order into zmm20 and stored when every lane of k3 is set, else the
+  // 64 values at [src + src_off] through the generic path.
+  void store_word_codes(const Xbyak::Zmm& lo, const Xbyak::Zmm& hi, const Reg64& dst,
+                        const Reg64& src, int dst_off, int src_off, DType dtype, DType format,
+                        const Xmm& scale, const Xmm& recip, bool streaming) {
+    const Xbyak::Zmm packed(kFastPacked);
+    Label l_generic, l_done;
     std::array<uint32_t, 16> low_bytes{};
     for (uint32_t i = 0; i < 64; ++i) low_bytes[i / 4] |= (2 * i) << (8 * (i % 4));
     vmovdqu32(packed, cst_table(low_bytes));
-    vpermi2b(packed, Zmm(18), Zmm(19));
+    vpermi2b(packed, lo, hi);
     kortestd(k3, k3);
-    jnc(l_generic, T_NEAR);  // CF = 0: a NaN lane
+    jnc(l_generic, T_NEAR);  // CF = 0: a lane the steps do not cover
     store_fast_packed(dst, dst_off, streaming);
     jmp(l_done, T_NEAR);
     L(l_generic);
@@ -806,8 +817,6 @@ class CacheGenerator : public Generator {
     constexpr uint8_t kLt = 1, kLe = 2, kNle = 6, kBitSelect = 0xD8;  // vpternlogd: c ? b : a
     const auto words = [](uint32_t w) { return (w & 0xFFFF) * 0x00010001u; };
     const QuantiseTableFormat f = table_format(format);
-    const Zmm packed(kFastPacked);
-    Label l_generic, l_done;
     mov(rax, 0x5555555555555555);  // the low byte of every word
     kmovq(k1, rax);
     for (int h = 0; h < 2; ++h) {
@@ -828,17 +837,9 @@ class CacheGenerator : public Generator {
       vpsrlw(sign, x, 8);
       vpternlogd(c, sign, cst_bits(words(0x80)), kBitSelect);
     }
-    std::array<uint32_t, 16> low_bytes{};
-    for (uint32_t i = 0; i < 64; ++i) low_bytes[i / 4] |= (2 * i) << (8 * (i % 4));
-    vmovdqu32(packed, cst_table(low_bytes));
-    vpermi2b(packed, Zmm(2), Zmm(3));
-    kortestd(k3, k3);
-    jnc(l_generic, T_NEAR);  // CF = 0: a lane the table does not cover
-    store_fast_packed(dst, dst_off, streaming);
-    jmp(l_done, T_NEAR);
-    L(l_generic);
-    quantise_generic_unit(dst, src, dst_off, src_off, DType::kBF16, format, scale, recip);
-    L(l_done);
+    // k3 clear: a lane the table does not cover.
+    store_word_codes(Zmm(2), Zmm(3), dst, src, dst_off, src_off, DType::kBF16, format, scale, recip,
+                     streaming);
   }
 
   // The constants of the table steps per fp8 format.

@@ -700,19 +700,20 @@ class CacheGenerator : public Generator {
   //   c = h + T'(m),   T'(m) = c(RN32(x_m / s)) - 2^M·127 - (m >> (7 - M)),
   // a function of the 7 mantissa bits alone for a given scale. build_quantise_table computes
   // T' with the ref's own division for the 128 mantissas once per call and stores
-  // T(m) = T'(m) - Tmin (0 .. 2^M·2 + 7: bytes) and the bias Tmin·2^(7-M) (added to |x|'s bits
-  // before the shift, exact since it is a multiple of 2^(7-M)). A step is then, per 32 values
-  // on 16-bit lanes: |x|, the bias, the shift, one vpermt2b (x's low byte indexes the table by
-  // its 7 mantissa bits; byte zero-masking clears the high byte), an add, the clamp to
-  // [0, max code] (the ref saturates: an infinity, or a quotient past the largest code), the
-  // sign bit from x: ~29 vector uops per 64 values against ~39 on the fp32 window steps.
-  // Lanes the formula does not cover send the 64-value step to the generic path: a NaN, and a
-  // nonzero exponent whose code falls below 2^M (an fp8-subnormal or zero code: its rounding
-  // depends on e). Zero and denormal x (e = 0) give code 0 (signed), exactly the ref's since the
-  // scale is at least 2^-60 (|x / s| < 2^-66). The table serves scales in [2^-60, 2^60] that
-  // are not powers of two (those keep the 16-bit power-of-two steps or the exact steps, with
-  // no fallback on the fp8 subnormal range); other scales, NaN and negative ones included,
-  // clear the table's flag and take the other steps.
+  // T(m) = T'(m) - Tmin (at most 2^(M+1): q spans less than a binade over m) as bytes and the
+  // bias Tmin·2^(7-M) as words (added to |x|'s bits before the shift, exact since it is a
+  // multiple of 2^(7-M); for scales in [2^-60, 2^60] it lies in about [-23200, -6500], so the sum
+  // stays a signed 16-bit number, and the arithmetic shift keeps its sign). A step is, per 32
+  // values on 16-bit lanes: |x|, the bias, the shift, one vpermt2b (x's low byte indexes the table
+  // by its 7 mantissa bits; byte zero-masking clears the high byte), an add, the clamp to [0, max
+  // code] (the ref saturates: an infinity, or a quotient past the largest code), the sign bit from
+  // x: ~29 vector uops per 64 values against ~39 on the fp32 window steps. Lanes the formula does
+  // not cover send the 64-value step to the generic path: a NaN, and a nonzero exponent whose code
+  // falls below 2^M (an fp8-subnormal or zero code: its rounding depends on e). Zero and denormal x
+  // (e = 0) give code 0 (signed), exactly the ref's since the scale is at least 2^-60 (|x / s| <
+  // 2^-66). The table serves scales in [2^-60, 2^60] that are not powers of two (those keep the
+  // 16-bit power-of-two steps or the exact steps, with no fallback on the fp8 subnormal range);
+  // other scales, NaN and negative ones included, clear the table's flag and take the other steps.
   static constexpr int kQuantiseTableBytes = 256;  // T[0..63], T[64..127], bias words, flag
   static constexpr int kTableHigh = 64, kTableBias = 128, kTableFlag = 192;
 

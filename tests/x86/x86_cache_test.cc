@@ -452,37 +452,44 @@ TEST_P(X86CacheIsaTest, MantissaTableScalesAreBitExactForEveryBf16) {
 // reshape_and_cache's whole-block path (16 rows with the consecutive slots of one block take
 // a gather of the value rows): prefill slot mappings with full and partial blocks, blocks with a
 // padding slot, a swapped pair or a shifted start inside (those take the per-token path), for
-// 2- and 4-byte types and several head sizes, single- and multi-threaded.
+// 2- and 4-byte types and several head sizes, single- and multi-threaded; and the same slot
+// mappings into fp8 caches (e4m3, e5m2: the per-token path), normal and adversarial values.
 TEST_P(X86CacheIsaTest, PagedWholeBlocksMatchRef) {
   const X86Isa isa = GetParam();
   const Config parallel = Config().set("threads", 2).set("min_parallel_kib", 0);
-  for (DType dtype : kDtypes) {
-    for (int64_t d : {8, 24, 64, 80, 128}) {  // multiples of x (16 bytes)
-      const OpSpec spec = paged_spec(dtype, KvCacheDtype::kAuto, 3, d, 16);
-      for (const Config& config : {Config(), parallel}) {
-        const Kernel kernel = compile_x86(spec, isa, config);
-        const int64_t tokens = 16 * 6 + 5;
-        auto c = test::make_case(spec, tokens, InputKind::kNormal, uint64_t(d) * 7 + 1);
-        ASSERT_TRUE(c.is_ok());
-        const int64_t blocks = c->tensors[2].sizes()[0];
-        ASSERT_GE(blocks, 8) << "the case's cache is too small for this test";
-        // block of token group g (distinct, in reverse order)
-        auto block_of = [&](int64_t g) { return blocks - 1 - g; };
-        for (int64_t t = 0; t < tokens; ++t) {
-          c->tensors[4].set(t, double(block_of(t / 16) * 16 + t % 16));
+  for (KvCacheDtype kv : kKvModes) {
+    for (DType dtype : kDtypes) {
+      for (int64_t d : {8, 24, 64, 80, 128}) {                   // multiples of x (16 bytes)
+        if (kv != KvCacheDtype::kAuto && d % 16 != 0) continue;  // fp8: x = 16 elements
+        const OpSpec spec = paged_spec(dtype, kv, 3, d, 16);
+        for (const Config& config : {Config(), parallel}) {
+          const Kernel kernel = compile_x86(spec, isa, config);
+          const int64_t tokens = 16 * 6 + 5;
+          for (InputKind kind : {InputKind::kNormal, InputKind::kAdversarial}) {
+            auto c = test::make_case(spec, tokens, kind, uint64_t(d) * 7 + 1);
+            ASSERT_TRUE(c.is_ok());
+            const int64_t blocks = c->tensors[2].sizes()[0];
+            ASSERT_GE(blocks, 8) << "the case's cache is too small for this test";
+            // block of token group g (distinct, in reverse order)
+            auto block_of = [&](int64_t g) { return blocks - 1 - g; };
+            for (int64_t t = 0; t < tokens; ++t) {
+              c->tensors[4].set(t, double(block_of(t / 16) * 16 + t % 16));
+            }
+            c->tensors[4].set(16 + 7, -1.0);  // group 1: a padding row inside
+            const double a = c->tensors[4].get(32 + 3), b = c->tensors[4].get(32 + 4);
+            c->tensors[4].set(32 + 3, b);  // group 2: two rows swapped
+            c->tensors[4].set(32 + 4, a);
+            for (int64_t i = 0; i < 16; ++i) {  // group 3: slots 8..23 of two blocks
+              const int64_t slot = block_of(3) * 16 + 8 + i;
+              c->tensors[4].set(48 + i, double(i < 8 ? slot : block_of(7) * 16 + i - 8));
+            }
+            const auto report = check_against_ref(kernel, c.value());
+            EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa)
+                                   << (config.get("threads", 0) == 2 ? " 2 threads" : "")
+                                   << " inputs=" << test::input_kind_name(kind) << "\n"
+                                   << report.message;
+          }
         }
-        c->tensors[4].set(16 + 7, -1.0);  // group 1: a padding row inside
-        const double a = c->tensors[4].get(32 + 3), b = c->tensors[4].get(32 + 4);
-        c->tensors[4].set(32 + 3, b);  // group 2: two rows swapped
-        c->tensors[4].set(32 + 4, a);
-        for (int64_t i = 0; i < 16; ++i) {  // group 3: slots 8..23 of two blocks
-          const int64_t slot = block_of(3) * 16 + 8 + i;
-          c->tensors[4].set(48 + i, double(i < 8 ? slot : block_of(7) * 16 + i - 8));
-        }
-        const auto report = check_against_ref(kernel, c.value());
-        EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa)
-                               << (config.get("threads", 0) == 2 ? " 2 threads" : "") << "\n"
-                               << report.message;
       }
     }
   }

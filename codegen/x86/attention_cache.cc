@@ -73,7 +73,7 @@ class CacheWriteGenerator : public CacheGenerator {
       vbroadcastss(vmm(kVScale), ptr[ARG(v_scale)]);
       scale_reciprocal(vmm(kVRecip), vmm(kVScale));
       reserve_quantise_tables(p_.dtype, fp8_format(p_.kv), {vmm(kKScale), vmm(kVScale)},
-                              int(stage));
+                              rows_times(p_.head_count_kv * p_.head_size), int(stage));
     }
     Label l_token, l_next, l_done, l_head, l_dim;
     L(l_token);

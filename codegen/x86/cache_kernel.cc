@@ -71,7 +71,8 @@ class FlashWriteGenerator : public CacheGenerator {
       vbroadcastss(vmm(v_scale_), ptr[rax]);
       scale_reciprocal(recip_of(vmm(k_scale_)), vmm(k_scale_));
       scale_reciprocal(recip_of(vmm(v_scale_)), vmm(v_scale_));
-      reserve_quantise_tables(p_.dtype, format_, {vmm(k_scale_), vmm(v_scale_)});
+      reserve_quantise_tables(p_.dtype, format_, {vmm(k_scale_), vmm(v_scale_)},
+                              rows_times(p_.head_count_kv * p_.head_size));
     }
   }
 
@@ -481,7 +482,8 @@ class MlaWriteGenerator : public CacheGenerator {
       mov(rax, ptr[rdi + offsetof(CacheWriteCallArgs, k_scale)]);
       vbroadcastss(vmm(kKScale), ptr[rax]);
       scale_reciprocal(vmm(kKRecip), vmm(kKScale));
-      reserve_quantise_tables(p_.dtype, format_, {vmm(kKScale)});
+      reserve_quantise_tables(p_.dtype, format_, {vmm(kKScale)},
+                              rows_times(p_.kv_lora_rank + p_.pe_dim));
     }
     with_streaming_stores((p_.kv_lora_rank + p_.pe_dim) * csize_, [&] { write_tokens(); });
     release_quantise_tables();
@@ -609,7 +611,10 @@ class ConvertFp8Generator : public CacheGenerator {
     vbroadcastss(vmm(kKScale), ptr[rdi + offsetof(ConvertFp8CallArgs, scale)]);
     if (quantise_) scale_reciprocal(vmm(kKRecip), vmm(kKScale));
     if (table_) build_dequant_table(DType::kFp8E4m3, p_.dst, vmm(kKScale));
-    if (quantise_) reserve_quantise_tables(p_.src, DType::kFp8E4m3, {vmm(kKScale)});
+    if (quantise_) {
+      reserve_quantise_tables(p_.src, DType::kFp8E4m3, {vmm(kKScale)},
+                              [&] { mov(rax, ptr[rdi + offsetof(ConvertFp8CallArgs, elements)]); });
+    }
     mov(reg_args_, rdi);
     // A large call (a whole cache converted) streams its output past the caches (the quantiser
     // and the table dequantiser have streaming steps).

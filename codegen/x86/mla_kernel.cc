@@ -124,7 +124,8 @@ class MlaRopeFusedGenerator : public CacheGenerator {
       mov(rax, ptr[rdi + offsetof(MlaRopeCallArgs, scale)]);
       vbroadcastss(vmm(kScale), ptr[rax]);
       scale_reciprocal(vmm(kRecip), vmm(kScale));
-      reserve_quantise_tables(p_.dtype, format_, {vmm(kScale)});
+      reserve_quantise_tables(p_.dtype, format_, {vmm(kScale)},
+                              rows_times(p_.kv_lora_rank + p_.rot_dim));
     }
     with_streaming_stores((p_.kv_lora_rank + p_.rot_dim) * csize_, [&] {
       token_loop(

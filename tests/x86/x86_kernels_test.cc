@@ -202,7 +202,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-46", 0x5fedbe5e035e83f7ull};
+constexpr PinnedCode kAllExampleCode{"x86-47", 0x4eaef0ee754bb2eaull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -133,6 +133,19 @@ TEST_P(X86MlaMergeIsaTest, RopeFlashMatchesRefOverTheGrid) {
   }
 }
 
+// Calls large enough (>= 4096 values per scale) for the quantiser's mantissa table (bf16 at a
+// scale that is not a power of two, the amx level): the fused writers, e4m3 and e5m2.
+TEST_P(X86MlaMergeIsaTest, FusedWritersLargeCallsMatchRef) {
+  const X86Isa isa = GetParam();
+  for (KvCacheDtype kv : {KvCacheDtype::kFp8E4m3, KvCacheDtype::kFp8E5m2}) {
+    EXPECT_TRUE(check_spec(rope_flash_spec(DType::kBF16, kv, 8, 2, 128, 128, ir::RopeStyle::kNeox,
+                                           16, ir::CacheLayout::kNhd, false),
+                           isa, 40));
+    EXPECT_TRUE(check_spec(rope_fused_spec(DType::kBF16, kv, 512, 64, 16, ir::RopeStyle::kGptj, 16),
+                           isa, 12));
+  }
+}
+
 TEST_P(X86MlaMergeIsaTest, RopeFlashBlockSizesAndTokenCounts) {
   const X86Isa isa = GetParam();
   for (int64_t bs : {1, 8, 32, 64, 128}) {

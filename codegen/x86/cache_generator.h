@@ -105,6 +105,16 @@ class CacheGenerator : public Generator {
   // 16-bit values per 512-bit vector.
   static constexpr int64_t kWordLanes = 32;
 
+  // The dword of two 16-bit lanes holding `w` (cst_bits of a word constant).
+  static constexpr uint32_t words(uint32_t w) { return (w & 0xFFFF) * 0x00010001u; }
+
+  // The 16-bit steps' sign: bit 7 of each code word from bit 15 of x's word. Clobbers tmp.
+  void copy_word_sign(const Xbyak::Zmm& code, const Xbyak::Zmm& x, const Xbyak::Zmm& tmp) {
+    constexpr uint8_t kBitSelect = 0xD8;  // vpternlogd: c ? b : a
+    vpsrlw(tmp, x, 8);
+    vpternlogd(code, tmp, cst_bits(words(0x80)), kBitSelect);
+  }
+
   // amax_span for bf16 / f16 (AVX-512, elements % 32 == 0) on the values' own 16-bit lanes:
   // 32 values per vector in 3 instructions instead of 8 (two widening loads, shifts, |x| and
   // vmaxps per 16). With M the format's infinity bits (bf16 0x7F80, f16 0x7C00) and
@@ -119,7 +129,6 @@ class CacheGenerator : public Generator {
   void amax_span_words(const Xmm& acc, const Reg64& src, int64_t elements, DType dtype) {
     const uint32_t inf_bits = dtype == DType::kBF16 ? 0x7F80 : 0x7C00;
     const uint32_t c = 0x7FFF - inf_bits, k = 0xFFFF - c;
-    auto words = [](uint32_t w) { return w << 16 | w; };
     const Xbyak::Zmm z_acc(acc.getIdx()), z_c(14);
     vmovdqu16(z_acc, cst_bits(words(k)));
     vmovdqu16(z_c, cst_bits(words(c)));
@@ -636,8 +645,7 @@ class CacheGenerator : public Generator {
   void quantise_pow2_unit(const Reg64& dst, const Reg64& src, int dst_off, int src_off, DType dtype,
                           DType format, const Xmm& scale, const Xmm& recip, bool streaming) {
     using Xbyak::Zmm;
-    constexpr uint8_t kLt = 1, kLe = 2, kBitSelect = 0xD8;  // vpternlogd: c ? b : a
-    const auto words = [](uint32_t w) { return (w & 0xFFFF) * 0x00010001u; };
+    constexpr uint8_t kLt = 1, kLe = 2;  // vpcmpuw predicates
     const Pow2Format f = pow2_format(dtype, format).value();
     const Zmm bias(kPow2Bias);
     for (int h = 0; h < 2; ++h) {
@@ -660,8 +668,7 @@ class CacheGenerator : public Generator {
       }
       vpcmpuw(k4, s, cst_bits(words(f.offset + (1u << f.exponent_lsb))), kLt);  // subnormal
       vpsubw(code | k4, a, cst_bits(words(f.magic)));
-      vpsrlw(s, x, 8);
-      vpternlogd(code, s, cst_bits(words(0x80)), kBitSelect);
+      copy_word_sign(code, x, s);
     }
     // k3 clear: a NaN lane.
     store_word_codes(Zmm(18), Zmm(19), dst, src, dst_off, src_off, dtype, format, scale, recip,
@@ -846,8 +853,7 @@ class CacheGenerator : public Generator {
                            DType format, int table, const Xmm& scale, const Xmm& recip,
                            bool streaming) {
     using Xbyak::Zmm;
-    constexpr uint8_t kLt = 1, kLe = 2, kNle = 6, kBitSelect = 0xD8;  // vpternlogd: c ? b : a
-    const auto words = [](uint32_t w) { return (w & 0xFFFF) * 0x00010001u; };
+    constexpr uint8_t kLt = 1, kLe = 2, kNle = 6;  // vpcmpuw / vpcmpw predicates
     const QuantiseTableFormat f = table_format(format);
     mov(rax, 0x5555555555555555);  // the low byte of every word
     kmovq(k1, rax);
@@ -866,8 +872,7 @@ class CacheGenerator : public Generator {
       kandnd(k3, k5, k3);
       vpmaxsw(c, c, cst_bits(0));
       vpminsw(c, c, cst_bits(words(f.max_code)));
-      vpsrlw(sign, x, 8);
-      vpternlogd(c, sign, cst_bits(words(0x80)), kBitSelect);
+      copy_word_sign(c, x, sign);
     }
     // k3 clear: a lane the table does not cover.
     store_word_codes(Zmm(2), Zmm(3), dst, src, dst_off, src_off, DType::kBF16, format, scale, recip,

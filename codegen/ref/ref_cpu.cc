@@ -99,22 +99,6 @@ double load_kv(ir::KvCacheDtype kv, DType dtype, const std::byte* base, int64_t 
   return double(v) * double(scale);
 }
 
-// ---- CPU attention: slab layouts (§3.3) ----------------------------------------------------
-
-// Flat index inside a (block, head) slab of token offset t, dim d (bs = block size, D = head
-// size). vec/vec16/neon: K transposed [D, bs], V natural [bs, D]. amx: K in groups of 16
-// tokens, [D/2][16 tokens][2 dims] inside (VNNI pairs along D); V in groups of 16 dims,
-// [bs/2][16 dims][2 tokens] inside (VNNI pairs along tokens).
-int64_t key_slab_index(CpuAttnIsa isa, int64_t t, int64_t d, int64_t bs, int64_t head_size) {
-  if (isa != CpuAttnIsa::kAmx) return d * bs + t;
-  return (t / 16) * 16 * head_size + (d / 2) * 32 + (t % 16) * 2 + (d % 2);
-}
-
-int64_t value_slab_index(CpuAttnIsa isa, int64_t t, int64_t d, int64_t bs, int64_t head_size) {
-  if (isa != CpuAttnIsa::kAmx) return t * head_size + d;
-  return (d / 16) * 16 * bs + (t / 2) * 32 + (d % 16) * 2 + (t % 2);
-}
-
 // MaxQHeadNumPerIteration of §3.2: query-head rows one micro-kernel pass serves.
 int64_t max_q_rows(CpuAttnIsa isa) {
   switch (isa) {
@@ -241,8 +225,8 @@ Status reshape_and_cache(const OpSpec& spec, const KernelArgs& args) {
       const std::byte* k_src = bytes(key) + (t * key.stride(0) + h * key.stride(1)) * esize;
       const std::byte* v_src = bytes(value) + (t * value.stride(0) + h * value.stride(1)) * esize;
       for (int64_t d = 0; d < p.head_size; ++d) {
-        const int64_t fk = key_slab_index(p.isa, offset, d, p.block_size, p.head_size);
-        const int64_t fv = value_slab_index(p.isa, offset, d, p.block_size, p.head_size);
+        const int64_t fk = cpu_attn_key_index(p.isa, offset, d, p.block_size, p.head_size);
+        const int64_t fv = cpu_attn_value_index(p.isa, offset, d, p.block_size, p.head_size);
         if (fp8) {
           const uint8_t kc = encode_fp8(p.kv, load(p.dtype, k_src, d), k_scale);
           const uint8_t vc = encode_fp8(p.kv, load(p.dtype, v_src, d), v_scale);
@@ -297,7 +281,7 @@ double logit(const AttentionCall& c, int64_t token, int64_t pos, int64_t h, int6
                                              int64_t(dtype_size(p.dtype));
   double dot = 0;
   for (int64_t d = 0; d < p.head_size; ++d) {
-    const int64_t f = key_slab_index(p.isa, j % p.block_size, d, p.block_size, p.head_size);
+    const int64_t f = cpu_attn_key_index(p.isa, j % p.block_size, d, p.block_size, p.head_size);
     dot += load(p.dtype, q, d) * load_kv(p.kv, p.dtype, bytes(*c.key_cache), slab + f, c.k_scale);
   }
   double s = double(c.scale) * dot;
@@ -326,11 +310,32 @@ SoftmaxState partial(const AttentionCall& c, int64_t token, int64_t pos, int64_t
     const int64_t block = c.block_row[j / p.block_size];
     const int64_t slab = block * c.value_cache->stride(0) + g * c.value_cache->stride(1);
     for (int64_t d = 0; d < p.head_size; ++d) {
-      const int64_t f = value_slab_index(p.isa, j % p.block_size, d, p.block_size, p.head_size);
+      const int64_t f = cpu_attn_value_index(p.isa, j % p.block_size, d, p.block_size, p.head_size);
       st.acc[size_t(d)] += w * load_kv(p.kv, p.dtype, bytes(*c.value_cache), slab + f, c.v_scale);
     }
   }
   return st;
+}
+
+// The attention call of cpu_attention_with_kv_cache's `args` (block_row left unset).
+AttentionCall attention_call(const OpSpec& spec, const KernelArgs& args) {
+  const auto& p = spec.get<ir::CpuAttentionParams>();
+  AttentionCall c;
+  c.p = &p;
+  c.query = &args.tensor(0);
+  c.key_cache = &args.tensor(1);
+  c.value_cache = &args.tensor(2);
+  c.slopes = p.alibi ? args.tensor(6).data_as<const float>() : nullptr;
+  // vLLM's scale and softcap are fp32 parameters.
+  c.scale = float(args.scalar(0));
+  c.softcap = float(args.scalar(3));
+  c.left = int64_t(args.scalar(1));
+  c.right = p.causal ? 0 : int64_t(args.scalar(2));  // causal forces the right edge to 0
+  if (p.kv != ir::KvCacheDtype::kAuto) {
+    c.k_scale = float(args.scalar(4));
+    c.v_scale = float(args.scalar(5));
+  }
+  return c;
 }
 
 // Validates the metadata blob against this call (before anything is written).
@@ -384,21 +389,7 @@ Status attention(const OpSpec& spec, const KernelArgs& args) {
   const auto* qsl = args.tensor(4).data_as<const int32_t>();
   const auto* seq_lens = args.tensor(5).data_as<const int32_t>();
   const int64_t num_req = args.tensor(4).size(0) - 1;
-  AttentionCall c;
-  c.p = &p;
-  c.query = &query;
-  c.key_cache = &args.tensor(1);
-  c.value_cache = &args.tensor(2);
-  c.slopes = p.alibi ? args.tensor(6).data_as<const float>() : nullptr;
-  // vLLM's scale and softcap are fp32 parameters.
-  c.scale = float(args.scalar(0));
-  c.softcap = float(args.scalar(3));
-  c.left = int64_t(args.scalar(1));
-  c.right = p.causal ? 0 : int64_t(args.scalar(2));  // causal forces the right edge to 0
-  if (p.kv != ir::KvCacheDtype::kAuto) {
-    c.k_scale = float(args.scalar(4));
-    c.v_scale = float(args.scalar(5));
-  }
+  AttentionCall c = attention_call(spec, args);
 
   // Data-dependent checks, all before the first write.
   KILN_RETURN_IF_ERROR(ir::check_cpu_attn_sequences(op, args.tensor(4), args.tensor(5), table,
@@ -619,6 +610,31 @@ Status scaled_mm(const OpSpec& spec, const KernelArgs& args) {
 }
 
 }  // namespace
+
+int64_t cpu_attn_key_index(CpuAttnIsa isa, int64_t t, int64_t d, int64_t bs, int64_t head_size) {
+  if (isa != CpuAttnIsa::kAmx) return d * bs + t;
+  return (t / 16) * 16 * head_size + (d / 2) * 32 + (t % 16) * 2 + (d % 2);
+}
+
+int64_t cpu_attn_value_index(CpuAttnIsa isa, int64_t t, int64_t d, int64_t bs, int64_t head_size) {
+  if (isa != CpuAttnIsa::kAmx) return t * head_size + d;
+  return (d / 16) * 16 * bs + (t / 2) * 32 + (d % 16) * 2 + (t % 2);
+}
+
+CpuAttnRowState cpu_attention_row_state(const OpSpec& spec, const KernelArgs& args, int64_t request,
+                                        int64_t query, int64_t head, int64_t kv_lo, int64_t kv_hi) {
+  const auto& p = spec.get<ir::CpuAttentionParams>();
+  AttentionCall c = attention_call(spec, args);
+  c.v_scale = 1.0f;  // the caller's accumulators leave v_scale to the normalisation
+  c.block_row = args.tensor(7).data_as<const int32_t>() + request * args.tensor(7).stride(0);
+  const auto* qsl = args.tensor(4).data_as<const int32_t>();
+  const int64_t seq_len = args.tensor(5).data_as<const int32_t>()[request];
+  const int64_t q_len = qsl[request + 1] - qsl[request];
+  const int64_t base = p.causal ? seq_len - q_len : 0;  // §3.4.3: p_i = base + i
+  SoftmaxState st =
+      partial(c, qsl[request] + query, base + query, head, kv_lo, std::min(kv_hi, seq_len));
+  return {st.m, st.sum, std::move(st.acc)};
+}
 
 /// Bytes of the ref's cpu_attn_get_scheduler_metadata blob (its header; see the file comment).
 int64_t cpu_attn_metadata_bytes() {

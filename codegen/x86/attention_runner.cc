@@ -370,7 +370,11 @@ class CpuAttentionExecutable final : public Executable {
         c.first_offset = begin % p.block_size;
         for (int64_t i = 0; i < c.rows; ++i)
           c.hi[i] = int32_t(std::min(ranges[r0 + i].hi, end - 1));
-        fn(&c, 0, 0);
+        if (masked_values_finite(c)) {
+          fn(&c, 0, 0);
+        } else {
+          attend_with_ref(args, t, r0, c);
+        }
       }
     }
     // Output: out = acc / l, or the partial state of a split.
@@ -386,6 +390,99 @@ class CpuAttentionExecutable final : public Executable {
         continue;
       }
       write_row(args, t, i, acc, c.l[k]);
+    }
+  }
+
+  // Whether every value the kernel would weigh by p = 0 in call `c` is finite. The kernel's
+  // P·V runs over all of [kv_begin, kv_end) for every row (a group's keys are one vector
+  // operation), so a key masked for some row, one before the largest lo or past the smallest
+  // hi, enters that row as 0·v: NaN for v = ±inf or NaN (an e5m2 cache holds infinities), where
+  // the spec's softmax gives the key no weight. Only those keys' values are looked at (none in a
+  // decode without a window; the diagonal of a causal prefill's pass; the keys before a
+  // window inside its first group), a whole VNNI pair or dim group on the amx layout.
+  bool masked_values_finite(const CpuAttnTileArgs& c) const {
+    int64_t all_lo = c.kv_begin;  // keys every row may see: [all_lo, all_hi]
+    int64_t all_hi = c.kv_end - 1;
+    for (int64_t i = 0; i < c.rows; ++i) {
+      all_lo = std::max<int64_t>(all_lo, c.lo[i]);
+      all_hi = std::min<int64_t>(all_hi, c.hi[i]);
+    }
+    if (all_lo > all_hi) return values_finite(c, c.kv_begin, c.kv_end);
+    return values_finite(c, c.kv_begin, all_lo) && values_finite(c, all_hi + 1, c.kv_end);
+  }
+
+  // Whether the values of keys [from, to) of call `c` are all finite (their exponent field is
+  // not all ones: fp8 codes of the cache's kv dtype, or elements of the query dtype).
+  bool values_finite(const CpuAttnTileArgs& c, int64_t from, int64_t to) const {
+    const auto& p = spec_.get<ir::CpuAttentionParams>();
+    const int64_t bs = p.block_size, d = p.head_size;
+    const int64_t esize = p.kv == ir::KvCacheDtype::kAuto ? int64_t(dtype_size(p.dtype)) : 1;
+    // Elements of one run of contiguous dims: the whole row (vec layouts) or 16 (amx).
+    const int64_t run = p.isa == CpuAttnIsa::kAmx ? 16 : d;
+    while (from < to) {
+      const int64_t block = from / bs;
+      const int64_t a = from % bs;
+      const int64_t z = std::min(bs, a + (to - from));  // keys [a, z) of this block
+      const uint8_t* slab = c.v_base + int64_t(c.block_row[block]) * c.block_stride;
+      for (int64_t d0 = 0; d0 < d; d0 += run) {
+        const int64_t first = ref::cpu_attn_value_index(p.isa, a, d0, bs, d);
+        const int64_t last = ref::cpu_attn_value_index(p.isa, z - 1, d0 + run - 1, bs, d);
+        if (!elements_finite(slab + first * esize, last + 1 - first)) return false;
+      }
+      from += z - a;
+    }
+    return true;
+  }
+
+  bool elements_finite(const uint8_t* bytes, int64_t count) const {
+    const auto& p = spec_.get<ir::CpuAttentionParams>();
+    const auto none_all_ones = [&](auto word, auto exponent) {
+      bool all_ones = false;
+      for (int64_t i = 0; i < count; ++i) {
+        decltype(word) w;
+        std::memcpy(&w, bytes + i * int64_t(sizeof(w)), sizeof(w));
+        all_ones |= (w & exponent) == exponent;
+      }
+      return !all_ones;
+    };
+    switch (p.kv) {
+      case ir::KvCacheDtype::kFp8E4m3: return none_all_ones(uint8_t{}, uint8_t{0x7F});  // NaN
+      case ir::KvCacheDtype::kFp8E5m2: return none_all_ones(uint8_t{}, uint8_t{0x7C});
+      default: break;
+    }
+    switch (p.dtype) {
+      case DType::kBF16: return none_all_ones(uint16_t{}, uint16_t{0x7F80});
+      case DType::kF16: return none_all_ones(uint16_t{}, uint16_t{0x7C00});
+      default: return none_all_ones(uint32_t{}, uint32_t{0x7F800000});
+    }
+  }
+
+  // Call `c` done by the ref's per-row softmax instead of the kernel (masked_values_finite
+  // said the kernel would turn a masked non-finite value into NaN): each row's state over
+  // [kv_begin, kv_end), which never reads a masked key, is merged into the running one as a
+  // split is (the kernel's acc leaves v_scale to the normalisation, so does the ref's state):
+  //   m' = max(m, m_ref),  l = l·e^(m − m') + sum_ref·e^(m_ref − m'),  acc likewise.
+  // Rare (a non-finite value at a masked key) and slow (the ref's loops).
+  void attend_with_ref(const KernelArgs& args, const Task& t, int64_t r0,
+                       CpuAttnTileArgs& c) const {
+    const auto& p = spec_.get<ir::CpuAttentionParams>();
+    const int64_t group = p.head_count_q / p.head_count_kv;
+    const int64_t d = p.head_size;
+    for (int64_t i = 0; i < c.rows; ++i) {
+      const int64_t row = t.row_begin + r0 + i;
+      const ref::CpuAttnRowState st =
+          ref::cpu_attention_row_state(spec_, args, t.request, row / group,
+                                       t.kv_head * group + row % group, c.kv_begin, c.kv_end);
+      if (st.m == -std::numeric_limits<double>::infinity()) continue;  // nothing allowed
+      const double m = std::max(double(c.m[i]), st.m);
+      const double alpha = std::exp(double(c.m[i]) - m);
+      const double beta = std::exp(st.m - m);
+      float* acc = c.acc + i * d;
+      for (int64_t e = 0; e < d; ++e) {
+        acc[e] = float(alpha * double(acc[e]) + beta * st.acc[size_t(e)]);
+      }
+      c.l[i] = float(alpha * double(c.l[i]) + beta * st.sum);
+      c.m[i] = float(m);
     }
   }
 

@@ -51,6 +51,15 @@ OpSpec attention_spec(CpuAttnIsa isa, DType dtype, int64_t head, int64_t block, 
                                              f.alibi, f.softcap, f.sinks});
 }
 
+// The vec-layout spec with an fp8 cache of `kv`.
+OpSpec fp8_spec(ir::KvCacheDtype kv, DType dtype, int64_t head, int64_t block, int64_t hq,
+                int64_t hkv, Features f = {}) {
+  OpSpec spec = attention_spec(CpuAttnIsa::kVec, dtype, head, block, hq, hkv, f);
+  auto p = spec.get<ir::CpuAttentionParams>();
+  p.kv = kv;
+  return OpSpec::make(OpKind::kCpuAttentionWithKvCache, p);
+}
+
 // Every input kind of the harness on `requests` requests; stops at the first failure.
 void check(const OpSpec& spec, X86Isa isa, int64_t requests, Config config = {},
            std::vector<InputKind> kinds = {InputKind::kNormal, InputKind::kSmallInt,
@@ -170,11 +179,10 @@ TEST_P(X86AttentionTest, FullyMaskedRows) {
   }
 }
 
-// Slab element index of (key t, dim d) for the layouts of spec §3.3.
+// Slab element index of (key t, dim d) for the layouts of spec §3.3 (the ref's own).
 int64_t slab_index(CpuAttnIsa isa, bool key, int64_t t, int64_t d, int64_t bs, int64_t head) {
-  if (isa != CpuAttnIsa::kAmx) return key ? d * bs + t : t * head + d;
-  return key ? (t / 16) * 16 * head + (d / 2) * 32 + (t % 16) * 2 + (d % 2)
-             : (d / 16) * 16 * bs + (t / 2) * 32 + (d % 16) * 2 + (t % 2);
+  return key ? codegen::ref::cpu_attn_key_index(isa, t, d, bs, head)
+             : codegen::ref::cpu_attn_value_index(isa, t, d, bs, head);
 }
 
 // NaN in every cache slot past a request's seq_len (in its last, partial block): the kernel
@@ -214,6 +222,89 @@ void check_nan_past_sequence(const OpSpec& spec, X86Isa target) {
 
 void check_nan_past_sequence(CpuAttnIsa isa, X86Isa target) {
   check_nan_past_sequence(attention_spec(isa, DType::kBF16, 64, 32, 8, 2), target);
+}
+
+// ±inf and NaN values at keys that some rows of a kernel call mask, inside the sequence: the
+// last key of a causal prefill (only its last query token sees it), the key just before the
+// last token's window (earlier tokens see it) and, without causality, the key just past the
+// first token's window (later tokens see it). A row that sees one returns what the ref returns
+// (±inf or NaN); a row that masks it must not see it. The kernel's P·V weighs a masked key by
+// p = 0 and 0·inf = NaN, so the runner hands such calls to its exact path (attention_runner.cc).
+// Values per dim: +inf, −inf, NaN (fp8: e5m2 codes 0x7C, 0xFC, 0x7E; e4m3 has only NaN, 0x7F).
+void check_non_finite_at_masked_keys(const OpSpec& spec, X86Isa target, const Config& config = {}) {
+  const auto& p = spec.get<ir::CpuAttentionParams>();
+  const int64_t bs = p.block_size, head = p.head_size, hkv = p.head_count_kv;
+  const Kernel kernel = compile_x86(spec, target, config);
+  auto made = test::make_case(spec, 10, InputKind::kNormal, 31);
+  ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+  test::OpCase c = std::move(made).value();
+  const int64_t requests = c.tensors[5].tensor().size(0);
+  const int64_t max_blocks = c.tensors[7].tensor().size(1);
+  const auto left = int64_t(c.scalars[1]);
+  const auto right = int64_t(c.scalars[2]);
+  const auto poison = [&](int64_t r, int64_t j) {
+    const auto block = int64_t(c.tensors[7].get(r * max_blocks + j / bs));
+    for (int64_t g = 0; g < hkv; ++g) {
+      for (int64_t d = 0; d < head; ++d) {
+        const int64_t flat =
+            (block * hkv + g) * bs * head + slab_index(p.isa, false, j % bs, d, bs, head);
+        const int64_t kind = d % 3;  // +inf, −inf, NaN
+        switch (p.kv) {
+          case ir::KvCacheDtype::kFp8E5m2:
+            c.tensors[2].set_bits(flat, kind == 0 ? 0x7C : kind == 1 ? 0xFC : 0x7E);
+            break;
+          case ir::KvCacheDtype::kFp8E4m3: c.tensors[2].set_bits(flat, 0x7F); break;
+          default:
+            c.tensors[2].set(
+                flat, kind == 2 ? std::nan("") : std::copysign(HUGE_VAL, kind == 0 ? 1.0 : -1.0));
+        }
+      }
+    }
+  };
+  int poisoned = 0;
+  for (int64_t r = 0; r < requests; ++r) {
+    const auto seq_len = int64_t(c.tensors[5].get(r));
+    const auto q_len = int64_t(c.tensors[4].get(r + 1) - c.tensors[4].get(r));
+    if (p.causal && q_len >= 2) {
+      poison(r, seq_len - 1);
+      ++poisoned;
+    }
+    const int64_t last = p.causal ? seq_len - 1 : q_len - 1;  // the last token's position
+    if (left >= 0 && last - left - 1 >= 0) {
+      poison(r, last - left - 1);
+      ++poisoned;
+    }
+    if (right >= 0 && q_len >= 2 && right + 1 < seq_len) {
+      poison(r, right + 1);  // past the first token's window (position 0), in the second's
+      ++poisoned;
+    }
+  }
+  ASSERT_GE(poisoned, 3);
+  const auto report = check_against_ref(kernel, c);
+  EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(target)
+                         << " config=" << config.to_string() << "\n"
+                         << report.message;
+}
+
+TEST_P(X86AttentionTest, NonFiniteValuesAtMaskedKeysNeverReachTheirRows) {
+  const bool dot = GetParam() >= X86Isa::kAvx512Bf16;
+  for (bool causal : {true, false}) {
+    const Features f{.causal = causal, .window = true};
+    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+      check_non_finite_at_masked_keys(attention_spec(CpuAttnIsa::kVec, dtype, 64, 32, 8, 2, f),
+                                      GetParam());
+    }
+    if (dot) {
+      check_non_finite_at_masked_keys(
+          attention_spec(CpuAttnIsa::kVec, DType::kBF16, 64, 32, 8, 2, f), GetParam(),
+          Config().set("dpbf16", 0));
+    }
+    check_non_finite_at_masked_keys(
+        attention_spec(CpuAttnIsa::kVec16, DType::kBF16, 40, 16, 4, 1, f), GetParam(), kForceSplit);
+    for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
+      check_non_finite_at_masked_keys(fp8_spec(kv, DType::kBF16, 64, 32, 8, 2, f), GetParam());
+    }
+  }
 }
 
 TEST_P(X86AttentionTest, NanPastSequenceNeverRead) {
@@ -336,14 +427,6 @@ TEST_P(X86AttentionTest, CacheWriteBitExact) {
 
 // ---- fp8 KV caches (spec §3.6: isa=vec; stored fp8(x / scale), read fp8·scale) --------------
 
-OpSpec fp8_spec(ir::KvCacheDtype kv, DType dtype, int64_t head, int64_t block, int64_t hq,
-                int64_t hkv, Features f = {}) {
-  OpSpec spec = attention_spec(CpuAttnIsa::kVec, dtype, head, block, hq, hkv, f);
-  auto p = spec.get<ir::CpuAttentionParams>();
-  p.kv = kv;
-  return OpSpec::make(OpKind::kCpuAttentionWithKvCache, p);
-}
-
 // Every path this host runs (AVX2 ymm, AVX-512 fp32; fp8 never takes vdpbf16ps: the decoded
 // keys are fp32) against the ref reading the same codes: dtypes, heads, blocks, GQA, every
 // feature, split and unsplit partitions.
@@ -367,10 +450,8 @@ TEST_P(X86AttentionTest, Fp8KvCache) {
 // Every fp8 code through P·V, exactly: all keys 0 (every logit 0, so every probability is 1
 // before the normalisation), every value row the same 128 codes (base .. base + 127), v_scale
 // 1: each output element is decode(code) exactly (NaN codes: NaN), on every arithmetic path
-// of the ISA (vdpbf16ps: codes decoded to bf16 words; fp32 path). The e5m2 infinities
-// (0x7C, 0xFC) are left out: the AVX-512 P·V multiplies the causally masked keys of a group
-// by p = 0 and 0·inf is NaN where the ref skips those keys (a known difference, also on the
-// fp32 path), so the decoder's e5m2 inf words are not checked here.
+// of the ISA (vdpbf16ps: codes decoded to bf16 words; fp32 path), the e5m2 infinities
+// included (the causally masked keys that hold one go to the runner's exact path).
 TEST_P(X86AttentionTest, Fp8EveryCodeDecodesExactly) {
   const bool dot = GetParam() >= X86Isa::kAvx512Bf16;
   for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
@@ -385,9 +466,7 @@ TEST_P(X86AttentionTest, Fp8EveryCodeDecodesExactly) {
         test::HostTensor& values = c->tensors[2];
         for (int64_t i = 0; i < keys.numel(); ++i) keys.set_bits(i, 0);
         for (int64_t i = 0; i < values.numel(); ++i) {
-          const uint32_t code = (base + uint32_t(i % 128)) & 0xFF;
-          const bool inf = kv == ir::KvCacheDtype::kFp8E5m2 && (code & 0x7F) == 0x7C;
-          values.set_bits(i, inf ? 0 : code);
+          values.set_bits(i, (base + uint32_t(i % 128)) & 0xFF);
         }
         c->scalars[5] = 1.0;  // v_scale
         c->tolerances = {test::Tolerance::exact()};
@@ -805,6 +884,27 @@ TEST(X86AttentionAmx, EmulationMatchesRef) {
   check(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 128, 32, 8, 1, {.sinks = true}), isa, 6,
         kForceSplit);
   check_nan_past_sequence(CpuAttnIsa::kAmx, isa);
+}
+
+// The AMX P·V multiplies whole 32-key tiles, so the masked keys of a group meet p = 0 there
+// too: the emulation, and the native tiles where the host has them.
+TEST(X86AttentionAmx, NonFiniteValuesAtMaskedKeysNeverReachTheirRows) {
+  if (detect_host_x86_isa() < X86Isa::kAvx512Bf16) {
+    GTEST_SKIP() << "host CPU has no AVX512_BF16: neither the AMX emulation nor AMX runs here";
+  }
+  std::vector<X86Isa> targets = {X86Isa::kAvx512Bf16};
+  if (detect_host_x86_isa() >= X86Isa::kAmx) {
+    targets.push_back(X86Isa::kAmx);
+  } else {
+    std::printf("host CPU reports no AMX-BF16 tiles: only the emulation is checked\n");
+  }
+  for (X86Isa target : targets) {
+    for (bool causal : {true, false}) {
+      check_non_finite_at_masked_keys(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, 64, 32, 8, 2,
+                                                     {.causal = causal, .window = true}),
+                                      target);
+    }
+  }
 }
 
 TEST(X86AttentionAmx, RejectedWithoutAmx) {

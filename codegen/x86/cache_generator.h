@@ -199,6 +199,9 @@ class CacheGenerator : public Generator {
     maybe_streaming(dst, body);
   }
 
+  // Whether the code being emitted is with_streaming_stores' streaming loop.
+  bool in_streaming_loop() const { return streaming_; }
+
   // Emits body(streaming): inside with_streaming_stores' streaming loop, body(true) when dst is
   // 64-byte aligned at run time and body(false) otherwise; elsewhere body(false).
   template <class Body>

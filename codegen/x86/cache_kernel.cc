@@ -245,29 +245,71 @@ class PagedWriteGenerator : public CacheGenerator {
     if (!block_path()) {
       token_loop(p_.block_size, token);
     } else {
-      token_loop(p_.block_size, token, offsetof(CacheWriteCallArgs, slots),
-                 [&](const Label& l_next) { whole_block(block_bytes, l_next); });
+      const int scratch = int(block_scratch_bytes());
+      sub(rsp, scratch);
+      if (fp8_) {
+        reserve_quantise_tables(p_.dtype, format_, {vmm(kKScale), vmm(kVScale)},
+                                rows_times(p_.head_count_kv * p_.head_size), kStageBytes + scratch);
+      }
+      with_streaming_stores(2 * p_.head_count_kv * p_.head_size * csize_, [&] {
+        token_loop(p_.block_size, token, offsetof(CacheWriteCallArgs, slots),
+                   [&](const Label& l_next) { whole_block(block_bytes, l_next); });
+      });
+      release_quantise_tables();
+      add(rsp, scratch);
     }
     epilogue();
   }
 
  private:
-  // ---- Whole blocks (prefill): the value layout [NB, H, D, BS] puts one element of a token
-  // per BS·c bytes, so the per-token path moves one element per instruction pair. When the 16
-  // rows from reg_row_ have the consecutive slots s .. s + 15 of one block (s % 16 == 0: a
-  // prefill's slot mapping), the block's value rows (h, d, 0..15) are gathered instead: one
-  // vpgatherdd of the 16 tokens' dword at dim d (token offsets i·stride in a vector) gives rows
-  // d and d + 1 for 2-byte types (vpmovdw of the low / high halves), row d for 4-byte ones;
-  // the block [H, D, 16] is then written front to back. Keys keep the per-token path (their
-  // 16-byte chunks of consecutive tokens are already contiguous). AVX-512, auto, BS 16, and an
-  // even head size for 2-byte types; the token stride must fit the 32-bit gather index.
+  // ---- Whole blocks (prefill) ---------------------------------------------------------------
+  // The per-token path writes 16 bytes (a key chunk) or one element (a value) per BS·16 or
+  // BS·c bytes, so every line it touches is read for ownership and each value element costs
+  // an instruction pair. When the 16 rows from reg_row_ have the consecutive slots s .. s + 15
+  // of one block (s % 16 == 0: a prefill's slot mapping; BS 16), each head's key region
+  // [D/x][16][16 bytes] and value region [D][16·c] are written front to back in whole 64-byte
+  // lines instead (streaming stores in a large call, see with_streaming_stores):
+  //   key line (j, q)  = chunk j (16 bytes) of tokens 4q .. 4q + 3: one 16-byte load and three
+  //                      vinserti32x4;
+  //   value lines      one vpgatherdd of a dword column over the 16 tokens (token offsets
+  //                      i·stride in a vector): 4-byte elements, row d itself; 2-byte, dims
+  //                      (d, d + 1), one vpermw to rows d and d + 1; fp8, dims d .. d + 3, one
+  //                      vpermb to rows d .. d + 3.
+  // kv=auto reads the lines' elements from the tokens' rows. fp8 first quantises the 16 rows of
+  // G heads at a time (quantise_span over G·D values per row: long sequential spans, the
+  // mantissa tables where they apply) into a stack stage [16][G·D] of codes, then builds the
+  // G heads' lines from it (G: the largest divisor of H with G·D <= kMaxStageValues).
+  // AVX-512 (fp8: with VBMI for vpermb), BS 16; the token stride must fit the gathers' 32-bit
+  // index. In the streaming loop both caches must be 64-byte aligned (every line then is).
   bool block_path() const {
-    return avx512() && !fp8_ && p_.block_size == 16 && (esize_ == 4 || esize_ == 2) &&
-           p_.head_size % (esize_ == 2 ? 2 : 1) == 0;
+    return avx512() && p_.block_size == kBlockTokens && (!fp8_ || has_vbmi());
   }
 
   static constexpr int kBlockTokens = 16;
   static constexpr int64_t kMaxGatherStride = int64_t(1) << 27;  // 15·stride < 2^31
+  static constexpr int64_t kMaxStageValues = 1024;               // a 16 KiB stage
+
+  // Heads per fp8 stage.
+  int64_t stage_heads() const {
+    int64_t g = 1;
+    for (int64_t h = 1; h <= p_.head_count_kv; ++h) {
+      if (p_.head_count_kv % h == 0 && h * p_.head_size <= kMaxStageValues) g = h;
+    }
+    return g;
+  }
+  // The kernel's stack above the Generator's staging buffer (block_path only): the block's
+  // offset (8 bytes, at [rsp + kStageBytes]) and the fp8 stage, 64-byte aligned at run time.
+  int64_t block_scratch_bytes() const {
+    const int64_t stage = fp8_ ? kBlockTokens * stage_heads() * p_.head_size + 64 : 0;
+    return (16 + stage + 15) / 16 * 16;
+  }
+  Address block_offset_slot() { return qword[rsp + kStageBytes]; }
+  // dst = the stage (+ `extra` bytes).
+  void stage_base(const Reg64& dst, int64_t extra = 0) {
+    lea(dst, ptr[rsp + int(kStageBytes + 16 + 63)]);
+    and_(dst, -64);
+    if (extra != 0) add(dst, int(extra));
+  }
 
   void whole_block(int64_t block_bytes, const Label& l_next) {
     using Xbyak::Zmm;
@@ -275,9 +317,18 @@ class PagedWriteGenerator : public CacheGenerator {
     lea(rax, ptr[reg_row_ + kBlockTokens]);
     cmp(rax, reg_row_end_);
     jg(l_single, T_NEAR);
-    mov(rcx, ptr[reg_args_ + offsetof(CacheWriteCallArgs, value_row_stride)]);
-    cmp(rcx, int(kMaxGatherStride));
-    ja(l_single, T_NEAR);  // unsigned: negative strides too
+    for (size_t stride : {offsetof(CacheWriteCallArgs, key_row_stride),
+                          offsetof(CacheWriteCallArgs, value_row_stride)}) {
+      mov(rcx, ptr[reg_args_ + stride]);
+      cmp(rcx, int(kMaxGatherStride));
+      ja(l_single, T_NEAR);  // unsigned: negative strides too
+    }
+    if (in_streaming_loop()) {
+      mov(rax, ptr[reg_args_ + offsetof(CacheWriteCallArgs, key_cache)]);
+      or_(rax, ptr[reg_args_ + offsetof(CacheWriteCallArgs, value_cache)]);
+      test(al, 63);
+      jnz(l_single, T_NEAR);
+    }
     mov(rax, ptr[reg_slots_ + reg_row_ * 8]);
     test(rax, rax);
     js(l_single, T_NEAR);
@@ -297,56 +348,149 @@ class PagedWriteGenerator : public CacheGenerator {
     kandb(k2, k2, k3);
     kortestb(k2, k2);
     jnc(l_single, T_NEAR);  // CF = 1: all 16 equal
-    // keys: the per-token path for rows row .. row + 15 (o = i in rdx)
     shr(rax, 4);
-    imul(reg_offset_, rax, int(block_bytes));
-    xor_(edx, edx);
-    Label l_key;
-    L(l_key);
-    mov(reg_o_, rdx);
-    write_key();
-    inc(reg_row_);
-    inc(rdx);
-    cmp(rdx, kBlockTokens);
-    jl(l_key, T_NEAR);
-    sub(reg_row_, kBlockTokens);
-    write_value_block();
+    imul(rax, rax, int(block_bytes));
+    mov(block_offset_slot(), rax);
+    write_block(true);
+    write_block(false);
     add(reg_row_, kBlockTokens - 1);  // l_next adds the last one
     jmp(l_next, T_NEAR);
     L(l_single);
   }
 
-  // The value rows of the 16 tokens from reg_row_ into the block at reg_offset_.
-  void write_value_block() {
+  // The key (`key`) or value regions of the 16 tokens from reg_row_ in the block at
+  // block_offset_slot() (bytes from either cache's base).
+  void write_block(bool key) {
+    const size_t data =
+        key ? offsetof(CacheWriteCallArgs, key) : offsetof(CacheWriteCallArgs, value);
+    const size_t stride = key ? offsetof(CacheWriteCallArgs, key_row_stride)
+                              : offsetof(CacheWriteCallArgs, value_row_stride);
+    load_row(data, stride);
+    mov(reg_dst_, ptr[reg_args_ + (key ? offsetof(CacheWriteCallArgs, key_cache)
+                                       : offsetof(CacheWriteCallArgs, value_cache))]);
+    add(reg_dst_, block_offset_slot());
+    const auto lines = [&] { key ? key_lines() : value_lines(); };
+    if (!fp8_) {
+      heads([&] {
+        mov(rcx, ptr[reg_args_ + stride]);
+        lines();
+      });
+      return;
+    }
+    // fp8: per group of G heads (reg_src_ = its token-0 row, reg_dst_ = its first head's
+    // region), the stage, then each head's lines from it (they advance reg_p_ to the next
+    // head's codes, reg_q_ to its region).
+    const int64_t group = stage_heads();
+    Label l_group, l_head;
+    mov(reg_heads_, p_.head_count_kv / group);
+    L(l_group);
+    stage_codes(key, stride, group * p_.head_size);
+    stage_base(reg_p_);
+    mov(reg_q_, reg_dst_);
+    L(l_head);
+    mov(rcx, group * p_.head_size);
+    lines();
+    stage_base(rax, group * p_.head_size);
+    cmp(reg_p_, rax);
+    jb(l_head, T_NEAR);
+    mov(reg_dst_, reg_q_);
+    add(reg_src_, int(group * p_.head_size * esize_));
+    dec(reg_heads_);
+    jnz(l_group, T_NEAR);
+  }
+
+  // The fp8 codes of `values` values from reg_src_ of each of the 16 tokens (rows `stride`
+  // bytes apart) into the stage's rows [16][values]. Uses rax, rcx, rdx, reg_o_, reg_offset_,
+  // reg_count_ and quantise_span's vector registers.
+  void stage_codes(bool key, size_t stride, int64_t values) {
+    const Xmm scale = vmm(key ? kKScale : kVScale), recip = vmm(key ? kKRecip : kVRecip);
+    Label l_row;
+    mov(rcx, reg_src_);
+    stage_base(rdx);
+    L(l_row);
+    mov(reg_o_, rcx);
+    mov(reg_offset_, rdx);
+    quantise_span(reg_offset_, reg_o_, values, p_.dtype, format_, scale, recip);
+    add(rcx, ptr[reg_args_ + stride]);
+    add(rdx, int(values));
+    stage_base(rax, kBlockTokens * values);
+    cmp(rdx, rax);
+    jb(l_row, T_NEAR);
+  }
+
+  // Key lines of the head at reg_q_ from 16 rows at reg_p_, rcx bytes apart: per chunk j the
+  // four lines (j, q), q = 0..3. Uses rax, rdx, reg_o_, reg_count_, reg_offset_, zmm0..3.
+  void key_lines() {
     using Xbyak::Zmm;
+    const Reg64 rows[4] = {reg_p_, rax, reg_o_, reg_count_};  // tokens 0, 4, 8, 12
+    lea(rdx, ptr[rcx + rcx * 2]);
+    for (int q = 1; q < 4; ++q) lea(rows[q], ptr[rows[q - 1] + rcx * 4]);
+    lea(reg_offset_, ptr[reg_p_ + int(p_.head_size * csize_)]);  // token 0's row end
+    Label l_chunk;
+    L(l_chunk);
+    for (int q = 0; q < 4; ++q) {
+      const Zmm line(q);
+      vmovdqu32(Xbyak::Xmm(q), ptr[rows[q]]);
+      vinserti32x4(line, line, ptr[rows[q] + rcx], 1);
+      vinserti32x4(line, line, ptr[rows[q] + rcx * 2], 2);
+      vinserti32x4(line, line, ptr[rows[q] + rdx], 3);
+      store_line(ptr[reg_q_ + q * 64], line);
+      add(rows[q], 16);
+    }
+    add(reg_q_, kBlockTokens * 16);
+    cmp(reg_p_, reg_offset_);
+    jb(l_chunk, T_NEAR);
+  }
+
+  // Value lines of the head at reg_q_ from 16 rows at reg_p_, rcx bytes apart: one gathered
+  // dword per token and line, permuted to the line's rows. Uses rdx, zmm0, zmm1, zmm21, zmm22,
+  // k2.
+  void value_lines() {
+    using Xbyak::Zmm;
+    const Zmm index(22), perm(21), words(0), line(1);
     std::array<uint32_t, 16> iota{};
     for (int i = 0; i < 16; ++i) iota[size_t(i)] = uint32_t(i);
-    load_row(offsetof(CacheWriteCallArgs, value), offsetof(CacheWriteCallArgs, value_row_stride));
-    const Zmm index(22);
-    mov(rax, ptr[reg_args_ + offsetof(CacheWriteCallArgs, value_row_stride)]);
-    vpbroadcastd(index, eax);
+    vpbroadcastd(index, ecx);
     vpmulld(index, index, cst_table(iota));
-    mov(reg_dst_, ptr[reg_args_ + offsetof(CacheWriteCallArgs, value_cache)]);
-    add(reg_dst_, reg_offset_);
-    const int64_t dims_per_gather = esize_ == 2 ? 2 : 1;
-    heads([&] {
-      Label l_dim;
-      mov(reg_count_, p_.head_size / dims_per_gather);
-      L(l_dim);
-      kxnorw(k2, k2, k2);
-      vpgatherdd(Zmm(0) | k2, ptr[reg_p_ + index]);
-      if (esize_ == 2) {
-        vpmovdw(ptr[reg_q_], Zmm(0));
-        vpsrld(Zmm(0), Zmm(0), 16);
-        vpmovdw(ptr[reg_q_ + 32], Zmm(0));
-      } else {
-        vmovups(ptr[reg_q_], Zmm(0));
+    // Element e (of 4 / c per dword) of token t's dword goes to line position e·16 + t:
+    // vpermw (2-byte) or vpermb (fp8) with out position -> in position t·(4 / c) + e.
+    const int per_dword = int(4 / csize_);
+    if (per_dword > 1) {
+      const int width = int(8 * csize_);  // bits per index
+      std::array<uint32_t, 16> table{};
+      for (int out = 0; out < 16 * per_dword; ++out) {
+        const int e = out / 16, t = out % 16;
+        table[size_t(out * width / 32)] |= uint32_t(t * per_dword + e) << (out * width % 32);
       }
-      add(reg_p_, 4);
-      add(reg_q_, 64);
-      dec(reg_count_);
-      jnz(l_dim, T_NEAR);
-    });
+      vmovdqu32(perm, cst_table(table));
+    }
+    mov(rdx, p_.head_size * csize_ / 4);  // lines: one per dword column
+    Label l_line;
+    L(l_line);
+    kxnorw(k2, k2, k2);
+    vpgatherdd(words | k2, ptr[reg_p_ + index]);
+    if (per_dword == 1) {
+      store_line(ptr[reg_q_], words);
+    } else {
+      if (csize_ == 1) {
+        vpermb(line, perm, words);
+      } else {
+        vpermw(line, perm, words);
+      }
+      store_line(ptr[reg_q_], line);
+    }
+    add(reg_p_, 4);
+    add(reg_q_, 64);
+    dec(rdx);
+    jnz(l_line, T_NEAR);
+  }
+
+  void store_line(const Address& dst, const Xbyak::Zmm& line) {
+    if (in_streaming_loop()) {
+      vmovntdq(dst, line);
+    } else {
+      vmovdqu32(dst, line);
+    }
   }
 
   // Head h's chunks j at reg_dst_ + j·BS·16; reg_dst_ = key_cache + b·block + o·16.

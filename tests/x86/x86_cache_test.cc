@@ -628,6 +628,84 @@ TEST_P(X86CacheIsaTest, LargeCallsStreamingStoresMatchRef) {
   }
 }
 
+// reshape_and_cache's whole blocks in a call that writes >= 1 MiB: lines of 64 bytes as
+// streaming stores into 64-byte aligned caches, ordinary stores (the per-token path) into
+// caches 16 bytes off. A prefill's slot mapping (consecutive slots of shuffled blocks) with a
+// padding slot and a partial last block; heads × head sizes 4 × 384 (fp8: two stages of two
+// heads) and 8 × 80 (a stage of 640 codes per row, not a multiple of 64); auto, e4m3, e5m2;
+// bf16 and f32 inputs (the 2-byte and 4-byte value lines); against the ref on the same buffers.
+TEST_P(X86CacheIsaTest, PagedLargeCallsStreamWholeBlocksMatchRef) {
+  const X86Isa isa = GetParam();
+  constexpr int64_t kBs = 16;
+  std::mt19937_64 rng(7);
+  CompileOptions ref_options;
+  ref_options.backend = BackendKind::kRef;
+  for (auto [heads, dim, tokens] : {std::tuple{int64_t(4), int64_t(384), int64_t(700)},
+                                    std::tuple{int64_t(8), int64_t(80), int64_t(1700)}}) {
+    const int64_t blocks = tokens / kBs + 3;
+    std::vector<int64_t> order(static_cast<size_t>(blocks));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<int64_t> slots(static_cast<size_t>(tokens));
+    for (int64_t t = 0; t < tokens; ++t) slots[size_t(t)] = order[size_t(t / kBs)] * kBs + t % kBs;
+    slots[size_t(3 * kBs + 5)] = -1;  // a padding row: that block takes the per-token path
+    for (DType dtype : {DType::kBF16, DType::kF32}) {
+      const size_t esize = dtype_size(dtype);
+      std::vector<uint8_t> key(size_t(tokens * heads * dim) * esize), value(key.size());
+      for (std::vector<uint8_t>* rows : {&key, &value}) {
+        for (size_t i = 0; i < rows->size() / esize; ++i) {
+          const float x = float(int(rng() % 4001) - 2000) / 97.0f;
+          if (esize == 2) {
+            const uint16_t bits = numeric::f32_to_bf16(x);
+            std::memcpy(rows->data() + 2 * i, &bits, 2);
+          } else {
+            std::memcpy(rows->data() + 4 * i, &x, 4);
+          }
+        }
+      }
+      for (KvCacheDtype kv :
+           {KvCacheDtype::kAuto, KvCacheDtype::kFp8E4m3, KvCacheDtype::kFp8E5m2}) {
+        const OpSpec spec = paged_spec(dtype, kv, heads, dim, kBs);
+        const Kernel kernel = compile_x86(spec, isa, Config().set("threads", 1));
+        auto ref = test::x86_test_runtime().compile(spec, ref_options);
+        ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
+        const bool fp8 = kv != KvCacheDtype::kAuto;
+        const DType cdt = fp8 ? DType::kU8 : dtype;
+        const int64_t x = ir::paged_key_x(dtype, kv);
+        const size_t cache_bytes = size_t(blocks * heads * dim * kBs) * (fp8 ? 1 : esize);
+        for (size_t misalign : {size_t(0), size_t(16)}) {
+          // [x86 key, x86 value, ref key, ref value], each 64-byte aligned + misalign
+          std::vector<uint8_t> storage(4 * (cache_bytes + 128), 0);
+          std::vector<uint8_t*> caches;
+          for (size_t i = 0; i < 4; ++i) {
+            auto base = reinterpret_cast<uintptr_t>(storage.data() + i * (cache_bytes + 128));
+            caches.push_back(reinterpret_cast<uint8_t*>((base + 63) / 64 * 64 + misalign));
+          }
+          float k_scale = 0.037f, v_scale = 0.02f;
+          auto args = [&](uint8_t* kc, uint8_t* vc) {
+            return KernelArgs(
+                {Tensor(key.data(), dtype, {tokens, heads, dim}),
+                 Tensor(value.data(), dtype, {tokens, heads, dim}),
+                 Tensor(kc, cdt, {blocks, heads, dim / x, kBs, x}),
+                 Tensor(vc, cdt, {blocks, heads, dim, kBs}),
+                 Tensor(slots.data(), DType::kI64, {tokens}), Tensor(&k_scale, DType::kF32, {1}),
+                 Tensor(&v_scale, DType::kF32, {1})},
+                {});
+          };
+          ASSERT_TRUE(kernel.run(args(caches[0], caches[1])).is_ok());
+          ASSERT_TRUE(ref.value().run(args(caches[2], caches[3])).is_ok());
+          EXPECT_EQ(std::memcmp(caches[0], caches[2], cache_bytes), 0)
+              << to_string(spec) << " isa=" << x86_isa_name(isa) << " misalign=" << misalign
+              << " (key cache)";
+          EXPECT_EQ(std::memcmp(caches[1], caches[3], cache_bytes), 0)
+              << to_string(spec) << " isa=" << x86_isa_name(isa) << " misalign=" << misalign
+              << " (value cache)";
+        }
+      }
+    }
+  }
+}
+
 // convert_fp8's quantising direction streams its codes when a thread writes >= 1 MiB (rows of
 // 4096 codes; only a 64-byte aligned row is streamed): 3 Mi + 1000 values (a partial last row)
 // on 1 and 2 threads, into an aligned buffer and one 16 bytes off, scale 1 and an inexact

@@ -715,34 +715,35 @@ void register_fp8() {
   }
 }
 
-// cpu_attn_reshape_and_cache into fp8 vec slabs (kv=fp8_e4m3, bf16 K/V rows of 4 heads x 128,
-// block 32, random distinct slots): `tokens` = 0 is the large shape (>= 64 MB moved), else a
-// decode step of that many tokens; k_scale = v_scale = `scale` picks the quantiser's steps
-// (1.0: powers of two; 0.02: exact products; 3.1 / 448: a calibrated scale).
-void bm_fp8_cache_write(benchmark::State& state, int64_t tokens, int threads, double scale) {
+// cpu_attn_reshape_and_cache into vec slabs (bf16 K/V rows of 4 heads x 128, block 32):
+// kv=auto or fp8_e4m3; random distinct slots, or with `prefill` a prefill's slot mapping
+// (consecutive slots of shuffled blocks); `tokens` = 0 is the large shape (>= 64 MB moved),
+// else a decode step of that many tokens; fp8: k_scale = v_scale = `scale` picks the
+// quantiser's steps (1.0: powers of two; 0.02: exact products; 3.1 / 448: a calibrated scale).
+void bm_cache_write(benchmark::State& state, ir::KvCacheDtype kv, int64_t tokens, int threads,
+                    double scale, bool prefill) {
   const OpSpec spec =
       OpSpec::make(OpKind::kCpuAttnReshapeAndCache,
                    ir::CpuAttnCacheWriteParams{ir::CpuAttnIsa::kVec, DType::kBF16, kHeadsKv,
-                                               kHeadSize, kBlockSize, ir::KvCacheDtype::kFp8E4m3});
+                                               kHeadSize, kBlockSize, kv});
   if (tokens == 0) tokens = bench::tokens_for(spec);
   const int64_t blocks = 2 * (tokens + kBlockSize - 1) / kBlockSize + 2;
   const std::vector<uint16_t> key = bench::random_bf16(size_t(tokens * kHeadsKv * kHeadSize));
   const std::vector<uint16_t> value = key;
-  std::vector<uint8_t> key_cache(size_t(blocks * kHeadsKv * kBlockSize * kHeadSize));
-  std::vector<uint8_t> value_cache(key_cache.size());
-  std::vector<int64_t> slots(size_t(blocks * kBlockSize));
-  std::iota(slots.begin(), slots.end(), 0);
-  std::shuffle(slots.begin(), slots.end(), std::mt19937_64(5));
-  slots.resize(size_t(tokens));
+  const bool fp8 = kv != ir::KvCacheDtype::kAuto;
+  const size_t cache_bytes = size_t(blocks * kHeadsKv * kBlockSize * kHeadSize) * (fp8 ? 1 : 2);
+  bench::Aligned64Vector<uint8_t> key_cache(cache_bytes), value_cache(cache_bytes);
+  std::vector<int64_t> slots = bench::cache_slots(tokens, blocks, kBlockSize, prefill);
   const std::initializer_list<int64_t> rows = {tokens, kHeadsKv, kHeadSize};
   const std::initializer_list<int64_t> cache = {blocks, kHeadsKv, kBlockSize, kHeadSize};
+  const DType cache_dtype = fp8 ? DType::kU8 : DType::kBF16;
   KernelArgs args(
       {Tensor(const_cast<uint16_t*>(key.data()), DType::kBF16, rows),
        Tensor(const_cast<uint16_t*>(value.data()), DType::kBF16, rows),
-       Tensor(key_cache.data(), DType::kU8, cache), Tensor(value_cache.data(), DType::kU8, cache),
+       Tensor(key_cache.data(), cache_dtype, cache), Tensor(value_cache.data(), cache_dtype, cache),
        Tensor(slots.data(), DType::kI64, {tokens})},
       {});
-  args.add_scalar(scale).add_scalar(scale);
+  if (fp8) args.add_scalar(scale).add_scalar(scale);
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
   if (const Status status = kernel.run(args); !status.is_ok()) {
     state.SkipWithError(status.to_string().c_str());
@@ -751,17 +752,30 @@ void bm_fp8_cache_write(benchmark::State& state, int64_t tokens, int threads, do
   bench::run_and_report(state, spec, tokens, threads, [&] { (void)kernel.run_unchecked(args); });
 }
 
-void register_fp8_cache_write() {
+void register_cache_write() {
   const std::pair<const char*, double> scales[] = {
       {"scale1", 1.0}, {"scale0.02", 0.02}, {"calibrated", 3.1 / 448}};
   for (int threads : {1, 2}) {
     for (int64_t tokens : {int64_t(16), int64_t(0)}) {
-      for (const auto& [name, scale] : scales) {
-        const std::string shape = tokens == 0 ? "large" : fmt::format("decode{}", tokens);
+      const std::string shape = tokens == 0 ? "large" : fmt::format("decode{}", tokens);
+      for (bool prefill : tokens == 0 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+        const std::string slots = prefill ? "prefill_slots/" : "";
         benchmark::RegisterBenchmark(
-            fmt::format("cache_write_fp8_e4m3/kiln_{}/{}/threads:{}", name, shape, threads).c_str(),
-            [=](benchmark::State& s) { bm_fp8_cache_write(s, tokens, threads, scale); })
+            fmt::format("cache_write_auto/kiln/{}{}/threads:{}", slots, shape, threads).c_str(),
+            [=](benchmark::State& s) {
+              bm_cache_write(s, ir::KvCacheDtype::kAuto, tokens, threads, 1.0, prefill);
+            })
             ->UseRealTime();
+        for (const auto& [name, scale] : scales) {
+          benchmark::RegisterBenchmark(fmt::format("cache_write_fp8_e4m3/kiln_{}/{}{}/threads:{}",
+                                                   name, slots, shape, threads)
+                                           .c_str(),
+                                       [=](benchmark::State& s) {
+                                         bm_cache_write(s, ir::KvCacheDtype::kFp8E4m3, tokens,
+                                                        threads, scale, prefill);
+                                       })
+              ->UseRealTime();
+        }
       }
     }
   }
@@ -793,7 +807,7 @@ int main(int argc, char** argv) {
   register_all();
   register_paged();
   register_fp8();
-  register_fp8_cache_write();
+  register_cache_write();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

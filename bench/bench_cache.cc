@@ -39,33 +39,6 @@ constexpr int64_t kHeads = 8, kHeadSize = 128, kBlockSize = 16;
 // keep the kernels off their streaming stores.
 using CacheBytes = bench::Aligned64Vector<uint8_t>;
 
-// Distinct random slots of a cache with twice the blocks the tokens need.
-std::vector<int64_t> random_slots(int64_t tokens, int64_t num_blocks,
-                                  int64_t block_size = kBlockSize) {
-  auto all = std::vector<int64_t>(size_t(num_blocks * block_size));
-  std::iota(all.begin(), all.end(), 0);
-  std::shuffle(all.begin(), all.end(), std::mt19937_64(7));
-  all.resize(size_t(tokens));
-  return all;
-}
-
-// The slots of `tokens` rows: distinct random slots (random_slots), or with `prefill` the
-// consecutive slots of shuffled blocks that a prefill's slot mapping gives (each block filled
-// front to back, the blocks in random order). With 4 KiB pages, random rows cost the
-// quantising writers more than the copy figures suggest: every row lands on a page the TLB
-// has not seen (docs/decisions.md, eighth round).
-std::vector<int64_t> cache_slots(int64_t tokens, int64_t num_blocks, int64_t block_size,
-                                 bool prefill) {
-  auto slots = random_slots(tokens, num_blocks, block_size);
-  if (prefill) {
-    const auto blocks = random_slots(num_blocks, num_blocks, 1);  // a permutation of the blocks
-    for (int64_t t = 0; t < tokens; ++t) {
-      slots[size_t(t)] = blocks[size_t(t / block_size)] * block_size + t % block_size;
-    }
-  }
-  return slots;
-}
-
 // tokens = 0: the large shape.
 // `prefill`: cache_slots' prefill slot mapping instead of random slots. fp8 scales 0.02 for K (a
 // short reciprocal, 50: the exact-products steps) and 0.03 for V (1/0.03 is full width: the window
@@ -90,7 +63,7 @@ void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
   auto value = bench::random_bf16(size_t(tokens * row));
   auto key_cache = CacheBytes(cache_bytes);
   auto value_cache = CacheBytes(cache_bytes);
-  auto slots = cache_slots(tokens, num_blocks, kBlockSize, prefill);
+  auto slots = bench::cache_slots(tokens, num_blocks, kBlockSize, prefill);
   float k_scale = fp8_scale != 0 ? fp8_scale : 0.02f, v_scale = fp8_scale != 0 ? fp8_scale : 0.03f;
   const DType cdt = fp8 ? DType::kU8 : DType::kBF16;
   auto cache_tensor = [&](void* data, bool is_key) {
@@ -365,7 +338,7 @@ void bm_ds_mla(benchmark::State& state, int64_t tokens, int threads, bool peer, 
   auto kv_c = bench::random_bf16(size_t(tokens * 512));
   auto k_pe = bench::random_bf16(size_t(tokens * 64));
   auto cache = std::vector<uint8_t>(size_t(blocks * kMlaBlockSize * 656));
-  auto slots = cache_slots(tokens, blocks, kMlaBlockSize, prefill);
+  auto slots = bench::cache_slots(tokens, blocks, kMlaBlockSize, prefill);
   float scale = 1.0f;
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
   const KernelArgs args(
@@ -397,7 +370,7 @@ void bm_mla_rope_fused(benchmark::State& state, int64_t tokens, int threads, boo
   for (int64_t t = 0; t < tokens; ++t) positions[size_t(t)] = (t * 37) % kMaxPosition;
   auto cache =
       bench::Aligned64Vector<uint16_t>(size_t(blocks * kMlaBlockSize * (kMlaRank + kMlaRot)));
-  auto slots = random_slots(tokens, blocks, kMlaBlockSize);
+  auto slots = bench::random_slots(tokens, blocks, kMlaBlockSize);
   float scale = 1.0f;
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
   const KernelArgs args(
@@ -465,7 +438,7 @@ void bm_indexer_quant(benchmark::State& state, int64_t tokens, int threads, bool
   const int64_t blocks = blocks_for(tokens, kMlaBlockSize);
   auto k = bench::random_bf16(size_t(tokens * 128));
   auto cache = std::vector<uint8_t>(size_t(blocks * kMlaBlockSize * 132));
-  auto slots = cache_slots(tokens, blocks, kMlaBlockSize, prefill);
+  auto slots = bench::cache_slots(tokens, blocks, kMlaBlockSize, prefill);
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
   const KernelArgs args({Tensor(k.data(), DType::kBF16, {tokens, 128}),
                          Tensor(cache.data(), DType::kU8, {blocks, kMlaBlockSize, 132}),
@@ -556,7 +529,7 @@ void bm_rope_flash(benchmark::State& state, ir::KvCacheDtype kv, int64_t tokens,
   const size_t cache_bytes = size_t(blocks * kBlockSize * row) * (fp8 ? 1 : 2);
   auto key_cache = CacheBytes(cache_bytes);
   auto value_cache = CacheBytes(cache_bytes);
-  auto slots = random_slots(tokens, blocks);
+  auto slots = bench::random_slots(tokens, blocks, kBlockSize);
   float k_scale = 0.02f, v_scale = 0.03f;
   const DType cdt = fp8 ? DType::kU8 : DType::kBF16;
   const Tensor q_t(query.data(), DType::kBF16, {tokens, kHeadsQ, kHeadSize});

@@ -5,11 +5,14 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <new>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "bench/ceilings.h"
@@ -17,6 +20,32 @@
 #include "runtime/runtime.h"
 
 namespace jit::bench {
+
+/// Distinct random slots for `tokens` rows of a cache of `num_blocks` blocks of `block_size`.
+inline std::vector<int64_t> random_slots(int64_t tokens, int64_t num_blocks, int64_t block_size) {
+  auto all = std::vector<int64_t>(size_t(num_blocks * block_size));
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), std::mt19937_64(7));
+  all.resize(size_t(tokens));
+  return all;
+}
+
+/// The slots of `tokens` rows: distinct random slots (random_slots), or with `prefill` the
+/// consecutive slots of shuffled blocks that a prefill's slot mapping gives (each block filled
+/// front to back, the blocks in random order). With 4 KiB pages, random rows cost the
+/// quantising writers more than the copy figures suggest: every row lands on a page the TLB
+/// has not seen (docs/decisions.md, eighth round).
+inline std::vector<int64_t> cache_slots(int64_t tokens, int64_t num_blocks, int64_t block_size,
+                                        bool prefill) {
+  auto slots = random_slots(tokens, num_blocks, block_size);
+  if (prefill) {
+    const auto blocks = random_slots(num_blocks, num_blocks, 1);  // a permutation of the blocks
+    for (int64_t t = 0; t < tokens; ++t) {
+      slots[size_t(t)] = blocks[size_t(t / block_size)] * block_size + t % block_size;
+    }
+  }
+  return slots;
+}
 
 /// Large shapes move at least this many bytes per call (past the L2s, within the host cache
 /// regime the copy ceiling is measured in).

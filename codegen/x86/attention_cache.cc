@@ -15,6 +15,7 @@
 #include <xbyak/xbyak.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 
 #include "codegen/x86/attention_kernel.h"
@@ -58,14 +59,13 @@ class CacheWriteGenerator : public CacheGenerator {
   void generate() {
     const int esize = int(dtype_size(p_.dtype));
     const int64_t d = p_.head_size;
-    const bool amx = p_.isa == ir::CpuAttnIsa::kAmx;
     const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
     const int csize = fp8 ? 1 : esize;  // bytes per cache element
     prologue();
-    // fp8: the K codes of one head row at [rsp + kCodes] (D bytes, rounded up to 64), above
-    // the Generator's tail staging at [rsp] (used by the AVX2 tail loads and stores when
-    // D % lanes != 0).
-    const int64_t stage = kCodes + (d + 63) / 64 * 64;
+    // fp8: the K codes of one head row at [rsp + kCodes] (D bytes, rounded up to 64), or of a
+    // whole block's rows (block_stage_bytes()), above the Generator's tail staging at [rsp]
+    // (used by the AVX2 tail loads and stores when D % lanes != 0).
+    const int64_t stage = kCodes + std::max((d + 63) / 64 * 64, block_stage_bytes());
     if (fp8) {
       sub(rsp, stage);
       vbroadcastss(vmm(kKScale), ptr[ARG(k_scale)]);
@@ -75,10 +75,31 @@ class CacheWriteGenerator : public CacheGenerator {
       reserve_quantise_tables(p_.dtype, fp8_format(p_.kv), {vmm(kKScale), vmm(kVScale)},
                               rows_times(p_.head_count_kv * p_.head_size), int(stage));
     }
+    if (block_path()) {
+      with_streaming_stores(2 * p_.head_count_kv * d * csize, [&] { token_loop(); });
+    } else {
+      token_loop();
+    }
+    if (fp8) {
+      release_quantise_tables();
+      add(rsp, stage);
+    }
+    epilogue();
+  }
+
+ private:
+  // The token loop: rows [rsi, rdx), whole blocks first where block_path() serves them.
+  void token_loop() {
+    const int esize = int(dtype_size(p_.dtype));
+    const int64_t d = p_.head_size;
+    const bool amx = p_.isa == ir::CpuAttnIsa::kAmx;
+    const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
+    const int csize = fp8 ? 1 : esize;  // bytes per cache element
     Label l_token, l_next, l_done, l_head, l_dim;
     L(l_token);
     cmp(rsi, rdx);
     jge(l_done, T_NEAR);
+    if (block_path()) whole_block(l_token);
     mov(rax, ptr[ARG(slots)]);
     mov(rax, ptr[rax + rsi * 8]);
     test(rax, rax);
@@ -166,14 +187,252 @@ class CacheWriteGenerator : public CacheGenerator {
     inc(rsi);
     jmp(l_token, T_NEAR);
     L(l_done);
-    if (fp8) {
-      release_quantise_tables();
-      add(rsp, stage);
-    }
-    epilogue();
   }
 
- private:
+  // ---- Whole blocks (prefill) ---------------------------------------------------------------
+  // The per-token path stores a token's K one element per dim, bs·c bytes apart, so every line
+  // of the transposed K slab is read for ownership and written a few bytes at a time. When the
+  // bs rows from rsi carry the slots s .. s + bs - 1 of one block (s % bs == 0: a prefill's slot
+  // mapping), each head's slabs are written front to back instead: the V rows one contiguous
+  // row per token as before (streaming where 64-byte aligned in a large call), and the K slab
+  // [D][bs] by dword columns: one vpgatherdd of a column of 16 tokens (4 / c dims of each: their
+  // rows at `stride` bytes apart, index vector (16g + i)·stride for token group g), permuted by
+  // one vpermw (c = 2) or vpermb (fp8) into the column's rows of 16 tokens (16·c bytes each),
+  // stored at (dim)·bs·c + 16g·c; 4-byte elements need no permutation. A column's stores fill
+  // whole lines of its rows before the next column starts, so in a large call they are
+  // streaming stores (the line completes in the write-combining buffer). kv=auto gathers from
+  // the tokens' key rows; fp8 first quantises the block's key rows of the head into a stack
+  // stage [bs][D] (quantise_span: long spans and the mantissa tables) and gathers the codes.
+  // AVX-512 (fp8: VBMI for vpermb), vec layouts, bs a multiple of 16 up to 128, D·c a multiple
+  // of 4, the fp8 stage at most 32 KiB; gathers need (bs - 1)·stride < 2^31.
+  static constexpr int64_t kMaxBlockTokens = 128;
+  static constexpr int64_t kMaxBlockStage = 32768;
+  bool block_path() const {
+    const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
+    const int64_t c = fp8 ? 1 : int64_t(dtype_size(p_.dtype));
+    return avx512() && p_.isa != ir::CpuAttnIsa::kAmx && p_.block_size % 16 == 0 &&
+           p_.block_size <= kMaxBlockTokens && p_.head_size * c % 4 == 0 &&
+           (!fp8 || (has_vbmi() && p_.block_size * p_.head_size <= kMaxBlockStage));
+  }
+  // Stack bytes of the fp8 block stage ([bs][D] codes, 64-byte aligned at run time).
+  int64_t block_stage_bytes() const {
+    const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
+    return block_path() && fp8 ? p_.block_size * p_.head_size + 64 : 0;
+  }
+  // dst = the 64-byte aligned fp8 block stage at [rsp + kCodes ...].
+  void block_stage(const Reg64& dst) {
+    lea(dst, ptr[rsp + kCodes + 63]);
+    and_(dst, -64);
+  }
+
+  // Emits the whole-block check for the row at rsi; a whole block is written and the loop
+  // continues at l_token with rsi past it. Clobbers rax, rcx, rbx, rbp, r8..r15, vector
+  // registers; keeps rdx (row end).
+  void whole_block(const Label& l_token) {
+    using Xbyak::Zmm;
+    const int64_t bs = p_.block_size;
+    const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
+    Label l_single, l_head;
+    lea(rax, ptr[rsi + int(bs)]);
+    cmp(rax, rdx);
+    jg(l_single, T_NEAR);
+    if (!fp8) {  // the gathers read the key rows: (bs - 1)·stride < 2^31
+      mov(rax, ptr[ARG(key_token_stride)]);
+      cmp(rax, int(((int64_t(1) << 31) - 1) / bs));
+      ja(l_single, T_NEAR);  // unsigned: negative strides too
+    }
+    if (in_streaming_loop()) {
+      mov(rax, ptr[ARG(key_cache)]);
+      or_(rax, ptr[ARG(value_cache)]);
+      or_(rax, ptr[ARG(block_stride)]);
+      or_(rax, ptr[ARG(head_stride)]);
+      test(al, 63);
+      jnz(l_single, T_NEAR);
+    }
+    mov(rbx, ptr[ARG(slots)]);
+    mov(rax, ptr[rbx + rsi * 8]);
+    test(rax, rax);
+    js(l_single, T_NEAR);
+    mov(rbp, rdx);
+    xor_(edx, edx);
+    mov(rcx, bs);
+    div(rcx);  // rax = block, rdx = offset
+    test(rdx, rdx);
+    mov(rdx, rbp);
+    jnz(l_single, T_NEAR);
+    // slots[rsi + i] == s + i for i < bs, eight at a time
+    imul(rcx, rax, int(bs));
+    vpbroadcastq(Zmm(13), rcx);
+    for (int64_t i = 0; i < bs; i += 8) {
+      std::array<uint32_t, 16> iota{};
+      for (int j = 0; j < 8; ++j) iota[size_t(2 * j)] = uint32_t(i + j);
+      vpaddq(Zmm(14), Zmm(13), cst_table(iota));
+      vpcmpeqq(k2, Zmm(14), ptr[rbx + rsi * 8 + int(8 * i)]);
+      kortestb(k2, k2);
+      jnc(l_single, T_NEAR);  // CF = 1: all eight equal
+    }
+    imul(rax, ptr[ARG(block_stride)]);
+    mov(r8, ptr[ARG(key_cache)]);
+    add(r8, rax);
+    mov(r9, ptr[ARG(value_cache)]);
+    add(r9, rax);
+    mov(r10, rsi);
+    imul(r10, ptr[ARG(key_token_stride)]);
+    add(r10, ptr[ARG(key)]);
+    mov(r11, rsi);
+    imul(r11, ptr[ARG(value_token_stride)]);
+    add(r11, ptr[ARG(value)]);
+    mov(r12, p_.head_count_kv);
+    L(l_head);
+    block_values();
+    block_keys();
+    add(r8, ptr[ARG(head_stride)]);
+    add(r9, ptr[ARG(head_stride)]);
+    add(r10, ptr[ARG(key_head_stride)]);
+    add(r11, ptr[ARG(value_head_stride)]);
+    dec(r12);
+    jnz(l_head, T_NEAR);
+    add(rsi, int(bs));
+    jmp(l_token, T_NEAR);
+    L(l_single);
+  }
+
+  // The head's V rows of the block: token t's row (r11 + t·stride) to r9 + t·D·c, copied or
+  // quantised, streaming where the row is 64-byte aligned in the streaming loop. Uses rax,
+  // rcx, rbx, rbp, r13, r14, r15 and the quantiser's registers.
+  void block_values() {
+    const int64_t d = p_.head_size;
+    const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
+    const int esize = int(dtype_size(p_.dtype));
+    const DType format = ir::cpu_attn_cache_dtype(p_.dtype, p_.kv);
+    Label l_row;
+    mov(rbp, r11);
+    mov(r14, r9);
+    mov(rcx, p_.block_size);
+    L(l_row);
+    mov(rbx, rbp);
+    mov(r13, r14);
+    maybe_streaming(r13, [&](bool streaming) {
+      if (fp8) {
+        quantise_span(r13, rbx, d, p_.dtype, format, vmm(kVScale), vmm(kVRecip), streaming);
+      } else {
+        copy_span(r13, rbx, d * esize, r15, streaming);
+      }
+    });
+    add(rbp, ptr[ARG(value_token_stride)]);
+    add(r14, int(d * (fp8 ? 1 : esize)));
+    dec(rcx);
+    jnz(l_row, T_NEAR);
+  }
+
+  // The head's K slab [D][bs] at r8 from the block's key rows (r10, token stride) or, fp8, from
+  // their codes staged first. Uses rax, rcx, rbx, rbp, r13..r15, zmm0..2, zmm23..31, k2 and the
+  // quantiser's registers.
+  void block_keys() {
+    using Xbyak::Zmm;
+    const int64_t d = p_.head_size, bs = p_.block_size;
+    const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
+    const int c = fp8 ? 1 : int(dtype_size(p_.dtype));
+    const int groups = int(bs / 16);
+    const auto index = [](int g) { return Zmm(24 + g); };
+    if (fp8) {
+      const DType format = ir::cpu_attn_cache_dtype(p_.dtype, p_.kv);
+      Label l_row;
+      mov(rbp, r10);
+      block_stage(r14);
+      mov(rcx, bs);
+      L(l_row);
+      mov(rbx, rbp);
+      mov(r13, r14);
+      quantise_span(r13, rbx, d, p_.dtype, format, vmm(kKScale), vmm(kKRecip));
+      add(rbp, ptr[ARG(key_token_stride)]);
+      add(r14, int(d));
+      dec(rcx);
+      jnz(l_row, T_NEAR);
+      // index_g = (16g + i)·D
+      for (int g = 0; g < groups; ++g) {
+        std::array<uint32_t, 16> offsets{};
+        for (int i = 0; i < 16; ++i) offsets[size_t(i)] = uint32_t((16 * g + i) * d);
+        vmovdqu32(index(g), cst_table(offsets));
+      }
+      block_stage(rbx);
+    } else {
+      // index_g = (16g + i)·stride
+      std::array<uint32_t, 16> iota{};
+      for (int i = 0; i < 16; ++i) iota[size_t(i)] = uint32_t(i);
+      vpbroadcastd(index(0), dword[ARG(key_token_stride)]);
+      for (int g = groups - 1; g >= 0; --g) {
+        if (g > 0) {
+          std::array<uint32_t, 16> tokens{};
+          for (int i = 0; i < 16; ++i) tokens[size_t(i)] = uint32_t(16 * g + i);
+          vpmulld(index(g), index(0), cst_table(tokens));
+        } else {
+          vpmulld(index(0), index(0), cst_table(iota));
+        }
+      }
+      mov(rbx, r10);
+    }
+    // Element e (of 4 / c per dword) of token t's dword goes to position e·16 + t.
+    const int per_dword = 4 / c;
+    const Zmm perm(23), words(0), rows(1), part(2);
+    if (per_dword > 1) {
+      const int width = 8 * c;  // bits per index
+      std::array<uint32_t, 16> table{};
+      for (int out = 0; out < 16 * per_dword; ++out) {
+        const int e = out / 16, t = out % 16;
+        table[size_t(out * width / 32)] |= uint32_t(t * per_dword + e) << (out * width % 32);
+      }
+      vmovdqu32(perm, cst_table(table));
+    }
+    const int piece = 16 * c;  // bytes of one row's 16 tokens
+    const int64_t row_bytes = bs * c;
+    Label l_column;
+    mov(r15, r8);
+    mov(r13, d * c / 4);
+    L(l_column);
+    for (int g = 0; g < groups; ++g) {
+      kxnorw(k2, k2, k2);
+      vpgatherdd(words | k2, ptr[rbx + index(g)]);
+      if (per_dword == 1) {
+        store_piece(ptr[r15 + g * piece], words, 64);
+        continue;
+      }
+      if (c == 1) {
+        vpermb(rows, perm, words);
+      } else {
+        vpermw(rows, perm, words);
+      }
+      for (int e = 0; e < per_dword; ++e) {
+        const Address dst = ptr[r15 + int(e * row_bytes + g * piece)];
+        if (e == 0) {
+          store_piece(dst, rows, piece);
+        } else if (c == 1) {
+          vextracti32x4(Xbyak::Xmm(part.getIdx()), rows, uint8_t(e));
+          store_piece(dst, part, piece);
+        } else {
+          vextracti64x4(Xbyak::Ymm(part.getIdx()), rows, 1);
+          store_piece(dst, part, piece);
+        }
+      }
+    }
+    add(rbx, 4);
+    add(r15, int(per_dword * row_bytes));
+    dec(r13);
+    jnz(l_column, T_NEAR);
+  }
+
+  // The low `bytes` (16, 32 or 64) of `v` to `dst`, streaming in the streaming loop.
+  void store_piece(const Address& dst, const Xbyak::Zmm& v, int bytes) {
+    const Xmm src = bytes == 64   ? Xmm(v)
+                    : bytes == 32 ? Xmm(Xbyak::Ymm(v.getIdx()))
+                                  : Xbyak::Xmm(v.getIdx());
+    if (in_streaming_loop()) {
+      vmovntdq(dst, src);
+    } else {
+      vmovdqu32(dst, src);
+    }
+  }
+
   // The per-call fp8 scales and their reciprocals (scale_reciprocal), above the quantiser's
   // vmm0..3.
   static constexpr int kKScale = 4, kKRecip = 5, kVScale = 6, kVRecip = 7;

@@ -8,7 +8,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -419,6 +422,134 @@ TEST_P(X86AttentionTest, CacheWriteBitExact) {
           ASSERT_TRUE(c.is_ok()) << c.status().to_string();
           const auto report = check_against_ref(kernel, c.value());
           EXPECT_TRUE(report.ok) << to_string(spec) << "\n" << report.message;
+        }
+      }
+    }
+  }
+}
+
+// cpu_attn_reshape_and_cache's whole blocks (a prefill's consecutive slots of a block, written
+// head slab by head slab; attention_cache.cc) on every ISA path of the host up to AMX (fp8
+// needs VBMI's vpermb): vec (bs 32) and vec16 (bs 16) slabs, f32/f16/bf16 and fp8 e4m3/e5m2,
+// head sizes whose K columns are whole dwords and one that is not (57: the per-token path);
+// token groups of whole blocks, one with a padding row, one with two rows swapped, one across
+// two blocks, and a partial last block, in 1- and 2-thread calls.
+TEST(X86AttentionCacheWrite, WholeBlocksMatchRef) {
+  const Config parallel = Config().set("threads", 2);
+  for (X86Isa target :
+       test::isa_paths({X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16, X86Isa::kAmx})) {
+    for (CpuAttnIsa isa : {CpuAttnIsa::kVec, CpuAttnIsa::kVec16}) {
+      const int64_t bs = isa == CpuAttnIsa::kVec16 ? 16 : 32;
+      for (ir::KvCacheDtype kv :
+           {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
+        if (kv != ir::KvCacheDtype::kAuto && isa != CpuAttnIsa::kVec) continue;
+        for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+          for (int64_t head : {8, 40, 57, 128}) {
+            const OpSpec spec =
+                OpSpec::make(OpKind::kCpuAttnReshapeAndCache,
+                             ir::CpuAttnCacheWriteParams{isa, dtype, 3, head, bs, kv});
+            for (const Config& config : {Config(), parallel}) {
+              const Kernel kernel = compile_x86(spec, target, config);
+              const int64_t tokens = 6 * bs + 5;
+              auto made = test::make_case(spec, tokens, InputKind::kNormal, uint64_t(head) + 3);
+              ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+              test::OpCase c = std::move(made).value();
+              const int64_t blocks = c.tensors[2].tensor().size(0);
+              ASSERT_GE(blocks, 8) << "the case's cache is too small for this test";
+              const auto block_of = [&](int64_t g) { return blocks - 1 - g; };
+              for (int64_t t = 0; t < tokens; ++t) {
+                c.tensors[4].set(t, double(block_of(t / bs) * bs + t % bs));
+              }
+              c.tensors[4].set(bs + 7, -1.0);  // group 1: a padding row inside
+              const double a = c.tensors[4].get(2 * bs + 3), b = c.tensors[4].get(2 * bs + 4);
+              c.tensors[4].set(2 * bs + 3, b);  // group 2: two rows swapped
+              c.tensors[4].set(2 * bs + 4, a);
+              for (int64_t i = 0; i < bs; ++i) {  // group 3: the halves of two blocks
+                const int64_t slot = block_of(3) * bs + bs / 2 + i;
+                c.tensors[4].set(3 * bs + i,
+                                 double(i < bs / 2 ? slot : block_of(7) * bs + i - bs / 2));
+              }
+              const auto report = check_against_ref(kernel, c);
+              EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(target)
+                                     << " config=" << config.to_string() << "\n"
+                                     << report.message;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Whole blocks in calls that write >= 1 MiB: the K slab's pieces and the V rows as streaming
+// stores into 64-byte aligned caches, ordinary stores (the per-token path) into caches 16 bytes
+// off; 4 KV heads x 128, bs 32, a prefill's slot mapping with a padding row and a partial last
+// block; bf16 and f32, auto / e4m3 / e5m2 (scales 1.0 and 0.037), against the ref.
+TEST(X86AttentionCacheWrite, LargeCallsStreamWholeBlocksMatchRef) {
+  constexpr int64_t kH = 4, kD = 128, kBs = 32, kTokens = 1300, kBlocks = kTokens / kBs + 3;
+  std::mt19937_64 rng(11);
+  std::vector<int64_t> order(static_cast<size_t>(kBlocks));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<int64_t> slots(static_cast<size_t>(kTokens));
+  for (int64_t t = 0; t < kTokens; ++t) slots[size_t(t)] = order[size_t(t / kBs)] * kBs + t % kBs;
+  slots[size_t(5 * kBs + 9)] = -1;
+  CompileOptions ref_options;
+  ref_options.backend = BackendKind::kRef;
+  for (X86Isa target : test::isa_paths({X86Isa::kAvx512, X86Isa::kAmx})) {
+    for (DType dtype : {DType::kBF16, DType::kF32}) {
+      const size_t esize = dtype_size(dtype);
+      std::vector<uint8_t> key(size_t(kTokens * kH * kD) * esize), value(key.size());
+      for (std::vector<uint8_t>* rows : {&key, &value}) {
+        for (size_t i = 0; i < rows->size() / esize; ++i) {
+          const float x = float(int(rng() % 4001) - 2000) / 97.0f;
+          if (esize == 2) {
+            const uint16_t bits = numeric::f32_to_bf16(x);
+            std::memcpy(rows->data() + 2 * i, &bits, 2);
+          } else {
+            std::memcpy(rows->data() + 4 * i, &x, 4);
+          }
+        }
+      }
+      for (ir::KvCacheDtype kv :
+           {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
+        const OpSpec spec =
+            OpSpec::make(OpKind::kCpuAttnReshapeAndCache,
+                         ir::CpuAttnCacheWriteParams{CpuAttnIsa::kVec, dtype, kH, kD, kBs, kv});
+        const Kernel kernel = compile_x86(spec, target, Config().set("threads", 1));
+        auto ref = test_runtime().compile(spec, ref_options);
+        ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
+        const bool fp8 = kv != ir::KvCacheDtype::kAuto;
+        const DType cdt = fp8 ? DType::kU8 : dtype;
+        const size_t cache_bytes = size_t(kBlocks * kH * kBs * kD) * (fp8 ? 1 : esize);
+        for (size_t misalign : {size_t(0), size_t(16)}) {
+          for (double scale : fp8 ? std::vector<double>{1.0, 0.037} : std::vector<double>{1.0}) {
+            // [x86 key, x86 value, ref key, ref value], each 64-byte aligned + misalign
+            std::vector<uint8_t> storage(4 * (cache_bytes + 128), 0);
+            std::vector<uint8_t*> caches;
+            for (size_t i = 0; i < 4; ++i) {
+              auto base = reinterpret_cast<uintptr_t>(storage.data() + i * (cache_bytes + 128));
+              caches.push_back(reinterpret_cast<uint8_t*>((base + 63) / 64 * 64 + misalign));
+            }
+            auto args = [&](uint8_t* kc, uint8_t* vc) {
+              KernelArgs a(
+                  {Tensor(key.data(), dtype, {kTokens, kH, kD}),
+                   Tensor(value.data(), dtype, {kTokens, kH, kD}),
+                   Tensor(kc, cdt, {kBlocks, kH, kBs, kD}), Tensor(vc, cdt, {kBlocks, kH, kBs, kD}),
+                   Tensor(slots.data(), DType::kI64, {kTokens})},
+                  {});
+              if (fp8) a.add_scalar(scale).add_scalar(scale * 3);
+              return a;
+            };
+            ASSERT_TRUE(kernel.run(args(caches[0], caches[1])).is_ok());
+            ASSERT_TRUE(ref.value().run(args(caches[2], caches[3])).is_ok());
+            EXPECT_EQ(std::memcmp(caches[0], caches[2], cache_bytes), 0)
+                << to_string(spec) << " isa=" << x86_isa_name(target) << " misalign=" << misalign
+                << " scale=" << scale << " (key cache)";
+            EXPECT_EQ(std::memcmp(caches[1], caches[3], cache_bytes), 0)
+                << to_string(spec) << " isa=" << x86_isa_name(target) << " misalign=" << misalign
+                << " scale=" << scale << " (value cache)";
+          }
         }
       }
     }

@@ -202,7 +202,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-48", 0x1581e3af53101039ull};
+constexpr PinnedCode kAllExampleCode{"x86-49", 0xd43e1c95f21731f7ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

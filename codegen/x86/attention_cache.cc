@@ -137,13 +137,7 @@ class CacheWriteGenerator : public CacheGenerator {
       imul(rcx, rcx, d * csize);
       add(r9, rcx);
     }
-    mov(r10, rsi);
-    imul(r10, ptr[ARG(key_token_stride)]);
-    add(r10, ptr[ARG(key)]);
-    mov(r11, rsi);
-    imul(r11, ptr[ARG(value_token_stride)]);
-    add(r11, ptr[ARG(value)]);
-    mov(r12, p_.head_count_kv);
+    token_rows();
     L(l_head);
     if (amx) {
       emit_amx_token();
@@ -177,12 +171,7 @@ class CacheWriteGenerator : public CacheGenerator {
       mov(rbx, r11);
       copy_span(r15, rbx, d * esize, r13);
     }
-    add(r8, ptr[ARG(head_stride)]);
-    add(r9, ptr[ARG(head_stride)]);
-    add(r10, ptr[ARG(key_head_stride)]);
-    add(r11, ptr[ARG(value_head_stride)]);
-    dec(r12);
-    jnz(l_head, T_NEAR);
+    next_head(l_head);
     L(l_next);
     inc(rsi);
     jmp(l_token, T_NEAR);
@@ -276,22 +265,11 @@ class CacheWriteGenerator : public CacheGenerator {
     add(r8, rax);
     mov(r9, ptr[ARG(value_cache)]);
     add(r9, rax);
-    mov(r10, rsi);
-    imul(r10, ptr[ARG(key_token_stride)]);
-    add(r10, ptr[ARG(key)]);
-    mov(r11, rsi);
-    imul(r11, ptr[ARG(value_token_stride)]);
-    add(r11, ptr[ARG(value)]);
-    mov(r12, p_.head_count_kv);
+    token_rows();
     L(l_head);
     block_values();
     block_keys();
-    add(r8, ptr[ARG(head_stride)]);
-    add(r9, ptr[ARG(head_stride)]);
-    add(r10, ptr[ARG(key_head_stride)]);
-    add(r11, ptr[ARG(value_head_stride)]);
-    dec(r12);
-    jnz(l_head, T_NEAR);
+    next_head(l_head);
     add(rsi, int(bs));
     jmp(l_token, T_NEAR);
     L(l_single);
@@ -372,18 +350,10 @@ class CacheWriteGenerator : public CacheGenerator {
       }
       mov(rbx, r10);
     }
-    // Element e (of 4 / c per dword) of token t's dword goes to position e·16 + t.
+    // The column's 4 / c rows of 16 tokens (column_rows_permutation).
     const int per_dword = 4 / c;
     const Zmm perm(23), words(0), rows(1), part(2);
-    if (per_dword > 1) {
-      const int width = 8 * c;  // bits per index
-      std::array<uint32_t, 16> table{};
-      for (int out = 0; out < 16 * per_dword; ++out) {
-        const int e = out / 16, t = out % 16;
-        table[size_t(out * width / 32)] |= uint32_t(t * per_dword + e) << (out * width % 32);
-      }
-      vmovdqu32(perm, cst_table(table));
-    }
+    if (per_dword > 1) vmovdqu32(perm, cst_table(column_rows_permutation(c)));
     const int piece = 16 * c;  // bytes of one row's 16 tokens
     const int64_t row_bytes = bs * c;
     Label l_column;
@@ -431,6 +401,26 @@ class CacheWriteGenerator : public CacheGenerator {
     } else {
       vmovdqu32(dst, src);
     }
+  }
+
+  // r10 / r11 = the key / value rows of token rsi (head 0), r12 = the head count.
+  void token_rows() {
+    mov(r10, rsi);
+    imul(r10, ptr[ARG(key_token_stride)]);
+    add(r10, ptr[ARG(key)]);
+    mov(r11, rsi);
+    imul(r11, ptr[ARG(value_token_stride)]);
+    add(r11, ptr[ARG(value)]);
+    mov(r12, p_.head_count_kv);
+  }
+  // The slabs (r8, r9) and rows (r10, r11) of the next head; loops to l_head while heads remain.
+  void next_head(const Label& l_head) {
+    add(r8, ptr[ARG(head_stride)]);
+    add(r9, ptr[ARG(head_stride)]);
+    add(r10, ptr[ARG(key_head_stride)]);
+    add(r11, ptr[ARG(value_head_stride)]);
+    dec(r12);
+    jnz(l_head, T_NEAR);
   }
 
   // The per-call fp8 scales and their reciprocals (scale_reciprocal), above the quantiser's

@@ -199,6 +199,19 @@ class CacheGenerator : public Generator {
     maybe_streaming(dst, body);
   }
 
+  // The vpermw (c = 2) or vpermb (c = 1) index table that turns a gathered column of 16
+  // tokens' dwords (4 / c elements e of each) into 4 / c rows of the 16 tokens: output element
+  // e·16 + t takes input element t·(4 / c) + e. The whole-block writers of transposed slabs use it.
+  static std::array<uint32_t, 16> column_rows_permutation(int c) {
+    const int per_dword = 4 / c, width = 8 * c;  // elements per dword, bits per index
+    std::array<uint32_t, 16> table{};
+    for (int out = 0; out < 16 * per_dword; ++out) {
+      const int e = out / 16, t = out % 16;
+      table[size_t(out * width / 32)] |= uint32_t(t * per_dword + e) << (out * width % 32);
+    }
+    return table;
+  }
+
   // Whether the code being emitted is with_streaming_stores' streaming loop.
   bool in_streaming_loop() const { return streaming_; }
 

@@ -452,18 +452,9 @@ class PagedWriteGenerator : public CacheGenerator {
     for (int i = 0; i < 16; ++i) iota[size_t(i)] = uint32_t(i);
     vpbroadcastd(index, ecx);
     vpmulld(index, index, cst_table(iota));
-    // Element e (of 4 / c per dword) of token t's dword goes to line position e·16 + t:
-    // vpermw (2-byte) or vpermb (fp8) with out position -> in position t·(4 / c) + e.
+    // The column's 4 / c rows of 16 tokens (column_rows_permutation) make the line.
     const int per_dword = int(4 / csize_);
-    if (per_dword > 1) {
-      const int width = int(8 * csize_);  // bits per index
-      std::array<uint32_t, 16> table{};
-      for (int out = 0; out < 16 * per_dword; ++out) {
-        const int e = out / 16, t = out % 16;
-        table[size_t(out * width / 32)] |= uint32_t(t * per_dword + e) << (out * width % 32);
-      }
-      vmovdqu32(perm, cst_table(table));
-    }
+    if (per_dword > 1) vmovdqu32(perm, cst_table(column_rows_permutation(int(csize_))));
     mov(rdx, p_.head_size * csize_ / 4);  // lines: one per dword column
     Label l_line;
     L(l_line);

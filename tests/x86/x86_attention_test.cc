@@ -499,18 +499,8 @@ TEST(X86AttentionCacheWrite, LargeCallsStreamWholeBlocksMatchRef) {
   for (X86Isa target : test::isa_paths({X86Isa::kAvx512, X86Isa::kAmx})) {
     for (DType dtype : {DType::kBF16, DType::kF32}) {
       const size_t esize = dtype_size(dtype);
-      std::vector<uint8_t> key(size_t(kTokens * kH * kD) * esize), value(key.size());
-      for (std::vector<uint8_t>* rows : {&key, &value}) {
-        for (size_t i = 0; i < rows->size() / esize; ++i) {
-          const float x = float(int(rng() % 4001) - 2000) / 97.0f;
-          if (esize == 2) {
-            const uint16_t bits = numeric::f32_to_bf16(x);
-            std::memcpy(rows->data() + 2 * i, &bits, 2);
-          } else {
-            std::memcpy(rows->data() + 4 * i, &x, 4);
-          }
-        }
-      }
+      std::vector<uint8_t> key = test::random_rows(dtype, size_t(kTokens * kH * kD), rng);
+      std::vector<uint8_t> value = test::random_rows(dtype, key.size() / esize, rng);
       for (ir::KvCacheDtype kv :
            {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
         const OpSpec spec =

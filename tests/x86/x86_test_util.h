@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <initializer_list>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "codegen/target.h"
+#include "ir/numeric.h"
 #include "runtime/runtime.h"
 
 namespace jit::test {
@@ -30,6 +33,23 @@ inline std::vector<X86Isa> isa_paths(std::initializer_list<X86Isa> wanted = {
     }
   }
   return paths;
+}
+
+/// `count` elements of `dtype` (bf16 or f32) as raw bytes: multiples of 1/97 in [-20.6, 20.6],
+/// drawn from `rng` (the large-call cache write tests' rows).
+inline std::vector<uint8_t> random_rows(DType dtype, size_t count, std::mt19937_64& rng) {
+  const size_t esize = dtype_size(dtype);
+  std::vector<uint8_t> bytes(count * esize);
+  for (size_t i = 0; i < count; ++i) {
+    const float x = float(int(rng() % 4001) - 2000) / 97.0f;
+    if (esize == 2) {
+      const uint16_t bits = numeric::f32_to_bf16(x);
+      std::memcpy(bytes.data() + 2 * i, &bits, 2);
+    } else {
+      std::memcpy(bytes.data() + 4 * i, &x, 4);
+    }
+  }
+  return bytes;
 }
 
 /// One runtime per test program, without a disk cache: these tests are about generated code.

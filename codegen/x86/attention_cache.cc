@@ -206,8 +206,11 @@ class CacheWriteGenerator : public CacheGenerator {
   // Stack bytes of the fp8 block stage ([bs][D] codes, 64-byte aligned at run time).
   int64_t block_stage_bytes() const {
     const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
-    return block_path() && fp8 ? p_.block_size * p_.head_size + 64 : 0;
+    return block_path() && fp8 ? block_stage_span() + 64 + 16 : 0;
   }
+  int64_t block_stage_span() const { return p_.block_size * stage_heads() * p_.head_size; }
+  // A qword above the fp8 block stage (its alignment slack included): the token loops' counter.
+  Address block_counter() { return qword[rsp + int(kCodes + block_stage_span() + 64)]; }
   // dst = the 64-byte aligned fp8 block stage at [rsp + kCodes ...].
   void block_stage(const Reg64& dst) {
     lea(dst, ptr[rsp + kCodes + 63]);
@@ -266,10 +269,40 @@ class CacheWriteGenerator : public CacheGenerator {
     mov(r9, ptr[ARG(value_cache)]);
     add(r9, rax);
     token_rows();
-    L(l_head);
-    block_values();
-    block_keys();
-    next_head(l_head);
+    if (!fp8) {
+      L(l_head);
+      block_values();
+      mov(rbx, r10);
+      key_index_vectors(0);
+      mov(r15, r8);
+      key_columns();
+      next_head(l_head);
+    } else {
+      // Groups of G heads: their V rows and staged K codes token by token (each token's G
+      // head rows read in order), then each head's K columns from the stage.
+      const int64_t group = stage_heads();
+      Label l_group, l_key_head;
+      mov(r12, p_.head_count_kv / group);
+      L(l_group);
+      block_values_fp8(group);
+      stage_key_codes(group);
+      key_index_vectors(group * p_.head_size);
+      block_stage(rbx);
+      mov(rbp, group);
+      L(l_key_head);
+      mov(r15, r8);
+      key_columns();  // rbx ends at the next head's codes
+      add(r8, ptr[ARG(head_stride)]);
+      dec(rbp);
+      jnz(l_key_head, T_NEAR);
+      for (int64_t h = 0; h < group; ++h) {
+        add(r9, ptr[ARG(head_stride)]);
+        add(r10, ptr[ARG(key_head_stride)]);
+        add(r11, ptr[ARG(value_head_stride)]);
+      }
+      dec(r12);
+      jnz(l_group, T_NEAR);
+    }
     add(rsi, int(bs));
     jmp(l_token, T_NEAR);
     L(l_single);
@@ -303,53 +336,104 @@ class CacheWriteGenerator : public CacheGenerator {
     jnz(l_row, T_NEAR);
   }
 
-  // The head's K slab [D][bs] at r8 from the block's key rows (r10, token stride) or, fp8, from
-  // their codes staged first. Uses rax, rcx, rbx, rbp, r13..r15, zmm0..2, zmm23..31, k2 and the
-  // quantiser's registers.
-  void block_keys() {
+  // Heads per fp8 stage: the largest divisor G of H with bs·G·D <= kMaxBlockStage.
+  int64_t stage_heads() const {
+    int64_t g = 1;
+    for (int64_t h = 1; h <= p_.head_count_kv; ++h) {
+      if (p_.head_count_kv % h == 0 && p_.block_size * h * p_.head_size <= kMaxBlockStage) g = h;
+    }
+    return g;
+  }
+
+  // fp8: the V rows of `group` heads for the block's tokens (token t's rows from r11 + t·stride,
+  // head g of them at + g·value_head_stride, to r9 + g·head_stride + t·D), quantised token by
+  // token, streaming where the row is 64-byte aligned in the streaming loop. Uses rax, rcx,
+  // rbx, rbp, r13, r14, r15, block_counter() and the quantiser's registers.
+  void block_values_fp8(int64_t group) {
+    const int64_t d = p_.head_size;
+    const DType format = ir::cpu_attn_cache_dtype(p_.dtype, p_.kv);
+    Label l_row, l_head;
+    mov(rbp, r11);
+    mov(r14, r9);
+    mov(block_counter(), p_.block_size);
+    L(l_row);
+    xor_(ecx, ecx);
+    L(l_head);
+    mov(rbx, ptr[ARG(value_head_stride)]);
+    imul(rbx, rcx);
+    add(rbx, rbp);
+    mov(r13, ptr[ARG(head_stride)]);
+    imul(r13, rcx);
+    add(r13, r14);
+    maybe_streaming(r13, [&](bool streaming) {
+      quantise_span(r13, rbx, d, p_.dtype, format, vmm(kVScale), vmm(kVRecip), streaming);
+    });
+    inc(rcx);
+    cmp(rcx, int(group));
+    jl(l_head, T_NEAR);
+    add(rbp, ptr[ARG(value_token_stride)]);
+    add(r14, int(d));
+    dec(block_counter());
+    jnz(l_row, T_NEAR);
+  }
+
+  // fp8: the K codes of `group` heads of the block's tokens into the stage [bs][G·D] (token t's
+  // rows from r10 + t·stride, head g at + g·key_head_stride). Uses rax, rcx, rbx, rbp, r13,
+  // r14, r15, block_counter() and the quantiser's registers.
+  void stage_key_codes(int64_t group) {
+    const int64_t d = p_.head_size;
+    const DType format = ir::cpu_attn_cache_dtype(p_.dtype, p_.kv);
+    Label l_row, l_head;
+    mov(rbp, r10);
+    block_stage(r14);
+    mov(block_counter(), p_.block_size);
+    L(l_row);
+    xor_(ecx, ecx);
+    L(l_head);
+    mov(rbx, ptr[ARG(key_head_stride)]);
+    imul(rbx, rcx);
+    add(rbx, rbp);
+    imul(r13, rcx, int(d));
+    add(r13, r14);
+    quantise_span(r13, rbx, d, p_.dtype, format, vmm(kKScale), vmm(kKRecip));
+    inc(rcx);
+    cmp(rcx, int(group));
+    jl(l_head, T_NEAR);
+    add(rbp, ptr[ARG(key_token_stride)]);
+    add(r14, int(group * d));
+    dec(block_counter());
+    jnz(l_row, T_NEAR);
+  }
+
+  // zmm24 + g = the gather offsets of token group g, (16g + i)·stride: `row_stride` bytes
+  // (the fp8 stage), or 0 for the call's key token stride.
+  void key_index_vectors(int64_t row_stride) {
+    using Xbyak::Zmm;
+    const int groups = int(p_.block_size / 16);
+    for (int g = groups - 1; g >= 0; --g) {
+      std::array<uint32_t, 16> tokens{};
+      for (int i = 0; i < 16; ++i)
+        tokens[size_t(i)] = uint32_t((16 * g + i) * std::max<int64_t>(row_stride, 1));
+      if (row_stride > 0) {
+        vmovdqu32(key_index(g), cst_table(tokens));
+        continue;
+      }
+      if (g == groups - 1) vpbroadcastd(key_index(0), dword[ARG(key_token_stride)]);
+      vpmulld(key_index(g), key_index(0), cst_table(tokens));
+    }
+  }
+  static Xbyak::Zmm key_index(int g) { return Xbyak::Zmm(24 + g); }
+
+  // One head's K slab [D][bs] at r15 from the block's rows at rbx (key_index_vectors' strides):
+  // per dword column, one gather per group of 16 tokens, permuted to the column's rows. rbx ends
+  // D·c bytes on. Uses rax, r13, zmm0..2, zmm23, k2.
+  void key_columns() {
     using Xbyak::Zmm;
     const int64_t d = p_.head_size, bs = p_.block_size;
     const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
     const int c = fp8 ? 1 : int(dtype_size(p_.dtype));
     const int groups = int(bs / 16);
-    const auto index = [](int g) { return Zmm(24 + g); };
-    if (fp8) {
-      const DType format = ir::cpu_attn_cache_dtype(p_.dtype, p_.kv);
-      Label l_row;
-      mov(rbp, r10);
-      block_stage(r14);
-      mov(rcx, bs);
-      L(l_row);
-      mov(rbx, rbp);
-      mov(r13, r14);
-      quantise_span(r13, rbx, d, p_.dtype, format, vmm(kKScale), vmm(kKRecip));
-      add(rbp, ptr[ARG(key_token_stride)]);
-      add(r14, int(d));
-      dec(rcx);
-      jnz(l_row, T_NEAR);
-      // index_g = (16g + i)·D
-      for (int g = 0; g < groups; ++g) {
-        std::array<uint32_t, 16> offsets{};
-        for (int i = 0; i < 16; ++i) offsets[size_t(i)] = uint32_t((16 * g + i) * d);
-        vmovdqu32(index(g), cst_table(offsets));
-      }
-      block_stage(rbx);
-    } else {
-      // index_g = (16g + i)·stride
-      std::array<uint32_t, 16> iota{};
-      for (int i = 0; i < 16; ++i) iota[size_t(i)] = uint32_t(i);
-      vpbroadcastd(index(0), dword[ARG(key_token_stride)]);
-      for (int g = groups - 1; g >= 0; --g) {
-        if (g > 0) {
-          std::array<uint32_t, 16> tokens{};
-          for (int i = 0; i < 16; ++i) tokens[size_t(i)] = uint32_t(16 * g + i);
-          vpmulld(index(g), index(0), cst_table(tokens));
-        } else {
-          vpmulld(index(0), index(0), cst_table(iota));
-        }
-      }
-      mov(rbx, r10);
-    }
+    const auto index = [](int g) { return key_index(g); };
     // The column's 4 / c rows of 16 tokens (column_rows_permutation).
     const int per_dword = 4 / c;
     const Zmm perm(23), words(0), rows(1), part(2);
@@ -357,7 +441,6 @@ class CacheWriteGenerator : public CacheGenerator {
     const int piece = 16 * c;  // bytes of one row's 16 tokens
     const int64_t row_bytes = bs * c;
     Label l_column;
-    mov(r15, r8);
     mov(r13, d * c / 4);
     L(l_column);
     for (int g = 0; g < groups; ++g) {

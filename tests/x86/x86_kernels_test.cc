@@ -202,7 +202,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-49", 0xd43e1c95f21731f7ull};
+constexpr PinnedCode kAllExampleCode{"x86-50", 0x4369f6e492254a1cull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -190,10 +190,12 @@ class CacheWriteGenerator : public CacheGenerator {
   // stored at (dim)·bs·c + 16g·c; 4-byte elements need no permutation. A column's stores fill
   // whole lines of its rows before the next column starts, so in a large call they are
   // streaming stores (the line completes in the write-combining buffer). kv=auto gathers from
-  // the tokens' key rows; fp8 first quantises the block's key rows of the head into a stack
-  // stage [bs][D] (quantise_span: long spans and the mantissa tables) and gathers the codes.
+  // the tokens' key rows, head by head. fp8 goes token by token over groups of G heads (each
+  // token's head rows read in order): the V rows quantised to their slabs, the K codes to a
+  // stack stage [bs][G·D] (quantise_span: the mantissa tables where they apply), then each
+  // head's columns gathered from the stage (G: the largest divisor of H with bs·G·D <= 32 KiB).
   // AVX-512 (fp8: VBMI for vpermb), vec layouts, bs a multiple of 16 up to 128, D·c a multiple
-  // of 4, the fp8 stage at most 32 KiB; gathers need (bs - 1)·stride < 2^31.
+  // of 4, bs·D <= 32 KiB for fp8; gathers need (bs - 1)·stride < 2^31.
   static constexpr int64_t kMaxBlockTokens = 128;
   static constexpr int64_t kMaxBlockStage = 32768;
   bool block_path() const {
@@ -203,7 +205,8 @@ class CacheWriteGenerator : public CacheGenerator {
            p_.block_size <= kMaxBlockTokens && p_.head_size * c % 4 == 0 &&
            (!fp8 || (has_vbmi() && p_.block_size * p_.head_size <= kMaxBlockStage));
   }
-  // Stack bytes of the fp8 block stage ([bs][D] codes, 64-byte aligned at run time).
+  // Stack bytes of the fp8 block stage ([bs][G·D] codes, 64-byte aligned at run time) and the
+  // token loops' counter above it.
   int64_t block_stage_bytes() const {
     const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
     return block_path() && fp8 ? block_stage_span() + 64 + 16 : 0;
@@ -308,14 +311,12 @@ class CacheWriteGenerator : public CacheGenerator {
     L(l_single);
   }
 
-  // The head's V rows of the block: token t's row (r11 + t·stride) to r9 + t·D·c, copied or
-  // quantised, streaming where the row is 64-byte aligned in the streaming loop. Uses rax,
-  // rcx, rbx, rbp, r13, r14, r15 and the quantiser's registers.
+  // kv=auto: the head's V rows of the block, token t's row (r11 + t·stride) copied to r9 + t·D·c,
+  // streaming where the row is 64-byte aligned in the streaming loop. Uses rax, rcx, rbx, rbp,
+  // r13, r14, r15.
   void block_values() {
     const int64_t d = p_.head_size;
-    const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
     const int esize = int(dtype_size(p_.dtype));
-    const DType format = ir::cpu_attn_cache_dtype(p_.dtype, p_.kv);
     Label l_row;
     mov(rbp, r11);
     mov(r14, r9);
@@ -323,15 +324,9 @@ class CacheWriteGenerator : public CacheGenerator {
     L(l_row);
     mov(rbx, rbp);
     mov(r13, r14);
-    maybe_streaming(r13, [&](bool streaming) {
-      if (fp8) {
-        quantise_span(r13, rbx, d, p_.dtype, format, vmm(kVScale), vmm(kVRecip), streaming);
-      } else {
-        copy_span(r13, rbx, d * esize, r15, streaming);
-      }
-    });
+    maybe_streaming(r13, [&](bool streaming) { copy_span(r13, rbx, d * esize, r15, streaming); });
     add(rbp, ptr[ARG(value_token_stride)]);
-    add(r14, int(d * (fp8 ? 1 : esize)));
+    add(r14, int(d * esize));
     dec(rcx);
     jnz(l_row, T_NEAR);
   }

@@ -196,13 +196,12 @@ class CacheWriteGenerator : public CacheGenerator {
   // head's columns gathered from the stage (G: the largest divisor of H with bs·G·D <= 32 KiB).
   // AVX-512 (fp8: VBMI for vpermb), vec layouts, bs a multiple of 16 up to 128, D·c a multiple
   // of 4, bs·D <= 32 KiB for fp8; gathers need (bs - 1)·stride < 2^31.
-  static constexpr int64_t kMaxBlockTokens = 128;
   static constexpr int64_t kMaxBlockStage = 32768;
   bool block_path() const {
     const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
     const int64_t c = fp8 ? 1 : int64_t(dtype_size(p_.dtype));
     return avx512() && p_.isa != ir::CpuAttnIsa::kAmx && p_.block_size % 16 == 0 &&
-           p_.block_size <= kMaxBlockTokens && p_.head_size * c % 4 == 0 &&
+           p_.block_size <= kMaxColumnTokens && p_.head_size * c % 4 == 0 &&
            (!fp8 || (has_vbmi() && p_.block_size * p_.head_size <= kMaxBlockStage));
   }
   // Stack bytes of the fp8 block stage ([bs][G·D] codes, 64-byte aligned at run time) and the
@@ -276,7 +275,7 @@ class CacheWriteGenerator : public CacheGenerator {
       L(l_head);
       block_values();
       mov(rbx, r10);
-      key_index_vectors(0);
+      transposed_column_offsets(int(bs), 0, dword[ARG(key_token_stride)]);
       mov(r15, r8);
       key_columns();
       next_head(l_head);
@@ -289,7 +288,7 @@ class CacheWriteGenerator : public CacheGenerator {
       L(l_group);
       block_values_fp8(group);
       stage_key_codes(group);
-      key_index_vectors(group * p_.head_size);
+      transposed_column_offsets(int(bs), group * p_.head_size, dword[ARG(key_token_stride)]);
       block_stage(rbx);
       mov(rbp, group);
       L(l_key_head);
@@ -400,85 +399,12 @@ class CacheWriteGenerator : public CacheGenerator {
     jnz(l_row, T_NEAR);
   }
 
-  // zmm24 + g = the gather offsets of token group g, (16g + i)·stride: `row_stride` bytes
-  // (the fp8 stage), or 0 for the call's key token stride.
-  void key_index_vectors(int64_t row_stride) {
-    using Xbyak::Zmm;
-    const int groups = int(p_.block_size / 16);
-    for (int g = groups - 1; g >= 0; --g) {
-      std::array<uint32_t, 16> tokens{};
-      for (int i = 0; i < 16; ++i)
-        tokens[size_t(i)] = uint32_t((16 * g + i) * std::max<int64_t>(row_stride, 1));
-      if (row_stride > 0) {
-        vmovdqu32(key_index(g), cst_table(tokens));
-        continue;
-      }
-      if (g == groups - 1) vpbroadcastd(key_index(0), dword[ARG(key_token_stride)]);
-      vpmulld(key_index(g), key_index(0), cst_table(tokens));
-    }
-  }
-  static Xbyak::Zmm key_index(int g) { return Xbyak::Zmm(24 + g); }
-
-  // One head's K slab [D][bs] at r15 from the block's rows at rbx (key_index_vectors' strides):
-  // per dword column, one gather per group of 16 tokens, permuted to the column's rows. rbx ends
-  // D·c bytes on. Uses rax, r13, zmm0..2, zmm23, k2.
+  // One head's K slab [D][bs] at r15 from the block's rows at rbx (transposed_columns; rbx ends
+  // D·c bytes on). Uses r13, zmm0..2, zmm23, k2.
   void key_columns() {
-    using Xbyak::Zmm;
-    const int64_t d = p_.head_size, bs = p_.block_size;
     const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
     const int c = fp8 ? 1 : int(dtype_size(p_.dtype));
-    const int groups = int(bs / 16);
-    const auto index = [](int g) { return key_index(g); };
-    // The column's 4 / c rows of 16 tokens (column_rows_permutation).
-    const int per_dword = 4 / c;
-    const Zmm perm(23), words(0), rows(1), part(2);
-    if (per_dword > 1) vmovdqu32(perm, cst_table(column_rows_permutation(c)));
-    const int piece = 16 * c;  // bytes of one row's 16 tokens
-    const int64_t row_bytes = bs * c;
-    Label l_column;
-    mov(r13, d * c / 4);
-    L(l_column);
-    for (int g = 0; g < groups; ++g) {
-      kxnorw(k2, k2, k2);
-      vpgatherdd(words | k2, ptr[rbx + index(g)]);
-      if (per_dword == 1) {
-        store_piece(ptr[r15 + g * piece], words, 64);
-        continue;
-      }
-      if (c == 1) {
-        vpermb(rows, perm, words);
-      } else {
-        vpermw(rows, perm, words);
-      }
-      for (int e = 0; e < per_dword; ++e) {
-        const Address dst = ptr[r15 + int(e * row_bytes + g * piece)];
-        if (e == 0) {
-          store_piece(dst, rows, piece);
-        } else if (c == 1) {
-          vextracti32x4(Xbyak::Xmm(part.getIdx()), rows, uint8_t(e));
-          store_piece(dst, part, piece);
-        } else {
-          vextracti64x4(Xbyak::Ymm(part.getIdx()), rows, 1);
-          store_piece(dst, part, piece);
-        }
-      }
-    }
-    add(rbx, 4);
-    add(r15, int(per_dword * row_bytes));
-    dec(r13);
-    jnz(l_column, T_NEAR);
-  }
-
-  // The low `bytes` (16, 32 or 64) of `v` to `dst`, streaming in the streaming loop.
-  void store_piece(const Address& dst, const Xbyak::Zmm& v, int bytes) {
-    const Xmm src = bytes == 64   ? Xmm(v)
-                    : bytes == 32 ? Xmm(Xbyak::Ymm(v.getIdx()))
-                                  : Xbyak::Xmm(v.getIdx());
-    if (in_streaming_loop()) {
-      vmovntdq(dst, src);
-    } else {
-      vmovdqu32(dst, src);
-    }
+    transposed_columns(r15, rbx, r13, p_.head_size * c / 4, int(p_.block_size), c);
   }
 
   // r10 / r11 = the key / value rows of token rsi (head 0), r12 = the head count.

@@ -199,9 +199,23 @@ class CacheGenerator : public Generator {
     maybe_streaming(dst, body);
   }
 
+  // ---- Transposed slabs: rows [dim][tokens] from token rows --------------------------------
+  //
+  // A slab that keeps a block's tokens as its fastest index (the legacy paged value layout
+  // [D][BS], the CPU attention's K slab [D][bs]) is written from `tokens` token rows (a
+  // multiple of 16, at most 128) by dword columns: per column (4 / c elements of every row),
+  // one vpgatherdd per group g of 16 tokens (offsets column_index(g) = (16g + i)·stride), one
+  // vpermw (c = 2) or vpermb (c = 1) into the column's 4 / c rows of those 16 tokens (16·c
+  // bytes each; column_rows_permutation), stored at e·row_bytes + 16g·c. A column's stores
+  // complete their rows' lines before the next column starts, so inside with_streaming_stores'
+  // streaming loop they are streaming stores (the lines fill in the write-combining buffer);
+  // with 16 tokens the column's rows are one 64-byte line and one store.
+  static constexpr int kMaxColumnTokens = 128;  // eight offset vectors, zmm24..31
+  static Xbyak::Zmm column_index(int g) { return Xbyak::Zmm(24 + g); }
+
   // The vpermw (c = 2) or vpermb (c = 1) index table that turns a gathered column of 16
   // tokens' dwords (4 / c elements e of each) into 4 / c rows of the 16 tokens: output element
-  // e·16 + t takes input element t·(4 / c) + e. The whole-block writers of transposed slabs use it.
+  // e·16 + t takes input element t·(4 / c) + e.
   static std::array<uint32_t, 16> column_rows_permutation(int c) {
     const int per_dword = 4 / c, width = 8 * c;  // elements per dword, bits per index
     std::array<uint32_t, 16> table{};
@@ -210,6 +224,83 @@ class CacheGenerator : public Generator {
       table[size_t(out * width / 32)] |= uint32_t(t * per_dword + e) << (out * width % 32);
     }
     return table;
+  }
+
+  // column_index(g) for the groups of `tokens` rows `row_stride` bytes apart, or with
+  // row_stride = 0 the run-time stride in the dword at `stride` (the caller has checked that
+  // (tokens - 1)·stride fits 31 bits).
+  void transposed_column_offsets(int tokens, int64_t row_stride, const Xbyak::Address& stride) {
+    for (int g = tokens / 16 - 1; g >= 0; --g) {
+      std::array<uint32_t, 16> rows{};
+      for (int i = 0; i < 16; ++i) {
+        rows[size_t(i)] = uint32_t((16 * g + i) * (row_stride > 0 ? row_stride : 1));
+      }
+      if (row_stride > 0) {
+        vmovdqu32(column_index(g), cst_table(rows));
+        continue;
+      }
+      if (g == tokens / 16 - 1) vpbroadcastd(column_index(0), stride);
+      vpmulld(column_index(g), column_index(0), cst_table(rows));
+    }
+  }
+
+  // The `columns` dword columns of the rows at [src] (advanced 4 bytes per column) to the slab
+  // rows at [dst] (rows `tokens`·c bytes apart; advanced 4 / c rows per column), `c` bytes per
+  // element, offsets from transposed_column_offsets. Uses `counter`, zmm0..2, zmm23, k2.
+  void transposed_columns(const Reg64& dst, const Reg64& src, const Reg64& counter, int64_t columns,
+                          int tokens, int c) {
+    using Xbyak::Zmm;
+    const int per_dword = 4 / c, piece = 16 * c;  // rows per column, bytes of 16 tokens
+    const int64_t row_bytes = int64_t(tokens) * c;
+    const Zmm perm(23), words(0), rows(1), part(2);
+    if (per_dword > 1) vmovdqu32(perm, cst_table(column_rows_permutation(c)));
+    Label l_column;
+    mov(counter, columns);
+    L(l_column);
+    for (int g = 0; g < tokens / 16; ++g) {
+      kxnorw(k2, k2, k2);
+      vpgatherdd(words | k2, ptr[src + column_index(g)]);
+      if (per_dword > 1) {
+        if (c == 1) {
+          vpermb(rows, perm, words);
+        } else {
+          vpermw(rows, perm, words);
+        }
+      }
+      const Zmm column = per_dword > 1 ? rows : words;
+      if (tokens == 16) {  // the column's rows are one line
+        store_slab_piece(ptr[dst], column, 64);
+        continue;
+      }
+      for (int e = 0; e < per_dword; ++e) {
+        const Xbyak::Address at = ptr[dst + int(e * row_bytes + g * piece)];
+        if (e == 0) {
+          store_slab_piece(at, column, piece);
+        } else if (c == 1) {
+          vextracti32x4(Xbyak::Xmm(part.getIdx()), column, uint8_t(e));
+          store_slab_piece(at, part, piece);
+        } else {
+          vextracti64x4(Xbyak::Ymm(part.getIdx()), column, 1);
+          store_slab_piece(at, part, piece);
+        }
+      }
+    }
+    add(src, 4);
+    add(dst, int(per_dword * row_bytes));
+    dec(counter);
+    jnz(l_column, T_NEAR);
+  }
+
+  // The low `bytes` (16, 32 or 64) of `v` to `dst`, streaming in the streaming loop.
+  void store_slab_piece(const Xbyak::Address& dst, const Xbyak::Zmm& v, int bytes) {
+    const Xmm src = bytes == 64   ? Xmm(v)
+                    : bytes == 32 ? Xmm(Xbyak::Ymm(v.getIdx()))
+                                  : Xbyak::Xmm(v.getIdx());
+    if (streaming_) {
+      vmovntdq(dst, src);
+    } else {
+      vmovdqu32(dst, src);
+    }
   }
 
   // Whether the code being emitted is with_streaming_stores' streaming loop.

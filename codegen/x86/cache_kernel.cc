@@ -369,12 +369,21 @@ class PagedWriteGenerator : public CacheGenerator {
     mov(reg_dst_, ptr[reg_args_ + (key ? offsetof(CacheWriteCallArgs, key_cache)
                                        : offsetof(CacheWriteCallArgs, value_cache))]);
     add(reg_dst_, block_offset_slot());
-    const auto lines = [&] { key ? key_lines() : value_lines(); };
-    if (!fp8_) {
-      heads([&] {
+    // The head's lines from rows `row_stride` bytes apart (0: the call's row stride).
+    const auto lines = [&](int64_t row_stride) {
+      if (!key) {
+        value_lines(row_stride);
+        return;
+      }
+      if (row_stride > 0) {
+        mov(rcx, row_stride);
+      } else {
         mov(rcx, ptr[reg_args_ + stride]);
-        lines();
-      });
+      }
+      key_lines();
+    };
+    if (!fp8_) {
+      heads([&] { lines(0); });
       return;
     }
     // fp8: per group of G heads (reg_src_ = its token-0 row, reg_dst_ = its first head's
@@ -388,8 +397,7 @@ class PagedWriteGenerator : public CacheGenerator {
     stage_base(reg_p_);
     mov(reg_q_, reg_dst_);
     L(l_head);
-    mov(rcx, group * p_.head_size);
-    lines();
+    lines(group * p_.head_size);
     stage_base(rax, group * p_.head_size);
     cmp(reg_p_, rax);
     jb(l_head, T_NEAR);
@@ -434,7 +442,7 @@ class PagedWriteGenerator : public CacheGenerator {
       vinserti32x4(line, line, ptr[rows[q] + rcx], 1);
       vinserti32x4(line, line, ptr[rows[q] + rcx * 2], 2);
       vinserti32x4(line, line, ptr[rows[q] + rdx], 3);
-      store_line(ptr[reg_q_ + q * 64], line);
+      store_slab_piece(ptr[reg_q_ + q * 64], line, 64);
       add(rows[q], 16);
     }
     add(reg_q_, kBlockTokens * 16);
@@ -442,46 +450,13 @@ class PagedWriteGenerator : public CacheGenerator {
     jb(l_chunk, T_NEAR);
   }
 
-  // Value lines of the head at reg_q_ from 16 rows at reg_p_, rcx bytes apart: one gathered
-  // dword per token and line, permuted to the line's rows. Uses rdx, zmm0, zmm1, zmm21, zmm22,
-  // k2.
-  void value_lines() {
-    using Xbyak::Zmm;
-    const Zmm index(22), perm(21), words(0), line(1);
-    std::array<uint32_t, 16> iota{};
-    for (int i = 0; i < 16; ++i) iota[size_t(i)] = uint32_t(i);
-    vpbroadcastd(index, ecx);
-    vpmulld(index, index, cst_table(iota));
-    // The column's 4 / c rows of 16 tokens (column_rows_permutation) make the line.
-    const int per_dword = int(4 / csize_);
-    if (per_dword > 1) vmovdqu32(perm, cst_table(column_rows_permutation(int(csize_))));
-    mov(rdx, p_.head_size * csize_ / 4);  // lines: one per dword column
-    Label l_line;
-    L(l_line);
-    kxnorw(k2, k2, k2);
-    vpgatherdd(words | k2, ptr[reg_p_ + index]);
-    if (per_dword == 1) {
-      store_line(ptr[reg_q_], words);
-    } else {
-      if (csize_ == 1) {
-        vpermb(line, perm, words);
-      } else {
-        vpermw(line, perm, words);
-      }
-      store_line(ptr[reg_q_], line);
-    }
-    add(reg_p_, 4);
-    add(reg_q_, 64);
-    dec(rdx);
-    jnz(l_line, T_NEAR);
-  }
-
-  void store_line(const Address& dst, const Xbyak::Zmm& line) {
-    if (in_streaming_loop()) {
-      vmovntdq(dst, line);
-    } else {
-      vmovdqu32(dst, line);
-    }
+  // Value lines of the head at reg_q_ from 16 rows at reg_p_ (transposed_columns: one line per
+  // dword column); `stride`: the rows' stride in bytes, or 0 for the call's value row stride.
+  // Uses rdx, zmm0..2, zmm23..24, k2.
+  void value_lines(int64_t stride) {
+    transposed_column_offsets(kBlockTokens, stride,
+                              dword[reg_args_ + offsetof(CacheWriteCallArgs, value_row_stride)]);
+    transposed_columns(reg_q_, reg_p_, rdx, p_.head_size * csize_ / 4, kBlockTokens, int(csize_));
   }
 
   // Head h's chunks j at reg_dst_ + j·BS·16; reg_dst_ = key_cache + b·block + o·16.

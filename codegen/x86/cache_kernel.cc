@@ -265,42 +265,43 @@ class PagedWriteGenerator : public CacheGenerator {
   // ---- Whole blocks (prefill) ---------------------------------------------------------------
   // The per-token path writes 16 bytes (a key chunk) or one element (a value) per BS·16 or
   // BS·c bytes, so every line it touches is read for ownership and each value element costs
-  // an instruction pair. When the 16 rows from reg_row_ have the consecutive slots s .. s + 15
-  // of one block (s % 16 == 0: a prefill's slot mapping; BS 16), each head's key region
-  // [D/x][16][16 bytes] and value region [D][16·c] are written front to back in whole 64-byte
+  // an instruction pair. When the BS rows from reg_row_ have the consecutive slots s ..
+  // s + BS - 1 of one block (s % BS == 0: a prefill's slot mapping), each head's key region
+  // [D/x][BS][16 bytes] and value region [D][BS·c] are written front to back in whole 64-byte
   // lines instead (streaming stores in a large call, see with_streaming_stores):
   //   key line (j, q)  = chunk j (16 bytes) of tokens 4q .. 4q + 3: one 16-byte load and three
   //                      vinserti32x4;
-  //   value lines      one vpgatherdd of a dword column over the 16 tokens (token offsets
-  //                      i·stride in a vector): 4-byte elements, row d itself; 2-byte, dims
-  //                      (d, d + 1), one vpermw to rows d and d + 1; fp8, dims d .. d + 3, one
-  //                      vpermb to rows d .. d + 3.
-  // kv=auto reads the lines' elements from the tokens' rows. fp8 first quantises the 16 rows of
+  //   value rows       CacheGenerator::transposed_columns: per dword column one vpgatherdd per
+  //                      16 tokens, one vpermw / vpermb to the column's rows.
+  // kv=auto reads the lines' elements from the tokens' rows. fp8 first quantises the BS rows of
   // G heads at a time (quantise_span over G·D values per row: long sequential spans, the
-  // mantissa tables where they apply) into a stack stage [16][G·D] of codes, then builds the
-  // G heads' lines from it (G: the largest divisor of H with G·D <= kMaxStageValues).
-  // AVX-512 (fp8: with VBMI for vpermb), BS 16; the token stride must fit the gathers' 32-bit
-  // index. In the streaming loop both caches must be 64-byte aligned (every line then is).
+  // mantissa tables where they apply) into a stack stage [BS][G·D] of codes, then builds the
+  // G heads' lines from it (G: the largest divisor of H with BS·G·D <= kMaxStageBytes, or 1).
+  // AVX-512 (fp8: with VBMI for vpermb), BS a power of two from 16 to 128; the token stride
+  // must fit the gathers' 32-bit index. In the streaming loop both caches must be 64-byte
+  // aligned (every line then is).
   bool block_path() const {
-    return avx512() && p_.block_size == kBlockTokens && (!fp8_ || has_vbmi());
+    const int64_t bs = p_.block_size;
+    return avx512() && bs >= 16 && bs <= kMaxColumnTokens && (bs & (bs - 1)) == 0 &&
+           (!fp8_ || has_vbmi());
   }
 
-  static constexpr int kBlockTokens = 16;
-  static constexpr int64_t kMaxGatherStride = int64_t(1) << 27;  // 15·stride < 2^31
-  static constexpr int64_t kMaxStageValues = 1024;               // a 16 KiB stage
+  static constexpr int64_t kMaxStageBytes = 16384;
 
+  // (BS - 1)·stride < 2^31 for the gathers' offsets.
+  int64_t max_gather_stride() const { return ((int64_t(1) << 31) - 1) / p_.block_size; }
   // Heads per fp8 stage.
   int64_t stage_heads() const {
     int64_t g = 1;
     for (int64_t h = 1; h <= p_.head_count_kv; ++h) {
-      if (p_.head_count_kv % h == 0 && h * p_.head_size <= kMaxStageValues) g = h;
+      if (p_.head_count_kv % h == 0 && p_.block_size * h * p_.head_size <= kMaxStageBytes) g = h;
     }
     return g;
   }
   // The kernel's stack above the Generator's staging buffer (block_path only): the block's
   // offset (8 bytes, at [rsp + kStageBytes]) and the fp8 stage, 64-byte aligned at run time.
   int64_t block_scratch_bytes() const {
-    const int64_t stage = fp8_ ? kBlockTokens * stage_heads() * p_.head_size + 64 : 0;
+    const int64_t stage = fp8_ ? p_.block_size * stage_heads() * p_.head_size + 64 : 0;
     return (16 + stage + 15) / 16 * 16;
   }
   Address block_offset_slot() { return qword[rsp + kStageBytes]; }
@@ -314,13 +315,14 @@ class PagedWriteGenerator : public CacheGenerator {
   void whole_block(int64_t block_bytes, const Label& l_next) {
     using Xbyak::Zmm;
     Label l_single;
-    lea(rax, ptr[reg_row_ + kBlockTokens]);
+    const int64_t bs = p_.block_size;
+    lea(rax, ptr[reg_row_ + int(bs)]);
     cmp(rax, reg_row_end_);
     jg(l_single, T_NEAR);
     for (size_t stride : {offsetof(CacheWriteCallArgs, key_row_stride),
                           offsetof(CacheWriteCallArgs, value_row_stride)}) {
       mov(rcx, ptr[reg_args_ + stride]);
-      cmp(rcx, int(kMaxGatherStride));
+      cmp(rcx, int(max_gather_stride()));
       ja(l_single, T_NEAR);  // unsigned: negative strides too
     }
     if (in_streaming_loop()) {
@@ -332,33 +334,29 @@ class PagedWriteGenerator : public CacheGenerator {
     mov(rax, ptr[reg_slots_ + reg_row_ * 8]);
     test(rax, rax);
     js(l_single, T_NEAR);
-    test(al, kBlockTokens - 1);
+    test(al, int(bs - 1));
     jnz(l_single, T_NEAR);
-    // slots[row + i] == s + i for i = 0..15 (two vectors of 8 int64)
-    std::array<uint32_t, 16> iota_lo{}, iota_hi{};
-    for (int i = 0; i < 8; ++i) {
-      iota_lo[size_t(2 * i)] = uint32_t(i);
-      iota_hi[size_t(2 * i)] = uint32_t(i + 8);
-    }
+    // slots[row + i] == s + i for i < BS, eight at a time
     vpbroadcastq(Zmm(13), rax);
-    vpaddq(Zmm(14), Zmm(13), cst_table(iota_lo));
-    vpcmpeqq(k2, Zmm(14), ptr[reg_slots_ + reg_row_ * 8]);
-    vpaddq(Zmm(14), Zmm(13), cst_table(iota_hi));
-    vpcmpeqq(k3, Zmm(14), ptr[reg_slots_ + reg_row_ * 8 + 64]);
-    kandb(k2, k2, k3);
-    kortestb(k2, k2);
-    jnc(l_single, T_NEAR);  // CF = 1: all 16 equal
-    shr(rax, 4);
+    for (int64_t i = 0; i < bs; i += 8) {
+      std::array<uint32_t, 16> iota{};
+      for (int j = 0; j < 8; ++j) iota[size_t(2 * j)] = uint32_t(i + j);
+      vpaddq(Zmm(14), Zmm(13), cst_table(iota));
+      vpcmpeqq(k2, Zmm(14), ptr[reg_slots_ + reg_row_ * 8 + int(8 * i)]);
+      kortestb(k2, k2);
+      jnc(l_single, T_NEAR);  // CF = 1: all eight equal
+    }
+    shr(rax, std::countr_zero(uint64_t(bs)));
     imul(rax, rax, int(block_bytes));
     mov(block_offset_slot(), rax);
     write_block(true);
     write_block(false);
-    add(reg_row_, kBlockTokens - 1);  // l_next adds the last one
+    add(reg_row_, int(bs - 1));  // l_next adds the last one
     jmp(l_next, T_NEAR);
     L(l_single);
   }
 
-  // The key (`key`) or value regions of the 16 tokens from reg_row_ in the block at
+  // The key (`key`) or value regions of the BS tokens from reg_row_ in the block at
   // block_offset_slot() (bytes from either cache's base).
   void write_block(bool key) {
     const size_t data =
@@ -407,7 +405,7 @@ class PagedWriteGenerator : public CacheGenerator {
     jnz(l_group, T_NEAR);
   }
 
-  // The fp8 codes of `values` values from reg_src_ of each of the 16 tokens (rows `stride`
+  // The fp8 codes of `values` values from reg_src_ of each of the BS tokens (rows `stride`
   // bytes apart) into the stage's rows [16][values]. Uses rax, rcx, rdx, reg_o_, reg_offset_,
   // reg_count_ and quantise_span's vector registers.
   void stage_codes(bool key, size_t stride, int64_t values) {
@@ -421,42 +419,60 @@ class PagedWriteGenerator : public CacheGenerator {
     quantise_span(reg_offset_, reg_o_, values, p_.dtype, format_, scale, recip);
     add(rcx, ptr[reg_args_ + stride]);
     add(rdx, int(values));
-    stage_base(rax, kBlockTokens * values);
+    stage_base(rax, p_.block_size * values);
     cmp(rdx, rax);
     jb(l_row, T_NEAR);
   }
 
-  // Key lines of the head at reg_q_ from 16 rows at reg_p_, rcx bytes apart: per chunk j the
-  // four lines (j, q), q = 0..3. Uses rax, rdx, reg_o_, reg_count_, reg_offset_, zmm0..3.
+  // Key lines of the head at reg_q_ from BS rows at reg_p_, rcx bytes apart: per group of 16
+  // tokens, per chunk j, the four lines (j, q) of its tokens 4q .. 4q + 3. reg_p_ ends D·c
+  // bytes on, reg_q_ at the head's end. Uses rax, rdx, reg_o_, reg_count_, reg_offset_,
+  // zmm0..3.
   void key_lines() {
     using Xbyak::Zmm;
-    const Reg64 rows[4] = {reg_p_, rax, reg_o_, reg_count_};  // tokens 0, 4, 8, 12
+    const int64_t bs = p_.block_size, row = p_.head_size * csize_;
+    const int64_t chunk_bytes = bs * 16, head_bytes = p_.head_size / x_ * chunk_bytes;
+    const Reg64 rows[4] = {reg_p_, rax, reg_o_, reg_count_};  // tokens 16g + 0, 4, 8, 12
     lea(rdx, ptr[rcx + rcx * 2]);
-    for (int q = 1; q < 4; ++q) lea(rows[q], ptr[rows[q - 1] + rcx * 4]);
-    lea(reg_offset_, ptr[reg_p_ + int(p_.head_size * csize_)]);  // token 0's row end
-    Label l_chunk;
-    L(l_chunk);
-    for (int q = 0; q < 4; ++q) {
-      const Zmm line(q);
-      vmovdqu32(Xbyak::Xmm(q), ptr[rows[q]]);
-      vinserti32x4(line, line, ptr[rows[q] + rcx], 1);
-      vinserti32x4(line, line, ptr[rows[q] + rcx * 2], 2);
-      vinserti32x4(line, line, ptr[rows[q] + rdx], 3);
-      store_slab_piece(ptr[reg_q_ + q * 64], line, 64);
-      add(rows[q], 16);
+    for (int64_t g = 0; g < bs / 16; ++g) {
+      if (g > 0) {  // the next 16 tokens' rows and lines
+        sub(reg_p_, int(row));
+        lea(reg_p_, ptr[reg_p_ + rcx * 8]);
+        lea(reg_p_, ptr[reg_p_ + rcx * 8]);
+        sub(reg_q_, int(head_bytes - 4 * 64));
+      }
+      for (int q = 1; q < 4; ++q) lea(rows[q], ptr[rows[q - 1] + rcx * 4]);
+      lea(reg_offset_, ptr[reg_p_ + int(row)]);  // token 16g's row end
+      Label l_chunk;
+      L(l_chunk);
+      for (int q = 0; q < 4; ++q) {
+        const Zmm line(q);
+        vmovdqu32(Xbyak::Xmm(q), ptr[rows[q]]);
+        vinserti32x4(line, line, ptr[rows[q] + rcx], 1);
+        vinserti32x4(line, line, ptr[rows[q] + rcx * 2], 2);
+        vinserti32x4(line, line, ptr[rows[q] + rdx], 3);
+        store_slab_piece(ptr[reg_q_ + q * 64], line, 64);
+        add(rows[q], 16);
+      }
+      add(reg_q_, int(chunk_bytes));
+      cmp(reg_p_, reg_offset_);
+      jb(l_chunk, T_NEAR);
     }
-    add(reg_q_, kBlockTokens * 16);
-    cmp(reg_p_, reg_offset_);
-    jb(l_chunk, T_NEAR);
+    if (bs > 16) {  // back to token 0's row end and the head's end
+      mov(rax, rcx);
+      imul(rax, rax, int(bs - 16));
+      sub(reg_p_, rax);
+      sub(reg_q_, int((bs / 16 - 1) * 4 * 64));
+    }
   }
 
-  // Value lines of the head at reg_q_ from 16 rows at reg_p_ (transposed_columns: one line per
-  // dword column); `stride`: the rows' stride in bytes, or 0 for the call's value row stride.
-  // Uses rdx, zmm0..2, zmm23..24, k2.
+  // Value rows of the head at reg_q_ from BS rows at reg_p_ (transposed_columns); `stride`: the
+  // rows' stride in bytes, or 0 for the call's value row stride. Uses rdx, zmm0..2, zmm23..24, k2.
   void value_lines(int64_t stride) {
-    transposed_column_offsets(kBlockTokens, stride,
+    transposed_column_offsets(int(p_.block_size), stride,
                               dword[reg_args_ + offsetof(CacheWriteCallArgs, value_row_stride)]);
-    transposed_columns(reg_q_, reg_p_, rdx, p_.head_size * csize_ / 4, kBlockTokens, int(csize_));
+    transposed_columns(reg_q_, reg_p_, rdx, p_.head_size * csize_ / 4, int(p_.block_size),
+                       int(csize_));
   }
 
   // Head h's chunks j at reg_dst_ + j·BS·16; reg_dst_ = key_cache + b·block + o·16.

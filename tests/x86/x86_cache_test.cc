@@ -457,37 +457,41 @@ TEST_P(X86CacheIsaTest, MantissaTableScalesAreBitExactForEveryBf16) {
 TEST_P(X86CacheIsaTest, PagedWholeBlocksMatchRef) {
   const X86Isa isa = GetParam();
   const Config parallel = Config().set("threads", 2).set("min_parallel_kib", 0);
-  for (KvCacheDtype kv : kKvModes) {
-    for (DType dtype : kDtypes) {
-      for (int64_t d : {8, 24, 64, 80, 128}) {                   // multiples of x (16 bytes)
-        if (kv != KvCacheDtype::kAuto && d % 16 != 0) continue;  // fp8: x = 16 elements
-        const OpSpec spec = paged_spec(dtype, kv, 3, d, 16);
-        for (const Config& config : {Config(), parallel}) {
-          const Kernel kernel = compile_x86(spec, isa, config);
-          const int64_t tokens = 16 * 6 + 5;
-          for (InputKind kind : {InputKind::kNormal, InputKind::kAdversarial}) {
-            auto c = test::make_case(spec, tokens, kind, uint64_t(d) * 7 + 1);
-            ASSERT_TRUE(c.is_ok());
-            const int64_t blocks = c->tensors[2].sizes()[0];
-            ASSERT_GE(blocks, 8) << "the case's cache is too small for this test";
-            // block of token group g (distinct, in reverse order)
-            auto block_of = [&](int64_t g) { return blocks - 1 - g; };
-            for (int64_t t = 0; t < tokens; ++t) {
-              c->tensors[4].set(t, double(block_of(t / 16) * 16 + t % 16));
+  for (int64_t bs : {16, 32, 64}) {
+    for (KvCacheDtype kv : kKvModes) {
+      for (DType dtype : kDtypes) {
+        for (int64_t d : {8, 24, 64, 80, 128}) {                   // multiples of x (16 bytes)
+          if (kv != KvCacheDtype::kAuto && d % 16 != 0) continue;  // fp8: x = 16 elements
+          if (bs == 64 && d != 80) continue;  // bs 64: one head size (the stage holds 3 heads)
+          const OpSpec spec = paged_spec(dtype, kv, 3, d, bs);
+          for (const Config& config : {Config(), parallel}) {
+            const Kernel kernel = compile_x86(spec, isa, config);
+            const int64_t tokens = bs * 6 + 5;
+            for (InputKind kind : {InputKind::kNormal, InputKind::kAdversarial}) {
+              auto c = test::make_case(spec, tokens, kind, uint64_t(d) * 7 + 1);
+              ASSERT_TRUE(c.is_ok());
+              const int64_t blocks = c->tensors[2].sizes()[0];
+              ASSERT_GE(blocks, 8) << "the case's cache is too small for this test";
+              // block of token group g (distinct, in reverse order)
+              auto block_of = [&](int64_t g) { return blocks - 1 - g; };
+              for (int64_t t = 0; t < tokens; ++t) {
+                c->tensors[4].set(t, double(block_of(t / bs) * bs + t % bs));
+              }
+              c->tensors[4].set(bs + 7, -1.0);  // group 1: a padding row inside
+              const double a = c->tensors[4].get(2 * bs + 3), b = c->tensors[4].get(2 * bs + 4);
+              c->tensors[4].set(2 * bs + 3, b);  // group 2: two rows swapped
+              c->tensors[4].set(2 * bs + 4, a);
+              for (int64_t i = 0; i < bs; ++i) {  // group 3: the halves of two blocks
+                const int64_t slot = block_of(3) * bs + bs / 2 + i;
+                c->tensors[4].set(3 * bs + i,
+                                  double(i < bs / 2 ? slot : block_of(7) * bs + i - bs / 2));
+              }
+              const auto report = check_against_ref(kernel, c.value());
+              EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa)
+                                     << (config.get("threads", 0) == 2 ? " 2 threads" : "")
+                                     << " inputs=" << test::input_kind_name(kind) << "\n"
+                                     << report.message;
             }
-            c->tensors[4].set(16 + 7, -1.0);  // group 1: a padding row inside
-            const double a = c->tensors[4].get(32 + 3), b = c->tensors[4].get(32 + 4);
-            c->tensors[4].set(32 + 3, b);  // group 2: two rows swapped
-            c->tensors[4].set(32 + 4, a);
-            for (int64_t i = 0; i < 16; ++i) {  // group 3: slots 8..23 of two blocks
-              const int64_t slot = block_of(3) * 16 + 8 + i;
-              c->tensors[4].set(48 + i, double(i < 8 ? slot : block_of(7) * 16 + i - 8));
-            }
-            const auto report = check_against_ref(kernel, c.value());
-            EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa)
-                                   << (config.get("threads", 0) == 2 ? " 2 threads" : "")
-                                   << " inputs=" << test::input_kind_name(kind) << "\n"
-                                   << report.message;
           }
         }
       }
@@ -631,17 +635,19 @@ TEST_P(X86CacheIsaTest, LargeCallsStreamingStoresMatchRef) {
 // reshape_and_cache's whole blocks in a call that writes >= 1 MiB: lines of 64 bytes as
 // streaming stores into 64-byte aligned caches, ordinary stores (the per-token path) into
 // caches 16 bytes off. A prefill's slot mapping (consecutive slots of shuffled blocks) with a
-// padding slot and a partial last block; heads × head sizes 4 × 384 (fp8: two stages of two
-// heads) and 8 × 80 (a stage of 640 codes per row, not a multiple of 64); auto, e4m3, e5m2;
+// padding slot and a partial last block; heads × head sizes × block sizes 4 × 384 × 16 (fp8:
+// two stages of two heads), 8 × 80 × 16 (a stage of 640 codes per row, not a multiple of 64)
+// and 4 × 128 × 32 (two groups of 16 tokens per line column); auto, e4m3, e5m2;
 // bf16 and f32 inputs (the 2-byte and 4-byte value lines); against the ref on the same buffers.
 TEST_P(X86CacheIsaTest, PagedLargeCallsStreamWholeBlocksMatchRef) {
   const X86Isa isa = GetParam();
-  constexpr int64_t kBs = 16;
   std::mt19937_64 rng(7);
   CompileOptions ref_options;
   ref_options.backend = BackendKind::kRef;
-  for (auto [heads, dim, tokens] : {std::tuple{int64_t(4), int64_t(384), int64_t(700)},
-                                    std::tuple{int64_t(8), int64_t(80), int64_t(1700)}}) {
+  for (auto [heads, dim, tokens, kBs] :
+       {std::tuple{int64_t(4), int64_t(384), int64_t(700), int64_t(16)},
+        std::tuple{int64_t(8), int64_t(80), int64_t(1700), int64_t(16)},
+        std::tuple{int64_t(4), int64_t(128), int64_t(1300), int64_t(32)}}) {
     const int64_t blocks = tokens / kBs + 3;
     std::vector<int64_t> order(static_cast<size_t>(blocks));
     std::iota(order.begin(), order.end(), 0);

@@ -202,7 +202,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-50", 0x8a6801289478bc55ull};
+constexpr PinnedCode kAllExampleCode{"x86-52", 0xf0cad16f19feef2eull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

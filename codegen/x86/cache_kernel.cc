@@ -406,7 +406,7 @@ class PagedWriteGenerator : public CacheGenerator {
   }
 
   // The fp8 codes of `values` values from reg_src_ of each of the BS tokens (rows `stride`
-  // bytes apart) into the stage's rows [16][values]. Uses rax, rcx, rdx, reg_o_, reg_offset_,
+  // bytes apart) into the stage's rows [BS][values]. Uses rax, rcx, rdx, reg_o_, reg_offset_,
   // reg_count_ and quantise_span's vector registers.
   void stage_codes(bool key, size_t stride, int64_t values) {
     const Xmm scale = vmm(key ? kKScale : kVScale), recip = vmm(key ? kKRecip : kVRecip);

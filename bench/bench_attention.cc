@@ -715,17 +715,17 @@ void register_fp8() {
   }
 }
 
-// cpu_attn_reshape_and_cache into vec slabs (bf16 K/V rows of 4 heads x 128, block 32):
+// cpu_attn_reshape_and_cache into vec (or, kv=auto, amx) slabs (bf16 K/V rows of 4 heads x 128,
+// block 32):
 // kv=auto or fp8_e4m3; random distinct slots, or with `prefill` a prefill's slot mapping
 // (consecutive slots of shuffled blocks); `tokens` = 0 is the large shape (>= 64 MB moved),
 // else a decode step of that many tokens; fp8: k_scale = v_scale = `scale` picks the
 // quantiser's steps (1.0: powers of two; 0.02: exact products; 3.1 / 448: a calibrated scale).
-void bm_cache_write(benchmark::State& state, ir::KvCacheDtype kv, int64_t tokens, int threads,
-                    double scale, bool prefill) {
-  const OpSpec spec =
-      OpSpec::make(OpKind::kCpuAttnReshapeAndCache,
-                   ir::CpuAttnCacheWriteParams{ir::CpuAttnIsa::kVec, DType::kBF16, kHeadsKv,
-                                               kHeadSize, kBlockSize, kv});
+void bm_cache_write(benchmark::State& state, ir::CpuAttnIsa layout, ir::KvCacheDtype kv,
+                    int64_t tokens, int threads, double scale, bool prefill) {
+  const OpSpec spec = OpSpec::make(
+      OpKind::kCpuAttnReshapeAndCache,
+      ir::CpuAttnCacheWriteParams{layout, DType::kBF16, kHeadsKv, kHeadSize, kBlockSize, kv});
   if (tokens == 0) tokens = bench::tokens_for(spec);
   const int64_t blocks = 2 * (tokens + kBlockSize - 1) / kBlockSize + 2;
   const std::vector<uint16_t> key = bench::random_bf16(size_t(tokens * kHeadsKv * kHeadSize));
@@ -760,19 +760,24 @@ void register_cache_write() {
       const std::string shape = tokens == 0 ? "large" : fmt::format("decode{}", tokens);
       for (bool prefill : tokens == 0 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
         const std::string slots = prefill ? "prefill_slots/" : "";
-        benchmark::RegisterBenchmark(
-            fmt::format("cache_write_auto/kiln/{}{}/threads:{}", slots, shape, threads).c_str(),
-            [=](benchmark::State& s) {
-              bm_cache_write(s, ir::KvCacheDtype::kAuto, tokens, threads, 1.0, prefill);
-            })
-            ->UseRealTime();
+        for (ir::CpuAttnIsa layout : {ir::CpuAttnIsa::kVec, ir::CpuAttnIsa::kAmx}) {
+          const char* name = layout == ir::CpuAttnIsa::kAmx ? "kiln_amx_layout" : "kiln";
+          benchmark::RegisterBenchmark(
+              fmt::format("cache_write_auto/{}/{}{}/threads:{}", name, slots, shape, threads)
+                  .c_str(),
+              [=](benchmark::State& s) {
+                bm_cache_write(s, layout, ir::KvCacheDtype::kAuto, tokens, threads, 1.0, prefill);
+              })
+              ->UseRealTime();
+        }
         for (const auto& [name, scale] : scales) {
           benchmark::RegisterBenchmark(fmt::format("cache_write_fp8_e4m3/kiln_{}/{}{}/threads:{}",
                                                    name, slots, shape, threads)
                                            .c_str(),
                                        [=](benchmark::State& s) {
-                                         bm_cache_write(s, ir::KvCacheDtype::kFp8E4m3, tokens,
-                                                        threads, scale, prefill);
+                                         bm_cache_write(s, ir::CpuAttnIsa::kVec,
+                                                        ir::KvCacheDtype::kFp8E4m3, tokens, threads,
+                                                        scale, prefill);
                                        })
               ->UseRealTime();
         }

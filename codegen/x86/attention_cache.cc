@@ -194,14 +194,15 @@ class CacheWriteGenerator : public CacheGenerator {
   // token's head rows read in order): the V rows quantised to their slabs, the K codes to a
   // stack stage [bs][G·D] (quantise_span: the mantissa tables where they apply), then each
   // head's columns gathered from the stage (G: the largest divisor of H with bs·G·D <= 32 KiB).
-  // AVX-512 (fp8: VBMI for vpermb), vec layouts, bs a multiple of 16 up to 128, D·c a multiple
-  // of 4, bs·D <= 32 KiB for fp8; gathers need (bs - 1)·stride < 2^31.
+  // amx slabs (bf16) take their own lines (amx_block_keys, amx_block_values).
+  // AVX-512 (fp8: VBMI for vpermb), bs a multiple of 16 up to 128, D·c a multiple of 4, bs·D
+  // <= 32 KiB for fp8; gathers need (bs - 1)·stride < 2^31.
   static constexpr int64_t kMaxBlockStage = 32768;
   bool block_path() const {
     const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
     const int64_t c = fp8 ? 1 : int64_t(dtype_size(p_.dtype));
-    return avx512() && p_.isa != ir::CpuAttnIsa::kAmx && p_.block_size % 16 == 0 &&
-           p_.block_size <= kMaxColumnTokens && p_.head_size * c % 4 == 0 &&
+    return avx512() && p_.block_size % 16 == 0 && p_.block_size <= kMaxColumnTokens &&
+           p_.head_size * c % 4 == 0 &&
            (!fp8 || (has_vbmi() && p_.block_size * p_.head_size <= kMaxBlockStage));
   }
   // Stack bytes of the fp8 block stage ([bs][G·D] codes, 64-byte aligned at run time) and the
@@ -271,7 +272,12 @@ class CacheWriteGenerator : public CacheGenerator {
     mov(r9, ptr[ARG(value_cache)]);
     add(r9, rax);
     token_rows();
-    if (!fp8) {
+    if (p_.isa == ir::CpuAttnIsa::kAmx) {
+      L(l_head);
+      amx_block_values();
+      amx_block_keys();
+      next_head(l_head);
+    } else if (!fp8) {
       L(l_head);
       block_values();
       mov(rbx, r10);
@@ -397,6 +403,60 @@ class CacheWriteGenerator : public CacheGenerator {
     add(r14, int(group * d));
     dec(block_counter());
     jnz(l_row, T_NEAR);
+  }
+
+  // amx slabs (bf16): the K slab is groups of 16 tokens, [D/2][16 tokens][2 dims]: the line of
+  // dim pair (d, d + 1) in group g holds the dword (d, d + 1) of its 16 tokens, one gathered
+  // dword column (transposed_columns with 4-byte elements, no permutation). Uses rax, rcx,
+  // rbx, rbp, r13, r14, r15, zmm0..2, zmm24, k2.
+  void amx_block_keys() {
+    const int64_t d = p_.head_size;
+    transposed_column_offsets(16, 0, dword[ARG(key_token_stride)]);
+    Label l_group;
+    mov(rbp, r10);
+    mov(r14, r8);
+    mov(rcx, p_.block_size / 16);
+    L(l_group);
+    mov(rbx, rbp);
+    mov(r15, r14);
+    transposed_columns(r15, rbx, r13, d / 2, 16, 4);
+    mov(rax, ptr[ARG(key_token_stride)]);
+    shl(rax, 4);
+    add(rbp, rax);
+    add(r14, int(16 * d * 2));
+    dec(rcx);
+    jnz(l_group, T_NEAR);
+  }
+
+  // amx slabs (bf16): the V slab is groups of 16 dims, [bs/2][16 dims][2 tokens]: the line of
+  // token pair (2p, 2p + 1) in dim group k interleaves the two tokens' 16 words (one vpermw of
+  // both rows' 32 bytes). Rows are read a pair at a time, front to back. Uses rax, rcx, rbp,
+  // r14, zmm0, zmm22.
+  void amx_block_values() {
+    using Xbyak::Zmm;
+    const int64_t d = p_.head_size, bs = p_.block_size;
+    std::array<uint32_t, 16> interleave{};  // out word 2i: A word i; 2i + 1: B word i
+    for (int out = 0; out < 32; ++out) {
+      const int in = out % 2 == 0 ? out / 2 : 16 + out / 2;
+      interleave[size_t(out / 2)] |= uint32_t(in) << (16 * (out % 2));
+    }
+    vmovdqu32(Zmm(22), cst_table(interleave));
+    Label l_pair;
+    mov(rbp, r11);
+    mov(r14, r9);
+    mov(rcx, bs / 2);
+    L(l_pair);
+    mov(rax, ptr[ARG(value_token_stride)]);
+    for (int64_t k = 0; k < d / 16; ++k) {
+      vmovdqu16(Xbyak::Ymm(0), ptr[rbp + int(k * 32)]);
+      vinserti64x4(Zmm(0), Zmm(0), ptr[rbp + rax + int(k * 32)], 1);
+      vpermw(Zmm(0), Zmm(22), Zmm(0));
+      store_slab_piece(ptr[r14 + int(k * 32 * bs)], Zmm(0), 64);
+    }
+    lea(rbp, ptr[rbp + rax * 2]);
+    add(r14, 64);
+    dec(rcx);
+    jnz(l_pair, T_NEAR);
   }
 
   // One head's K slab [D][bs] at r15 from the block's rows at rbx (transposed_columns; rbx ends

@@ -430,7 +430,8 @@ TEST_P(X86AttentionTest, CacheWriteBitExact) {
 
 // cpu_attn_reshape_and_cache's whole blocks (a prefill's consecutive slots of a block, written
 // head slab by head slab; attention_cache.cc) on every ISA path of the host up to AMX (fp8
-// needs VBMI's vpermb): vec (bs 32) and vec16 (bs 16) slabs, f32/f16/bf16 and fp8 e4m3/e5m2,
+// needs VBMI's vpermb): vec (bs 32), vec16 (bs 16) and amx (bs 64, bf16, heads 64 and 128)
+// slabs, f32/f16/bf16 and fp8 e4m3/e5m2,
 // head sizes whose K columns are whole dwords and one that is not (57: the per-token path);
 // token groups of whole blocks, one with a padding row, one with two rows swapped, one across
 // two blocks, and a partial last block, in 1- and 2-thread calls.
@@ -438,13 +439,15 @@ TEST(X86AttentionCacheWrite, WholeBlocksMatchRef) {
   const Config parallel = Config().set("threads", 2);
   for (X86Isa target :
        test::isa_paths({X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16, X86Isa::kAmx})) {
-    for (CpuAttnIsa isa : {CpuAttnIsa::kVec, CpuAttnIsa::kVec16}) {
-      const int64_t bs = isa == CpuAttnIsa::kVec16 ? 16 : 32;
+    for (CpuAttnIsa isa : {CpuAttnIsa::kVec, CpuAttnIsa::kVec16, CpuAttnIsa::kAmx}) {
+      const int64_t bs = isa == CpuAttnIsa::kVec16 ? 16 : isa == CpuAttnIsa::kAmx ? 64 : 32;
       for (ir::KvCacheDtype kv :
            {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
         if (kv != ir::KvCacheDtype::kAuto && isa != CpuAttnIsa::kVec) continue;
         for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
-          for (int64_t head : {8, 40, 57, 128}) {
+          if (isa == CpuAttnIsa::kAmx && dtype != DType::kBF16) continue;  // amx: bf16 only
+          for (int64_t head : {8, 40, 57, 128, 64}) {
+            if (isa == CpuAttnIsa::kAmx ? head % 32 != 0 : head == 64) continue;
             const OpSpec spec =
                 OpSpec::make(OpKind::kCpuAttnReshapeAndCache,
                              ir::CpuAttnCacheWriteParams{isa, dtype, 3, head, bs, kv});
@@ -484,7 +487,8 @@ TEST(X86AttentionCacheWrite, WholeBlocksMatchRef) {
 // Whole blocks in calls that write >= 1 MiB: the K slab's pieces and the V rows as streaming
 // stores into 64-byte aligned caches, ordinary stores (the per-token path) into caches 16 bytes
 // off; 4 KV heads x 128, bs 32, a prefill's slot mapping with a padding row and a partial last
-// block; bf16 and f32, auto / e4m3 / e5m2 (scales 1.0 and 0.037), against the ref.
+// block; bf16 and f32, auto / e4m3 / e5m2 (scales 1.0 and 0.037) in vec slabs, bf16 in amx
+// slabs, against the ref.
 TEST(X86AttentionCacheWrite, LargeCallsStreamWholeBlocksMatchRef) {
   constexpr int64_t kH = 4, kD = 128, kBs = 32, kTokens = 1300, kBlocks = kTokens / kBs + 3;
   std::mt19937_64 rng(11);
@@ -501,11 +505,14 @@ TEST(X86AttentionCacheWrite, LargeCallsStreamWholeBlocksMatchRef) {
       const size_t esize = dtype_size(dtype);
       std::vector<uint8_t> key = test::random_rows(dtype, size_t(kTokens * kH * kD), rng);
       std::vector<uint8_t> value = test::random_rows(dtype, key.size() / esize, rng);
-      for (ir::KvCacheDtype kv :
-           {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
+      for (auto [layout, kv] : {std::pair{CpuAttnIsa::kVec, ir::KvCacheDtype::kAuto},
+                                {CpuAttnIsa::kVec, ir::KvCacheDtype::kFp8E4m3},
+                                {CpuAttnIsa::kVec, ir::KvCacheDtype::kFp8E5m2},
+                                {CpuAttnIsa::kAmx, ir::KvCacheDtype::kAuto}}) {
+        if (layout == CpuAttnIsa::kAmx && dtype != DType::kBF16) continue;  // amx: bf16 only
         const OpSpec spec =
             OpSpec::make(OpKind::kCpuAttnReshapeAndCache,
-                         ir::CpuAttnCacheWriteParams{CpuAttnIsa::kVec, dtype, kH, kD, kBs, kv});
+                         ir::CpuAttnCacheWriteParams{layout, dtype, kH, kD, kBs, kv});
         const Kernel kernel = compile_x86(spec, target, Config().set("threads", 1));
         auto ref = test_runtime().compile(spec, ref_options);
         ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();

@@ -224,7 +224,6 @@ class CacheWriteGenerator : public CacheGenerator {
   // continues at l_token with rsi past it. Clobbers rax, rcx, rbx, rbp, r8..r15, vector
   // registers; keeps rdx (row end).
   void whole_block(const Label& l_token) {
-    using Xbyak::Zmm;
     const int64_t bs = p_.block_size;
     const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
     Label l_single, l_head;
@@ -255,17 +254,8 @@ class CacheWriteGenerator : public CacheGenerator {
     test(rdx, rdx);
     mov(rdx, rbp);
     jnz(l_single, T_NEAR);
-    // slots[rsi + i] == s + i for i < bs, eight at a time
     imul(rcx, rax, int(bs));
-    vpbroadcastq(Zmm(13), rcx);
-    for (int64_t i = 0; i < bs; i += 8) {
-      std::array<uint32_t, 16> iota{};
-      for (int j = 0; j < 8; ++j) iota[size_t(2 * j)] = uint32_t(i + j);
-      vpaddq(Zmm(14), Zmm(13), cst_table(iota));
-      vpcmpeqq(k2, Zmm(14), ptr[rbx + rsi * 8 + int(8 * i)]);
-      kortestb(k2, k2);
-      jnc(l_single, T_NEAR);  // CF = 1: all eight equal
-    }
+    require_consecutive_slots(rbx + rsi * 8, rcx, bs, l_single);
     imul(rax, ptr[ARG(block_stride)]);
     mov(r8, ptr[ARG(key_cache)]);
     add(r8, rax);

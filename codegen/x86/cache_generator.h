@@ -213,6 +213,23 @@ class CacheGenerator : public Generator {
   static constexpr int kMaxColumnTokens = 128;  // eight offset vectors, zmm24..31
   static Xbyak::Zmm column_index(int g) { return Xbyak::Zmm(24 + g); }
 
+  // Jumps to `l_not` unless the `count` int64 slots at `first` (a multiple of 8 of them) are
+  // s, s + 1, .., s + count - 1 where s is the 64-bit register `s`: the whole-block writers'
+  // test for a prefill's slot mapping. Uses zmm13, zmm14, k2.
+  void require_consecutive_slots(const Xbyak::RegExp& first, const Reg64& s, int64_t count,
+                                 const Label& l_not) {
+    using Xbyak::Zmm;
+    vpbroadcastq(Zmm(13), s);
+    for (int64_t i = 0; i < count; i += 8) {
+      std::array<uint32_t, 16> iota{};
+      for (int j = 0; j < 8; ++j) iota[size_t(2 * j)] = uint32_t(i + j);
+      vpaddq(Zmm(14), Zmm(13), cst_table(iota));
+      vpcmpeqq(k2, Zmm(14), ptr[first + int(8 * i)]);
+      kortestb(k2, k2);
+      jnc(l_not, T_NEAR);  // CF = 1: all eight equal
+    }
+  }
+
   // The vpermw (c = 2) or vpermb (c = 1) index table that turns a gathered column of 16
   // tokens' dwords (4 / c elements e of each) into 4 / c rows of the 16 tokens: output element
   // e·16 + t takes input element t·(4 / c) + e.

@@ -313,7 +313,6 @@ class PagedWriteGenerator : public CacheGenerator {
   }
 
   void whole_block(int64_t block_bytes, const Label& l_next) {
-    using Xbyak::Zmm;
     Label l_single;
     const int64_t bs = p_.block_size;
     lea(rax, ptr[reg_row_ + int(bs)]);
@@ -336,16 +335,7 @@ class PagedWriteGenerator : public CacheGenerator {
     js(l_single, T_NEAR);
     test(al, int(bs - 1));
     jnz(l_single, T_NEAR);
-    // slots[row + i] == s + i for i < BS, eight at a time
-    vpbroadcastq(Zmm(13), rax);
-    for (int64_t i = 0; i < bs; i += 8) {
-      std::array<uint32_t, 16> iota{};
-      for (int j = 0; j < 8; ++j) iota[size_t(2 * j)] = uint32_t(i + j);
-      vpaddq(Zmm(14), Zmm(13), cst_table(iota));
-      vpcmpeqq(k2, Zmm(14), ptr[reg_slots_ + reg_row_ * 8 + int(8 * i)]);
-      kortestb(k2, k2);
-      jnc(l_single, T_NEAR);  // CF = 1: all eight equal
-    }
+    require_consecutive_slots(reg_slots_ + reg_row_ * 8, rax, bs, l_single);
     shr(rax, std::countr_zero(uint64_t(bs)));
     imul(rax, rax, int(block_bytes));
     mov(block_offset_slot(), rax);

@@ -215,10 +215,7 @@ class CacheWriteGenerator : public CacheGenerator {
   // A qword above the fp8 block stage (its alignment slack included): the token loops' counter.
   Address block_counter() { return qword[rsp + int(kCodes + block_stage_span() + 64)]; }
   // dst = the 64-byte aligned fp8 block stage at [rsp + kCodes ...].
-  void block_stage(const Reg64& dst) {
-    lea(dst, ptr[rsp + kCodes + 63]);
-    and_(dst, -64);
-  }
+  void block_stage(const Reg64& dst) { aligned_stack_address(dst, kCodes); }
 
   // Emits the whole-block check for the row at rsi; a whole block is written and the loop
   // continues at l_token with rsi past it. Clobbers rax, rcx, rbx, rbp, r8..r15, vector

@@ -320,6 +320,13 @@ class CacheGenerator : public Generator {
     }
   }
 
+  // dst = rsp + `offset` rounded up to a multiple of 64: a stack stage for which the kernel
+  // reserved 63 bytes of slack (its rows then start on cache lines).
+  void aligned_stack_address(const Reg64& dst, int offset) {
+    lea(dst, ptr[rsp + offset + 63]);
+    and_(dst, -64);
+  }
+
   // Whether the code being emitted is with_streaming_stores' streaming loop.
   bool in_streaming_loop() const { return streaming_; }
 

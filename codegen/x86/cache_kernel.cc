@@ -307,8 +307,7 @@ class PagedWriteGenerator : public CacheGenerator {
   Address block_offset_slot() { return qword[rsp + kStageBytes]; }
   // dst = the stage (+ `extra` bytes).
   void stage_base(const Reg64& dst, int64_t extra = 0) {
-    lea(dst, ptr[rsp + int(kStageBytes + 16 + 63)]);
-    and_(dst, -64);
+    aligned_stack_address(dst, kStageBytes + 16);
     if (extra != 0) add(dst, int(extra));
   }
 

@@ -127,15 +127,35 @@ class CacheGenerator : public Generator {
   // (u of |x| = 0, also the accumulator's start: all-NaN groups give 0). The result, widened
   // exactly to fp32, in every lane of acc. Uses vmm0..3 and vmm14.
   void amax_span_words(const Xmm& acc, const Reg64& src, int64_t elements, DType dtype) {
+    amax_bits_words(acc, src, elements, dtype);
+    const Xmm x_acc(acc.getIdx());
+    if (dtype == DType::kBF16) {
+      vpslld(x_acc, Xmm(14), 16);
+    } else {
+      vcvtph2ps(x_acc, Xmm(14));
+    }
+    vbroadcastss(vmm(acc.getIdx()), x_acc);
+  }
+
+  // The reduction of amax_span_words without the widening: word 0 of xmm14 = the bits of the
+  // largest non-NaN |x| (0 if none); acc is clobbered. Uses vmm0..3 and vmm14.
+  // amax_bits_words' constants (words(..) of a dword): C, K and the sign bit; for
+  // pin_constants.
+  static std::array<uint32_t, 3> amax_word_constants(DType dtype) {
     const uint32_t inf_bits = dtype == DType::kBF16 ? 0x7F80 : 0x7C00;
     const uint32_t c = 0x7FFF - inf_bits, k = 0xFFFF - c;
+    return {words(c), words(k), words(0x8000)};
+  }
+
+  void amax_bits_words(const Xmm& acc, const Reg64& src, int64_t elements, DType dtype) {
+    const auto [c, k, sign] = amax_word_constants(dtype);
     const Xbyak::Zmm z_acc(acc.getIdx()), z_c(14);
-    vmovdqu16(z_acc, cst_bits(words(k)));
-    vmovdqu16(z_c, cst_bits(words(c)));
+    vmovdqu16(z_acc, cst_bits(k));
+    vmovdqu16(z_c, cst_bits(c));
     for (int64_t first = 0; first < elements; first += kWordLanes) {
       const Xbyak::Zmm u(int((first / kWordLanes) % 4));
       vpaddw(u, z_c, ptr[src + int(first * 2)]);
-      vpternlogd(u, u, cst_bits(words(0x8000)), 0xAF);  // ~u | 0x8000
+      vpternlogd(u, u, cst_bits(sign), 0xAF);  // ~u | 0x8000
       vpminuw(z_acc, z_acc, u);
     }
     const Xbyak::Ymm y_acc(acc.getIdx());
@@ -145,14 +165,8 @@ class CacheGenerator : public Generator {
     vextracti128(Xmm(14), y_acc, 1);
     vpminuw(x_acc, x_acc, Xmm(14));
     vphminposuw(x_acc, x_acc);  // word 0 = min u
-    vmovdqu16(Xbyak::Zmm(14), cst_bits(words(k)));
+    vmovdqu16(Xbyak::Zmm(14), cst_bits(k));
     vpsubw(Xmm(14), Xmm(14), x_acc);  // word 0 = the amax bits
-    if (dtype == DType::kBF16) {
-      vpslld(x_acc, Xmm(14), 16);
-    } else {
-      vcvtph2ps(x_acc, Xmm(14));
-    }
-    vbroadcastss(vmm(acc.getIdx()), x_acc);
   }
 
   // Emits body(i) for units i = 0 .. units-1 addressed from the current pointers: unrolled
@@ -367,12 +381,23 @@ class CacheGenerator : public Generator {
   // call's rows times `bytes_per_row` reach kStreamingBytes, and the ordinary version.
   template <class Loop>
   void with_streaming_stores(int64_t bytes_per_row, Loop loop) {
+    with_streaming_stores(bytes_per_row, std::nullopt, loop);
+  }
+  // The same, taking the streaming loop only when the pointer at `aligned_arg` in the call's
+  // args is also 64-byte aligned (for writers whose every streamed span is then aligned).
+  template <class Loop>
+  void with_streaming_stores(int64_t bytes_per_row, std::optional<size_t> aligned_arg, Loop loop) {
     Label l_plain, l_done;
     mov(rax, rdx);
     sub(rax, rsi);
     imul(rax, rax, int(bytes_per_row));
     cmp(rax, int(kStreamingBytes));
     jl(l_plain, T_NEAR);
+    if (aligned_arg) {
+      mov(rax, ptr[rdi + int(*aligned_arg)]);
+      test(al, 63);
+      jnz(l_plain, T_NEAR);
+    }
     streaming_ = true;
     loop();
     sfence();
@@ -773,32 +798,52 @@ class CacheGenerator : public Generator {
   // 64 codes of the bf16 / f16 values at [src + src_off] to [dst + dst_off] (see above; zmm22
   // from load_pow2_bias). Uses zmm0..3, zmm16..20, k3, k4 and the generic path's registers
   // (vmm0..3, vmm13..15, k1, k2).
+  // The word constants of quantise_pow2_unit's steps (each as words(..) of a dword).
+  struct Pow2StepConstants {
+    uint32_t magnitude, max_input, one, round, max_code, magic, subnormal_end, sign;
+    // In a list, for pin_constants.
+    std::array<uint32_t, 8> list() const {
+      return {magnitude, max_input, one, round, max_code, magic, subnormal_end, sign};
+    }
+  };
+  static Pow2StepConstants pow2_step_constants(const Pow2Format& f) {
+    return {words(0x7FFF),
+            words(f.max_input),
+            words(1),
+            words((1u << (f.dropped - 1)) - 1 - f.offset),
+            words(f.max_code),
+            words(f.magic),
+            words(f.offset + (1u << f.exponent_lsb)),
+            words(0x80)};
+  }
+
   void quantise_pow2_unit(const Reg64& dst, const Reg64& src, int dst_off, int src_off, DType dtype,
                           DType format, const Xmm& scale, const Xmm& recip, bool streaming) {
     using Xbyak::Zmm;
     constexpr uint8_t kLt = 1, kLe = 2;  // vpcmpuw predicates
     const Pow2Format f = pow2_format(dtype, format).value();
+    const Pow2StepConstants c = pow2_step_constants(f);
     const Zmm bias(kPow2Bias);
     for (int h = 0; h < 2; ++h) {
       const Zmm x(16 + h), a(h), s(2 + h), code(18 + h);
       vmovdqu16(x, ptr[src + src_off + 64 * h]);
-      vpandd(a, x, cst_bits(words(0x7FFF)));
-      vpcmpuw(h == 0 ? k3 : k3 | k3, a, cst_bits(words(f.max_input)), kLe);  // not NaN
+      vpandd(a, x, cst_bits(c.magnitude));
+      vpcmpuw(h == 0 ? k3 : k3 | k3, a, cst_bits(c.max_input), kLe);  // not NaN
       vpsubusw(s, a, bias);
       vpsrlw(code, s, f.dropped);
-      vpandd(code, code, cst_bits(words(1)));
+      vpandd(code, code, cst_bits(c.one));
       vpaddw(code, code, s);
-      vpaddw(code, code, cst_bits(words((1u << (f.dropped - 1)) - 1 - f.offset)));
+      vpaddw(code, code, cst_bits(c.round));
       vpsrlw(code, code, f.dropped);
-      vpminuw(code, code, cst_bits(words(f.max_code)));
+      vpminuw(code, code, cst_bits(c.max_code));
       if (f.to_fp16 > 0) {
         vpsllw(a, s, uint8_t(f.to_fp16));
-        vaddph(a, a, cst_bits(words(f.magic)));
+        vaddph(a, a, cst_bits(c.magic));
       } else {
-        vaddph(a, s, cst_bits(words(f.magic)));
+        vaddph(a, s, cst_bits(c.magic));
       }
-      vpcmpuw(k4, s, cst_bits(words(f.offset + (1u << f.exponent_lsb))), kLt);  // subnormal
-      vpsubw(code | k4, a, cst_bits(words(f.magic)));
+      vpcmpuw(k4, s, cst_bits(c.subnormal_end), kLt);  // subnormal
+      vpsubw(code | k4, a, cst_bits(c.magic));
       copy_word_sign(code, x, s);
     }
     // k3 clear: a NaN lane.
@@ -1045,6 +1090,21 @@ class CacheGenerator : public Generator {
   // reg_count_: callers keep their scales in vmm4..12 (write_span's callers do).
   void quantise_span(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype,
                      DType format, const Xmm& scale, const Xmm& recip, bool streaming = false) {
+    emit_quantise_span(dst, src, elements, dtype, format, scale, recip, streaming, false);
+  }
+
+  // quantise_span where the caller knows the scale is 2^k with k in pow2_format's range and
+  // has put its K2 in zmm22 (as load_pow2_bias would): the 16-bit steps without the scale's
+  // tests. Requires pow2_quantise(dtype, format).
+  void quantise_span_pow2(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype,
+                          DType format, const Xmm& scale, const Xmm& recip,
+                          bool streaming = false) {
+    emit_quantise_span(dst, src, elements, dtype, format, scale, recip, streaming, true);
+  }
+
+  void emit_quantise_span(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype,
+                          DType format, const Xmm& scale, const Xmm& recip, bool streaming,
+                          bool pow2_bias_loaded) {
     const int esize = int(dtype_size(dtype));
     if (fast_quantise(dtype) && elements >= kFastUnit) {
       const int64_t units = elements / kFastUnit;
@@ -1083,48 +1143,52 @@ class CacheGenerator : public Generator {
         }
       };
       Label l_exact, l_window, l_fast_done;
-      if (pow2_quantise(dtype, format)) {
-        Label l_not_pow2;
-        load_pow2_bias(scale, pow2_format(dtype, format).value(), l_not_pow2);
+      if (pow2_bias_loaded) {
         fast(Steps::kPow2);
+      } else {
+        if (pow2_quantise(dtype, format)) {
+          Label l_not_pow2;
+          load_pow2_bias(scale, pow2_format(dtype, format).value(), l_not_pow2);
+          fast(Steps::kPow2);
+          jmp(l_fast_done, T_NEAR);
+          L(l_not_pow2);
+        }
+        if (has_table) {
+          Label l_no_table;
+          cmp(dword[rsp + table->second + kTableFlag], 0);
+          je(l_no_table, T_NEAR);
+          fast(Steps::kTable);
+          jmp(l_fast_done, T_NEAR);
+          L(l_no_table);
+        }
+        // The exact steps serve every scale for which x·r is the ref's quotient RN(x/s) for
+        // every input x (see exact_products_bound()): mu = r·s - 1 fused (one rounding) is zero
+        // (r = 1/s exactly), or small with a short r (the exact products, which skip the
+        // subnormal fix-up when no lane needs it). A NaN marker gives a NaN mu.
+        Label l_exact_products;
+        vmovaps(Xbyak::Xmm(13), Xbyak::Xmm(recip.getIdx()));
+        vfmsub213ss(Xbyak::Xmm(13), Xbyak::Xmm(scale.getIdx()), cst(1.0f));
+        vmovd(eax, Xbyak::Xmm(13));
+        and_(eax, 0x7FFFFFFF);
+        jz(l_exact, T_NEAR);
+        if (const int bits = significand_bits(dtype); bits < 24) {
+          cmp(eax, std::bit_cast<uint32_t>(exact_products_bound()));
+          ja(l_window, T_NEAR);  // |mu| too large, or NaN (unsigned compare of the bits)
+          vmovd(eax, Xbyak::Xmm(recip.getIdx()));
+          test(eax, (1u << bits) - 1);  // r has at most 24 - bits significant bits
+          jz(l_exact_products, T_NEAR);
+        }
+        L(l_window);
+        fast(Steps::kWindow);
         jmp(l_fast_done, T_NEAR);
-        L(l_not_pow2);
+        if (significand_bits(dtype) < 24) {
+          L(l_exact_products);
+          fast(Steps::kExactProducts);
+          jmp(l_fast_done, T_NEAR);
+        }
+        L(l_exact);
+        fast(Steps::kExact);
       }
-      if (has_table) {
-        Label l_no_table;
-        cmp(dword[rsp + table->second + kTableFlag], 0);
-        je(l_no_table, T_NEAR);
-        fast(Steps::kTable);
-        jmp(l_fast_done, T_NEAR);
-        L(l_no_table);
-      }
-      // The exact steps serve every scale for which x·r is the ref's quotient RN(x/s) for
-      // every input x (see exact_products_bound()): mu = r·s - 1 fused (one rounding) is zero
-      // (r = 1/s exactly), or small with a short r (the exact products, which skip the
-      // subnormal fix-up when no lane needs it). A NaN marker gives a NaN mu.
-      Label l_exact_products;
-      vmovaps(Xbyak::Xmm(13), Xbyak::Xmm(recip.getIdx()));
-      vfmsub213ss(Xbyak::Xmm(13), Xbyak::Xmm(scale.getIdx()), cst(1.0f));
-      vmovd(eax, Xbyak::Xmm(13));
-      and_(eax, 0x7FFFFFFF);
-      jz(l_exact, T_NEAR);
-      if (const int bits = significand_bits(dtype); bits < 24) {
-        cmp(eax, std::bit_cast<uint32_t>(exact_products_bound()));
-        ja(l_window, T_NEAR);  // |mu| too large, or NaN (unsigned compare of the bits)
-        vmovd(eax, Xbyak::Xmm(recip.getIdx()));
-        test(eax, (1u << bits) - 1);  // r has at most 24 - bits significant bits
-        jz(l_exact_products, T_NEAR);
-      }
-      L(l_window);
-      fast(Steps::kWindow);
-      jmp(l_fast_done, T_NEAR);
-      if (significand_bits(dtype) < 24) {
-        L(l_exact_products);
-        fast(Steps::kExactProducts);
-        jmp(l_fast_done, T_NEAR);
-      }
-      L(l_exact);
-      fast(Steps::kExact);
       L(l_fast_done);
       elements %= kFastUnit;
       if (elements == 0) return;

@@ -60,6 +60,11 @@ Result<std::vector<uint8_t>> Generator::finish() {
     L(*label);
     for (uint32_t v : values) dd(v);
   }
+  for (auto& [values, label] : blocks_) {
+    align(64);
+    L(*label);
+    for (uint32_t v : values) dd(v);
+  }
   if (int err = Xbyak::GetError()) {
     Xbyak::ClearError();
     return Status(StatusCode::kCompileError,
@@ -100,6 +105,11 @@ void Generator::pin_constants(std::span<const uint32_t> bits, std::span<const in
 
 void Generator::unpin_constants() {
   pinned_constants_.clear();
+}
+
+Xbyak::Address Generator::cst_block(std::vector<uint32_t> values) {
+  blocks_.emplace_back(std::move(values), std::make_unique<Label>());
+  return ptr[rip + *blocks_.back().second];
 }
 
 Xbyak::Address Generator::cst_table(const std::array<uint32_t, 16>& values) {

@@ -141,6 +141,9 @@ class Generator : public Xbyak::CodeGenerator {
   void unpin_constants();
   /// A 64-byte table of 16 dwords (e.g. a permutation index), from the constant pool.
   Xbyak::Address cst_table(const std::array<uint32_t, 16>& values);
+  /// A block of dwords placed contiguously and 64-byte aligned in the constant pool (a table
+  /// indexed at run time, e.g. lea base, cst_block(..) then [base + index]).
+  Xbyak::Address cst_block(std::vector<uint32_t> values);
 
   /// Loads `count` (1..lanes) interleaved pairs (e0, o0, e1, o1, ...) of `dtype` at `addr`:
   /// evens -> `even`, odds -> `odd`, as fp32 lanes; a, b are temporaries. Never reads past
@@ -287,6 +290,7 @@ class Generator : public Xbyak::CodeGenerator {
   std::map<uint32_t, Xbyak::Address> constant_addresses_;  // stable storage for cst()
   std::map<uint32_t, Xbyak::Xmm> pinned_constants_;        // pin_constants(): bits -> vmm
   std::map<std::array<uint32_t, 16>, std::unique_ptr<Xbyak::Label>> tables_;
+  std::vector<std::pair<std::vector<uint32_t>, std::unique_ptr<Xbyak::Label>>> blocks_;
 };
 
 }  // namespace jit::codegen::x86

@@ -17,8 +17,12 @@
 //   of one cache block (resolved and checked by the runner), D value bytes and 4G scale bytes
 //   copied per row.
 #include <algorithm>
+#include <array>
 #include <bit>
+#include <cmath>
 #include <cstddef>
+#include <limits>
+#include <vector>
 
 #include "codegen/x86/cache_generator.h"
 
@@ -31,6 +35,8 @@ constexpr float kE4m3Max = 448.0f;
 constexpr float kAmaxFloor = 1e-4f;
 // Vector register of a group's scale (spans use 0..3, the helpers 13..15).
 constexpr int kGroupScale = 8, kGroupRecip = 9;
+// Registers of the pinned constants (scale_table_): none of the spans' or helpers'.
+constexpr std::array<int, 11> kPinnedRegs{10, 11, 12, 23, 24, 25, 26, 27, 28, 29, 30};
 // Groups unrolled up to this count; more loop at run time.
 constexpr int64_t kMaxUnrolledGroups = 4;
 
@@ -41,14 +47,35 @@ class IndexerQuantGenerator : public CacheGenerator {
         p_(p),
         esize_(int64_t(dtype_size(p.dtype))),
         groups_(p.head_dim / p.quant_block),
-        chunk_(chunk_rows(groups_)) {}
+        scale_table_(p.dtype == DType::kBF16 && p.scale_fmt == ir::ScaleFormat::kUe8m0 &&
+                     avx512() && pow2_quantise(p.dtype, DType::kFp8E4m3) &&
+                     p.quant_block % kWordLanes == 0),
+        group_scratch_(scale_table_ ? 16 : 8),
+        chunk_(chunk_rows(groups_ * group_scratch_)) {}
 
   void generate() {
     prologue();
     sub(rsp, scratch_bytes());
-    chunked_token_loop(
-        p_.block_size, offsetof(IndexerQuantCallArgs, slots), chunk_, [&] { row_scales(); },
-        [&] { write_row(); });
+    auto rows = [&] {
+      chunked_token_loop(
+          p_.block_size, offsetof(IndexerQuantCallArgs, slots), chunk_, [&] { row_scales(); },
+          [&] { write_row(); });
+    };
+    if (scale_table_) {
+      // Every constant of the amax and of the 16-bit steps in a register: from the pool each
+      // is a 64-byte load, and the two-per-cycle load ports bound the steps.
+      const auto steps = pow2_step_constants(pow2_format(p_.dtype, DType::kFp8E4m3).value());
+      const auto step_list = steps.list();
+      std::vector<uint32_t> constants(step_list.begin(), step_list.end());
+      for (uint32_t c : amax_word_constants(p_.dtype)) constants.push_back(c);
+      pin_constants(constants, kPinnedRegs);
+    }
+    if (aligned_groups()) {
+      with_streaming_stores(p_.head_dim + 4 * groups_, offsetof(IndexerQuantCallArgs, cache), rows);
+    } else {
+      rows();
+    }
+    if (scale_table_) unpin_constants();
     add(rsp, scratch_bytes());
     epilogue();
   }
@@ -59,11 +86,11 @@ class IndexerQuantGenerator : public CacheGenerator {
   // row % chunk). bench_cache, 1 thread, 16 tokens: 0.86-0.88 us per call before the chunks,
   // 0.58-0.63 with chunks of 2 to 16 rows (8: no worse than any other at 64 MB).
   static constexpr int64_t kScratchBytes = 1024, kMaxChunk = 8;
-  static int64_t chunk_rows(int64_t groups) {
+  static int64_t chunk_rows(int64_t row_scratch) {
     return int64_t(
-        std::bit_floor(uint64_t(std::clamp<int64_t>(kScratchBytes / (8 * groups), 1, kMaxChunk))));
+        std::bit_floor(uint64_t(std::clamp<int64_t>(kScratchBytes / row_scratch, 1, kMaxChunk))));
   }
-  int scratch_bytes() const { return int((chunk_ * groups_ * 8 + 15) / 16 * 16); }
+  int scratch_bytes() const { return int((chunk_ * groups_ * group_scratch_ + 15) / 16 * 16); }
 
   // Emits body() for each group: unrolled when few, else a loop (reg_heads_ counts).
   template <class Body>
@@ -80,9 +107,133 @@ class IndexerQuantGenerator : public CacheGenerator {
     jnz(l_group, T_NEAR);
   }
 
+  // ---- bf16, ue8m0: the scale from the amax's bits through a table -----------------------
+  //
+  // With amax = (1 + m/128)·2^(E-127) a bf16 (E its exponent field, m its 7 mantissa bits)
+  // and amax >= 1e-4, sc = 2^ceil(log2 RN(amax / 448)) depends on E and on m > 96 alone:
+  // amax / 448 = (1 + m/128) / 1.75 · 2^(E-135), and the factor lies in (0.5, 1] for m <= 96
+  // and in (1, 1.15) above. The division's rounding cannot cross the power of two: 2^j is
+  // representable (fl is monotonic, so fl(q) <= 2^j iff q <= 2^j(1 + 2^-24)), and no bf16
+  // lies in (448·2^j, 448·2^j(1 + 2^-24)]. So sc = 2^(E' - 135) with
+  //   E' = (bits + 0x1F) >> 7     (m > 96 = 0x60 carries into the exponent),
+  // for bits above the floor's (amax < 1e-4 takes max(amax, 1e-4) = 1e-4: one more entry),
+  // and amax = inf gives sc = inf (a last entry; its E' is the largest finite amax's).
+  // Each entry holds (sc, 1/sc as scalar_reciprocal gives it, K2 | kPow2Flag or 0), computed
+  // here by the formula the generic path runs (max, IEEE division, round up on the bits) on a
+  // representative amax of its class; K2 = load_pow2_bias's word where sc = 2^k lies in the
+  // 16-bit steps' range (every entry but inf and sc > 2^100). Per group: ~12 scalar
+  // instructions and one 16-byte copy, instead of two divisions in pass 1 and the scale's
+  // tests in pass 2.
+  static constexpr uint32_t kBf16Inf = 0x7F80, kPow2Flag = 0x10000;
+  static constexpr uint32_t kMantissaCarry = 0x1F;  // 0x7F - 0x60
+  static uint32_t floor_bits() {
+    // the largest bf16 below 1e-4 (bf16 bits order as the magnitudes)
+    uint32_t bits = std::bit_cast<uint32_t>(kAmaxFloor) >> 16;
+    while (std::bit_cast<float>(bits << 16) >= kAmaxFloor) --bits;
+    return bits;
+  }
+  static uint32_t rounded_exponent(uint32_t bits) { return (bits + kMantissaCarry) >> 7; }
+  uint32_t first_exponent() const { return rounded_exponent(floor_bits() + 1); }
+
+  // The table's entries in order: the floor, E' = first_exponent() .. 255, inf.
+  std::vector<uint32_t> scale_table() const {
+    const Pow2Format f = pow2_format(DType::kBF16, DType::kFp8E4m3).value();
+    std::vector<uint32_t> table;
+    auto entry = [&](float amax) {
+      const float sc = std::bit_cast<float>(
+          std::isinf(amax)
+              ? 0x7F800000u
+              : (std::bit_cast<uint32_t>(std::max(amax, kAmaxFloor) / kE4m3Max) + 0x007FFFFF) &
+                    0xFF800000u);
+      const float recip = 1.0f / sc;
+      const int k = int(std::bit_cast<uint32_t>(sc) >> 23) - 127;
+      const bool steps = !std::isinf(sc) && k >= f.min_k && k <= f.max_k;
+      table.insert(table.end(),
+                   {std::bit_cast<uint32_t>(sc),
+                    std::isinf(recip) ? 0x7FC00000u : std::bit_cast<uint32_t>(recip),
+                    steps ? (uint32_t(k + f.shift) << f.exponent_lsb) | kPow2Flag : 0u, 0u});
+    };
+    entry(0.0f);
+    for (uint32_t e = first_exponent(); e <= 255; ++e) {
+      // the class's smallest amax: (e - 1, m = 0x61), or the first bf16 above the floor
+      const uint32_t bits = std::max(floor_bits() + 1, (e << 7) - kMantissaCarry);
+      entry(std::bit_cast<float>(bits << 16));
+    }
+    entry(std::numeric_limits<float>::infinity());
+    return table;
+  }
+
+  // Pass 1 (scale_table_), row reg_q_: each group's entry copied into the row's scratch.
+  void row_scales_from_table() {
+    imul(reg_p_, reg_q_, int(p_.head_dim * esize_));
+    add(reg_p_, ptr[reg_args_ + offsetof(IndexerQuantCallArgs, k)]);
+    chunk_scratch(reg_o_, reg_q_, chunk_, group_scratch_ * groups_);
+    lea(reg_src_, cst_block(scale_table()));
+    const uint32_t entries = 255 - first_exponent() + 3;
+    for_groups([&] {
+      amax_bits_words(vmm(kGroupScale), reg_p_, p_.quant_block, p_.dtype);
+      vmovd(eax, Xbyak::Xmm(14));
+      movzx(eax, ax);
+      lea(ecx, ptr[rax + kMantissaCarry]);
+      shr(ecx, 7);
+      sub(ecx, first_exponent() - 1);  // entry index: E' - first + 1
+      xor_(edx, edx);
+      cmp(eax, floor_bits());
+      cmovbe(ecx, edx);
+      mov(edx, entries - 1);
+      cmp(eax, kBf16Inf);
+      cmovae(ecx, edx);
+      shl(ecx, 4);
+      vmovdqu(Xbyak::Xmm(kGroupRecip), ptr[reg_src_ + rcx]);
+      vmovdqu(ptr[reg_o_], Xbyak::Xmm(kGroupRecip));
+      add(reg_p_, int(p_.quant_block * esize_));
+      add(reg_o_, int(group_scratch_));
+    });
+  }
+
+  // Pass 2 (scale_table_), rax = b, rcx = o: the scales into the cache, the codes of each
+  // group: the 16-bit steps with the entry's K2, else quantise_span with its sc and 1/sc.
+  void write_row_from_table() {
+    row_destinations();
+    chunk_scratch(reg_scale_, reg_row_, chunk_, group_scratch_ * groups_);
+    for_groups([&] {
+      const Xmm sc = vmm(kGroupScale), recip = vmm(kGroupRecip);
+      Label l_other, l_done;
+      mov(eax, ptr[reg_scale_]);
+      mov(ptr[reg_o_], eax);
+      vbroadcastss(sc, ptr[reg_scale_]);
+      vbroadcastss(recip, ptr[reg_scale_ + 4]);
+      mov(reg_src_, reg_p_);
+      mov(reg_dst_, reg_q_);
+      cmp(dword[reg_scale_ + 8], 0);
+      je(l_other, T_NEAR);
+      vpbroadcastw(Xbyak::Zmm(kPow2Bias), ptr[reg_scale_ + 8]);
+      quantise_span_pow2(reg_dst_, reg_src_, p_.quant_block, p_.dtype, DType::kFp8E4m3, sc, recip);
+      jmp(l_done, T_NEAR);
+      L(l_other);
+      quantise_span(reg_dst_, reg_src_, p_.quant_block, p_.dtype, DType::kFp8E4m3, sc, recip,
+                    in_streaming_loop());
+      L(l_done);
+      add(reg_p_, int(p_.quant_block * esize_));
+      add(reg_q_, int(p_.quant_block));
+      add(reg_o_, 4);
+      add(reg_scale_, int(group_scratch_));
+    });
+  }
+
+  // Whether every group's codes start on a cache line when the cache does (then a large call
+  // streams them: with ordinary stores each written line is first read for ownership).
+  bool aligned_groups() const {
+    return p_.quant_block % 64 == 0 && (p_.block_size * (p_.head_dim + 4 * groups_)) % 64 == 0;
+  }
+
   // Pass 1, row reg_q_: each group's scale and its reciprocal (scalar_reciprocal) into the
   // row's scratch.
   void row_scales() {
+    if (scale_table_) {
+      row_scales_from_table();
+      return;
+    }
     imul(reg_p_, reg_q_, int(p_.head_dim * esize_));
     add(reg_p_, ptr[reg_args_ + offsetof(IndexerQuantCallArgs, k)]);
     chunk_scratch(reg_o_, reg_q_, chunk_, 8 * groups_);
@@ -103,9 +254,9 @@ class IndexerQuantGenerator : public CacheGenerator {
     });
   }
 
-  // Pass 2, rax = b, rcx = o: the scales into the cache, the codes of each group.
-  void write_row() {
-    // reg_q_ = block + o·D (values), reg_o_ = block + BS·D + 4·o·G (scales)
+  // rax = b, rcx = o: reg_q_ = block + o·D (values), reg_o_ = block + BS·D + 4·o·G
+  // (scales), reg_p_ = k + t·D·esize.
+  void row_destinations() {
     const int64_t dim = p_.head_dim;
     imul(rax, rax, p_.block_size * (dim + 4 * groups_));
     add(rax, ptr[reg_args_ + offsetof(IndexerQuantCallArgs, cache)]);
@@ -113,9 +264,17 @@ class IndexerQuantGenerator : public CacheGenerator {
     add(reg_q_, rax);
     imul(reg_o_, rcx, 4 * groups_);
     lea(reg_o_, ptr[reg_o_ + rax + int(p_.block_size * dim)]);
-    // reg_p_ = k + t·D·esize, reg_scale_ = the row's scratch
     imul(reg_p_, reg_row_, dim * esize_);
     add(reg_p_, ptr[reg_args_ + offsetof(IndexerQuantCallArgs, k)]);
+  }
+
+  // Pass 2, rax = b, rcx = o: the scales into the cache, the codes of each group.
+  void write_row() {
+    if (scale_table_) {
+      write_row_from_table();
+      return;
+    }
+    row_destinations();
     chunk_scratch(reg_scale_, reg_row_, chunk_, 8 * groups_);
     for_groups([&] {
       const Xmm sc = vmm(kGroupScale), recip = vmm(kGroupRecip);
@@ -124,7 +283,8 @@ class IndexerQuantGenerator : public CacheGenerator {
       vmovss(ptr[reg_o_], Xbyak::Xmm(kGroupScale));
       mov(reg_src_, reg_p_);
       mov(reg_dst_, reg_q_);
-      quantise_span(reg_dst_, reg_src_, p_.quant_block, p_.dtype, DType::kFp8E4m3, sc, recip);
+      quantise_span(reg_dst_, reg_src_, p_.quant_block, p_.dtype, DType::kFp8E4m3, sc, recip,
+                    in_streaming_loop());
       add(reg_p_, int(p_.quant_block * esize_));
       add(reg_q_, int(p_.quant_block));
       add(reg_o_, 4);
@@ -133,7 +293,9 @@ class IndexerQuantGenerator : public CacheGenerator {
   }
 
   const ir::IndexerQuantParams p_;
-  const int64_t esize_, groups_, chunk_;
+  const int64_t esize_, groups_;
+  const bool scale_table_;
+  const int64_t group_scratch_, chunk_;
 };
 
 class IndexerGatherGenerator : public CacheGenerator {

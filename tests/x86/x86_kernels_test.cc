@@ -202,7 +202,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-53", 0x6d33462102dd42f6ull};
+constexpr PinnedCode kAllExampleCode{"x86-54", 0x177653b1d2dc52daull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

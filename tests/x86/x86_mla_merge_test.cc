@@ -8,9 +8,14 @@
 // arguments (wrong dtype or shape) rejected before anything runs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -259,6 +264,72 @@ TEST_P(X86MlaMergeIsaTest, IndexerQuantMatchesRefOverTheGrid) {
           for (int64_t tokens : {1, 17}) {
             const OpSpec spec = indexer_quant_spec(dtype, dim, qbs, bs, fmt);
             if (!check_spec(spec, isa, tokens, {}, /*few=*/bs != 16)) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+// A call that writes >= 1 MiB (one thread) streams each group's codes when the cache is
+// 64-byte aligned and stores them as usual when it is not (16 bytes off): DeepSeek's (128, 128)
+// and two groups of 64, ue8m0 (bf16: the scales from the table of amax exponents) and plain
+// scales, a prefill's slot mapping (consecutive slots of shuffled blocks, a padding row) and
+// random slots; values over many binades, so that groups take scales far apart, and an
+// infinite value in some groups (their scale is inf). Against the ref on the same buffers.
+TEST_P(X86MlaMergeIsaTest, IndexerQuantLargeCallsStreamMatchRef) {
+  const X86Isa isa = GetParam();
+  constexpr int64_t kTokens = 9000, kBs = 64, kBlocks = kTokens / kBs + 9;
+  std::mt19937_64 rng(11);
+  CompileOptions ref_options;
+  ref_options.backend = BackendKind::kRef;
+  std::vector<int64_t> prefill(static_cast<size_t>(kTokens)),
+      random(static_cast<size_t>(kBlocks * kBs));
+  std::vector<int64_t> order(static_cast<size_t>(kBlocks));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (int64_t t = 0; t < kTokens; ++t) prefill[size_t(t)] = order[size_t(t / kBs)] * kBs + t % kBs;
+  prefill[size_t(5 * kBs + 3)] = -1;
+  std::iota(random.begin(), random.end(), 0);
+  std::shuffle(random.begin(), random.end(), rng);
+  random.resize(size_t(kTokens));
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (auto [dim, qbs] : {std::pair<int64_t, int64_t>{128, 128}, {128, 64}}) {
+      std::vector<uint16_t> k(size_t(kTokens * dim));
+      for (size_t i = 0; i < k.size(); ++i) {
+        // |x| = (1 + u) · 2^e, e in [-12, 12) per group of 16 values
+        const float x = std::ldexp(1.0f + float(rng() % 1000) / 1000.0f, int(i / 16 % 24) - 12) *
+                        (rng() % 2 ? 1.0f : -1.0f);
+        k[i] = dtype == DType::kBF16 ? numeric::f32_to_bf16(x) : numeric::f32_to_f16(x);
+      }
+      const uint16_t inf = dtype == DType::kBF16 ? 0x7F80 : 0x7C00;
+      for (size_t i = 7; i < k.size(); i += 9973) k[i] = inf;
+      for (ir::ScaleFormat fmt : {ir::ScaleFormat::kUe8m0, ir::ScaleFormat::kPlain}) {
+        const OpSpec spec = indexer_quant_spec(dtype, dim, qbs, kBs, fmt);
+        const Kernel kernel = compile_x86(spec, isa, Config().set("threads", 1));
+        auto ref = test::x86_test_runtime().compile(spec, ref_options);
+        ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
+        const int64_t entry = dim + 4 * (dim / qbs);
+        const size_t cache_bytes = size_t(kBlocks * kBs * entry);
+        for (std::vector<int64_t>* slots : {&prefill, &random}) {
+          for (size_t misalign : {size_t(0), size_t(16)}) {
+            std::vector<uint8_t> storage(2 * (cache_bytes + 128), 0);
+            std::vector<uint8_t*> caches;
+            for (size_t i = 0; i < 2; ++i) {
+              auto base = reinterpret_cast<uintptr_t>(storage.data() + i * (cache_bytes + 128));
+              caches.push_back(reinterpret_cast<uint8_t*>((base + 63) / 64 * 64 + misalign));
+            }
+            auto args = [&](uint8_t* cache) {
+              return KernelArgs({Tensor(k.data(), dtype, {kTokens, dim}),
+                                 Tensor(cache, DType::kU8, {kBlocks, kBs, entry}),
+                                 Tensor(slots->data(), DType::kI64, {kTokens})},
+                                {});
+            };
+            ASSERT_TRUE(kernel.run(args(caches[0])).is_ok());
+            ASSERT_TRUE(ref.value().run(args(caches[1])).is_ok());
+            EXPECT_EQ(std::memcmp(caches[0], caches[1], cache_bytes), 0)
+                << to_string(spec) << " isa=" << x86_isa_name(isa) << " misalign=" << misalign
+                << (slots == &prefill ? " prefill slots" : " random slots");
           }
         }
       }

@@ -651,16 +651,36 @@ class CacheGenerator : public Generator {
   // at scale 1 (f16/f32 inputs) about half the steps of N(0, 1) data hold one and the branch
   // mispredicts (measured: 64 MB 14.5-15.3 -> 10.5-11.8 GB/s), so the r = 1/s steps keep it
   // unconditional.
+  // The dword constants of the window steps (quantise_fast_unit's first try): fast_load's
+  // bf16 split, fast_encode's add, range limit and window mask, the sign select and the
+  // bytes' code offset. For pin_constants: each is otherwise a 64-byte load per use.
+  struct WindowStepConstants {
+    uint32_t high_half, add, limit, near, sign, min_code_bytes;
+    std::array<uint32_t, 6> list() const {
+      return {high_half, add, limit, near, sign, min_code_bytes};
+    }
+  };
+  static WindowStepConstants window_step_constants(DType format) {
+    const bool e5m2 = format == DType::kFp8E5m2;
+    const int m = e5m2 ? 2 : 3, s = 23 - m, rebias = e5m2 ? 112 : 120;
+    const uint32_t max_code = e5m2 ? 0x7B : 0x7E, min_code = 1u << m;
+    return {0xFFFF0000u,
+            (1u << s) + 2 * kNearUlps - uint32_t(rebias + 1) * (1u << 24),
+            (max_code - min_code + 1) << (s + 1),
+            ((1u << (s + 1)) - 1) & ~(4 * kNearUlps - 1),
+            0x80000000u,
+            min_code * 0x01010101u};
+  }
+
   void fast_encode(const Xbyak::Zmm (&x)[4], DType format, bool pairs, bool exact,
                    bool skip_absent_subnormals = false) {
     using Xbyak::Zmm;
     const bool e5m2 = format == DType::kFp8E5m2;
     const int m = e5m2 ? 2 : 3, s = 23 - m, rebias = e5m2 ? 112 : 120;
     const uint32_t max_code = e5m2 ? 0x7B : 0x7E, min_code = 1u << m;
-    const uint32_t add = exact ? (1u << s) - 2 - uint32_t(rebias + 1) * (1u << 24)
-                               : (1u << s) + 2 * kNearUlps - uint32_t(rebias + 1) * (1u << 24);
-    const uint32_t limit = (max_code - min_code + 1) << (s + 1);
-    const uint32_t near = ((1u << (s + 1)) - 1) & ~(4 * kNearUlps - 1);
+    const WindowStepConstants w = window_step_constants(format);
+    const uint32_t add = exact ? (1u << s) - 2 - uint32_t(rebias + 1) * (1u << 24) : w.add;
+    const uint32_t limit = w.limit, near = w.near;
     // exact mode: 2a below these
     const uint32_t accept2 = e5m2 ? 0x8ED00000u : 0x87D00001u;  // 2·bits(59392), 2·bits(464)+1
     const uint32_t min_normal2 = uint32_t(rebias + 1) << 24;
@@ -719,7 +739,7 @@ class CacheGenerator : public Generator {
       }
       L(l_normal_only);
     }
-    for (int v = 0; v < 4; ++v) vpternlogd(t[v], x[v], cst_bits(0x80000000), kBitSelect);
+    for (int v = 0; v < 4; ++v) vpternlogd(t[v], x[v], cst_bits(w.sign), kBitSelect);
     const auto table = fast_pack_table(pairs);
     vmovdqu32(p, cst_table(table));
     vpermi2b(p, t[0], t[1]);
@@ -727,7 +747,7 @@ class CacheGenerator : public Generator {
     vpermi2b(q, t[2], t[3]);
     vinserti64x4(p, p, Xbyak::Ymm(q.getIdx()), 1);
     if (!exact) {
-      vpaddb(p, p, cst_bits(min_code * 0x01010101u));
+      vpaddb(p, p, cst_bits(w.min_code_bytes));
       return;
     }
     // byte & 0x7F -> code (table), the sign bit kept.

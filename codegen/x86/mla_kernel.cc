@@ -18,8 +18,10 @@
 // cp_gather_and_upconvert_fp8_kv_cache: per destination row (entry offset resolved and checked
 //   by the runner): 512 values rnd_bf16(decode_e4m3(code_i) · scale_{i/128}) (fp32 product),
 //   then the 128 rope bytes copied.
+#include <array>
 #include <cfloat>
 #include <cstddef>
+#include <vector>
 
 #include "codegen/x86/cache_generator.h"
 
@@ -37,6 +39,8 @@ constexpr int64_t kDsMlaRopeBytes = 128;  // 64 16-bit values
 constexpr float kE4m3Max = 448.0f;
 // Vector register of a tile's scale (spans use 0..3, the helpers 13..15).
 constexpr int kTileScale = 8, kTileRecip = 9;
+// Registers of the pinned constants: none of the spans', the helpers' or the 16-bit steps'.
+constexpr std::array<int, 9> kPinnedRegs{23, 24, 25, 26, 27, 28, 29, 30, 31};
 
 class DsMlaWriteGenerator : public CacheGenerator {
  public:
@@ -46,9 +50,21 @@ class DsMlaWriteGenerator : public CacheGenerator {
   void generate() {
     prologue();
     sub(rsp, int(kChunk * kScratchPerRow));
+    const bool pinned = avx512() && fast_quantise(p_.dtype);
+    if (pinned) {
+      // The window steps' constants (and the 16-bit amax's) in registers: from the pool each
+      // is a 64-byte load per use, ~17 per 64 codes, and the two 512-bit load ports bound them.
+      const auto window = window_step_constants(DType::kFp8E4m3).list();
+      std::vector<uint32_t> constants(window.begin(), window.end());
+      if (esize_ == 2) {
+        for (uint32_t c : amax_word_constants(p_.dtype)) constants.push_back(c);
+      }
+      pin_constants(constants, kPinnedRegs);
+    }
     chunked_token_loop(
         p_.block_size, offsetof(CacheWriteCallArgs, slots), kChunk, [&] { row_scales(); },
         [&] { write_row(); });
+    if (pinned) unpin_constants();
     add(rsp, int(kChunk * kScratchPerRow));
     epilogue();
   }

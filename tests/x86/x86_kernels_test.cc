@@ -202,7 +202,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-54", 0x177653b1d2dc52daull};
+constexpr PinnedCode kAllExampleCode{"x86-55", 0x37c5ed81d1e7945full};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

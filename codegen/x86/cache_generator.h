@@ -1051,28 +1051,44 @@ class CacheGenerator : public Generator {
     using Xbyak::Zmm;
     constexpr uint8_t kLt = 1, kLe = 2, kNle = 6;  // vpcmpuw / vpcmpw predicates
     const QuantiseTableFormat f = table_format(format);
+    const TableStepConstants w = table_step_constants(format);
     mov(rax, 0x5555555555555555);  // the low byte of every word
     kmovq(k1, rax);
     for (int h = 0; h < 2; ++h) {
       const Zmm x(16 + h), a(h), c(2 + h), lookup(18 + h), sign(13 + h);
       vmovdqu16(x, ptr[src + src_off + 64 * h]);
-      vpandd(a, x, cst_bits(words(0x7FFF)));
-      vpcmpuw(h == 0 ? k3 : k3 | k3, a, cst_bits(words(0x7F80)), kLe);  // not NaN
-      vpcmpuw(k4, a, cst_bits(words(0x007F)), kNle);                    // e > 0
+      vpandd(a, x, cst_bits(w.magnitude));
+      vpcmpuw(h == 0 ? k3 : k3 | k3, a, cst_bits(w.max_input), kLe);  // not NaN
+      vpcmpuw(k4, a, cst_bits(w.mantissa_mask), kNle);                // e > 0
       vpaddw(c, a, ptr[rsp + table + kTableBias]);
       vpsraw(c, c, uint8_t(7 - f.mantissa));
       vmovdqu8(lookup, ptr[rsp + table]);
       vpermt2b(lookup | k1 | T_z, x, ptr[rsp + table + kTableHigh]);
       vpaddw(c, c, lookup);
-      vpcmpw(k5 | k4, c, cst_bits(words(1u << f.mantissa)), kLt);  // an fp8-subnormal code
+      vpcmpw(k5 | k4, c, cst_bits(w.min_normal_code), kLt);  // an fp8-subnormal code
       kandnd(k3, k5, k3);
-      vpmaxsw(c, c, cst_bits(0));
-      vpminsw(c, c, cst_bits(words(f.max_code)));
+      vpmaxsw(c, c, cst_bits(w.zero));
+      vpminsw(c, c, cst_bits(w.max_code));
       copy_word_sign(c, x, sign);
     }
     // k3 clear: a lane the table does not cover.
     store_word_codes(Zmm(2), Zmm(3), dst, src, dst_off, src_off, DType::kBF16, format, scale, recip,
                      streaming);
+  }
+
+  // The word constants quantise_table_unit reads (each as words(..) of a dword), for
+  // pin_constants.
+  struct TableStepConstants {
+    uint32_t magnitude, max_input, mantissa_mask, min_normal_code, zero, max_code, sign;
+    // A writer short of registers pins a prefix.
+    std::array<uint32_t, 7> list() const {
+      return {magnitude, max_input, mantissa_mask, min_normal_code, max_code, zero, sign};
+    }
+  };
+  static TableStepConstants table_step_constants(DType format) {
+    const QuantiseTableFormat f = table_format(format);
+    return {words(0x7FFF),     words(0x7F80), words(0x007F), words(1u << f.mantissa), 0u,
+            words(f.max_code), words(0x80)};
   }
 
   // The constants of the table steps per fp8 format.

@@ -25,6 +25,7 @@
 #include <array>
 #include <bit>
 #include <cstddef>
+#include <span>
 
 #include "codegen/x86/cache_generator.h"
 #include "codegen/x86/kernels.h"
@@ -37,6 +38,9 @@ using namespace Xbyak;
 
 // Vector registers of the scales (the encoder and the helpers use 13..15; spans use 0..3).
 constexpr int kKScale = 4, kVScale = 5, kKRecip = 6, kVRecip = 7;
+// The paged writer's pinned constants (fp8 whole blocks): between the scales and the
+// helpers' registers (the column writer holds 23..31).
+constexpr std::array<int, 5> kPinnedRegs{8, 9, 10, 11, 12};
 
 class FlashWriteGenerator : public CacheGenerator {
  public:
@@ -251,10 +255,17 @@ class PagedWriteGenerator : public CacheGenerator {
         reserve_quantise_tables(p_.dtype, format_, {vmm(kKScale), vmm(kVScale)},
                                 rows_times(p_.head_count_kv * p_.head_size), kStageBytes + scratch);
       }
+      if (fp8_ && p_.dtype == DType::kBF16) {
+        // The table steps' constants in registers: from the pool each is a 64-byte load per
+        // use, ~14 per 64 codes beside the table's own.
+        const auto constants = table_step_constants(format_).list();
+        pin_constants(std::span(constants).first(kPinnedRegs.size()), kPinnedRegs);
+      }
       with_streaming_stores(2 * p_.head_count_kv * p_.head_size * csize_, [&] {
         token_loop(p_.block_size, token, offsetof(CacheWriteCallArgs, slots),
                    [&](const Label& l_next) { whole_block(block_bytes, l_next); });
       });
+      if (fp8_ && p_.dtype == DType::kBF16) unpin_constants();
       release_quantise_tables();
       add(rsp, scratch);
     }

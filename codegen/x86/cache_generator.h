@@ -1091,6 +1091,20 @@ class CacheGenerator : public Generator {
             words(f.max_code), words(0x80)};
   }
 
+  // Every word constant of bf16's 16-bit steps into `format` (the table steps' and the
+  // power-of-two steps'), each once: for a writer that pins them around its spans.
+  static std::vector<uint32_t> bf16_step_constants(DType format) {
+    std::vector<uint32_t> all;
+    auto add = [&](auto list) {
+      for (uint32_t c : list) {
+        if (std::find(all.begin(), all.end(), c) == all.end()) all.push_back(c);
+      }
+    };
+    add(table_step_constants(format).list());
+    add(pow2_step_constants(pow2_format(DType::kBF16, format).value()).list());
+    return all;
+  }
+
   // The constants of the table steps per fp8 format.
   struct QuantiseTableFormat {
     int mantissa;     // M

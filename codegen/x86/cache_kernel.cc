@@ -41,6 +41,8 @@ constexpr int kKScale = 4, kVScale = 5, kKRecip = 6, kVRecip = 7;
 // The paged writer's pinned constants (fp8 whole blocks): between the scales and the
 // helpers' registers (the column writer holds 23..31).
 constexpr std::array<int, 5> kPinnedRegs{8, 9, 10, 11, 12};
+// The flash writer's (bf16 into fp8): above the scales, and above the 16-bit steps' 16..22.
+constexpr std::array<int, 11> kFlashPinnedRegs{8, 9, 10, 11, 12, 23, 24, 25, 26, 27, 28};
 
 class FlashWriteGenerator : public CacheGenerator {
  public:
@@ -59,7 +61,12 @@ class FlashWriteGenerator : public CacheGenerator {
   void generate() {
     prologue();
     load_scales();
+    // bf16's 16-bit steps with their constants in registers: from the pool each is a 64-byte
+    // load per use, ~16 per 64 codes.
+    const bool pinned = fp8_ && p_.dtype == DType::kBF16 && has_vbmi();
+    if (pinned) pin_constants(bf16_step_constants(format_), kFlashPinnedRegs);
     with_streaming_stores(row_bytes(), [&] { token_loop(p_.block_size, [&] { write_token(); }); });
+    if (pinned) unpin_constants();
     release_quantise_tables();
     epilogue();
   }

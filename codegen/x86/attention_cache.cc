@@ -75,11 +75,18 @@ class CacheWriteGenerator : public CacheGenerator {
       reserve_quantise_tables(p_.dtype, fp8_format(p_.kv), {vmm(kKScale), vmm(kVScale)},
                               rows_times(p_.head_count_kv * p_.head_size), int(stage));
     }
+    // bf16's 16-bit steps with their most-used constants in registers (from the pool each is
+    // a 64-byte load per use).
+    const bool pinned = fp8 && p_.dtype == DType::kBF16 && has_vbmi();
+    if (pinned) {
+      pin_leading_constants(bf16_step_constants(fp8_format(p_.kv)), kPinnedRegs);
+    }
     if (block_path()) {
       with_streaming_stores(2 * p_.head_count_kv * d * csize, [&] { token_loop(); });
     } else {
       token_loop();
     }
+    if (pinned) unpin_constants();
     if (fp8) {
       release_quantise_tables();
       add(rsp, stage);
@@ -477,6 +484,9 @@ class CacheWriteGenerator : public CacheGenerator {
   // The per-call fp8 scales and their reciprocals (scale_reciprocal), above the quantiser's
   // vmm0..3.
   static constexpr int kKScale = 4, kKRecip = 5, kVScale = 6, kVRecip = 7;
+  // The pinned constants: between the scales and the helpers' registers (the column writer
+  // holds 23..31, the 16-bit steps 16..22).
+  static constexpr std::array<int, 5> kPinnedRegs{8, 9, 10, 11, 12};
 
   // One token of one head into fp8 vec slabs: r8/r9 point at the token's K/V slot, r10/r11 at
   // its key/value row. V: codes of fp8(v / v_scale) stored as one contiguous row of D bytes.

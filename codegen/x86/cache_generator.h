@@ -1091,6 +1091,12 @@ class CacheGenerator : public Generator {
             words(f.max_code), words(0x80)};
   }
 
+  // pin_constants for the first constants of `constants` that `regs` has room for (the
+  // writers short of registers pin the most-used ones, listed first).
+  void pin_leading_constants(std::span<const uint32_t> constants, std::span<const int> regs) {
+    pin_constants(constants.first(std::min(constants.size(), regs.size())), regs);
+  }
+
   // Every word constant of bf16's 16-bit steps into `format` (the table steps' and the
   // power-of-two steps'), each once: for a writer that pins them around its spans.
   static std::vector<uint32_t> bf16_step_constants(DType format) {

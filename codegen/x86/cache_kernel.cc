@@ -25,7 +25,6 @@
 #include <array>
 #include <bit>
 #include <cstddef>
-#include <span>
 
 #include "codegen/x86/cache_generator.h"
 #include "codegen/x86/kernels.h"
@@ -265,8 +264,7 @@ class PagedWriteGenerator : public CacheGenerator {
       if (fp8_ && p_.dtype == DType::kBF16) {
         // The table steps' constants in registers: from the pool each is a 64-byte load per
         // use, ~14 per 64 codes beside the table's own.
-        const auto constants = table_step_constants(format_).list();
-        pin_constants(std::span(constants).first(kPinnedRegs.size()), kPinnedRegs);
+        pin_leading_constants(table_step_constants(format_).list(), kPinnedRegs);
       }
       with_streaming_stores(2 * p_.head_count_kv * p_.head_size * csize_, [&] {
         token_loop(p_.block_size, token, offsetof(CacheWriteCallArgs, slots),

@@ -12,6 +12,9 @@
 //     BS·D + 4(o·G + g).
 //   Rows go in chunks (CacheGenerator::chunked_token_loop): first every row's scales (and their
 //   reciprocals) into stack scratch, then each row's codes, reading the row again from L1.
+//   bf16 with ue8m0 on AVX-512 takes the scale from a table indexed by the amax's exponent
+//   (scale_table(), no division) and the 16-bit steps; a large call into an aligned cache
+//   streams the codes.
 //   Groups loop at run time when there are many (small qbs), else they are unrolled.
 // cp_gather_indexer_k_quant_cache: per run of destination rows that read consecutive positions
 //   of one cache block (resolved and checked by the runner), D value bytes and 4G scale bytes

@@ -522,12 +522,8 @@ TEST(X86AttentionCacheWrite, LargeCallsStreamWholeBlocksMatchRef) {
         for (size_t misalign : {size_t(0), size_t(16)}) {
           for (double scale : fp8 ? std::vector<double>{1.0, 0.037} : std::vector<double>{1.0}) {
             // [x86 key, x86 value, ref key, ref value], each 64-byte aligned + misalign
-            std::vector<uint8_t> storage(4 * (cache_bytes + 128), 0);
-            std::vector<uint8_t*> caches;
-            for (size_t i = 0; i < 4; ++i) {
-              auto base = reinterpret_cast<uintptr_t>(storage.data() + i * (cache_bytes + 128));
-              caches.push_back(reinterpret_cast<uint8_t*>((base + 63) / 64 * 64 + misalign));
-            }
+            const test::OffsetBuffers buffers = test::offset_buffers(4, cache_bytes, misalign);
+            const std::vector<uint8_t*>& caches = buffers.at;
             auto args = [&](uint8_t* kc, uint8_t* vc) {
               KernelArgs a(
                   {Tensor(key.data(), dtype, {kTokens, kH, kD}),

@@ -598,12 +598,8 @@ TEST_P(X86CacheIsaTest, LargeCallsStreamingStoresMatchRef) {
       for (size_t misalign : {size_t(0), size_t(16)}) {
         for (float scale : {1.0f, 0.037f}) {
           // [x86 key, x86 value, ref key, ref value], each 64-byte aligned + misalign
-          std::vector<uint8_t> storage(4 * (cache_bytes + 128), 0);
-          std::vector<uint8_t*> caches;
-          for (size_t i = 0; i < 4; ++i) {
-            auto base = reinterpret_cast<uintptr_t>(storage.data() + i * (cache_bytes + 128));
-            caches.push_back(reinterpret_cast<uint8_t*>((base + 63) / 64 * 64 + misalign));
-          }
+          const test::OffsetBuffers buffers = test::offset_buffers(4, cache_bytes, misalign);
+          const std::vector<uint8_t*>& caches = buffers.at;
           auto cache_tensor = [&](void* data) {
             return layout == ir::CacheLayout::kNhd ? Tensor(data, cdt, {kBlocks, kBs, kH, kD})
                                                    : Tensor(data, cdt, {kBlocks, kBs, kH, kD},
@@ -671,12 +667,8 @@ TEST_P(X86CacheIsaTest, PagedLargeCallsStreamWholeBlocksMatchRef) {
         const size_t cache_bytes = size_t(blocks * heads * dim * kBs) * (fp8 ? 1 : esize);
         for (size_t misalign : {size_t(0), size_t(16)}) {
           // [x86 key, x86 value, ref key, ref value], each 64-byte aligned + misalign
-          std::vector<uint8_t> storage(4 * (cache_bytes + 128), 0);
-          std::vector<uint8_t*> caches;
-          for (size_t i = 0; i < 4; ++i) {
-            auto base = reinterpret_cast<uintptr_t>(storage.data() + i * (cache_bytes + 128));
-            caches.push_back(reinterpret_cast<uint8_t*>((base + 63) / 64 * 64 + misalign));
-          }
+          const test::OffsetBuffers buffers = test::offset_buffers(4, cache_bytes, misalign);
+          const std::vector<uint8_t*>& caches = buffers.at;
           float k_scale = 0.037f, v_scale = 0.02f;
           auto args = [&](uint8_t* kc, uint8_t* vc) {
             return KernelArgs(

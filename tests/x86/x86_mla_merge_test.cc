@@ -313,12 +313,8 @@ TEST_P(X86MlaMergeIsaTest, IndexerQuantLargeCallsStreamMatchRef) {
         const size_t cache_bytes = size_t(kBlocks * kBs * entry);
         for (std::vector<int64_t>* slots : {&prefill, &random}) {
           for (size_t misalign : {size_t(0), size_t(16)}) {
-            std::vector<uint8_t> storage(2 * (cache_bytes + 128), 0);
-            std::vector<uint8_t*> caches;
-            for (size_t i = 0; i < 2; ++i) {
-              auto base = reinterpret_cast<uintptr_t>(storage.data() + i * (cache_bytes + 128));
-              caches.push_back(reinterpret_cast<uint8_t*>((base + 63) / 64 * 64 + misalign));
-            }
+            const test::OffsetBuffers buffers = test::offset_buffers(2, cache_bytes, misalign);
+            const std::vector<uint8_t*>& caches = buffers.at;
             auto args = [&](uint8_t* cache) {
               return KernelArgs({Tensor(k.data(), dtype, {kTokens, dim}),
                                  Tensor(cache, DType::kU8, {kBlocks, kBs, entry}),

@@ -52,6 +52,22 @@ inline std::vector<uint8_t> random_rows(DType dtype, size_t count, std::mt19937_
   return bytes;
 }
 
+/// `count` zeroed buffers of `bytes` each in one allocation, each starting `misalign` bytes past
+/// a 64-byte boundary: the caches of the large-call tests, where 0 takes the streaming stores
+/// and 16 the ordinary ones.
+struct OffsetBuffers {
+  std::vector<uint8_t> storage;
+  std::vector<uint8_t*> at;
+};
+inline OffsetBuffers offset_buffers(size_t count, size_t bytes, size_t misalign) {
+  OffsetBuffers b{std::vector<uint8_t>(count * (bytes + 128), 0), {}};
+  for (size_t i = 0; i < count; ++i) {
+    auto base = reinterpret_cast<uintptr_t>(b.storage.data() + i * (bytes + 128));
+    b.at.push_back(reinterpret_cast<uint8_t*>((base + 63) / 64 * 64 + misalign));
+  }
+  return b;
+}
+
 /// One runtime per test program, without a disk cache: these tests are about generated code.
 inline Runtime& x86_test_runtime() {
   static Runtime runtime{RuntimeOptions{}};

@@ -1406,9 +1406,15 @@ class CacheGenerator : public Generator {
   // A step of 32 codes looks the 32 decoded words up (two vpermi2w, a select on bit 6, the
   // sign), splits them into even/odd fp32 lanes (split_bf16_pairs), multiplies by the scale
   // and rounds and packs on the bits (pack_bf16_pairs): the fp32 product and the rounding of
-  // dequantise_span, in ~22 uops instead of ~40. The tables of codes 0..31 and 64..95 live in
-  // zmm26/zmm27 (load_decode_tables), the other two are memory operands.
-  static constexpr int kDecodeTable = 26;
+  // dequantise_span, in ~22 uops instead of ~40. The four tables live in registers
+  // (load_decode_tables): codes 0..31 and 64..95 in zmm26/zmm27, 32..63 and 96..127 in
+  // zmm24/zmm25. The steps' other constants are `decoded_step_constants()`, for pin_constants.
+  static constexpr int kDecodeTable = 26, kDecodeTableHigh = 24;
+  static constexpr std::array<uint32_t, 6> decoded_step_constants() {
+    // lookup_sign_symmetric's bit 6 and sign, split_bf16_pairs' and pack_bf16_pairs' masks,
+    // add_bf16_rounding_bias' three
+    return {0x00400040u, 0x80008000u, 0xFFFF0000u, 0x00010000u, 0x00007FFFu, 0x00000001u};
+  }
 
   bool decode_table(DType dtype) const { return avx512() && dtype == DType::kBF16; }
 
@@ -1427,6 +1433,8 @@ class CacheGenerator : public Generator {
   void load_decode_tables(DType format) {
     vmovdqu16(Xbyak::Zmm(kDecodeTable), decode_table_part(format, 0));
     vmovdqu16(Xbyak::Zmm(kDecodeTable + 1), decode_table_part(format, 2));
+    vmovdqu16(Xbyak::Zmm(kDecodeTableHigh), decode_table_part(format, 1));
+    vmovdqu16(Xbyak::Zmm(kDecodeTableHigh + 1), decode_table_part(format, 3));
   }
 
   // dequantise_span into bf16 through load_decode_tables' tables (loaded for this format):
@@ -1439,8 +1447,8 @@ class CacheGenerator : public Generator {
     for (int64_t first = 0; first + kStep <= elements; first += kStep) {
       const int offset = int(first);
       lookup_sign_symmetric(low, code, high, ptr[src + offset], Zmm(kDecodeTable),
-                            decode_table_part(format, 1), Zmm(kDecodeTable + 1),
-                            decode_table_part(format, 3));
+                            Zmm(kDecodeTableHigh), Zmm(kDecodeTable + 1),
+                            Zmm(kDecodeTableHigh + 1));
       split_bf16_pairs(even, low, low);
       vmulps(even, even, scale_z);
       vmulps(low, low, scale_z);

@@ -207,13 +207,21 @@ class MlaRopeFusedGenerator : public CacheGenerator {
 };
 
 class UpconvertGatherGenerator : public CacheGenerator {
+  // Registers of the pinned constants: none of the steps' (0..3), copy_span's (13, 14) or the
+  // decode tables' (24..27).
+  static constexpr std::array<int, 6> kDecodedStepRegs{16, 17, 18, 19, 20, 21};
+
  public:
   explicit UpconvertGatherGenerator(X86Isa isa) : CacheGenerator(isa) {}
 
   void generate() {
     prologue();
     const bool table = decode_table(DType::kBF16);
-    if (table) load_decode_tables(DType::kFp8E4m3);
+    if (table) {
+      load_decode_tables(DType::kFp8E4m3);
+      // The steps' constants in registers: from the pool each is a 64-byte load per use.
+      pin_constants(decoded_step_constants(), kDecodedStepRegs);
+    }
     gather_loop([&] {
       const Xmm scale = vmm(kTileScale);
       for (int64_t k = 0; k < kDsMlaRank / kDsMlaTile; ++k) {
@@ -230,6 +238,7 @@ class UpconvertGatherGenerator : public CacheGenerator {
       add(reg_dst_, int(kDsMlaRank * 2));
       copy_span(reg_dst_, reg_src_, kDsMlaRopeBytes, reg_count_);
     });
+    if (table) unpin_constants();
     epilogue();
   }
 };

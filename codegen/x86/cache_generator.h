@@ -381,23 +381,12 @@ class CacheGenerator : public Generator {
   // call's rows times `bytes_per_row` reach kStreamingBytes, and the ordinary version.
   template <class Loop>
   void with_streaming_stores(int64_t bytes_per_row, Loop loop) {
-    with_streaming_stores(bytes_per_row, std::nullopt, loop);
-  }
-  // The same, taking the streaming loop only when the pointer at `aligned_arg` in the call's
-  // args is also 64-byte aligned (for writers whose every streamed span is then aligned).
-  template <class Loop>
-  void with_streaming_stores(int64_t bytes_per_row, std::optional<size_t> aligned_arg, Loop loop) {
     Label l_plain, l_done;
     mov(rax, rdx);
     sub(rax, rsi);
     imul(rax, rax, int(bytes_per_row));
     cmp(rax, int(kStreamingBytes));
     jl(l_plain, T_NEAR);
-    if (aligned_arg) {
-      mov(rax, ptr[rdi + int(*aligned_arg)]);
-      test(al, 63);
-      jnz(l_plain, T_NEAR);
-    }
     streaming_ = true;
     loop();
     sfence();

@@ -13,8 +13,7 @@
 //   Rows go in chunks (CacheGenerator::chunked_token_loop): first every row's scales (and their
 //   reciprocals) into stack scratch, then each row's codes, reading the row again from L1.
 //   bf16 with ue8m0 on AVX-512 takes the scale from a table indexed by the amax's exponent
-//   (scale_table(), no division) and the 16-bit steps; a large call into an aligned cache
-//   streams the codes.
+//   (scale_table(), no division) and the 16-bit steps.
 //   Groups loop at run time when there are many (small qbs), else they are unrolled.
 // cp_gather_indexer_k_quant_cache: per run of destination rows that read consecutive positions
 //   of one cache block (resolved and checked by the runner), D value bytes and 4G scale bytes
@@ -59,11 +58,6 @@ class IndexerQuantGenerator : public CacheGenerator {
   void generate() {
     prologue();
     sub(rsp, scratch_bytes());
-    auto rows = [&] {
-      chunked_token_loop(
-          p_.block_size, offsetof(IndexerQuantCallArgs, slots), chunk_, [&] { row_scales(); },
-          [&] { write_row(); });
-    };
     if (scale_table_) {
       // Every constant of the amax and of the 16-bit steps in a register: from the pool each
       // is a 64-byte load, and the two-per-cycle load ports bound the steps.
@@ -73,11 +67,10 @@ class IndexerQuantGenerator : public CacheGenerator {
       for (uint32_t c : amax_word_constants(p_.dtype)) constants.push_back(c);
       pin_constants(constants, kPinnedRegs);
     }
-    if (aligned_groups()) {
-      with_streaming_stores(p_.head_dim + 4 * groups_, offsetof(IndexerQuantCallArgs, cache), rows);
-    } else {
-      rows();
-    }
+    // Ordinary stores: streaming ones measured slower here (docs/decisions.md, tenth round).
+    chunked_token_loop(
+        p_.block_size, offsetof(IndexerQuantCallArgs, slots), chunk_, [&] { row_scales(); },
+        [&] { write_row(); });
     if (scale_table_) unpin_constants();
     add(rsp, scratch_bytes());
     epilogue();
@@ -214,20 +207,13 @@ class IndexerQuantGenerator : public CacheGenerator {
       quantise_span_pow2(reg_dst_, reg_src_, p_.quant_block, p_.dtype, DType::kFp8E4m3, sc, recip);
       jmp(l_done, T_NEAR);
       L(l_other);
-      quantise_span(reg_dst_, reg_src_, p_.quant_block, p_.dtype, DType::kFp8E4m3, sc, recip,
-                    in_streaming_loop());
+      quantise_span(reg_dst_, reg_src_, p_.quant_block, p_.dtype, DType::kFp8E4m3, sc, recip);
       L(l_done);
       add(reg_p_, int(p_.quant_block * esize_));
       add(reg_q_, int(p_.quant_block));
       add(reg_o_, 4);
       add(reg_scale_, int(group_scratch_));
     });
-  }
-
-  // Whether every group's codes start on a cache line when the cache does (then a large call
-  // streams them: with ordinary stores each written line is first read for ownership).
-  bool aligned_groups() const {
-    return p_.quant_block % 64 == 0 && (p_.block_size * (p_.head_dim + 4 * groups_)) % 64 == 0;
   }
 
   // Pass 1, row reg_q_: each group's scale and its reciprocal (scalar_reciprocal) into the
@@ -286,8 +272,7 @@ class IndexerQuantGenerator : public CacheGenerator {
       vmovss(ptr[reg_o_], Xbyak::Xmm(kGroupScale));
       mov(reg_src_, reg_p_);
       mov(reg_dst_, reg_q_);
-      quantise_span(reg_dst_, reg_src_, p_.quant_block, p_.dtype, DType::kFp8E4m3, sc, recip,
-                    in_streaming_loop());
+      quantise_span(reg_dst_, reg_src_, p_.quant_block, p_.dtype, DType::kFp8E4m3, sc, recip);
       add(reg_p_, int(p_.quant_block * esize_));
       add(reg_q_, int(p_.quant_block));
       add(reg_o_, 4);

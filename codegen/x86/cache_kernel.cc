@@ -62,7 +62,8 @@ class FlashWriteGenerator : public CacheGenerator {
     load_scales();
     // bf16's 16-bit steps with their constants in registers: from the pool each is a 64-byte
     // load per use, ~16 per 64 codes.
-    const bool pinned = fp8_ && p_.dtype == DType::kBF16 && has_vbmi();
+    // (kFlashPinnedRegs sit above the scales at their default registers 4..7.)
+    const bool pinned = fp8_ && p_.dtype == DType::kBF16 && has_vbmi() && k_scale_ == kKScale;
     if (pinned) pin_constants(bf16_step_constants(format_), kFlashPinnedRegs);
     with_streaming_stores(row_bytes(), [&] { token_loop(p_.block_size, [&] { write_token(); }); });
     if (pinned) unpin_constants();

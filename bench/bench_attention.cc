@@ -112,35 +112,12 @@ double measure_dpbf16_gflops(int threads) {
   return measure_peak_gflops_cpu(threads, 64.0, [](int64_t steps) { KILN_PEAK_LOOP("vdpbf16ps"); });
 }
 
-// An allocator for the KV caches and the copy buffers that asks for transparent huge pages
-// (madvise(MADV_HUGEPAGE) before the first touch: this system's THP mode is `madvise`, so
-// plain vectors get 4 KiB pages). A real KV cache is one large allocation (PyTorch can be told
-// to back it with huge pages); the shuffled block table makes every 32-key group touch four new
-// 4 KiB pages, and past the STLB's reach (~8 MiB of 4 KiB pages) the page walks cost 12–27% of
-// the AMX decode rate at ≥ 128 MiB of KV. KILN_BENCH_HUGEPAGES=0 measures with 4 KiB pages.
-template <class T>
-struct HugePageAllocator {
-  using value_type = T;
-  HugePageAllocator() = default;
-  template <class U>
-  HugePageAllocator(const HugePageAllocator<U>&) {}
-  T* allocate(size_t n) {
-    constexpr size_t kHuge = size_t(2) << 20;
-    const size_t bytes = (n * sizeof(T) + kHuge - 1) / kHuge * kHuge;
-    void* p = std::aligned_alloc(kHuge, bytes);
-    if (p == nullptr) throw std::bad_alloc();
-    static const bool huge = [] {
-      const char* v = std::getenv("KILN_BENCH_HUGEPAGES");
-      return v == nullptr || std::string_view(v) != "0";
-    }();
-    if (huge) madvise(p, bytes, MADV_HUGEPAGE);  // advice: refused or unavailable is harmless
-    return static_cast<T*>(p);
-  }
-  void deallocate(T* p, size_t) { std::free(p); }
-  bool operator==(const HugePageAllocator&) const { return true; }
-};
-template <class T>
-using HugeVector = std::vector<T, HugePageAllocator<T>>;
+// The KV caches and the copy buffers ask for transparent huge pages (bench::HugeVector): the
+// shuffled block table makes every 32-key group touch four new 4 KiB pages, and past the STLB's
+// reach (~8 MiB of 4 KiB pages) the page walks cost 12–27% of the AMX decode rate at >= 128 MiB
+// of KV. KILN_BENCH_HUGEPAGES=0 measures with 4 KiB pages.
+using bench::HugePageAllocator;
+using bench::HugeVector;
 
 // The call's buffers: query [T, Hq, D], vec-layout caches [NB, Hkv, BS, D], the block table
 // (shuffled pages), lengths and the scheduler metadata.

@@ -44,9 +44,11 @@ using CacheBytes = bench::Aligned64Vector<uint8_t>;
 // short reciprocal, 50: the exact-products steps) and 0.03 for V (1/0.03 is full width: the window
 // steps), or `fp8_scale` for both where it is not 0 (1.0, vLLM's default: the power-of-two steps; a
 // calibrated amax / 448: the window steps).
+// `huge_pages`: the caches on transparent huge pages (bench::HugePageAllocator) instead of 4 KiB
+// pages, to show what the page walks of random slots cost.
 void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
                     ir::KvCacheDtype kv, int64_t tokens, int threads, bool peer, bool prefill,
-                    float fp8_scale) {
+                    float fp8_scale, bool huge_pages) {
   const OpSpec spec =
       flash ? OpSpec::make(OpKind::kReshapeAndCacheFlash,
                            ir::FlashCacheWriteParams{DType::kBF16, kv, kHeads, kHeadSize,
@@ -61,8 +63,9 @@ void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
   const size_t cache_bytes = size_t(num_blocks * kBlockSize * row) * (fp8 ? 1 : 2);
   auto key = bench::random_bf16(size_t(tokens * row));
   auto value = bench::random_bf16(size_t(tokens * row));
-  auto key_cache = CacheBytes(cache_bytes);
-  auto value_cache = CacheBytes(cache_bytes);
+  const bench::HugePageAllocator<uint8_t> pages(huge_pages);
+  auto key_cache = bench::HugeVector<uint8_t>(cache_bytes, pages);
+  auto value_cache = bench::HugeVector<uint8_t>(cache_bytes, pages);
   auto slots = bench::cache_slots(tokens, num_blocks, kBlockSize, prefill);
   float k_scale = fp8_scale != 0 ? fp8_scale : 0.02f, v_scale = fp8_scale != 0 ? fp8_scale : 0.03f;
   const DType cdt = fp8 ? DType::kU8 : DType::kBF16;
@@ -610,7 +613,8 @@ int main(int argc, char** argv) {
         const std::string shape = tokens == 0 ? "/large" : fmt::format("/decode{}", tokens);
         for (const Write& w : writes) {
           benchmark::RegisterBenchmark((who + w.name + shape + suffix).c_str(), bm_cache_write,
-                                       w.flash, w.layout, w.kv, tokens, threads, peer, false, 0.0f)
+                                       w.flash, w.layout, w.kv, tokens, threads, peer, false, 0.0f,
+                                       false)
               ->UseRealTime();
         }
         if (!peer) {
@@ -620,7 +624,19 @@ int main(int argc, char** argv) {
                 (who_scale + std::string("reshape_and_cache_flash/nhd/fp8_e4m3") + shape + suffix)
                     .c_str(),
                 bm_cache_write, true, ir::CacheLayout::kNhd, ir::KvCacheDtype::kFp8E4m3, tokens,
-                threads, peer, false, scale)
+                threads, peer, false, scale, false)
+                ->UseRealTime();
+          }
+        }
+        if (tokens == 0 && !peer) {
+          // The flash fp8 writes at random slots with the caches on huge pages (kiln only).
+          for (ir::CacheLayout layout : {ir::CacheLayout::kNhd, ir::CacheLayout::kHnd}) {
+            const std::string name = layout == ir::CacheLayout::kNhd
+                                         ? "reshape_and_cache_flash/nhd/fp8_e4m3"
+                                         : "reshape_and_cache_flash/hnd/fp8_e4m3";
+            benchmark::RegisterBenchmark(("kiln_hugepages/" + name + shape + suffix).c_str(),
+                                         bm_cache_write, true, layout, ir::KvCacheDtype::kFp8E4m3,
+                                         tokens, threads, peer, false, 0.0f, true)
                 ->UseRealTime();
           }
         }
@@ -648,7 +664,7 @@ int main(int argc, char** argv) {
             const std::string label = w.fp8_scale != 0 ? "kiln_scale1/" : who;
             benchmark::RegisterBenchmark(
                 (label + w.name + "/prefill_slots" + shape + suffix).c_str(), bm_cache_write, true,
-                w.layout, w.kv, tokens, threads, peer, true, w.fp8_scale)
+                w.layout, w.kv, tokens, threads, peer, true, w.fp8_scale, false)
                 ->UseRealTime();
           }
           for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3}) {
@@ -657,7 +673,7 @@ int main(int argc, char** argv) {
                                      "/prefill_slots";
             benchmark::RegisterBenchmark((who + name + shape + suffix).c_str(), bm_cache_write,
                                          false, ir::CacheLayout::kNhd, kv, tokens, threads, peer,
-                                         true, 0.0f)
+                                         true, 0.0f, false)
                 ->UseRealTime();
           }
         }

@@ -4,6 +4,7 @@
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <new>
 #include <numeric>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "bench/ceilings.h"
@@ -96,6 +98,36 @@ struct Aligned64 {
 };
 template <class T>
 using Aligned64Vector = std::vector<T, Aligned64<T>>;
+
+/// Allocates on 2 MiB boundaries and, when `huge` (and KILN_BENCH_HUGEPAGES is not 0), asks for
+/// transparent huge pages: madvise(MADV_HUGEPAGE) before the first touch, since this system's
+/// THP mode is `madvise` and plain allocations get 4 KiB pages. A real KV cache is one large
+/// allocation (PyTorch can be told to back it with huge pages).
+template <class T>
+struct HugePageAllocator {
+  using value_type = T;
+  bool huge = true;
+  HugePageAllocator() = default;
+  explicit HugePageAllocator(bool huge_pages) : huge(huge_pages) {}
+  template <class U>
+  HugePageAllocator(const HugePageAllocator<U>& other) : huge(other.huge) {}
+  T* allocate(size_t n) {
+    constexpr size_t kHuge = size_t(2) << 20;
+    const size_t bytes = (n * sizeof(T) + kHuge - 1) / kHuge * kHuge;
+    void* p = std::aligned_alloc(kHuge, bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    static const bool allowed = [] {
+      const char* v = std::getenv("KILN_BENCH_HUGEPAGES");
+      return v == nullptr || std::string_view(v) != "0";
+    }();
+    if (huge && allowed) madvise(p, bytes, MADV_HUGEPAGE);  // advice: refusal is harmless
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  bool operator==(const HugePageAllocator& other) const { return huge == other.huge; }
+};
+template <class T>
+using HugeVector = std::vector<T, HugePageAllocator<T>>;
 
 /// A bf16 cos/sin table [max_position, rot] of quarter turns: cos, sin in {0, +-1}, the angle
 /// of pair j at position p being (p + j) quarter turns. Why not real angles: the rope benches

@@ -1344,11 +1344,13 @@ class CacheGenerator : public Generator {
     vpermi2w(low, t0, t1);
     vmovdqa64(high, code);
     vpermi2w(high, t2, t3);
-    vptestmw(k2, code, cst_bits(0x00400040));  // bit 6: codes 64..127
+    vptestmw(k2, code, cst_bits(kSymmetricLookupConstants[0]));  // bit 6: codes 64..127
     vmovdqu16(low | k2, high);
     vpsllw(code, code, 8);  // the sign bit to bit 15
-    vpternlogd(low, code, cst_bits(0x80008000), kXorAnd);
+    vpternlogd(low, code, cst_bits(kSymmetricLookupConstants[1]), kXorAnd);
   }
+  // lookup_sign_symmetric's constants (bit 6, the sign of each word), for pin_constants.
+  static constexpr std::array<uint32_t, 2> kSymmetricLookupConstants{0x00400040u, 0x80008000u};
 
   // dequantise_span through the table of build_dequant_table (built for this format, dtype
   // and scale): steps of 32 codes, the rest (< 32) through dequantise_span.

@@ -41,6 +41,9 @@ constexpr int kKScale = 4, kVScale = 5, kKRecip = 6, kVRecip = 7;
 // helpers' registers (the column writer holds 23..31).
 constexpr std::array<int, 5> kPinnedRegs{8, 9, 10, 11, 12};
 // The flash writer's (bf16 into fp8): above the scales, and above the 16-bit steps' 16..22.
+// The dequantising gather's: outside the steps' 0..2, the scale's 4, the generic tail's 13..15
+// and the table's 24..27.
+constexpr std::array<int, 2> kGatherPinnedRegs{16, 17};
 constexpr std::array<int, 11> kFlashPinnedRegs{8, 9, 10, 11, 12, 23, 24, 25, 26, 27, 28};
 
 class FlashWriteGenerator : public CacheGenerator {
@@ -706,6 +709,8 @@ class GatherGenerator : public CacheGenerator {
       vbroadcastss(vmm(kKScale), ptr[rax]);
       if (table) build_dequant_table(format_, dtype_, vmm(kKScale));
     }
+    // The table steps' lookup constants in registers (from the pool each is a 64-byte load).
+    if (table) pin_constants(kSymmetricLookupConstants, kGatherPinnedRegs);
     gather_loop([&] {
       if (table) {
         dequantise_span_table(reg_dst_, reg_src_, elements_, format_, dtype_, vmm(kKScale));
@@ -715,6 +720,7 @@ class GatherGenerator : public CacheGenerator {
         copy_span(reg_dst_, reg_src_, elements_ * int64_t(dtype_size(dtype_)), reg_count_);
       }
     });
+    if (table) unpin_constants();
     epilogue();
   }
 

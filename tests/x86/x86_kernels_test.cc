@@ -202,7 +202,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-60", 0x22667606c8242cc2ull};
+constexpr PinnedCode kAllExampleCode{"x86-61", 0x5cb034093b59bc4full};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

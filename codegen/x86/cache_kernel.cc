@@ -41,8 +41,8 @@ constexpr int kKScale = 4, kVScale = 5, kKRecip = 6, kVRecip = 7;
 // helpers' registers (the column writer holds 23..31).
 constexpr std::array<int, 5> kPinnedRegs{8, 9, 10, 11, 12};
 // The flash writer's (bf16 into fp8): above the scales, and above the 16-bit steps' 16..22.
-// The dequantising gather's: outside the steps' 0..2, the scale's 4, the generic tail's 13..15
-// and the table's 24..27.
+// The dequantising gather's and convert_fp8's: outside the steps' 0..2, the scale's 4, the
+// generic tail's 13..15 and the table's 24..27.
 constexpr std::array<int, 2> kGatherPinnedRegs{16, 17};
 constexpr std::array<int, 11> kFlashPinnedRegs{8, 9, 10, 11, 12, 23, 24, 25, 26, 27, 28};
 
@@ -754,6 +754,10 @@ class ConvertFp8Generator : public CacheGenerator {
                               [&] { mov(rax, ptr[rdi + offsetof(ConvertFp8CallArgs, elements)]); });
     }
     mov(reg_args_, rdi);
+    // The steps' constants in registers (from the pool each is a 64-byte load per use).
+    const bool pin_steps = quantise_ && p_.src == DType::kBF16 && has_vbmi();
+    if (pin_steps) pin_constants(bf16_step_constants(DType::kFp8E4m3), kFlashPinnedRegs);
+    if (table_) pin_constants(kSymmetricLookupConstants, kGatherPinnedRegs);
     // A large call (a whole cache converted) streams its output past the caches (the quantiser
     // and the table dequantiser have streaming steps).
     if (quantise_ || table_) {
@@ -761,6 +765,7 @@ class ConvertFp8Generator : public CacheGenerator {
     } else {
       row_loop();
     }
+    if (pin_steps || table_) unpin_constants();
     release_quantise_tables();
     epilogue();
   }

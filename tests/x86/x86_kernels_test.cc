@@ -202,7 +202,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-61", 0x5cb034093b59bc4full};
+constexpr PinnedCode kAllExampleCode{"x86-62", 0xaba3a7014647e40dull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -137,8 +137,6 @@ class CacheGenerator : public Generator {
     vbroadcastss(vmm(acc.getIdx()), x_acc);
   }
 
-  // The reduction of amax_span_words without the widening: word 0 of xmm14 = the bits of the
-  // largest non-NaN |x| (0 if none); acc is clobbered. Uses vmm0..3 and vmm14.
   // amax_bits_words' constants (words(..) of a dword): C, K and the sign bit; for
   // pin_constants.
   static std::array<uint32_t, 3> amax_word_constants(DType dtype) {
@@ -147,6 +145,8 @@ class CacheGenerator : public Generator {
     return {words(c), words(k), words(0x8000)};
   }
 
+  // The reduction of amax_span_words without the widening: word 0 of xmm14 = the bits of the
+  // largest non-NaN |x| (0 if none); acc is clobbered. Uses vmm0..3 and vmm14.
   void amax_bits_words(const Xmm& acc, const Reg64& src, int64_t elements, DType dtype) {
     const auto [c, k, sign] = amax_word_constants(dtype);
     const Xbyak::Zmm z_acc(acc.getIdx()), z_c(14);
@@ -624,22 +624,6 @@ class CacheGenerator : public Generator {
     }
   }
 
-  // The 64 codes of the quotients x[0..3] into zmm20 (kFastPacked) and k3 = the lanes
-  // accepted (all ones: every code is right); `exact` as in quantise_fast_unit. x preserved.
-  // In exact mode the fp8 subnormal range and zero are accepted too: the generic encoder's
-  // magic add (bits(a + C) - bits(C) = RNE(a / q_sub), C = 2^23 q_sub) gives their codes
-  // 0 .. 2^M, carried as byte values idx_base + code (idx_base = max_code - 2^M + 1, the first
-  // value the normal lanes' code - 2^M cannot take) and mapped back with the normal lanes'
-  // code - 2^M -> code by one 128-entry vpermt2b table; exact mode then accepts exactly the
-  // lanes that do not saturate or overflow: a < the first value that rounds past max_code
-  // (e4m3: a <= 464, which ties to 448; e5m2: a < 59392, whose tie would round to 0x7C).
-  //
-  // `skip_absent_subnormals` (exact mode): the subnormal fix-up (16 of the step's vector uops)
-  // is jumped over when no lane needs it. Worth it where such lanes are rare: the exact
-  // products of a scale like 0.02 put a lane below the fp8 min normal only for |x| < 3e-4, while
-  // at scale 1 (f16/f32 inputs) about half the steps of N(0, 1) data hold one and the branch
-  // mispredicts (measured: 64 MB 14.5-15.3 -> 10.5-11.8 GB/s), so the r = 1/s steps keep it
-  // unconditional.
   // The dword constants of the window steps (quantise_fast_unit's first try): fast_load's
   // bf16 split, fast_encode's add, range limit and window mask, the sign select and the
   // bytes' code offset. For pin_constants: each is otherwise a 64-byte load per use.
@@ -661,6 +645,22 @@ class CacheGenerator : public Generator {
             min_code * 0x01010101u};
   }
 
+  // The 64 codes of the quotients x[0..3] into zmm20 (kFastPacked) and k3 = the lanes
+  // accepted (all ones: every code is right); `exact` as in quantise_fast_unit. x preserved.
+  // In exact mode the fp8 subnormal range and zero are accepted too: the generic encoder's
+  // magic add (bits(a + C) - bits(C) = RNE(a / q_sub), C = 2^23 q_sub) gives their codes
+  // 0 .. 2^M, carried as byte values idx_base + code (idx_base = max_code - 2^M + 1, the first
+  // value the normal lanes' code - 2^M cannot take) and mapped back with the normal lanes'
+  // code - 2^M -> code by one 128-entry vpermt2b table; exact mode then accepts exactly the
+  // lanes that do not saturate or overflow: a < the first value that rounds past max_code
+  // (e4m3: a <= 464, which ties to 448; e5m2: a < 59392, whose tie would round to 0x7C).
+  //
+  // `skip_absent_subnormals` (exact mode): the subnormal fix-up (16 of the step's vector uops)
+  // is jumped over when no lane needs it. Worth it where such lanes are rare: the exact
+  // products of a scale like 0.02 put a lane below the fp8 min normal only for |x| < 3e-4, while
+  // at scale 1 (f16/f32 inputs) about half the steps of N(0, 1) data hold one and the branch
+  // mispredicts (measured: 64 MB 14.5-15.3 -> 10.5-11.8 GB/s), so the r = 1/s steps keep it
+  // unconditional.
   void fast_encode(const Xbyak::Zmm (&x)[4], DType format, bool pairs, bool exact,
                    bool skip_absent_subnormals = false) {
     using Xbyak::Zmm;
@@ -804,9 +804,6 @@ class CacheGenerator : public Generator {
     vpbroadcastw(Xbyak::Zmm(kPow2Bias), ax);
   }
 
-  // 64 codes of the bf16 / f16 values at [src + src_off] to [dst + dst_off] (see above; zmm22
-  // from load_pow2_bias). Uses zmm0..3, zmm16..20, k3, k4 and the generic path's registers
-  // (vmm0..3, vmm13..15, k1, k2).
   // The word constants of quantise_pow2_unit's steps (each as words(..) of a dword).
   struct Pow2StepConstants {
     uint32_t magnitude, max_input, one, round, max_code, magic, subnormal_end, sign;
@@ -826,6 +823,9 @@ class CacheGenerator : public Generator {
             words(0x80)};
   }
 
+  // 64 codes of the bf16 / f16 values at [src + src_off] to [dst + dst_off] (see above; zmm22
+  // from load_pow2_bias). Uses zmm0..3, zmm16..20, k3, k4 and the generic path's registers
+  // (vmm0..3, vmm13..15, k1, k2).
   void quantise_pow2_unit(const Reg64& dst, const Reg64& src, int dst_off, int src_off, DType dtype,
                           DType format, const Xmm& scale, const Xmm& recip, bool streaming) {
     using Xbyak::Zmm;
@@ -1147,6 +1147,8 @@ class CacheGenerator : public Generator {
     emit_quantise_span(dst, src, elements, dtype, format, scale, recip, streaming, true);
   }
 
+  // The body of both: with `pow2_bias_loaded` only the 16-bit steps, else the scale's tests
+  // choose the steps.
   void emit_quantise_span(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype,
                           DType format, const Xmm& scale, const Xmm& recip, bool streaming,
                           bool pow2_bias_loaded) {
@@ -1404,7 +1406,12 @@ class CacheGenerator : public Generator {
   static constexpr std::array<uint32_t, 6> decoded_step_constants() {
     // lookup_sign_symmetric's bit 6 and sign, split_bf16_pairs' and pack_bf16_pairs' masks,
     // add_bf16_rounding_bias' three
-    return {0x00400040u, 0x80008000u, 0xFFFF0000u, 0x00010000u, 0x00007FFFu, 0x00000001u};
+    return {kSymmetricLookupConstants[0],
+            kSymmetricLookupConstants[1],
+            0xFFFF0000u,
+            0x00010000u,
+            0x00007FFFu,
+            0x00000001u};
   }
 
   bool decode_table(DType dtype) const { return avx512() && dtype == DType::kBF16; }

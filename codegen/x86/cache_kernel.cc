@@ -40,11 +40,12 @@ constexpr int kKScale = 4, kVScale = 5, kKRecip = 6, kVRecip = 7;
 // The paged writer's pinned constants (fp8 whole blocks): between the scales and the
 // helpers' registers (the column writer holds 23..31).
 constexpr std::array<int, 5> kPinnedRegs{8, 9, 10, 11, 12};
-// The flash writer's (bf16 into fp8): above the scales, and above the 16-bit steps' 16..22.
-// The dequantising gather's and convert_fp8's: outside the steps' 0..2, the scale's 4, the
-// generic tail's 13..15 and the table's 24..27.
-constexpr std::array<int, 2> kGatherPinnedRegs{16, 17};
+// The flash writer's and convert_fp8's quantiser's (bf16 into fp8): above the scales, and
+// above the 16-bit steps' 16..22.
 constexpr std::array<int, 11> kFlashPinnedRegs{8, 9, 10, 11, 12, 23, 24, 25, 26, 27, 28};
+// The dequantising gather's and convert_fp8's dequantiser's: outside the steps' 0..2, the
+// scale's 4, the generic tail's 13..15 and the table's 24..27.
+constexpr std::array<int, 2> kGatherPinnedRegs{16, 17};
 
 class FlashWriteGenerator : public CacheGenerator {
  public:

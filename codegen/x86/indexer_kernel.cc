@@ -159,11 +159,8 @@ class IndexerQuantGenerator : public CacheGenerator {
     return table;
   }
 
-  // Pass 1 (scale_table_), row reg_q_: each group's entry copied into the row's scratch.
+  // Pass 1 (scale_table_), reg_p_ = the row, reg_o_ = its scratch: each group's entry.
   void row_scales_from_table() {
-    imul(reg_p_, reg_q_, int(p_.head_dim * esize_));
-    add(reg_p_, ptr[reg_args_ + offsetof(IndexerQuantCallArgs, k)]);
-    chunk_scratch(reg_o_, reg_q_, chunk_, group_scratch_ * groups_);
     lea(reg_src_, cst_block(scale_table()));
     const uint32_t entries = 255 - first_exponent() + 3;
     for_groups([&] {
@@ -187,11 +184,9 @@ class IndexerQuantGenerator : public CacheGenerator {
     });
   }
 
-  // Pass 2 (scale_table_), rax = b, rcx = o: the scales into the cache, the codes of each
+  // Pass 2 (scale_table_), after write_row's pointers: the scales into the cache, the codes of each
   // group: the 16-bit steps with the entry's K2, else quantise_span with its sc and 1/sc.
   void write_row_from_table() {
-    row_destinations();
-    chunk_scratch(reg_scale_, reg_row_, chunk_, group_scratch_ * groups_);
     for_groups([&] {
       const Xmm sc = vmm(kGroupScale), recip = vmm(kGroupRecip);
       Label l_other, l_done;
@@ -219,13 +214,13 @@ class IndexerQuantGenerator : public CacheGenerator {
   // Pass 1, row reg_q_: each group's scale and its reciprocal (scalar_reciprocal) into the
   // row's scratch.
   void row_scales() {
+    imul(reg_p_, reg_q_, int(p_.head_dim * esize_));
+    add(reg_p_, ptr[reg_args_ + offsetof(IndexerQuantCallArgs, k)]);
+    chunk_scratch(reg_o_, reg_q_, chunk_, group_scratch_ * groups_);
     if (scale_table_) {
       row_scales_from_table();
       return;
     }
-    imul(reg_p_, reg_q_, int(p_.head_dim * esize_));
-    add(reg_p_, ptr[reg_args_ + offsetof(IndexerQuantCallArgs, k)]);
-    chunk_scratch(reg_o_, reg_q_, chunk_, 8 * groups_);
     for_groups([&] {
       const Xbyak::Xmm sc(kGroupScale), recip(kGroupRecip);
       amax_span(vmm(kGroupScale), reg_p_, p_.quant_block, p_.dtype);
@@ -243,9 +238,9 @@ class IndexerQuantGenerator : public CacheGenerator {
     });
   }
 
-  // rax = b, rcx = o: reg_q_ = block + o·D (values), reg_o_ = block + BS·D + 4·o·G
-  // (scales), reg_p_ = k + t·D·esize.
-  void row_destinations() {
+  // Pass 2, rax = b, rcx = o: the scales into the cache, the codes of each group.
+  void write_row() {
+    // reg_q_ = block + o·D (values), reg_o_ = block + BS·D + 4·o·G (scales)
     const int64_t dim = p_.head_dim;
     imul(rax, rax, p_.block_size * (dim + 4 * groups_));
     add(rax, ptr[reg_args_ + offsetof(IndexerQuantCallArgs, cache)]);
@@ -253,18 +248,14 @@ class IndexerQuantGenerator : public CacheGenerator {
     add(reg_q_, rax);
     imul(reg_o_, rcx, 4 * groups_);
     lea(reg_o_, ptr[reg_o_ + rax + int(p_.block_size * dim)]);
+    // reg_p_ = k + t·D·esize, reg_scale_ = the row's scratch
     imul(reg_p_, reg_row_, dim * esize_);
     add(reg_p_, ptr[reg_args_ + offsetof(IndexerQuantCallArgs, k)]);
-  }
-
-  // Pass 2, rax = b, rcx = o: the scales into the cache, the codes of each group.
-  void write_row() {
+    chunk_scratch(reg_scale_, reg_row_, chunk_, group_scratch_ * groups_);
     if (scale_table_) {
       write_row_from_table();
       return;
     }
-    row_destinations();
-    chunk_scratch(reg_scale_, reg_row_, chunk_, 8 * groups_);
     for_groups([&] {
       const Xmm sc = vmm(kGroupScale), recip = vmm(kGroupRecip);
       vbroadcastss(sc, ptr[reg_scale_]);

@@ -6,23 +6,32 @@
 
 namespace jit {
 
+X86Isa x86_isa_of(const X86Features& f) {
+  // Each level needs every one below it. AMX is often hidden in VMs of Sapphire Rapids-class
+  // hosts, which keep VBMI and FP16 (avx512_fp16); Zen 4 has VBMI without FP16 (avx512_vbmi);
+  // Ice Lake has VBMI without AVX512_BF16 (avx512).
+  if (!f.avx2) return X86Isa::kNone;
+  if (!f.avx512) return X86Isa::kAvx2;
+  if (!f.avx512_bf16) return X86Isa::kAvx512;
+  if (!f.avx512_vbmi) return X86Isa::kAvx512Bf16;
+  if (!f.avx512_fp16) return X86Isa::kAvx512Vbmi;
+  if (!f.amx) return X86Isa::kAvx512Fp16;
+  return X86Isa::kAmx;
+}
+
 X86Isa detect_host_x86_isa() {
   static const X86Isa isa = [] {
     using Cpu = Xbyak::util::Cpu;
     const Cpu cpu;
-    const bool avx2 = cpu.has(Cpu::tAVX2) && cpu.has(Cpu::tFMA) && cpu.has(Cpu::tF16C);
-    if (!avx2) return X86Isa::kNone;
-    const bool avx512 = cpu.has(Cpu::tAVX512F) && cpu.has(Cpu::tAVX512BW) &&
-                        cpu.has(Cpu::tAVX512DQ) && cpu.has(Cpu::tAVX512VL);
-    if (!avx512) return X86Isa::kAvx2;
-    if (!cpu.has(Cpu::tAVX512_BF16)) return X86Isa::kAvx512;
-    // The AMX level also promises AVX512_VBMI and AVX512_FP16 to the generators (every AMX
-    // CPU has both; a hypervisor that hides one gets the level below).
-    if (cpu.has(Cpu::tAMX_TILE) && cpu.has(Cpu::tAMX_BF16) && cpu.has(Cpu::tAMX_INT8) &&
-        cpu.has(Cpu::tAVX512_VBMI) && cpu.has(Cpu::tAVX512_FP16)) {
-      return X86Isa::kAmx;
-    }
-    return X86Isa::kAvx512Bf16;
+    X86Features f;
+    f.avx2 = cpu.has(Cpu::tAVX2) && cpu.has(Cpu::tFMA) && cpu.has(Cpu::tF16C);
+    f.avx512 = cpu.has(Cpu::tAVX512F) && cpu.has(Cpu::tAVX512BW) && cpu.has(Cpu::tAVX512DQ) &&
+               cpu.has(Cpu::tAVX512VL);
+    f.avx512_bf16 = cpu.has(Cpu::tAVX512_BF16);
+    f.avx512_vbmi = cpu.has(Cpu::tAVX512_VBMI);
+    f.avx512_fp16 = cpu.has(Cpu::tAVX512_FP16);
+    f.amx = cpu.has(Cpu::tAMX_TILE) && cpu.has(Cpu::tAMX_BF16) && cpu.has(Cpu::tAMX_INT8);
+    return x86_isa_of(f);
   }();
   return isa;
 }

@@ -20,11 +20,21 @@ std::string_view backend_name(BackendKind kind) {
 }
 
 namespace {
-constexpr std::string_view kIsaNames[] = {"none", "avx2", "avx512", "avx512_bf16", "amx"};
+constexpr std::string_view kIsaNames[] = {"none",        "avx2",        "avx512", "avx512_bf16",
+                                          "avx512_vbmi", "avx512_fp16", "amx"};
 }  // namespace
 
 std::string_view x86_isa_name(X86Isa isa) {
   return kIsaNames[static_cast<int>(isa)];
+}
+
+std::string x86_isa_level_names() {
+  std::string names;
+  for (size_t i = 1; i < std::size(kIsaNames); ++i) {
+    if (i > 1) names += ", ";
+    names += kIsaNames[i];
+  }
+  return names;
 }
 
 bool parse_x86_isa(std::string_view text, X86Isa* isa) {

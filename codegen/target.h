@@ -19,11 +19,15 @@ enum class X86Isa : uint8_t {
   kAvx2,        ///< AVX2 + FMA + F16C
   kAvx512,      ///< AVX-512 F/BW/DQ/VL
   kAvx512Bf16,  ///< + AVX512_BF16 (vdpbf16ps, vcvtne2ps2bf16)
-  kAmx,         ///< + AMX-TILE/AMX-BF16/AMX-INT8 (and AVX512_VBMI, AVX512_FP16)
+  kAvx512Vbmi,  ///< + AVX512_VBMI (vpermi2b/vpermt2b byte tables): Zen 4 and later
+  kAvx512Fp16,  ///< + AVX512_FP16 (vaddph): Sapphire Rapids and later where AMX is not exposed
+  kAmx,         ///< + AMX-TILE/AMX-BF16/AMX-INT8
 };
 
-/// "avx2", "avx512", "avx512_bf16", "amx" ("none" for kNone).
+/// "avx2", "avx512", "avx512_bf16", "avx512_vbmi", "avx512_fp16", "amx" ("none" for kNone).
 std::string_view x86_isa_name(X86Isa isa);
+/// The levels KILN_ISA and --isa take, lowest first: "avx2, avx512, ..., amx" (for messages).
+std::string x86_isa_level_names();
 /// Parses an ISA name (as KILN_ISA takes it); false when unknown.
 bool parse_x86_isa(std::string_view text, X86Isa* isa);
 
@@ -38,6 +42,20 @@ struct Target {
   /// "x86:avx512_bf16", "cuda:sm_90", "ref", ...
   std::string name() const;
 };
+
+/// The CPU features that decide the x86 level (each as CPUID and the OS's XSAVE state report it).
+struct X86Features {
+  bool avx2 = false;         ///< AVX2, FMA and F16C
+  bool avx512 = false;       ///< AVX-512 F, BW, DQ and VL
+  bool avx512_bf16 = false;  ///< AVX512_BF16
+  bool avx512_vbmi = false;  ///< AVX512_VBMI
+  bool avx512_fp16 = false;  ///< AVX512_FP16
+  bool amx = false;          ///< AMX-TILE, AMX-BF16 and AMX-INT8
+};
+
+/// The highest level all of whose features `f` has (levels are cumulative: a CPU lacking one
+/// feature stops at the level below it, whatever it has above).
+X86Isa x86_isa_of(const X86Features& f);
 
 /// The host CPU's x86 ISA as detected by CPUID (and the OS's XSAVE state), before any cap.
 X86Isa detect_host_x86_isa();

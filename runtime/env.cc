@@ -41,7 +41,7 @@ RuntimeOptions RuntimeOptions::from_environment() {
   if (const std::string_view isa = env("KILN_ISA"); !isa.empty()) {
     if (!parse_x86_isa(isa, &options.isa_cap) || options.isa_cap == X86Isa::kNone) {
       options.environment_error = invalid_argument(fmt::format(
-          "KILN_ISA='{}' is not an ISA level (allowed: avx2, avx512, avx512_bf16, amx)", isa));
+          "KILN_ISA='{}' is not an ISA level (allowed: {})", isa, x86_isa_level_names()));
       options.isa_cap = X86Isa::kAmx;
     }
   }

@@ -13,7 +13,8 @@ test_file = "tests/x86/x86_kernels_test.cc"
 out = subprocess.run([f"{build}/tests/x86/test_x86_kernels", "--gtest_filter=X86Golden.*"],
                      capture_output=True, text=True).stdout
 got = re.findall(r"^(\S+\(.*\)) at (\w+): got 0x([0-9a-f]+)", out, re.M)
-isa_enum = {"avx2": "kAvx2", "avx512": "kAvx512", "avx512_bf16": "kAvx512Bf16", "amx": "kAmx"}
+isa_enum = {"avx2": "kAvx2", "avx512": "kAvx512", "avx512_bf16": "kAvx512Bf16",
+            "avx512_vbmi": "kAvx512Vbmi", "avx512_fp16": "kAvx512Fp16", "amx": "kAmx"}
 text = open(test_file).read()
 for spec, isa, value in got:
     pattern = re.compile(r'(\{"%s", X86Isa::%s, )0x[0-9a-f]+ull\}' % (re.escape(spec), isa_enum[isa]))

@@ -62,8 +62,8 @@ Result<CompileOptions> compile_options(const std::string& backend, const std::st
   if (!isa.empty()) {
     X86Isa level;
     if (!parse_x86_isa(isa, &level) || level == X86Isa::kNone) {
-      return invalid_argument(fmt::format(
-          "--isa '{}' is not an ISA level (allowed: avx2, avx512, avx512_bf16, amx)", isa));
+      return invalid_argument(
+          fmt::format("--isa '{}' is not an ISA level (allowed: {})", isa, x86_isa_level_names()));
     }
     options.isa = level;
   }
@@ -118,10 +118,10 @@ Status apply_target(const std::string& target, CompileOptions& options) {
     options.backend = BackendKind::kArm;
     return Status::ok();
   }
-  return invalid_argument(fmt::format(
-      "--target '{}' is not a target this kiln generates for (allowed: arm:neon, "
-      "cuda:sm_XX[a], e.g. cuda:sm_90; the host's x86 target is chosen with --isa)",
-      target));
+  return invalid_argument(
+      fmt::format("--target '{}' is not a target this kiln generates for (allowed: arm:neon, "
+                  "cuda:sm_XX[a], e.g. cuda:sm_90; the host's x86 target is chosen with --isa)",
+                  target));
 }
 
 // The CUDA dump: rendered translation unit, ptxas report and PTX (compiled again with the
@@ -318,7 +318,7 @@ int main(int argc, char** argv) {
                     "print the disassembly (objdump); cuda: rendered source, ptxas report, PTX");
   compile->add_flag("--json", json, "machine-readable output");
   compile->add_option("--backend", backend, "force a backend: ref, x86");
-  compile->add_option("--isa", isa, "cap the x86 ISA: avx2, avx512, avx512_bf16, amx");
+  compile->add_option("--isa", isa, "cap the x86 ISA: " + jit::x86_isa_level_names());
   compile->add_option("--target", target,
                       "generate for this target instead of the host's: arm:neon (AArch64 code "
                       "from any host), cuda:sm_80 .. cuda:sm_120, cuda:sm_90a (no GPU needed); "

@@ -689,12 +689,15 @@ int64_t default_small_m_rows(const OpSpec& spec, X86Isa isa) {
 }
 
 // oneDNN's ISA cap for kiln's level: avx2 → avx2, avx512 → avx512_core_vnni (kiln's level has
-// no separate VNNI step), avx512_bf16 → avx512_core_bf16, amx → all.
+// no separate VNNI step), avx512_bf16, avx512_vbmi and avx512_fp16 → avx512_core_bf16 (this
+// oneDNN has no FP16 level, and those levels add nothing it uses for GEMM), amx → all.
 dnnl::cpu_isa onednn_isa_for(X86Isa isa) {
   switch (isa) {
     case X86Isa::kAvx2: return dnnl::cpu_isa::avx2;
     case X86Isa::kAvx512: return dnnl::cpu_isa::avx512_core_vnni;
-    case X86Isa::kAvx512Bf16: return dnnl::cpu_isa::avx512_core_bf16;
+    case X86Isa::kAvx512Bf16:
+    case X86Isa::kAvx512Vbmi:
+    case X86Isa::kAvx512Fp16: return dnnl::cpu_isa::avx512_core_bf16;
     default: return dnnl::cpu_isa::all;
   }
 }

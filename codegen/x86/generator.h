@@ -52,12 +52,10 @@ class Generator : public Xbyak::CodeGenerator {
   bool avx512() const { return avx512_; }
   /// AVX512_BF16 (vcvtneps2bf16) is available.
   bool has_bf16_convert() const { return isa_ >= X86Isa::kAvx512Bf16; }
-  /// AVX512_VBMI (vpermi2b, vpermb) is available: every AMX CPU (Sapphire Rapids and later) has
-  /// it, while Cooper Lake has AVX512_BF16 without it, so the AMX level is the first that
-  /// guarantees it.
-  bool has_vbmi() const { return isa_ >= X86Isa::kAmx; }
-  /// AVX512_FP16 (32 fp16 lanes per vector: vaddph): also first guaranteed at the AMX level.
-  bool has_fp16() const { return isa_ >= X86Isa::kAmx; }
+  /// AVX512_VBMI (vpermi2b, vpermt2b, vpermb) is available.
+  bool has_vbmi() const { return isa_ >= X86Isa::kAvx512Vbmi; }
+  /// AVX512_FP16 (32 fp16 lanes per vector: vaddph) is available.
+  bool has_fp16() const { return isa_ >= X86Isa::kAvx512Fp16; }
   /// Results only need bf16 accuracy (set by generators whose output type is bf16).
   void set_bf16_accuracy(bool on) { bf16_accuracy_ = on; }
   bool bf16_accuracy() const { return bf16_accuracy_; }

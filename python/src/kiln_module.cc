@@ -262,8 +262,10 @@ Kernel compile_spec(const std::string& spec_text, const std::optional<std::strin
   options.use_disk_cache = use_disk_cache;
   if (isa) {
     X86Isa cap{};
-    if (!parse_x86_isa(*isa, &cap)) {
-      throw py::value_error(fmt::format("argument 'isa' = \"{}\" is not an x86 ISA level", *isa));
+    if (!parse_x86_isa(*isa, &cap) || cap == X86Isa::kNone) {
+      throw py::value_error(
+          fmt::format("argument 'isa' = \"{}\" is not an x86 ISA level (allowed: {})", *isa,
+                      x86_isa_level_names()));
     }
     options.isa = cap;
   }

@@ -133,6 +133,43 @@ TEST(X86Activation, EveryBf16InputMatchesRef) {
   }
 }
 
+// The level follows the features cumulatively: the CPUs kiln meets, and one lacking a
+// feature in the middle (it stops below it).
+TEST(X86Isa, LevelIsTheHighestWhoseFeaturesAreAllPresent) {
+  X86Features haswell{.avx2 = true};
+  X86Features skylake_x = haswell;
+  skylake_x.avx512 = true;
+  X86Features ice_lake = skylake_x;  // VBMI without AVX512_BF16
+  ice_lake.avx512_vbmi = true;
+  X86Features cooper_lake = skylake_x;
+  cooper_lake.avx512_bf16 = true;
+  X86Features zen4 = cooper_lake;  // VBMI without FP16
+  zen4.avx512_vbmi = true;
+  X86Features spr_vm = zen4;  // Sapphire Rapids with AMX hidden by the hypervisor
+  spr_vm.avx512_fp16 = true;
+  X86Features spr = spr_vm;
+  spr.amx = true;
+  X86Features amx_without_fp16 = zen4;
+  amx_without_fp16.amx = true;
+  EXPECT_EQ(x86_isa_of(X86Features{}), X86Isa::kNone);
+  EXPECT_EQ(x86_isa_of(haswell), X86Isa::kAvx2);
+  EXPECT_EQ(x86_isa_of(skylake_x), X86Isa::kAvx512);
+  EXPECT_EQ(x86_isa_of(ice_lake), X86Isa::kAvx512);
+  EXPECT_EQ(x86_isa_of(cooper_lake), X86Isa::kAvx512Bf16);
+  EXPECT_EQ(x86_isa_of(zen4), X86Isa::kAvx512Vbmi);
+  EXPECT_EQ(x86_isa_of(spr_vm), X86Isa::kAvx512Fp16);
+  EXPECT_EQ(x86_isa_of(spr), X86Isa::kAmx);
+  EXPECT_EQ(x86_isa_of(amx_without_fp16), X86Isa::kAvx512Vbmi);
+  // Every level's name parses back to it, and the message list names them all in order.
+  for (X86Isa isa : {X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16, X86Isa::kAvx512Vbmi,
+                     X86Isa::kAvx512Fp16, X86Isa::kAmx}) {
+    X86Isa parsed = X86Isa::kNone;
+    EXPECT_TRUE(parse_x86_isa(x86_isa_name(isa), &parsed)) << x86_isa_name(isa);
+    EXPECT_EQ(parsed, isa);
+  }
+  EXPECT_EQ(x86_isa_level_names(), "avx2, avx512, avx512_bf16, avx512_vbmi, avx512_fp16, amx");
+}
+
 TEST(X86Isa, HostReportsAtLeastAvx2) {
   EXPECT_GE(detect_host_x86_isa(), X86Isa::kAvx2) << "kiln's x86 backend needs AVX2+FMA+F16C";
 }
@@ -202,7 +239,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-62", 0xaba3a7014647e40dull};
+constexpr PinnedCode kAllExampleCode{"x86-63", 0x66644092ebb71941ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();
@@ -212,7 +249,8 @@ TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   for (const auto& [op, texts] : test::valid_examples()) {
     for (const std::string& text : texts) {
       const OpSpec spec = parse_spec(text).value();
-      for (X86Isa isa : {X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16, X86Isa::kAmx}) {
+      for (X86Isa isa : {X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16, X86Isa::kAvx512Vbmi,
+                         X86Isa::kAvx512Fp16, X86Isa::kAmx}) {
         Target target;
         target.backend = BackendKind::kX86;
         target.isa = isa;

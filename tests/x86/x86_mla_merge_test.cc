@@ -450,10 +450,11 @@ std::string isa_name(const ::testing::TestParamInfo<X86Isa>& info) {
   return std::string(x86_isa_name(info.param));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, X86MlaMergeIsaTest,
-                         ::testing::ValuesIn(test::isa_paths({X86Isa::kAvx2, X86Isa::kAvx512,
-                                                              X86Isa::kAvx512Bf16, X86Isa::kAmx})),
-                         isa_name);
+INSTANTIATE_TEST_SUITE_P(
+    AllIsas, X86MlaMergeIsaTest,
+    ::testing::ValuesIn(test::isa_paths({X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16,
+                                         X86Isa::kAvx512Vbmi, X86Isa::kAvx512Fp16})),
+    isa_name);
 
 // ---- checked mode and bad arguments ------------------------------------------------------------
 

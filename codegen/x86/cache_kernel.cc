@@ -43,6 +43,9 @@ constexpr std::array<int, 5> kPinnedRegs{8, 9, 10, 11, 12};
 // The flash writer's and convert_fp8's quantiser's (bf16 into fp8): above the scales, and
 // above the 16-bit steps' 16..22.
 constexpr std::array<int, 11> kFlashPinnedRegs{8, 9, 10, 11, 12, 23, 24, 25, 26, 27, 28};
+// The fused rope + flash writer's, per token while it writes (its scales hold 8..11, and the
+// rotation's registers are free until the next token's begin_rope_token reloads them).
+constexpr std::array<int, 10> kRopeFlashPinnedRegs{12, 23, 24, 25, 26, 27, 28, 29, 30, 31};
 // The dequantising gather's and convert_fp8's dequantiser's: outside the steps' 0..2, the
 // scale's 4, the generic tail's 13..15 and the table's 24..27.
 constexpr std::array<int, 2> kGatherPinnedRegs{16, 17};
@@ -114,6 +117,8 @@ class FlashWriteGenerator : public CacheGenerator {
   }
 
   const ir::FlashCacheWriteParams p_;
+  const bool fp8_;
+  const DType format_;
 
  private:
   void write(size_t data, size_t stride, size_t cache, size_t scale_ptr, const Xmm& scale) {
@@ -149,8 +154,6 @@ class FlashWriteGenerator : public CacheGenerator {
     write_span(dst, src, elements, p_.dtype, fp8_, format_, scale, recip_of(scale));
   }
 
-  const bool fp8_;
-  const DType format_;
   const int64_t esize_, csize_;
   const int k_scale_, v_scale_;
 };
@@ -174,10 +177,18 @@ class RopeFlashGenerator : public FlashWriteGenerator {
   void generate() {
     prologue();
     load_scales();
+    // bf16's 16-bit steps with (all but one of) their constants in registers, loaded per
+    // token: the rotation holds those registers between tokens, and from the pool each
+    // constant is a 64-byte load per use, ~16 per 64 codes.
+    const bool pinned = fp8_ && q_.dtype == DType::kBF16 && has_vbmi();
+    auto write_pinned = [&] {
+      if (pinned) pin_leading_constants(bf16_step_constants(format_), kRopeFlashPinnedRegs);
+      write_token();
+      if (pinned) unpin_constants();
+    };
     with_streaming_stores(row_bytes(), [&] {
-      token_loop(
-          q_.block_size, [&] { write_token(); }, offsetof(CacheWriteCallArgs, slots),
-          [&](const Label& l_skip) { rotate_token(l_skip); });
+      token_loop(q_.block_size, write_pinned, offsetof(CacheWriteCallArgs, slots),
+                 [&](const Label& l_skip) { rotate_token(l_skip); });
     });
     release_quantise_tables();
     epilogue();

@@ -71,7 +71,9 @@ const std::map<std::string, std::vector<std::string>>& valid_examples() {
        {"rotary_embedding_and_cache_flash(dtype=bf16,kv=auto,heads_q=32,heads_kv=8,"
         "head_size=128,rot_dim=128,style=neox,block_size=16,layout=nhd)",
         "rotary_embedding_and_cache_flash(dtype=f16,kv=fp8_e4m3,heads_q=4,heads_kv=2,"
-        "head_size=80,rot_dim=32,style=gptj,block_size=32,layout=hnd,per_head_scale=true)"}},
+        "head_size=80,rot_dim=32,style=gptj,block_size=32,layout=hnd,per_head_scale=true)",
+        "rotary_embedding_and_cache_flash(dtype=bf16,kv=fp8_e4m3,heads_q=8,heads_kv=2,"
+        "head_size=128,rot_dim=128,style=neox,block_size=16,layout=nhd)"}},
       {"paged_attention_v1",
        {"paged_attention_v1(dtype=bf16,kv=auto,head_size=128,block_size=16,heads_q=64,"
         "heads_kv=8)",

@@ -146,12 +146,15 @@ void bm_swap_blocks(benchmark::State& state, int64_t pairs, int threads, bool pe
 // scale of 0 (reciprocal inf: the NaN marker) forces the division on every vector, the
 // pre-reciprocal code path, for the comparison in the same run (the codes differ only in what
 // the values saturate to).
-void bm_convert_fp8(benchmark::State& state, int64_t elements, int threads, bool peer, double scale,
-                    DType dtype) {
+void bm_convert_fp8_data(benchmark::State& state, int64_t elements, int threads, bool peer,
+                         double scale, DType dtype, bool relu) {
   const OpSpec spec =
       OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, dtype});
   if (elements == 0) elements = bench::tokens_for(spec);
   auto src = bench::random_bf16(size_t(elements));
+  if (relu) {  // max(x, 0): about half the values zero, as a ReLU's output
+    for (auto& v : src) v = (v & 0x8000) ? uint16_t(0) : v;
+  }
   if (dtype == DType::kF16) {  // the same values as f16
     for (auto& v : src) v = numeric::f32_to_f16(numeric::bf16_to_f32(v));
   }
@@ -166,6 +169,11 @@ void bm_convert_fp8(benchmark::State& state, int64_t elements, int threads, bool
       (void)kernel.run_unchecked(args);
     }
   });
+}
+
+void bm_convert_fp8(benchmark::State& state, int64_t elements, int threads, bool peer, double scale,
+                    DType dtype) {
+  bm_convert_fp8_data(state, elements, threads, peer, scale, dtype, false);
 }
 
 // e4m3 -> bf16 (scale 0.02): through the per-call table of the 128 non-negative codes'
@@ -699,6 +707,17 @@ int main(int argc, char** argv) {
               ("kiln_scale_calibrated/convert_fp8/bf16" + shape + suffix).c_str(), bm_convert_fp8,
               tokens * kHeads * kHeadSize, threads, peer, 3.1 / 448.0, DType::kBF16)
               ->UseRealTime();
+          // f16 has no mantissa table: a calibrated scale takes the window steps, and with a
+          // ReLU's output (half the values zero) every step holds lanes the window rejects.
+          for (bool relu : {false, true}) {
+            benchmark::RegisterBenchmark(
+                (std::string(relu ? "kiln_relu_calibrated" : "kiln_scale_calibrated") +
+                 "/convert_fp8/f16" + shape + suffix)
+                    .c_str(),
+                bm_convert_fp8_data, tokens * kHeads * kHeadSize, threads, peer, 3.1 / 448.0,
+                DType::kF16, relu)
+                ->UseRealTime();
+          }
           // scale 1.0 (vLLM's default k/v scale): a power of two, the 16-bit quantiser
           // (AVX512-FP16; elsewhere the fast quantiser's exact-tie variant).
           benchmark::RegisterBenchmark(("kiln_scale1/convert_fp8/f16" + shape + suffix).c_str(),

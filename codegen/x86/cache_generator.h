@@ -548,9 +548,11 @@ class CacheGenerator : public Generator {
   // with the same range test (adding 0 or 2 cannot move a rejected lane into the accepted
   // range except at its lower end, where the formula's code is the min normal, which is also
   // the ref's: the sliver argument above).
-  // A step the product path rejects is redone on q = RN(x/s) (four vdivps: the ref's quotient
-  // itself) with the exact rounding; only a step rejected again (zero, fp8 subnormal,
-  // saturation, NaN, or a zero/denormal scale) takes load_scaled + fp8_encode. Exact products
+  // A window step rejected only for lanes whose quotient is tiny (|q'| < 2^-11 for e4m3, zero
+  // included, whose code is the signed zero: repair_tiny_lanes) keeps its products; any other
+  // rejected step is redone on q = RN(x/s) (four vdivps: the ref's quotient itself) with the
+  // exact rounding; only a step rejected again (zero, fp8 subnormal, saturation, NaN, or a
+  // zero/denormal scale) takes load_scaled + fp8_encode. Exact products
   // (8-bit bf16 significands times a reciprocal with few significant bits, e.g. 1/0.02 = 50)
   // put many q exactly on a midpoint, which the window rejects: the division keeps those
   // steps at a few dozen cycles instead of the generic path's ~200.
@@ -565,6 +567,10 @@ class CacheGenerator : public Generator {
     fast_encode(x, format, dtype == DType::kBF16, exact, skip_absent_subnormals);
     kortestw(k3, k3);
     jc(l_store, T_NEAR);  // CF = 1: every lane accepted
+    if (!exact) {
+      repair_tiny_lanes(x, format, dtype == DType::kBF16);
+      jc(l_store, T_NEAR);
+    }
     L(l_divide);
     fast_load(x, src, src_off, dtype);
     for (int v = 0; v < 4; ++v) vdivps(x[v], x[v], Zmm(scale.getIdx()));
@@ -577,6 +583,54 @@ class CacheGenerator : public Generator {
     L(l_store);
     store_fast_packed(dst, dst_off, streaming);
     L(l_done);
+  }
+
+  // After fast_encode's window steps rejected a step (x[0..3] the products q', zmm20 the
+  // packed codes): CF = 1 when every rejected lane is tiny, |q'| < 2^-11 (e4m3; e5m2: 2^-19),
+  // zmm20 then holding their codes too. A tiny lane's code is the signed zero: the ref's
+  // quotient q = RN(x/s) is within 2.5 ulp of q', so |q| < 2^-10 (e5m2: 2^-17), at most half
+  // the smallest fp8 subnormal, which rounds to zero (ties to even). Zeros are the common case:
+  // a zero lane sits below the fp8 normal range, which the window rejects, and without this
+  // every step holding one paid four vdivps and a second encode (one value in 2001 of the
+  // bench's data; most values of a ReLU's output).
+  //   per vector: accepted = (t < limit and t not near a midpoint) or 2|q'| < 2B·2^24, with
+  //               t = 2|q'| + add as in fast_encode and B = 58 (e4m3) or 54 (e5m2);
+  //   codes:      the packed top bytes w of q' (the same table as the codes): a byte with
+  //               (w & 0x7F) < B is a tiny lane's, whose code is w & 0x80.
+  // x preserved; uses zmm16..19, zmm21 and k2, k3.
+  void repair_tiny_lanes(const Xbyak::Zmm (&x)[4], DType format, bool pairs) {
+    using Xbyak::Zmm;
+    constexpr uint8_t kLt = 1;
+    const bool e5m2 = format == DType::kFp8E5m2;
+    const uint32_t tiny_byte = e5m2 ? 54 : 58;
+    const WindowStepConstants w = window_step_constants(format);
+    const Zmm t[4] = {Zmm(16), Zmm(17), Zmm(18), Zmm(19)};
+    const Zmm p(kFastPacked), top(21);
+    for (int v = 0; v < 4; ++v) {
+      vpaddd(t[v], x[v], x[v]);
+      vpcmpud(k2, t[v], cst_bits((2 * tiny_byte) << 24), kLt);
+      vpaddd(t[v], t[v], cst_bits(w.add));
+      if (v == 0) {
+        vpcmpud(k3, t[v], cst_bits(w.limit), kLt);
+      } else {
+        vpcmpud(Xbyak::Opmask(4), t[v], cst_bits(w.limit), kLt);
+      }
+      const Xbyak::Opmask accepted = v == 0 ? k3 : Xbyak::Opmask(4);
+      vptestmd(accepted | accepted, t[v], cst_bits(w.near));
+      korw(accepted, accepted, k2);
+      if (v > 0) kandw(k3, k3, accepted);
+    }
+    const auto table = fast_pack_table(pairs);
+    vmovdqu32(top, cst_table(table));
+    vpermi2b(top, x[0], x[1]);
+    vmovdqu32(t[0], cst_table(table));
+    vpermi2b(t[0], x[2], x[3]);
+    vinserti64x4(top, top, Xbyak::Ymm(t[0].getIdx()), 1);
+    vpandd(t[1], top, cst_bits(0x7F7F7F7Fu));
+    vpcmpub(k2, t[1], cst_bits(tiny_byte * 0x01010101u), kLt);
+    vpandd(top, top, cst_bits(0x80808080u));
+    vmovdqu8(p | k2, top);
+    kortestw(k3, k3);  // CF = 1: every lane accepted or tiny
   }
 
   // The 64 values at [src + src_off] through load_scaled + fp8_encode + store_fp8 (vmm0..3):

@@ -1189,7 +1189,8 @@ class CacheGenerator : public Generator {
   // reg_count_: callers keep their scales in vmm4..12 (write_span's callers do).
   void quantise_span(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype,
                      DType format, const Xmm& scale, const Xmm& recip, bool streaming = false) {
-    emit_quantise_span(dst, src, elements, dtype, format, scale, recip, streaming, false);
+    emit_quantise_span(dst, src, elements, dtype, format, scale, recip, streaming,
+                       SpanSteps::kChosenByScale);
   }
 
   // quantise_span where the caller knows the scale is 2^k with k in pow2_format's range and
@@ -1198,14 +1199,33 @@ class CacheGenerator : public Generator {
   void quantise_span_pow2(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype,
                           DType format, const Xmm& scale, const Xmm& recip,
                           bool streaming = false) {
-    emit_quantise_span(dst, src, elements, dtype, format, scale, recip, streaming, true);
+    emit_quantise_span(dst, src, elements, dtype, format, scale, recip, streaming,
+                       SpanSteps::kPow2Loaded);
   }
 
-  // The body of both: with `pow2_bias_loaded` only the 16-bit steps, else the scale's tests
-  // choose the steps.
+  // quantise_span with the window steps whatever the scale, without the tests that choose the
+  // steps (~14 instructions per span): for spans of one dynamic scale each, such as
+  // fp8_ds_mla's 128-value tiles, whose scales (amax / 448) are almost never the powers of two
+  // or short reciprocals the other steps serve. The window steps are exact for every scale
+  // (a power of two's exact ties and a zero or denormal scale's NaN marker are rejected and
+  // divided). Requires fast_quantise(dtype).
+  void quantise_span_window(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype,
+                            DType format, const Xmm& scale, const Xmm& recip) {
+    emit_quantise_span(dst, src, elements, dtype, format, scale, recip, false,
+                       SpanSteps::kWindowOnly);
+  }
+
+  // How emit_quantise_span picks its fast steps.
+  enum class SpanSteps {
+    kChosenByScale,  // the scale's tests choose (quantise_span)
+    kPow2Loaded,     // the 16-bit steps, K2 in zmm22 (quantise_span_pow2)
+    kWindowOnly,     // the window steps (quantise_span_window)
+  };
+
+  // The body of the three.
   void emit_quantise_span(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype,
                           DType format, const Xmm& scale, const Xmm& recip, bool streaming,
-                          bool pow2_bias_loaded) {
+                          SpanSteps span_steps) {
     const int esize = int(dtype_size(dtype));
     if (fast_quantise(dtype) && elements >= kFastUnit) {
       const int64_t units = elements / kFastUnit;
@@ -1244,8 +1264,10 @@ class CacheGenerator : public Generator {
         }
       };
       Label l_exact, l_window, l_fast_done;
-      if (pow2_bias_loaded) {
+      if (span_steps == SpanSteps::kPow2Loaded) {
         fast(Steps::kPow2);
+      } else if (span_steps == SpanSteps::kWindowOnly) {
+        fast(Steps::kWindow);
       } else {
         if (pow2_quantise(dtype, format)) {
           Label l_not_pow2;

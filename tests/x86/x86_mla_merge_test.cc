@@ -383,6 +383,57 @@ TEST_P(X86MlaMergeIsaTest, DynamicScalesSeeEveryValueAsTheGroupMaximum) {
   }
 }
 
+// fp8_ds_mla's tiles take the window steps whatever their scale (quantise_span_window). A tile
+// whose amax is 448·2^e has the scale 2^e exactly, where quotients land exactly on fp8 rounding
+// midpoints (the window rejects those steps, and the division's exact encoder must round them
+// to even): every tile here has such an amax (e in [-20, 20]) and fills its other values with
+// midpoints of both signs, every other tile some zeros and fp8-subnormal midpoints too.
+TEST_P(X86MlaMergeIsaTest, DsMlaPowerOfTwoScalesRoundMidpointsToEven) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    const OpSpec spec = ds_mla_spec(dtype, 64);
+    constexpr int64_t kTokens = 41, kTiles = 4, kTile = 128;
+    const Kernel kernel = compile_x86(spec, isa);
+    auto c = test::make_case(spec, kTokens, InputKind::kNormal, 19);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    test::HostTensor& x = c->tensors[0];  // kv_c: [T + 1, 512], logical flat indices
+    const int64_t stride = kTiles * kTile;
+    auto bits_of = [&](float v) -> uint64_t {
+      return dtype == DType::kBF16 ? numeric::f32_to_bf16(v) : numeric::f32_to_f16(v);
+    };
+    for (int64_t t = 0; t < kTokens; ++t) {
+      for (int64_t k = 0; k < kTiles; ++k) {
+        const int64_t n = t * kTiles + k, first = t * stride + k * kTile;
+        // f16 keeps 2^e · 448 finite and normal for e in [-16, 7].
+        const int e = dtype == DType::kBF16 ? int(n % 41) - 20 : int(n % 24) - 16;
+        const float scale = std::ldexp(1.0f, e);
+        x.set_bits(first + int64_t(n % kTile), bits_of(448.0f * scale));
+        for (int64_t i = 0; i < kTile; ++i) {
+          if (i == n % kTile) continue;
+          // A midpoint between two e4m3 codes: (m + 0.5) / 8 · 2^b with m in 8..15, b in -6..7
+          // (below 448 in magnitude), or a subnormal midpoint, or zero.
+          // Odd tiles hold normal midpoints only: their steps are not sent to the division by a
+          // zero or subnormal lane, so the window steps alone must reject the midpoints.
+          const int64_t r = n % 2 == 1 ? 4 + (i * 37 + n * 11) % 25 : (i * 37 + n * 11) % 29;
+          float q;
+          if (r == 0) {
+            q = 0.0f;
+          } else if (r < 4) {
+            q = float(2 * (r % 8) + 1) * std::ldexp(1.0f, -10);  // (2j + 1) · 2^-10
+          } else {
+            q = (float((i + n) % 8 + 8) + 0.5f) / 8.0f * std::ldexp(1.0f, int(r % 14) - 6);
+          }
+          const float v = (i % 2 == 1 ? -q : q) * scale;
+          x.set_bits(first + i, bits_of(v));
+        }
+      }
+    }
+    const auto report = check_against_ref(kernel, c.value());
+    EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa) << "\n"
+                           << report.message;
+  }
+}
+
 TEST_P(X86MlaMergeIsaTest, IndexerGatherMatchesRef) {
   const X86Isa isa = GetParam();
   for (auto [dim, qbs] :

@@ -84,6 +84,10 @@ class DsMlaWriteGenerator : public CacheGenerator {
     load_row(offsetof(CacheWriteCallArgs, key), offsetof(CacheWriteCallArgs, key_row_stride),
              reg_q_);
     chunk_scratch(reg_o_, reg_q_, kChunk, kScratchPerRow);
+    if (avx512() && esize_ == 2) {
+      row_scales_words();
+      return;
+    }
     const Xbyak::Xmm scale(kTileScale), recip(kTileRecip);
     for (int64_t k = 0; k < kTiles; ++k) {
       lea(reg_p_, ptr[reg_src_ + int(k * kDsMlaTile * esize_)]);
@@ -94,6 +98,70 @@ class DsMlaWriteGenerator : public CacheGenerator {
       scalar_reciprocal(recip, scale);
       vmovss(ptr[reg_o_ + int(8 * k + 4)], recip);
     }
+  }
+
+  // row_scales for bf16 / f16 on AVX-512: the four tiles' amax words (amax_bits_words' u
+  // lanes, one accumulator per tile in zmm16..19) reduced together, tile k in 128-bit lane k,
+  // then the four scales and reciprocals in one xmm: two vdivps instead of eight vdivss, and
+  // one reduction instead of four (~28 instructions per row instead of ~68).
+  void row_scales_words() {
+    using Xbyak::Zmm;
+    const auto [c, k, sign] = amax_word_constants(p_.dtype);
+    const Zmm acc[kTiles] = {Zmm(16), Zmm(17), Zmm(18), Zmm(19)};
+    const Zmm z_c(14), a(0), b(1), m01(2), m23(3);
+    vmovdqu16(z_c, cst_bits(c));
+    for (int64_t t = 0; t < kTiles; ++t) {
+      for (int64_t first = 0; first < kDsMlaTile; first += kWordLanes) {
+        const int at = int((t * kDsMlaTile + first) * 2);
+        const Zmm u = first == 0 ? acc[t] : a;
+        vpaddw(u, z_c, ptr[reg_src_ + at]);
+        vpternlogd(u, u, cst_bits(sign), 0xAF);  // ~u | 0x8000
+        if (first > 0) vpminuw(acc[t], acc[t], u);
+      }
+    }
+    // m01: lanes 0, 1 the minima of tile 0's lanes (0, 2) and (1, 3), lanes 2, 3 tile 1's;
+    // m23 likewise for tiles 2 and 3.
+    vshufi64x2(a, acc[0], acc[1], 0x44);  // t0.l0, t0.l1, t1.l0, t1.l1
+    vshufi64x2(b, acc[0], acc[1], 0xEE);  // t0.l2, t0.l3, t1.l2, t1.l3
+    vpminuw(m01, a, b);
+    vshufi64x2(a, acc[2], acc[3], 0x44);
+    vshufi64x2(b, acc[2], acc[3], 0xEE);
+    vpminuw(m23, a, b);
+    // Lane k: tile k's 8-word partial minimum.
+    vshufi64x2(a, m01, m23, 0x88);  // m01.l0, m01.l2, m23.l0, m23.l2
+    vshufi64x2(b, m01, m23, 0xDD);  // m01.l1, m01.l3, m23.l1, m23.l3
+    vpminuw(a, a, b);
+    // Word 0 of each lane: the lane's minimum.
+    vpshufd(b, a, 0x4E);
+    vpminuw(a, a, b);
+    vpshufd(b, a, 0xB1);
+    vpminuw(a, a, b);
+    vpsrld(b, a, 16);
+    vpminuw(a, a, b);
+    vmovdqu16(b, cst_bits(k));
+    vpsubw(a, b, a);  // word 0 of lane k: tile k's amax bits
+    std::array<uint32_t, 16> lane_words{};
+    for (uint32_t i = 0; i < kTiles; ++i) lane_words[i] = 4 * i;
+    vmovdqu32(b, cst_table(lane_words));
+    vpermd(a, b, a);  // dword k: tile k's amax bits in its low word
+    const Xmm amax(a.getIdx()), recip(b.getIdx()), low(m01.getIdx()), high(m23.getIdx());
+    if (p_.dtype == DType::kBF16) {
+      vpslld(amax, amax, 16);
+    } else {
+      vpmovdw(low, amax);
+      vcvtph2ps(amax, low);
+    }
+    // scale_k = max(amax_k / 448, FLT_MIN), recip_k = scalar_reciprocal's 1 / scale_k.
+    vdivps(amax, amax, cst(kE4m3Max));
+    vmaxps(amax, amax, cst(FLT_MIN));
+    vmovups(recip, cst(1.0f));
+    vdivps(recip, recip, amax);
+    vfpclassps(k2, recip, 0x18);  // +-inf: the NaN marker
+    vmovups(recip | k2, cst_bits(0x7FC00000));
+    vunpcklps(low, amax, recip);  // scale_0, recip_0, scale_1, recip_1
+    vunpckhps(high, amax, recip);
+    vmovups(ptr[reg_o_], low);
+    vmovups(ptr[reg_o_ + 16], high);
   }
 
   // Pass 2, rax = b, rcx = o: the entry.

@@ -597,7 +597,7 @@ class CacheGenerator : public Generator {
   //               t = 2|q'| + add as in fast_encode and B = 58 (e4m3) or 54 (e5m2);
   //   codes:      the packed top bytes w of q' (the same table as the codes): a byte with
   //               (w & 0x7F) < B is a tiny lane's, whose code is w & 0x80.
-  // x preserved; uses zmm16..19, zmm21 and k2, k3.
+  // x preserved; uses zmm16..19, zmm21 and k2..k4.
   void repair_tiny_lanes(const Xbyak::Zmm (&x)[4], DType format, bool pairs) {
     using Xbyak::Zmm;
     constexpr uint8_t kLt = 1;

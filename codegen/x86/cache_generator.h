@@ -1034,7 +1034,7 @@ class CacheGenerator : public Generator {
     quantise_tables_[scale.getIdx()] = offset;
   }
 
-  // For bf16 input at the AMX level (AVX512_VBMI): reserves kQuantiseTableBytes of stack per
+  // For bf16 input with AVX512_VBMI (avx512_vbmi and up): reserves kQuantiseTableBytes of stack per
   // register of `scales` (loaded, broadcast) at [rsp + above + 256·i] after the reservation,
   // `above` being the bytes the kernel keeps at [rsp] (at least the staging buffer), and builds
   // their tables when the call quantises at least kTableMinValues values per scale:

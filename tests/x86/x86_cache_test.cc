@@ -419,12 +419,12 @@ TEST_P(X86CacheIsaTest, CacheWritesReciprocalIsBitExactForEveryBf16) {
                                 [](int64_t i, int tensor) { return 0.1 * double(i + tensor); });
 }
 
-// Scales that are not powers of two take the mantissa table for bf16 at the AMX level
+// Scales that are not powers of two take the mantissa table for bf16 from the avx512_vbmi level
 // (CacheGenerator::build_quantise_table) when they lie in [2^-60, 2^60]: every bf16 value at
 // calibrated-like scales, at both ends of the range and where a table would be wrong, at a negative
 // scale (no table), through convert_fp8 and through the flash, paged and rope-free cache
 // writers (K and V scales from the list in pairs, e4m3 and e5m2). The table's lookup is in the
-// code exactly at the AMX level.
+// code exactly from the avx512_vbmi level on.
 TEST_P(X86CacheIsaTest, MantissaTableScalesAreBitExactForEveryBf16) {
   const X86Isa isa = GetParam();
   // 0x1.8p-120: a denormal x over it is no longer code 0; 0x1.8p126: x_m / s is no longer
@@ -501,7 +501,7 @@ TEST_P(X86CacheIsaTest, PagedWholeBlocksMatchRef) {
   }
 }
 
-// The fast fp8 quantiser (AMX level: VBMI) over fp32 bit patterns of the critical ranges, for
+// The fast fp8 quantiser (avx512_vbmi and up) over fp32 bit patterns of the critical ranges, for
 // both formats, through reshape_and_cache_flash with f32 input: every sign, every exponent,
 // every combination of the kept mantissa bits and the rounding bit, with the bits below it 0
 // (exact ties), 1, 2, 3, all ones, all ones - 1 and two random patterns; and a dense sweep of

@@ -139,7 +139,7 @@ TEST_P(X86MlaMergeIsaTest, RopeFlashMatchesRefOverTheGrid) {
 }
 
 // Calls large enough (>= 4096 values per scale) for the quantiser's mantissa table (bf16 at a
-// scale that is not a power of two, the amx level): the fused writers, e4m3 and e5m2.
+// scale that is not a power of two, avx512_vbmi and up): the fused writers, e4m3 and e5m2.
 TEST_P(X86MlaMergeIsaTest, FusedWritersLargeCallsMatchRef) {
   const X86Isa isa = GetParam();
   for (KvCacheDtype kv : {KvCacheDtype::kFp8E4m3, KvCacheDtype::kFp8E5m2}) {

@@ -149,15 +149,9 @@ class CacheGenerator : public Generator {
   // largest non-NaN |x| (0 if none); acc is clobbered. Uses vmm0..3 and vmm14.
   void amax_bits_words(const Xmm& acc, const Reg64& src, int64_t elements, DType dtype) {
     const auto [c, k, sign] = amax_word_constants(dtype);
-    const Xbyak::Zmm z_acc(acc.getIdx()), z_c(14);
-    vmovdqu16(z_acc, cst_bits(k));
-    vmovdqu16(z_c, cst_bits(c));
-    for (int64_t first = 0; first < elements; first += kWordLanes) {
-      const Xbyak::Zmm u(int((first / kWordLanes) % 4));
-      vpaddw(u, z_c, ptr[src + int(first * 2)]);
-      vpternlogd(u, u, cst_bits(sign), 0xAF);  // ~u | 0x8000
-      vpminuw(z_acc, z_acc, u);
-    }
+    const Xbyak::Zmm z_acc(acc.getIdx());
+    vmovdqu16(Xbyak::Zmm(14), cst_bits(c));
+    amax_words_accumulate(z_acc, src, elements, dtype);
     const Xbyak::Ymm y_acc(acc.getIdx());
     const Xmm x_acc(acc.getIdx());
     vextracti64x4(Xbyak::Ymm(14), z_acc, 1);
@@ -167,6 +161,21 @@ class CacheGenerator : public Generator {
     vphminposuw(x_acc, x_acc);  // word 0 = min u
     vmovdqu16(Xbyak::Zmm(14), cst_bits(k));
     vpsubw(Xmm(14), Xmm(14), x_acc);  // word 0 = the amax bits
+  }
+
+  // The u lanes of amax_bits_words: acc = K, then the lane-wise minimum with every u of the
+  // `elements` (a multiple of 32) 16-bit values at [src]; zmm14 must hold C. Uses vmm0..3.
+  void amax_words_accumulate(const Xbyak::Zmm& acc, const Reg64& src, int64_t elements,
+                             DType dtype) {
+    const auto [c, k, sign] = amax_word_constants(dtype);
+    const Xbyak::Zmm z_c(14);
+    vmovdqu16(acc, cst_bits(k));
+    for (int64_t first = 0; first < elements; first += kWordLanes) {
+      const Xbyak::Zmm u(int((first / kWordLanes) % 4));
+      vpaddw(u, z_c, ptr[src + int(first * 2)]);
+      vpternlogd(u, u, cst_bits(sign), 0xAF);  // ~u | 0x8000
+      vpminuw(acc, acc, u);
+    }
   }
 
   // Emits body(i) for units i = 0 .. units-1 addressed from the current pointers: unrolled

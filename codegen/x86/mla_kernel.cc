@@ -111,13 +111,8 @@ class DsMlaWriteGenerator : public CacheGenerator {
     const Zmm z_c(14), a(0), b(1), m01(2), m23(3);
     vmovdqu16(z_c, cst_bits(c));
     for (int64_t t = 0; t < kTiles; ++t) {
-      for (int64_t first = 0; first < kDsMlaTile; first += kWordLanes) {
-        const int at = int((t * kDsMlaTile + first) * 2);
-        const Zmm u = first == 0 ? acc[t] : a;
-        vpaddw(u, z_c, ptr[reg_src_ + at]);
-        vpternlogd(u, u, cst_bits(sign), 0xAF);  // ~u | 0x8000
-        if (first > 0) vpminuw(acc[t], acc[t], u);
-      }
+      lea(reg_p_, ptr[reg_src_ + int(t * kDsMlaTile * esize_)]);
+      amax_words_accumulate(acc[t], reg_p_, kDsMlaTile, p_.dtype);
     }
     // m01: lanes 0, 1 the minima of tile 0's lanes (0, 2) and (1, 3), lanes 2, 3 tile 1's;
     // m23 likewise for tiles 2 and 3.

@@ -387,7 +387,8 @@ TEST_P(X86MlaMergeIsaTest, DynamicScalesSeeEveryValueAsTheGroupMaximum) {
 // whose amax is 448·2^e has the scale 2^e exactly, where quotients land exactly on fp8 rounding
 // midpoints (the window rejects those steps, and the division's exact encoder must round them
 // to even): every tile here has such an amax (e in [-20, 20]) and fills its other values with
-// midpoints of both signs, every other tile some zeros and fp8-subnormal midpoints too.
+// midpoints of both signs, every other tile some zeros and fp8-subnormal midpoints too; every
+// seventh tile holds NaNs only.
 TEST_P(X86MlaMergeIsaTest, DsMlaPowerOfTwoScalesRoundMidpointsToEven) {
   const X86Isa isa = GetParam();
   for (DType dtype : {DType::kBF16, DType::kF16}) {
@@ -404,6 +405,10 @@ TEST_P(X86MlaMergeIsaTest, DsMlaPowerOfTwoScalesRoundMidpointsToEven) {
     for (int64_t t = 0; t < kTokens; ++t) {
       for (int64_t k = 0; k < kTiles; ++k) {
         const int64_t n = t * kTiles + k, first = t * stride + k * kTile;
+        if (n % 7 == 3) {  // a tile of NaNs only: amax 0 (NaNs ignored), the scale FLT_MIN
+          for (int64_t i = 0; i < kTile; ++i) x.set_bits(first + i, bits_of(NAN));
+          continue;
+        }
         // f16 keeps 2^e · 448 finite and normal for e in [-16, 7].
         const int e = dtype == DType::kBF16 ? int(n % 41) - 20 : int(n % 24) - 16;
         const float scale = std::ldexp(1.0f, e);

@@ -201,6 +201,11 @@ def test_compile_errors_name_the_field():
         kiln.compile("rms_norm(dtype=f32,hidden=0)")
     with pytest.raises(ValueError, match="backend"):
         kiln.compile("rms_norm(dtype=f32,hidden=8)", backend="gpu")
+    # An unknown ISA level names the argument and every level.
+    with pytest.raises(ValueError, match="'isa'.*avx512_vbmi, avx512_fp16, amx"):
+        kiln.compile("rms_norm(dtype=f32,hidden=8)", isa="avx9")
+    with pytest.raises(ValueError, match="'isa'"):
+        kiln.compile("rms_norm(dtype=f32,hidden=8)", isa="none")
 
 
 def test_kernel_run_checks_its_arguments():

@@ -432,19 +432,30 @@ class CacheGenerator : public Generator {
   // Lane 0 of scale_reciprocal: r0 = RN(1 / s0), or NaN where that is infinite (uses k2, or
   // xmm13 on AVX2).
   void scalar_reciprocal(const Xbyak::Xmm& r0, const Xbyak::Xmm& s0) {
-    constexpr uint8_t kInfClass = 0x18;  // vfpclassss: +inf | -inf
     vmovups(r0, cst(1.0f));
     vdivss(r0, r0, s0);
     if (avx512()) {
       vfpclassss(k2, r0, kInfClass);
-      vmovups(r0 | k2, cst_bits(0x7FC00000));
+      vmovups(r0 | k2, cst_bits(kReciprocalMarker));
     } else {
       const Xbyak::Xmm t(13);
       vandps(t, r0, cst_bits(0x7FFFFFFF));
       vcmpps(t, t, cst_bits(0x7F800000), 0 /* equal */);
-      vblendvps(r0, r0, cst_bits(0x7FC00000), t);
+      vblendvps(r0, r0, cst_bits(kReciprocalMarker), t);
     }
   }
+
+  // scalar_reciprocal in every lane of r (AVX-512): r = RN(1 / s), NaN where infinite (uses k2).
+  void lane_reciprocals(const Xmm& r, const Xmm& s) {
+    vmovups(r, cst(1.0f));
+    vdivps(r, r, s);
+    vfpclassps(k2, r, kInfClass);
+    vmovups(r | k2, cst_bits(kReciprocalMarker));
+  }
+
+  static constexpr uint8_t kInfClass = 0x18;  // vfpclass: +inf | -inf
+  // The NaN an infinite reciprocal becomes (the marker load_scaled's products reject).
+  static constexpr uint32_t kReciprocalMarker = 0x7FC00000u;
 
   // x = x/s as fp32 for `count` values of `dtype` at `addr`, as the fp8 `format` encoder will
   // see it: x·r, or the division when a lane is near a rounding midpoint (see above). Uses

@@ -70,7 +70,7 @@ class FlashWriteGenerator : public CacheGenerator {
     // bf16's 16-bit steps with their constants in registers: from the pool each is a 64-byte
     // load per use, ~16 per 64 codes.
     // (kFlashPinnedRegs sit above the scales at their default registers 4..7.)
-    const bool pinned = fp8_ && p_.dtype == DType::kBF16 && has_vbmi() && k_scale_ == kKScale;
+    const bool pinned = quantises_bf16_steps() && k_scale_ == kKScale;
     if (pinned) pin_constants(bf16_step_constants(format_), kFlashPinnedRegs);
     with_streaming_stores(row_bytes(), [&] { token_loop(p_.block_size, [&] { write_token(); }); });
     if (pinned) unpin_constants();
@@ -115,6 +115,9 @@ class FlashWriteGenerator : public CacheGenerator {
           offsetof(CacheWriteCallArgs, value_cache), offsetof(CacheWriteCallArgs, v_scale),
           vmm(v_scale_));
   }
+
+  // The writes quantise bf16 with the fast quantiser (its 16-bit steps' constants worth pinning).
+  bool quantises_bf16_steps() const { return fp8_ && p_.dtype == DType::kBF16 && has_vbmi(); }
 
   const ir::FlashCacheWriteParams p_;
   const bool fp8_;
@@ -180,7 +183,7 @@ class RopeFlashGenerator : public FlashWriteGenerator {
     // bf16's 16-bit steps with (all but one of) their constants in registers, loaded per
     // token: the rotation holds those registers between tokens, and from the pool each
     // constant is a 64-byte load per use, ~16 per 64 codes.
-    const bool pinned = fp8_ && q_.dtype == DType::kBF16 && has_vbmi();
+    const bool pinned = quantises_bf16_steps();
     auto write_pinned = [&] {
       if (pinned) pin_leading_constants(bf16_step_constants(format_), kRopeFlashPinnedRegs);
       write_token();

@@ -149,10 +149,7 @@ class DsMlaWriteGenerator : public CacheGenerator {
     // scale_k = max(amax_k / 448, FLT_MIN), recip_k = scalar_reciprocal's 1 / scale_k.
     vdivps(amax, amax, cst(kE4m3Max));
     vmaxps(amax, amax, cst(FLT_MIN));
-    vmovups(recip, cst(1.0f));
-    vdivps(recip, recip, amax);
-    vfpclassps(k2, recip, 0x18);  // +-inf: the NaN marker
-    vmovups(recip | k2, cst_bits(0x7FC00000));
+    lane_reciprocals(recip, amax);
     vunpcklps(low, amax, recip);  // scale_0, recip_0, scale_1, recip_1
     vunpckhps(high, amax, recip);
     vmovups(ptr[reg_o_], low);

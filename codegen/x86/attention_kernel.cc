@@ -40,7 +40,7 @@
 //     One config per row count, loaded at entry; tilerelease at exit. While a group computes,
 //     the next group's K and V lines (through the block table) are prefetched into L1, spread
 //     over the Q·Kᵀ chunks and the P·V dims (two small routines shared by the variants).
-//     The softmax is emit_softmax_amx: the same steps with the rows of the group as lanes (one
+//     The softmax is emit_softmax_batched: the same steps with the rows of the group as lanes (one
 //     transpose tree per reduction instead of one horizontal chain per row), also shared.
 // Any head size D (vec / vec16 / neon layouts; the amx layout needs D % 32 == 0): Q·Kᵀ walks
 // the dims in steps of 4 (fp32) or 4 pairs (dpbf16) and emits the D % 4 (pairs) rest after
@@ -140,6 +140,7 @@ class AttentionGenerator : public Generator {
     } else if (amx_) {
       ldtilecfg(tile_config(rows));
     }
+    if (split_bf16_values()) call(l_acc_to_split_);
     mov(r10, ptr[ARG(kv_begin)]);
     mov(r11, ptr[ARG(first_block)]);
     mov(r12, ptr[ARG(first_offset)]);
@@ -170,7 +171,7 @@ class AttentionGenerator : public Generator {
       add(r9, rcx);
       call(l_next_group_);
       emit_qk_amx();
-      call(l_softmax_);  // emit_softmax_amx, shared by the row-count variants
+      call(l_softmax_);  // emit_softmax_batched, shared by the row-count variants
       emit_pv_amx(rows);
     } else {
       call(l_stream_kick_);  // next-group cursors (kv=auto) and the stream kick (rax, rcx, rdx)
@@ -183,7 +184,11 @@ class AttentionGenerator : public Generator {
       } else {
         emit_qk_fp32(rows);
       }
-      emit_softmax(rows);
+      if (batched_softmax()) {
+        call(l_softmax_);  // emit_softmax_batched, shared by the row-count variants
+      } else {
+        emit_softmax(rows);
+      }
       if (dpbf16_) {
         emit_pv_dpbf16(rows);
       } else {
@@ -199,6 +204,7 @@ class AttentionGenerator : public Generator {
     L(l_same_block);
     jmp(l_group, T_NEAR);
     L(l_end);
+    if (split_bf16_values()) call(l_acc_to_natural_);
     if (emulate_) {
       add(rsp, kEmuFrame);
     } else if (amx_) {
@@ -451,10 +457,23 @@ class AttentionGenerator : public Generator {
         emit_stream_kick(/*first=*/1);
       }
       ret();
+      if (batched_softmax()) {
+        L(l_softmax_);
+        emit_softmax_batched();
+        ret();
+      }
+      if (split_bf16_values()) {
+        L(l_acc_to_split_);
+        emit_reorder_acc(/*to_split=*/true);
+        ret();
+        L(l_acc_to_natural_);
+        emit_reorder_acc(/*to_split=*/false);
+        ret();
+      }
       return;
     }
     L(l_softmax_);
-    emit_softmax_amx();
+    emit_softmax_batched();
     ret();
     L(l_next_group_);
     emit_next_group(/*kick_from=*/2);
@@ -474,6 +493,7 @@ class AttentionGenerator : public Generator {
     ret();
   }
   Label l_next_group_, l_prefetch_k_, l_prefetch_v_, l_softmax_, l_stream_kick_, l_decode_fp8_;
+  Label l_acc_to_split_, l_acc_to_natural_;
 
   // prefetcht0: the next group (16 KiB) fits in L1 beside the current one; measured the same
   // as prefetcht1 (L2) and as fetching two groups ahead.
@@ -594,6 +614,23 @@ class AttentionGenerator : public Generator {
     }
   }
 
+  // P·V's share of the next group's V (spread_prefetch): each dims chunk, while it walks the
+  // group's V rows (r13 at row t, r9 the group's first row), prefetches the lines of the
+  // same chunk of row t in the next group, bytes [first, first + bytes) of the row. Spread
+  // over the chunks, one line per step at D = 128 bf16, rather than every line of the row in
+  // the first chunk: +3-8% in the caches (bench_attention decode/kiln_vec_fma, 1 thread).
+  void prefetch_next_chunk(int64_t first, int64_t bytes) {
+    mov(rdx, r13);
+    sub(rdx, r9);
+    add(rdx, ptr[ARG(next_v)]);
+    const bool aligned_rows = p_.head_size * kv_esize_ % 64 == 0;
+    int64_t offset = first;
+    for (; offset < first + bytes; offset += 64) prefetcht0(ptr[rdx + offset]);
+    // Rows that are not whole lines place the chunk at any offset in its lines: its last byte
+    // may lie in one more.
+    if (!aligned_rows || first % 64 != 0) prefetcht0(ptr[rdx + first + bytes - 1]);
+  }
+
   void kick_page(const Reg64& base, int64_t offset) {
     prefetcht1(ptr[base + offset]);
     prefetcht1(ptr[base + offset + 64]);
@@ -661,9 +698,24 @@ class AttentionGenerator : public Generator {
 
   // ---- Q·Kᵀ -------------------------------------------------------------------------------
 
-  // Stores S[r][v] to the logits scratch row r (stride kGroupMax floats).
-  void store_logits(int rows) {
+  // Stores S[r][v] to the logits scratch row r (stride kGroupMax floats), in key order.
+  // `split`: the registers hold the keys split by parity (emit_qk_fp32's bf16 words: v = 0
+  // keys 0, 2, .., 30, v = 1 keys 1, 3, .., 31), put back in order by two vpermt2ps per row.
+  void store_logits(int rows, bool split = false) {
     mov(rsi, ptr[ARG(scratch)]);
+    if (split) {
+      vmovdqu32(zwork(0), parity_table(/*to_split=*/false, 0));
+      vmovdqu32(zwork(1), parity_table(/*to_split=*/false, 1));
+      for (int r = 0; r < rows; ++r) {
+        const Zmm even = Zmm(acc_reg(2 * r).getIdx()), odd = Zmm(acc_reg(2 * r + 1).getIdx());
+        vmovaps(zwork(2), even);
+        vpermt2ps(zwork(2), zwork(0), odd);  // keys 0..15
+        vpermt2ps(even, zwork(1), odd);      // keys 16..31
+        vmovups(ptr[rsi + r * kGroupMax * 4], zwork(2));
+        vmovups(ptr[rsi + (r * kGroupMax + 16) * 4], even);
+      }
+      return;
+    }
     for (int r = 0; r < rows; ++r) {
       for (int v = 0; v < nv_; ++v) {
         vmovups(ptr[rsi + (r * kGroupMax + v * lanes()) * 4], acc_reg(r * nv_ + v));
@@ -731,13 +783,27 @@ class AttentionGenerator : public Generator {
     const int64_t d = p_.head_size;
     const int64_t row_bytes = int64_t(p_.block_size) * kv_esize_;
     constexpr int kUnroll = 4;  // dims per loop step; the D % 4 rest follows the loop
+    // bf16 keys of a 32-key group: one 64-byte row load per dim, widened by parity (even keys
+    // word << 16, odd keys word & 0xFFFF0000: two uops, against two vpmovzxwd and two shifts),
+    // so the logits come out split by parity and store_logits puts them in order.
+    const bool split = split_bf16_keys();
     for (int k = 0; k < rows * nv_; ++k) uni_vpxor(acc_reg(k), acc_reg(k), acc_reg(k));
+    if (split) {
+      const uint32_t high_half = 0xFFFF0000;
+      const int reg = work(3).getIdx();
+      pin_constants({&high_half, 1}, {&reg, 1});
+    }
     mov(r13, r8);
     mov(r14, ptr[ARG(q)]);
     // Dim u relative to r13 (K row) / r14 (query).
     const auto dim_step = [&](int u) {
-      for (int v = 0; v < nv_; ++v) {
-        load_kv(work(v), r13 + u * row_bytes + v * lanes() * kv_esize_);
+      if (split) {
+        vmovdqu32(zwork(1), ptr[r13 + u * row_bytes]);
+        split_bf16_pairs(work(0), work(1), work(1));
+      } else {
+        for (int v = 0; v < nv_; ++v) {
+          load_kv(work(v), r13 + u * row_bytes + v * lanes() * kv_esize_);
+        }
       }
       for (int r = 0; r < rows; ++r) {
         const int64_t q_off = (r * d + u) * 4;
@@ -767,7 +833,66 @@ class AttentionGenerator : public Generator {
       jnz(l_loop, T_NEAR);
     }
     for (int u = 0; u < int(d % kUnroll); ++u) dim_step(u);
-    store_logits(rows);
+    if (split) unpin_constants();
+    store_logits(rows, split);
+  }
+
+  // The fp32 path widens bf16 words by parity (a dword holds elements 2i and 2i + 1: even =
+  // word << 16, odd = word & 0xFFFF0000, two uops per 32 elements against two vpmovzxwd and
+  // two shifts): the keys of a 32-key group in Q·Kᵀ (emit_qk_fp32), the dims of each whole
+  // 32-dim chunk in P·V (emit_pv_fp32). A bf16 cache at AVX-512.
+  bool split_bf16_values() const {
+    return avx512() && !amx_ && !dpbf16_ && p_.dtype == DType::kBF16 &&
+           p_.kv == ir::KvCacheDtype::kAuto;
+  }
+  bool split_bf16_keys() const { return split_bf16_values() && nv_ == 2; }
+
+  // The softmax with the rows as lanes (emit_softmax_batched) serves every 32-key group at
+  // AVX-512: the AMX path and the vec paths' (fp32 or bf16 probabilities); 16-key groups
+  // and AVX2 take the row loop (emit_softmax).
+  bool batched_softmax() const { return avx512() && group_ == 32; }
+
+  // vpermt2ps tables between 32 elements in order (two vectors) and split by parity (even
+  // elements, then odd). to_split: half h (0 even, 1 odd) lane i is element 2i + h, table
+  // index 2i + h of the ordered pair. Else: half h lane i is element k = 16h + i, index k/2
+  // of the even vector or 16 + k/2 of the odd one.
+  Address parity_table(bool to_split, int half) {
+    std::array<uint32_t, 16> t{};
+    for (uint32_t i = 0; i < 16; ++i) {
+      const uint32_t k = 16 * uint32_t(half) + i;
+      t[i] = to_split ? 2 * i + uint32_t(half) : (k % 2 == 0 ? 0 : 16) + k / 2;
+    }
+    return cst_table(t);
+  }
+
+  // The call's accumulator rows, whole 32-dim chunks in place between their natural order and
+  // the split order P·V accumulates in (split_bf16_values): once per call each way, so the
+  // state between calls (the runner's merges and output) keeps the natural order. A dims
+  // tail (D % 32) stays in order. rsi, rax, rcx and zwork(0..4) are scratch.
+  void emit_reorder_acc(bool to_split) {
+    const int64_t chunks = p_.head_size / 32;
+    if (chunks == 0) return;
+    vmovdqu32(zwork(0), parity_table(to_split, 0));
+    vmovdqu32(zwork(1), parity_table(to_split, 1));
+    mov(rsi, ptr[ARG(acc)]);
+    mov(rax, ptr[ARG(rows)]);
+    Label l_row, l_chunk;
+    L(l_row);
+    mov(rcx, chunks);
+    L(l_chunk);
+    vmovups(zwork(2), ptr[rsi]);
+    vmovups(zwork(3), ptr[rsi + 64]);
+    vmovaps(zwork(4), zwork(2));
+    vpermt2ps(zwork(4), zwork(0), zwork(3));
+    vpermt2ps(zwork(2), zwork(1), zwork(3));
+    vmovups(ptr[rsi], zwork(4));
+    vmovups(ptr[rsi + 64], zwork(2));
+    add(rsi, 128);
+    dec(rcx);
+    jnz(l_chunk);
+    add(rsi, (p_.head_size % 32) * 4);
+    dec(rax);
+    jnz(l_row);
   }
 
   // ---- online softmax ------------------------------------------------------------------------
@@ -928,7 +1053,7 @@ class AttentionGenerator : public Generator {
   // One routine for every row count (called; 16 unrolled copies would overflow the code
   // buffer): the row count is read from the call, and a second chunk runs when rows > 8.
   // Uses rax, rcx, rdx, rsi, zmm0..12, zmm16..31, k3, k4, k6.
-  void emit_softmax_amx() {
+  void emit_softmax_batched() {
     const int prob_offset = max_rows_ * kGroupMax * 4;
     const int m_tmp = prob_offset + kMaxAttnRows * kGroupMax * 2;  // unused half of P region
     const Zmm jv[2] = {zmm6, zmm7};
@@ -947,7 +1072,7 @@ class AttentionGenerator : public Generator {
     L(l_done);
   }
 
-  // Rows r0 .. r0 + 7 (see emit_softmax_amx), of which min(8, rows − r0) exist (rows read
+  // Rows r0 .. r0 + 7 (see emit_softmax_batched), of which min(8, rows − r0) exist (rows read
   // from the call). rsi = scratch, jv / ninf set.
   void softmax_chunk(int r0, int m_tmp) {
     constexpr int n = 8;
@@ -1016,8 +1141,13 @@ class AttentionGenerator : public Generator {
       exp_ps({x[0], x[1]}, {t[0], t[1]}, {t[2], t[3]}, true);
       for (int v = 0; v < 2; ++v) vmovaps(x[v] | keep[v] | T_z, x[v]);
       vaddps(z[i], x[0], x[1]);
-      vcvtne2ps2bf16(t[0], x[1], x[0]);  // keys 0-15 in the low half
-      vmovups(ptr[rsi + prob_offset + r * kGroupMax * 2], t[0]);
+      if (dpbf16_) {
+        vcvtne2ps2bf16(t[0], x[1], x[0]);  // keys 0-15 in the low half
+        vmovups(ptr[rsi + prob_offset + r * kGroupMax * 2], t[0]);
+      } else {
+        for (int v = 0; v < 2; ++v)
+          vmovups(ptr[rsi + prob_offset + r * kGroupMax * 4 + v * 64], x[v]);
+      }
     }
     // l = α·l + Σ p.
     transpose_reduce(false, z, n, t[1]);
@@ -1313,18 +1443,28 @@ class AttentionGenerator : public Generator {
       const int count = (n + lanes() - 1) / lanes();
       const int tail = n - (count - 1) * lanes();  // dims in the last vector
       if (tail < lanes()) set_dim_tail(tail);
+      // A whole 32-dim chunk of bf16 values: split by parity (its accumulators too, see
+      // emit_reorder_acc), the high-half mask pinned in work(4).
+      const bool split = split_bf16_values() && n == 32;
       load_scaled_acc(rows, c0, count, tail);
+      if (split) {
+        const uint32_t high_half = 0xFFFF0000;
+        const int reg = work(4).getIdx();
+        pin_constants({&high_half, 1}, {&reg, 1});
+      }
       mov(r13, r9);
       mov(r14, ptr[ARG(scratch)]);
       mov(r15, rbx);
       Label l_token;
       L(l_token);
-      if (spread_prefetch() && c0 == 0) {
-        prefetch_next_alongside(r13, r9, offsetof(CpuAttnTileArgs, next_v), 1, d * kv_esize_,
-                                (d * kv_esize_ + 63) / 64);
-      }
-      for (int c = 0; c < count; ++c) {
-        load_kv(work(c), r13 + (c0 + c * lanes()) * kv_esize_, c == count - 1 ? tail : lanes());
+      if (spread_prefetch()) prefetch_next_chunk(c0 * kv_esize_, n * kv_esize_);
+      if (split) {
+        vmovdqu32(zwork(1), ptr[r13 + c0 * 2]);
+        split_bf16_pairs(work(0), work(1), work(1));
+      } else {
+        for (int c = 0; c < count; ++c) {
+          load_kv(work(c), r13 + (c0 + c * lanes()) * kv_esize_, c == count - 1 ? tail : lanes());
+        }
       }
       for (int r = 0; r < rows; ++r) {
         const Address prob = ptr[r14 + prob_offset + r * kGroupMax * 4];
@@ -1343,6 +1483,7 @@ class AttentionGenerator : public Generator {
       add(r14, 4);
       dec(r15);
       jnz(l_token, T_NEAR);
+      if (split) unpin_constants();
       store_acc(rows, c0, count, tail);
       c0 += n;
     }

@@ -8,8 +8,9 @@
 //           moving as many bytes as the call reads (copy_same_bytes: past the caches the
 //           kernel's KV is, too), and of a sequential read of as many bytes (read_same_bytes:
 //           decode only reads, and one core reads well below the copy figure); also the vec
-//           path over an fp8 e4m3 cache (half the bytes), and the bf16 vec kernel on the fp32
-//           path (kiln_vec_fma: config dpbf16=0);
+//           path over an fp8 e4m3 cache (half the bytes); kiln_vec is the default config
+//           (attention_default_dpbf16 picks the arithmetic per ISA level), kiln_vec_dot and
+//           kiln_vec_fma the same kernel with config dpbf16=1 (vdpbf16ps) and 0 (fp32 FMA);
 //   prefill one request of 512..2048 tokens, causal: GFLOP/s (4·pairs·heads·D) against the
 //           measured vdpbf16ps peak (16 lanes x 2 products x 2 flops per instruction).
 // With 2 threads (the machine's cores) and 1 thread. Every figure comes twice: per wall-clock
@@ -42,6 +43,7 @@
 
 #include "bench/bench_util.h"
 #include "codegen/ref/ref.h"
+#include "codegen/x86/attention_kernel.h"
 #include "ir/numeric.h"
 #include "ir/params_attention.h"
 #include "ir/params_cache.h"
@@ -475,7 +477,9 @@ void bm_attention(benchmark::State& state, int64_t requests, int64_t q_len, int6
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
   const double cpu = (process_cpu_seconds() - cpu_start) / double(threads) / calls;
-  report(state, *p, threads, wall, cpu, q_len == 1, kv, config.get("dpbf16", 1) == 0);
+  const bool fma_path =
+      !codegen::x86::attention_uses_dpbf16(attention_spec(isa, kv), config, detect_host_x86_isa());
+  report(state, *p, threads, wall, cpu, q_len == 1, kv, fma_path);
 }
 
 void register_all() {
@@ -497,20 +501,22 @@ void register_all() {
         }
       }
       if (who_index == 0 && detect_host_x86_isa() >= X86Isa::kAvx512Bf16) {
-        // The same bf16 vec kernel on the fp32 path (config dpbf16=0: widen + FMA instead of
-        // vdpbf16ps; which is faster depends on the CPU, and `kiln tune` picks).
-        for (int64_t batch : {1, 8, 32}) {
-          for (int64_t context : {512, 2048, 8192}) {
-            benchmark::RegisterBenchmark(
-                fmt::format("decode/kiln_vec_fma/batch:{}/context:{}/threads:{}", batch, context,
-                            threads)
-                    .c_str(),
-                [=](benchmark::State& s) {
-                  bm_attention(s, batch, 1, context, threads, false, ir::CpuAttnIsa::kVec,
-                               ir::KvCacheDtype::kAuto, Config().set("dpbf16", 0));
-                })
-                ->Unit(benchmark::kMicrosecond)
-                ->MinTime(0.2);
+        // The same bf16 vec kernel on either arithmetic (config dpbf16=1: vdpbf16ps, 0: widen +
+        // FMA; which is faster depends on the CPU: attention_default_dpbf16, `kiln tune`).
+        for (int64_t dot : {1, 0}) {
+          for (int64_t batch : {1, 8, 32}) {
+            for (int64_t context : {512, 2048, 8192}) {
+              benchmark::RegisterBenchmark(
+                  fmt::format("decode/kiln_vec_{}/batch:{}/context:{}/threads:{}",
+                              dot ? "dot" : "fma", batch, context, threads)
+                      .c_str(),
+                  [=](benchmark::State& s) {
+                    bm_attention(s, batch, 1, context, threads, false, ir::CpuAttnIsa::kVec,
+                                 ir::KvCacheDtype::kAuto, Config().set("dpbf16", dot));
+                  })
+                  ->Unit(benchmark::kMicrosecond)
+                  ->MinTime(0.2);
+            }
           }
         }
       }
@@ -539,14 +545,18 @@ void register_all() {
             ->Unit(benchmark::kMillisecond)
             ->MinTime(0.2);
         if (who_index == 0 && detect_host_x86_isa() >= X86Isa::kAvx512Bf16) {
-          benchmark::RegisterBenchmark(
-              fmt::format("prefill/kiln_vec_fma/tokens:{}/threads:{}", tokens, threads).c_str(),
-              [=](benchmark::State& s) {
-                bm_attention(s, 1, tokens, tokens, threads, false, ir::CpuAttnIsa::kVec,
-                             ir::KvCacheDtype::kAuto, Config().set("dpbf16", 0));
-              })
-              ->Unit(benchmark::kMillisecond)
-              ->MinTime(0.2);
+          for (int64_t dot : {1, 0}) {
+            benchmark::RegisterBenchmark(
+                fmt::format("prefill/kiln_vec_{}/tokens:{}/threads:{}", dot ? "dot" : "fma", tokens,
+                            threads)
+                    .c_str(),
+                [=](benchmark::State& s) {
+                  bm_attention(s, 1, tokens, tokens, threads, false, ir::CpuAttnIsa::kVec,
+                               ir::KvCacheDtype::kAuto, Config().set("dpbf16", dot));
+                })
+                ->Unit(benchmark::kMillisecond)
+                ->MinTime(0.2);
+          }
         }
       }
     }

@@ -1552,14 +1552,22 @@ bool vec_dpbf16_serves(const ir::CpuAttentionParams& p, X86Isa isa) {
 bool attention_uses_dpbf16(const OpSpec& spec, const Config& config, X86Isa isa) {
   const auto& p = spec.get<ir::CpuAttentionParams>();
   if (p.isa == ir::CpuAttnIsa::kAmx) return true;
-  return vec_dpbf16_serves(p, isa) && config.get(kDpbf16Knob, attention_default_dpbf16(spec)) != 0;
+  return vec_dpbf16_serves(p, isa) &&
+         config.get(kDpbf16Knob, attention_default_dpbf16(spec, isa)) != 0;
 }
 
-int64_t attention_default_dpbf16(const OpSpec& spec) {
+int64_t attention_default_dpbf16(const OpSpec& spec, X86Isa isa) {
   // fp8 caches default to the fp32 path: on this project's machine the bf16-word decode on
   // the vdpbf16ps path measured the same in the caches (4.0 GB/s of fp8 bytes) and slower from
   // DRAM (2.6-3.2 against 3.6-4.0); the tuner tries both.
-  return spec.get<ir::CpuAttentionParams>().kv == ir::KvCacheDtype::kAuto ? 1 : 0;
+  if (spec.get<ir::CpuAttentionParams>().kv != ir::KvCacheDtype::kAuto) return 0;
+  // bf16 caches: vdpbf16ps, except on the cores with AVX512_FP16 (the avx512_fp16 and amx
+  // levels: Intel Sapphire Rapids and later), where a zmm vdpbf16ps holds both vector ports
+  // for two cycles (measured on an Emerald Rapids VM: 16 independent ones take 33 cycles, 8 of
+  // them beside 8 FMAs 21), a quarter of the FMA's issue rate for twice its multiply-adds, so
+  // the fp32 path decodes 1.6-1.8x faster there (docs/attention.md, "Decode bandwidth").
+  // Cores at avx512_bf16 / avx512_vbmi (Cooper Lake, AMD Zen 4/5) keep vdpbf16ps.
+  return isa >= X86Isa::kAvx512Fp16 ? 0 : 1;
 }
 
 Status attention_config_status(const OpSpec& spec, const Config& config, X86Isa isa) {

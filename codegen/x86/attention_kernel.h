@@ -70,16 +70,19 @@ inline constexpr int64_t attention_scratch_floats(int64_t head_size) {
 /// The config knob that picks the vector arithmetic where both serve (isa=vec, bf16 queries,
 /// AVX512_BF16): 1 vdpbf16ps on bf16 pairs (fp8 codes decoded to bf16 words), 0 the fp32 path
 /// (widen or decode to fp32, FMA). Default: attention_default_dpbf16.
-/// Which one is faster depends on the CPU: where vdpbf16ps issues one per two cycles (this
-/// project's Sapphire Rapids VM) the fp32 path decodes ~25% faster; `kiln tune` tries both.
+/// Which one is faster depends on the CPU: where a zmm vdpbf16ps holds both vector ports for
+/// two cycles (Intel Sapphire Rapids and later) the fp32 path decodes 1.6-1.8x faster;
+/// `kiln tune` tries both.
 inline constexpr std::string_view kDpbf16Knob = "dpbf16";
 /// Which arithmetic a spec gets at an ISA under `config`: bf16 queries and probabilities
 /// (vdpbf16ps for bf16 queries at AVX512_BF16 where the dpbf16 knob, set or defaulted, is 1;
 /// or the AMX tiles for the amx layout), or fp32 FMA after widening or decoding. Assumes
 /// attention_config_status() is ok.
 bool attention_uses_dpbf16(const OpSpec& spec, const Config& config, X86Isa isa);
-/// The dpbf16 knob's value when a config does not set it: 1 for bf16 caches, 0 for fp8 ones.
-int64_t attention_default_dpbf16(const OpSpec& spec);
+/// The dpbf16 knob's value when a config does not set it at `isa`: 0 for fp8 caches; for bf16
+/// ones 1, except at the avx512_fp16 and amx levels (Intel cores whose vdpbf16ps issues at a
+/// quarter of the FMA's rate), where the fp32 path is the faster.
+int64_t attention_default_dpbf16(const OpSpec& spec, X86Isa isa);
 /// Whether `config`'s dpbf16 knob is valid for `spec` at `isa` (0 or 1; 1 only where
 /// vdpbf16ps serves the spec), with an error naming the knob and its allowed values.
 Status attention_config_status(const OpSpec& spec, const Config& config, X86Isa isa);

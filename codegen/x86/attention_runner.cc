@@ -585,7 +585,7 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
   const Config dot = Config().set(std::string(kDpbf16Knob), 1);
   const bool both_paths = spec.get<ir::CpuAttentionParams>().isa != CpuAttnIsa::kAmx &&
                           attention_config_status(spec, dot, target.isa).is_ok();
-  const int64_t other = 1 - attention_default_dpbf16(spec);
+  const int64_t other = 1 - attention_default_dpbf16(spec, target.isa);
   if (both_paths) space.push_back(Config().set(std::string(kDpbf16Knob), other));
   for (int64_t tile : {128, 512, 2048}) {
     for (int64_t passes : {1, 4}) {

@@ -869,6 +869,29 @@ TEST(X86AttentionConfig, Dpbf16KnobPicksTheArithmeticAndBothMatchRef) {
   }
 }
 
+// The knob's default follows the ISA level: bf16 caches take vdpbf16ps at avx512_bf16 and
+// avx512_vbmi (Cooper Lake, AMD Zen 4/5) and the fp32 path at avx512_fp16 and amx (Intel cores
+// whose zmm vdpbf16ps holds both vector ports for two cycles); fp8 caches the fp32 path
+// everywhere. The default's code is the code of the knob it stands for, byte for byte.
+TEST(X86AttentionConfig, DefaultArithmeticFollowsTheIsaLevel) {
+  const OpSpec bf16 = attention_spec(CpuAttnIsa::kVec, DType::kBF16, 128, 32, 8, 1);
+  const OpSpec fp8 = fp8_spec(ir::KvCacheDtype::kFp8E4m3, DType::kBF16, 128, 32, 8, 2);
+  const std::pair<X86Isa, int64_t> expected[] = {{X86Isa::kAvx512Bf16, 1},
+                                                 {X86Isa::kAvx512Vbmi, 1},
+                                                 {X86Isa::kAvx512Fp16, 0},
+                                                 {X86Isa::kAmx, 0}};
+  for (const auto& [isa, dot] : expected) {
+    SCOPED_TRACE(x86_isa_name(isa));
+    EXPECT_EQ(codegen::x86::attention_default_dpbf16(bf16, isa), dot);
+    EXPECT_EQ(codegen::x86::attention_default_dpbf16(fp8, isa), 0);
+    EXPECT_EQ(codegen::x86::attention_uses_dpbf16(bf16, Config{}, isa), dot == 1);
+    auto by_default = codegen::x86::generate_cpu_attention(bf16, Config{}, isa);
+    auto by_knob = codegen::x86::generate_cpu_attention(bf16, Config().set("dpbf16", dot), isa);
+    ASSERT_TRUE(by_default.is_ok() && by_knob.is_ok());
+    EXPECT_EQ(by_default.value(), by_knob.value());
+  }
+}
+
 // A value outside {0, 1}, dpbf16=1 where vdpbf16ps does not serve the spec, and dpbf16=0 for
 // the amx layout are refused with the knob's name and what is allowed, through the generator
 // and through jit::compile.

@@ -596,10 +596,14 @@ class AttentionGenerator : public Generator {
   // l_stream_kick_). bench_attention, 1 / 2 threads, >= 128 MiB of KV: decode/kiln_vec
   // (dpbf16) 5.7-6.2 -> 7.3-8.3 / 11.5-14.3 -> 14.6-17.6 GB/s, in the caches (batch 8 / 2048)
   // 9.6-9.7 -> 9.9-10.4; decode/kiln_vec_fma (fp32 path) 6.4-6.7 -> 8.6-9.6 / 12.5-14.8 ->
-  // 16.8-21.1, in the caches 12.8-13.1 -> 13.8-14.0. Not for fp8 caches: their fp32 path is
-  // bound by the decode (mixed, -10 to +10%). (All 256 lines at the group start instead:
-  // -13-15% in the caches.)
-  bool spread_prefetch() const { return !amx_ && p_.kv == ir::KvCacheDtype::kAuto; }
+  // 16.8-21.1, in the caches 12.8-13.1 -> 13.8-14.0. Not for fp8 caches on the old fp32 path
+  // (bound by the decode: mixed, -10 to +10%); since the codes are decoded as bf16 words
+  // (split_bf16_values, x86-71) it serves them too: kiln_vec_fp8_e4m3 at >= 128 MiB of KV
+  // 3.8-4.5 -> 4.7-5.0 GB/s on 1 thread, in the caches level. (All 256 lines at the group start
+  // instead: -13-15% in the caches.)
+  bool spread_prefetch() const {
+    return !amx_ && (p_.kv == ir::KvCacheDtype::kAuto || split_bf16_values());
+  }
 
   // prefetcht0 of the next group's lines at the place of `cursor` in this group (`base`: this
   // group's slab; the next group's at [rdi + next_offset]): `rows` rows `row_stride` bytes
@@ -798,7 +802,7 @@ class AttentionGenerator : public Generator {
     // Dim u relative to r13 (K row) / r14 (query).
     const auto dim_step = [&](int u) {
       if (split) {
-        vmovdqu32(zwork(1), ptr[r13 + u * row_bytes]);
+        load_words(zwork(1), ptr[r13 + u * row_bytes]);
         split_bf16_pairs(work(0), work(1), work(1));
       } else {
         for (int v = 0; v < nv_; ++v) {
@@ -840,12 +844,26 @@ class AttentionGenerator : public Generator {
   // The fp32 path widens bf16 words by parity (a dword holds elements 2i and 2i + 1: even =
   // word << 16, odd = word & 0xFFFF0000, two uops per 32 elements against two vpmovzxwd and
   // two shifts): the keys of a 32-key group in Q·Kᵀ (emit_qk_fp32), the dims of each whole
-  // 32-dim chunk in P·V (emit_pv_fp32). A bf16 cache at AVX-512.
+  // 32-dim chunk in P·V (emit_pv_fp32). A bf16 cache, or an fp8 one (any query dtype: its
+  // codes are decoded to bf16 words first, exactly, see load_words), at AVX-512.
   bool split_bf16_values() const {
-    return avx512() && !amx_ && !dpbf16_ && p_.dtype == DType::kBF16 &&
-           p_.kv == ir::KvCacheDtype::kAuto;
+    return avx512() && !amx_ && !dpbf16_ &&
+           (p_.dtype == DType::kBF16 || p_.kv != ir::KvCacheDtype::kAuto);
   }
   bool split_bf16_keys() const { return split_bf16_values() && nv_ == 2; }
+
+  // 32 cache elements at `addr` as bf16 words in `words` (for split_bf16_pairs): a bf16 row as
+  // it is, fp8 codes widened to words and decoded (decode_fp8_words: every e4m3 / e5m2 value is
+  // a bf16 value, subnormals, infinities and NaN included; ~12 uops per 32 codes against ~26
+  // for two vectors of fp8_decode). zwork(6), zwork(7), k1 and k2 are scratch.
+  void load_words(const Zmm& words, const Address& addr) {
+    if (p_.kv == ir::KvCacheDtype::kAuto) {
+      vmovdqu16(words, addr);
+      return;
+    }
+    vpmovzxbw(zwork(6), addr);
+    decode_fp8_words(words, zwork(6), zwork(7));
+  }
 
   // The softmax with the rows as lanes (emit_softmax_batched) serves every 32-key group at
   // AVX-512: the AMX path and the vec paths' (fp32 or bf16 probabilities); 16-key groups
@@ -1459,7 +1477,7 @@ class AttentionGenerator : public Generator {
       L(l_token);
       if (spread_prefetch()) prefetch_next_chunk(c0 * kv_esize_, n * kv_esize_);
       if (split) {
-        vmovdqu32(zwork(1), ptr[r13 + c0 * 2]);
+        load_words(zwork(1), ptr[r13 + c0 * kv_esize_]);
         split_bf16_pairs(work(0), work(1), work(1));
       } else {
         for (int c = 0; c < count; ++c) {

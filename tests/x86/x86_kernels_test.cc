@@ -239,7 +239,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-70", 0xa18c4ceff983a8d7ull};
+constexpr PinnedCode kAllExampleCode{"x86-71", 0xc4136fa471fe195ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -15,10 +15,12 @@
 //
 // Not served: block-sparse mode (supports() says so), a v2 partition size that is not a
 // multiple of 16.
+#include <emmintrin.h>
 #include <fmt/format.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -37,30 +39,35 @@ namespace jit::codegen::x86 {
 namespace {
 
 constexpr int64_t kHeadPad = 16;        // the tile kernel's head unit (vec16)
-constexpr int64_t kDefaultChunk = 256;  // keys per gathered chunk (v1)
+constexpr int64_t kDefaultChunk = 128;  // keys per gathered chunk (v1; the v2 maximum)
 
 int64_t align_up(int64_t v, int64_t a) {
   return (v + a - 1) / a * a;
 }
 
-// Keys per gathered chunk: 256 for v1; for v2 the largest of 256 .. 16 dividing the partition,
-// so chunks never straddle partitions. 0 when no such chunk exists.
+// Keys per gathered chunk: 128 for v1; for v2 the largest of 128 .. 16 dividing the partition,
+// so chunks never straddle partitions. 0 when no such chunk exists. 128 keys keep the slabs
+// (64 KiB of bf16 K+V at D = 128) in L2 between the gather and the kernel: v1 decode +7%
+// against 256 (bench_attention --benchmark_filter=paged, 1 thread).
 int64_t chunk_for(const ir::PagedAttentionParams& p) {
   if (p.partition_size == 0) return kDefaultChunk;
-  for (int64_t c = 256; c >= 16; c /= 2) {
+  for (int64_t c = kDefaultChunk; c >= 16; c /= 2) {
     if (p.partition_size % c == 0) return c;
   }
   return 0;
 }
 
-// The CPU-attention spec of the tile kernel that serves `spec` (paged_attention_v1/v2).
+// The CPU-attention spec of the tile kernel that serves `spec` (paged_attention_v1/v2): the
+// vec layout (32-key groups, the parity-split fp32 path and the batched softmax at AVX-512)
+// where the chunk is a multiple of 32, else vec16 (16-key groups).
 OpSpec inner_spec(const OpSpec& spec) {
   const auto& p = spec.get<ir::PagedAttentionParams>();
+  const int64_t chunk = chunk_for(p);
+  const ir::CpuAttnIsa layout = chunk % 32 == 0 ? ir::CpuAttnIsa::kVec : ir::CpuAttnIsa::kVec16;
   return OpSpec::make(
       OpKind::kCpuAttentionWithKvCache,
-      ir::CpuAttentionParams{ir::CpuAttnIsa::kVec16, p.dtype, align_up(p.head_size, kHeadPad),
-                             chunk_for(p), p.head_count_q, p.head_count_kv, true, false, p.alibi,
-                             false, false});
+      ir::CpuAttentionParams{layout, p.dtype, align_up(p.head_size, kHeadPad), chunk,
+                             p.head_count_q, p.head_count_kv, true, false, p.alibi, false, false});
 }
 
 float load_element(DType dtype, const void* base, int64_t i) {
@@ -76,6 +83,32 @@ void store_rounded(DType dtype, void* base, int64_t i, float v) {
     case DType::kBF16: static_cast<uint16_t*>(base)[i] = numeric::f32_to_bf16(v); break;
     case DType::kF16: static_cast<uint16_t*>(base)[i] = numeric::f32_to_f16(v); break;
     default: static_cast<float*>(base)[i] = v; break;
+  }
+}
+
+// An 8 x 8 tile of 16-bit elements transposed: dst row i, element j = src row j, element i
+// (rows `src_stride` / `dst_stride` elements apart). Three rounds of SSE2 unpacks (every
+// x86-64 CPU): pairs of rows interleaved by element, then by pairs, then by quads.
+void transpose8x8_u16(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride) {
+  __m128i r[8], a[8], b[8];
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + j * src_stride));
+  }
+  for (int j = 0; j < 8; j += 2) {  // a[j]: elements 0-3 of rows j, j+1; a[j+1]: elements 4-7
+    a[j] = _mm_unpacklo_epi16(r[j], r[j + 1]);
+    a[j + 1] = _mm_unpackhi_epi16(r[j], r[j + 1]);
+  }
+  for (int j = 0; j < 8; j += 4) {  // b[j + e/2]: elements e, e+1 of rows j..j+3
+    b[j] = _mm_unpacklo_epi32(a[j], a[j + 2]);
+    b[j + 1] = _mm_unpackhi_epi32(a[j], a[j + 2]);
+    b[j + 2] = _mm_unpacklo_epi32(a[j + 1], a[j + 3]);
+    b[j + 3] = _mm_unpackhi_epi32(a[j + 1], a[j + 3]);
+  }
+  for (int e = 0; e < 8; e += 2) {  // element e of rows 0..7, then element e + 1
+    __m128i* out = reinterpret_cast<__m128i*>(dst + e * dst_stride);
+    _mm_storeu_si128(out, _mm_unpacklo_epi64(b[e / 2], b[4 + e / 2]));
+    out = reinterpret_cast<__m128i*>(dst + (e + 1) * dst_stride);
+    _mm_storeu_si128(out, _mm_unpackhi_epi64(b[e / 2], b[4 + e / 2]));
   }
 }
 
@@ -126,13 +159,14 @@ class PagedAttentionExecutable final : public Executable {
     if (threads <= 0) threads = omp_get_max_threads();
     threads = int(std::clamp<int64_t>(int64_t(tasks.size()), 1, threads));
     const auto task_count = int64_t(tasks.size());
+    const Fp8Tables fp8_values = fp8_tables(args);
 #pragma omp parallel num_threads(threads)
     {
       Buffers buf(inner_.get<ir::CpuAttentionParams>(), p.head_count_q / p.head_count_kv);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t i = 0; i < task_count; ++i) {
         const Task& t = tasks[size_t(i)];
-        run_task(args, t.seq, t.kv_head, t.part, parts, buf);
+        run_task(args, t.seq, t.kv_head, t.part, parts, fp8_values, buf);
       }
     }
     finish(args, parts);
@@ -153,9 +187,39 @@ class PagedAttentionExecutable final : public Executable {
     std::vector<CpuAttnTileArgs> calls;        // one per pass (group / max_rows, rounded up)
   };
 
+  // fp8 caches: the slab value of every code, rnd_T(fp8 · scale) as T's bits (the float's for
+  // f32), made once per call, so the gather does one lookup per element instead of a decode,
+  // a multiply and a rounding.
+  struct Fp8Tables {
+    std::array<uint32_t, 256> k{}, v{};
+  };
+  Fp8Tables fp8_tables(const KernelArgs& args) const {
+    const auto& p = spec_.get<ir::PagedAttentionParams>();
+    Fp8Tables tables;
+    if (p.kv == ir::KvCacheDtype::kAuto) return tables;
+    const int first = spec_.op == OpKind::kPagedAttentionV2 ? 4 : 1;
+    const float k_scale = args.tensor(first + 6).data_as<const float>()[0];
+    const float v_scale = args.tensor(first + 7).data_as<const float>()[0];
+    const auto slab_bits = [&](uint8_t code, float scale) {
+      const float f = (p.kv == ir::KvCacheDtype::kFp8E5m2 ? numeric::fp8_e5m2_to_f32(code)
+                                                          : numeric::fp8_e4m3_to_f32(code)) *
+                      scale;
+      if (p.dtype == DType::kBF16) return uint32_t(numeric::f32_to_bf16(f));
+      if (p.dtype == DType::kF16) return uint32_t(numeric::f32_to_f16(f));
+      uint32_t bits = 0;
+      std::memcpy(&bits, &f, 4);
+      return bits;
+    };
+    for (int code = 0; code < 256; ++code) {
+      tables.k[size_t(code)] = slab_bits(uint8_t(code), k_scale);
+      tables.v[size_t(code)] = slab_bits(uint8_t(code), v_scale);
+    }
+    return tables;
+  }
+
   // Gathers keys [c0, c0 + n) of sequence s, KV head g into the vec-layout slabs of `buf`.
   void gather(const KernelArgs& args, int64_t s, int64_t g, int64_t c0, int64_t n,
-              Buffers& buf) const {
+              const Fp8Tables& fp8_values, Buffers& buf) const {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
     const int first = spec_.op == OpKind::kPagedAttentionV2 ? 4 : 1;
     const Tensor& key_cache = args.tensor(first + 1);
@@ -166,25 +230,59 @@ class PagedAttentionExecutable final : public Executable {
     const int64_t d = p.head_size;
     const int64_t dp = align_up(d, kHeadPad);
     const int64_t chunk = chunk_for(p);
-    const bool fp8 = p.kv != ir::KvCacheDtype::kAuto;
-    const float k_scale = fp8 ? args.tensor(first + 6).data_as<const float>()[0] : 1.0f;
-    const float v_scale = fp8 ? args.tensor(first + 7).data_as<const float>()[0] : 1.0f;
-    const auto decode = [&](uint8_t code, float scale) {
-      const float f = p.kv == ir::KvCacheDtype::kFp8E5m2 ? numeric::fp8_e5m2_to_f32(code)
-                                                         : numeric::fp8_e4m3_to_f32(code);
-      return f * scale;
-    };
     const int64_t width = tables.size(1);
-    // Walk the chunk block by block; inside a block, read the source contiguously (K: a
-    // [bs, x] run per group of x dims; V: a [bs] run per dim) and scatter into the slabs.
-    // `convert` maps one cache element (by index) to the slab's element type.
-    const auto walk = [&](auto* k_dst, auto* v_dst, auto convert_k, auto convert_v) {
+    // Walk the chunk block by block: `block_runs(j0, t0, count, base)` for each block's run of
+    // `count` tokens from slot t0 (chunk position j0, cache element offset `base` of the block
+    // and head).
+    const auto for_each_run = [&](auto block_runs) {
       for (int64_t j0 = 0; j0 < n;) {
         const int64_t token = c0 + j0;
         const int64_t t0 = token % bs;
         const int64_t count = std::min(bs - t0, n - j0);
         const int64_t block = load_i32(tables, s * width + token / bs);
-        const int64_t base = block * key_cache.stride(0) + g * key_cache.stride(1);
+        block_runs(j0, t0, count, block * key_cache.stride(0) + g * key_cache.stride(1));
+        j0 += count;
+      }
+    };
+    if (p.kv == ir::KvCacheDtype::kAuto && dtype_size(p.dtype) == 2) {
+      // 16-bit elements copied by 8 x 8 transposes: a K run [bs, x = 8] of a group of 8 dims
+      // into those dim rows, 8 V dim rows of 8 tokens into the token rows; tails element-wise.
+      const auto* k_src = static_cast<const uint16_t*>(key_cache.data());
+      const auto* v_src = static_cast<const uint16_t*>(value_cache.data());
+      auto* k_dst = reinterpret_cast<uint16_t*>(buf.k.data());
+      auto* v_dst = reinterpret_cast<uint16_t*>(buf.v.data());
+      for_each_run([&](int64_t j0, int64_t t0, int64_t count, int64_t base) {
+        for (int64_t e0 = 0; e0 < d; e0 += x) {
+          const uint16_t* run = k_src + base + (e0 / x) * bs * x + t0 * x;
+          uint16_t* rows = k_dst + e0 * chunk + j0;
+          int64_t t = 0;
+          for (; t + 8 <= count; t += 8) transpose8x8_u16(run + t * x, x, rows + t, chunk);
+          for (; t < count; ++t) {
+            for (int64_t i = 0; i < x; ++i) rows[i * chunk + t] = run[t * x + i];
+          }
+        }
+        int64_t e0 = 0;
+        for (; e0 + 8 <= d; e0 += 8) {
+          const uint16_t* dims = v_src + base + e0 * bs + t0;
+          uint16_t* tokens = v_dst + j0 * dp + e0;
+          int64_t t = 0;
+          for (; t + 8 <= count; t += 8) transpose8x8_u16(dims + t, bs, tokens + t * dp, dp);
+          for (; t < count; ++t) {
+            for (int64_t i = 0; i < 8; ++i) tokens[t * dp + i] = dims[i * bs + t];
+          }
+        }
+        for (; e0 < d; ++e0) {
+          for (int64_t t = 0; t < count; ++t)
+            v_dst[(j0 + t) * dp + e0] = v_src[base + e0 * bs + t0 + t];
+        }
+      });
+      return;
+    }
+    // Element by element: K a [bs, x] run per group of x dims, V a [bs] run per dim, read
+    // contiguously and scattered into the slabs. `convert` maps one cache element (by index)
+    // to the slab's element type.
+    const auto walk = [&](auto* k_dst, auto* v_dst, auto convert_k, auto convert_v) {
+      for_each_run([&](int64_t j0, int64_t t0, int64_t count, int64_t base) {
         for (int64_t e0 = 0; e0 < d; e0 += x) {
           const int64_t run = base + (e0 / x) * bs * x;
           for (int64_t t = 0; t < count; ++t) {
@@ -197,22 +295,13 @@ class PagedAttentionExecutable final : public Executable {
           const int64_t run = base + e * bs + t0;
           for (int64_t t = 0; t < count; ++t) v_dst[(j0 + t) * dp + e] = convert_v(run + t);
         }
-        j0 += count;
-      }
+      });
     };
-    if (fp8) {
+    if (p.kv != ir::KvCacheDtype::kAuto) {
       const auto* k_src = static_cast<const uint8_t*>(key_cache.data());
       const auto* v_src = static_cast<const uint8_t*>(value_cache.data());
-      // rnd_T(fp8 · scale), stored as T's bits (or the float for f32).
-      const auto to_t = [&](float v) {
-        if (p.dtype == DType::kBF16) return uint32_t(numeric::f32_to_bf16(v));
-        if (p.dtype == DType::kF16) return uint32_t(numeric::f32_to_f16(v));
-        uint32_t bits = 0;
-        std::memcpy(&bits, &v, 4);
-        return bits;
-      };
-      const auto k_of = [&](int64_t i) { return to_t(decode(k_src[i], k_scale)); };
-      const auto v_of = [&](int64_t i) { return to_t(decode(v_src[i], v_scale)); };
+      const auto k_of = [&](int64_t i) { return fp8_values.k[k_src[i]]; };
+      const auto v_of = [&](int64_t i) { return fp8_values.v[v_src[i]]; };
       if (p.dtype == DType::kF32) {
         walk(reinterpret_cast<uint32_t*>(buf.k.data()), reinterpret_cast<uint32_t*>(buf.v.data()),
              k_of, v_of);
@@ -222,23 +311,17 @@ class PagedAttentionExecutable final : public Executable {
             [&](int64_t i) { return uint16_t(k_of(i)); },
             [&](int64_t i) { return uint16_t(v_of(i)); });
       }
-    } else if (p.dtype == DType::kF32) {
+    } else {
       const auto* k_src = static_cast<const uint32_t*>(key_cache.data());
       const auto* v_src = static_cast<const uint32_t*>(value_cache.data());
       walk(
           reinterpret_cast<uint32_t*>(buf.k.data()), reinterpret_cast<uint32_t*>(buf.v.data()),
           [&](int64_t i) { return k_src[i]; }, [&](int64_t i) { return v_src[i]; });
-    } else {
-      const auto* k_src = static_cast<const uint16_t*>(key_cache.data());
-      const auto* v_src = static_cast<const uint16_t*>(value_cache.data());
-      walk(
-          reinterpret_cast<uint16_t*>(buf.k.data()), reinterpret_cast<uint16_t*>(buf.v.data()),
-          [&](int64_t i) { return k_src[i]; }, [&](int64_t i) { return v_src[i]; });
     }
   }
 
   void run_task(const KernelArgs& args, int64_t s, int64_t g, int64_t part, int64_t parts,
-                Buffers& buf) const {
+                const Fp8Tables& fp8_values, Buffers& buf) const {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
     const bool v2 = spec_.op == OpKind::kPagedAttentionV2;
     const int first = v2 ? 4 : 1;
@@ -291,7 +374,7 @@ class PagedAttentionExecutable final : public Executable {
     const auto fn = reinterpret_cast<KernelFn>(const_cast<void*>(code_));
     for (int64_t c0 = t0; c0 < t1; c0 += chunk) {
       const int64_t n = std::min(chunk, t1 - c0);
-      gather(args, s, g, c0, n, buf);
+      gather(args, s, g, c0, n, fp8_values, buf);
       for (int64_t ps = 0; ps < passes; ++ps) {
         CpuAttnTileArgs& c = buf.calls[size_t(ps)];
         c.kv_begin = 0;

@@ -838,6 +838,22 @@ TEST_P(X86AttentionTest, PagedDtypesFp8GqaAlibi) {
         6);
 }
 
+// The gather from the legacy layout: 16-bit caches by 8 x 8 transposes, with chunks that start
+// inside a block (128-key chunks over blocks of 256: runs from slot 128) and 16-key chunks (a
+// partition of 144 = 16 · 9, no multiple of 32: the vec16 tile kernel), and fp8 by the per-call
+// value tables at both.
+TEST_P(X86AttentionTest, PagedChunksInsideBlocks) {
+  for (auto [block, partition] : {std::pair<int64_t, int64_t>{256, 256}, {16, 144}}) {
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      check(paged_spec(true, dtype, ir::KvCacheDtype::kAuto, 72, block, 8, 2, false, partition),
+            GetParam(), 6);
+    }
+    check(paged_spec(true, DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, block, 8, 2, true,
+                     partition),
+          GetParam(), 6);
+  }
+}
+
 // ---- The dpbf16 config knob (vdpbf16ps or the fp32 path for bf16 at AVX512_BF16) -----------
 
 // Both arithmetic paths match the ref (GQA 8 at D 128, a head size with a tail, an odd one,

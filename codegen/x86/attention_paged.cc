@@ -15,8 +15,8 @@
 //
 // Not served: block-sparse mode (supports() says so), a v2 partition size that is not a
 // multiple of 16.
-#include <emmintrin.h>
 #include <fmt/format.h>
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -112,6 +112,83 @@ void transpose8x8_u16(const uint16_t* src, int64_t src_stride, uint16_t* dst, in
   }
 }
 
+// The same copies 16 tokens at a time with AVX-512 word and qword permutes (the gather runs
+// these where the target has AVX-512: two permutes per 64 elements against three rounds of
+// unpacks per 64 in the SSE2 tile).
+//
+// A key run [16 tokens][8 dims] (256 contiguous bytes) into 8 dim rows of 16 tokens. in[j]
+// holds tokens 4j .. 4j + 3 (word 8·(t % 4) + dim); a word permute of (in0:in1) / (in2:in3)
+// gathers dims 0-3 / 4-7 of tokens 0-7 / 8-15 (word w: dim w / 8, token w % 8, index
+// 8·token + dim); a qword permute interleaves the 16-byte lanes of tokens 0-7 and 8-15 into a
+// dim pair's two rows.
+alignas(64) constexpr uint16_t kKeyDimsLow[32] = {0,  8,  16, 24, 32, 40, 48, 56, 1,  9,  17,
+                                                  25, 33, 41, 49, 57, 2,  10, 18, 26, 34, 42,
+                                                  50, 58, 3,  11, 19, 27, 35, 43, 51, 59};
+alignas(64) constexpr uint16_t kKeyDimsHigh[32] = {4,  12, 20, 28, 36, 44, 52, 60, 5,  13, 21,
+                                                   29, 37, 45, 53, 61, 6,  14, 22, 30, 38, 46,
+                                                   54, 62, 7,  15, 23, 31, 39, 47, 55, 63};
+
+__attribute__((target("avx512f,avx512bw"))) void transpose_key_run16(const uint16_t* run,
+                                                                     uint16_t* dst,
+                                                                     int64_t dst_stride) {
+  const __m512i in0 = _mm512_loadu_si512(run), in1 = _mm512_loadu_si512(run + 32);
+  const __m512i in2 = _mm512_loadu_si512(run + 64), in3 = _mm512_loadu_si512(run + 96);
+  const __m512i low = _mm512_load_si512(kKeyDimsLow), high = _mm512_load_si512(kKeyDimsHigh);
+  const __m512i a_low = _mm512_permutex2var_epi16(in0, low, in1);    // dims 0-3, tokens 0-7
+  const __m512i a_high = _mm512_permutex2var_epi16(in0, high, in1);  // dims 4-7, tokens 0-7
+  const __m512i b_low = _mm512_permutex2var_epi16(in2, low, in3);    // dims 0-3, tokens 8-15
+  const __m512i b_high = _mm512_permutex2var_epi16(in2, high, in3);  // dims 4-7, tokens 8-15
+  const __m512i pair0 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+  const __m512i pair1 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+  const __m512i pairs[4] = {_mm512_permutex2var_epi64(a_low, pair0, b_low),
+                            _mm512_permutex2var_epi64(a_low, pair1, b_low),
+                            _mm512_permutex2var_epi64(a_high, pair0, b_high),
+                            _mm512_permutex2var_epi64(a_high, pair1, b_high)};
+  for (int k = 0; k < 4; ++k) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * k * dst_stride),
+                        _mm512_castsi512_si256(pairs[k]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (2 * k + 1) * dst_stride),
+                        _mm512_extracti64x4_epi64(pairs[k], 1));
+  }
+}
+
+// 8 value dim rows of 16 tokens (src_stride elements apart) into 16 token rows of 8 dims. in[j]
+// holds dims 2j and 2j + 1 (16-byte lanes: tokens 0-7 and 8-15 of each); a qword permute
+// gathers dims 0-3 / 4-7 of tokens 0-7 / 8-15 (word 8·dim + token), and a word permute of
+// (a:a4) / (b:b4) makes 4 token rows (word w: token w / 8 of the 4, dim w % 8, index
+// 32·(dim / 4) + 8·(dim % 4) + token): the key tables again.
+__attribute__((target("avx512f,avx512bw"))) void transpose_value_dims8(const uint16_t* src,
+                                                                       int64_t src_stride,
+                                                                       uint16_t* dst,
+                                                                       int64_t dst_stride) {
+  __m512i in[4];
+  for (int j = 0; j < 4; ++j) {
+    const auto* lo = reinterpret_cast<const __m256i*>(src + 2 * j * src_stride);
+    const auto* hi = reinterpret_cast<const __m256i*>(src + (2 * j + 1) * src_stride);
+    in[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(lo)),
+                               _mm256_loadu_si256(hi), 1);
+  }
+  const __m512i first = _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13);     // tokens 0-7
+  const __m512i second = _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15);  // tokens 8-15
+  const __m512i a = _mm512_permutex2var_epi64(in[0], first, in[1]);
+  const __m512i b = _mm512_permutex2var_epi64(in[0], second, in[1]);
+  const __m512i a4 = _mm512_permutex2var_epi64(in[2], first, in[3]);
+  const __m512i b4 = _mm512_permutex2var_epi64(in[2], second, in[3]);
+  const __m512i rows0 = _mm512_load_si512(kKeyDimsLow), rows1 = _mm512_load_si512(kKeyDimsHigh);
+  const __m512i quads[4] = {
+      _mm512_permutex2var_epi16(a, rows0, a4), _mm512_permutex2var_epi16(a, rows1, a4),
+      _mm512_permutex2var_epi16(b, rows0, b4), _mm512_permutex2var_epi16(b, rows1, b4)};
+  for (int q = 0; q < 4; ++q) {
+    const auto row = [&](int k) {
+      return reinterpret_cast<__m128i*>(dst + (4 * q + k) * dst_stride);
+    };
+    _mm_storeu_si128(row(0), _mm512_castsi512_si128(quads[q]));
+    _mm_storeu_si128(row(1), _mm512_extracti32x4_epi32(quads[q], 1));
+    _mm_storeu_si128(row(2), _mm512_extracti32x4_epi32(quads[q], 2));
+    _mm_storeu_si128(row(3), _mm512_extracti32x4_epi32(quads[q], 3));
+  }
+}
+
 int64_t load_i32(const Tensor& t, int64_t i) {
   return t.data_as<const int32_t>()[i];
 }
@@ -125,6 +202,7 @@ class PagedAttentionExecutable final : public Executable {
         code_(code),
         size_(size),
         dpbf16_(attention_uses_dpbf16(inner_, config_, isa)),
+        avx512_(isa >= X86Isa::kAvx512),
         max_rows_(attention_max_rows(inner_, isa)) {}
 
   const void* code_address() const override { return code_; }
@@ -245,8 +323,9 @@ class PagedAttentionExecutable final : public Executable {
       }
     };
     if (p.kv == ir::KvCacheDtype::kAuto && dtype_size(p.dtype) == 2) {
-      // 16-bit elements copied by 8 x 8 transposes: a K run [bs, x = 8] of a group of 8 dims
-      // into those dim rows, 8 V dim rows of 8 tokens into the token rows; tails element-wise.
+      // 16-bit elements copied by transposes of 16 tokens (AVX-512) or 8 (SSE2): a K run
+      // [bs, x = 8] of a group of 8 dims into those dim rows, 8 V dim rows into the token
+      // rows; tails element-wise.
       const auto* k_src = static_cast<const uint16_t*>(key_cache.data());
       const auto* v_src = static_cast<const uint16_t*>(value_cache.data());
       auto* k_dst = reinterpret_cast<uint16_t*>(buf.k.data());
@@ -256,6 +335,9 @@ class PagedAttentionExecutable final : public Executable {
           const uint16_t* run = k_src + base + (e0 / x) * bs * x + t0 * x;
           uint16_t* rows = k_dst + e0 * chunk + j0;
           int64_t t = 0;
+          if (avx512_) {
+            for (; t + 16 <= count; t += 16) transpose_key_run16(run + t * x, rows + t, chunk);
+          }
           for (; t + 8 <= count; t += 8) transpose8x8_u16(run + t * x, x, rows + t, chunk);
           for (; t < count; ++t) {
             for (int64_t i = 0; i < x; ++i) rows[i * chunk + t] = run[t * x + i];
@@ -266,6 +348,11 @@ class PagedAttentionExecutable final : public Executable {
           const uint16_t* dims = v_src + base + e0 * bs + t0;
           uint16_t* tokens = v_dst + j0 * dp + e0;
           int64_t t = 0;
+          if (avx512_) {
+            for (; t + 16 <= count; t += 16) {
+              transpose_value_dims8(dims + t, bs, tokens + t * dp, dp);
+            }
+          }
           for (; t + 8 <= count; t += 8) transpose8x8_u16(dims + t, bs, tokens + t * dp, dp);
           for (; t < count; ++t) {
             for (int64_t i = 0; i < 8; ++i) tokens[t * dp + i] = dims[i * bs + t];
@@ -453,6 +540,7 @@ class PagedAttentionExecutable final : public Executable {
   const void* code_;
   size_t size_;
   bool dpbf16_;
+  bool avx512_;  // the gather's 16-token transposes
   int max_rows_;
 };
 

@@ -25,11 +25,16 @@
 //     pair (p[t], p[t+1]) rounded to bf16 (vcvtneps2bf16) and broadcast. As in vLLM's AMX
 //     path, probabilities are bf16 in P·V while l sums the fp32 values. An odd last key is
 //     paired with a zero row, so no V row past kv_end is ever read.
-//   fp32 (f32/f16 always, bf16 without AVX512_BF16, every dtype at AVX2, every fp8 cache): K
-//     and V widened to fp32 on load, FMA with the broadcast fp32 query / probability. An fp8
-//     cache (kv=fp8_e4m3/fp8_e5m2, spec §3.6) holds one byte per element: the load decodes the
-//     codes exactly (Generator::fp8_decode) and the runner folds the scales in, k_scale into
-//     the logit scale and v_scale into the final 1/l.
+//   fp32 (f32/f16 always, bf16 where dpbf16 is 0 or AVX512_BF16 is absent, every dtype at
+//     AVX2, fp8 caches by default): K and V widened to fp32 on load, FMA with the broadcast
+//     fp32 query / probability. An fp8 cache (kv=fp8_e4m3/fp8_e5m2, spec §3.6) holds one byte
+//     per element: the load decodes the codes exactly (Generator::fp8_decode, or to bf16 words
+//     by decode_fp8_words) and the runner folds the scales in, k_scale into the logit scale and
+//     v_scale into the final 1/l. At AVX-512, bf16 words (a bf16 cache's, or decoded fp8) are
+//     widened 32 at a time by parity (parity_split): even elements word << 16, odd ones
+//     word & 0xFFFF0000, so Q·Kᵀ's logits come out even keys / odd keys (reordered when
+//     stored) and P·V's accumulators hold each 32-dim chunk as even / odd dims (reordered once
+//     at the call's entry and exit).
 //   amx (isa=amx cache layout, AMX-BF16): the same steps on tiles. The amx K slab is the B-tile
 //     layout of Q·Kᵀ (16 dim pairs x 16 keys x 2 per 1024-byte tile) and the amx V slab the
 //     B-tile layout of P·V (16 key pairs x 16 dims x 2), so no interleaving is needed:
@@ -140,7 +145,7 @@ class AttentionGenerator : public Generator {
     } else if (amx_) {
       ldtilecfg(tile_config(rows));
     }
-    if (split_bf16_values()) call(l_acc_to_split_);
+    if (parity_split()) call(l_acc_to_split_);
     mov(r10, ptr[ARG(kv_begin)]);
     mov(r11, ptr[ARG(first_block)]);
     mov(r12, ptr[ARG(first_offset)]);
@@ -204,7 +209,7 @@ class AttentionGenerator : public Generator {
     L(l_same_block);
     jmp(l_group, T_NEAR);
     L(l_end);
-    if (split_bf16_values()) call(l_acc_to_natural_);
+    if (parity_split()) call(l_acc_to_natural_);
     if (emulate_) {
       add(rsp, kEmuFrame);
     } else if (amx_) {
@@ -462,7 +467,7 @@ class AttentionGenerator : public Generator {
         emit_softmax_batched();
         ret();
       }
-      if (split_bf16_values()) {
+      if (parity_split()) {
         L(l_acc_to_split_);
         emit_reorder_acc(/*to_split=*/true);
         ret();
@@ -598,11 +603,11 @@ class AttentionGenerator : public Generator {
   // 9.6-9.7 -> 9.9-10.4; decode/kiln_vec_fma (fp32 path) 6.4-6.7 -> 8.6-9.6 / 12.5-14.8 ->
   // 16.8-21.1, in the caches 12.8-13.1 -> 13.8-14.0. Not for fp8 caches on the old fp32 path
   // (bound by the decode: mixed, -10 to +10%); since the codes are decoded as bf16 words
-  // (split_bf16_values, x86-71) it serves them too: kiln_vec_fp8_e4m3 at >= 128 MiB of KV
+  // (parity_split, x86-71) it serves them too: kiln_vec_fp8_e4m3 at >= 128 MiB of KV
   // 3.8-4.5 -> 4.7-5.0 GB/s on 1 thread, in the caches level. (All 256 lines at the group start
   // instead: -13-15% in the caches.)
   bool spread_prefetch() const {
-    return !amx_ && (p_.kv == ir::KvCacheDtype::kAuto || split_bf16_values());
+    return !amx_ && (p_.kv == ir::KvCacheDtype::kAuto || parity_split());
   }
 
   // prefetcht0 of the next group's lines at the place of `cursor` in this group (`base`: this
@@ -787,10 +792,11 @@ class AttentionGenerator : public Generator {
     const int64_t d = p_.head_size;
     const int64_t row_bytes = int64_t(p_.block_size) * kv_esize_;
     constexpr int kUnroll = 4;  // dims per loop step; the D % 4 rest follows the loop
-    // bf16 keys of a 32-key group: one 64-byte row load per dim, widened by parity (even keys
-    // word << 16, odd keys word & 0xFFFF0000: two uops, against two vpmovzxwd and two shifts),
-    // so the logits come out split by parity and store_logits puts them in order.
-    const bool split = split_bf16_keys();
+    // bf16 words of a 32-key group (a bf16 row, or fp8 codes decoded to words): one row load
+    // per dim, widened by parity (even keys word << 16, odd keys word & 0xFFFF0000: two uops,
+    // against two vpmovzxwd and two shifts), so the logits come out split by parity and
+    // store_logits puts them in order.
+    const bool split = parity_split_keys();
     for (int k = 0; k < rows * nv_; ++k) uni_vpxor(acc_reg(k), acc_reg(k), acc_reg(k));
     if (split) {
       const uint32_t high_half = 0xFFFF0000;
@@ -846,11 +852,11 @@ class AttentionGenerator : public Generator {
   // two shifts): the keys of a 32-key group in Q·Kᵀ (emit_qk_fp32), the dims of each whole
   // 32-dim chunk in P·V (emit_pv_fp32). A bf16 cache, or an fp8 one (any query dtype: its
   // codes are decoded to bf16 words first, exactly, see load_words), at AVX-512.
-  bool split_bf16_values() const {
+  bool parity_split() const {
     return avx512() && !amx_ && !dpbf16_ &&
            (p_.dtype == DType::kBF16 || p_.kv != ir::KvCacheDtype::kAuto);
   }
-  bool split_bf16_keys() const { return split_bf16_values() && nv_ == 2; }
+  bool parity_split_keys() const { return parity_split() && nv_ == 2; }
 
   // 32 cache elements at `addr` as bf16 words in `words` (for split_bf16_pairs): a bf16 row as
   // it is, fp8 codes widened to words and decoded (decode_fp8_words: every e4m3 / e5m2 value is
@@ -884,7 +890,7 @@ class AttentionGenerator : public Generator {
   }
 
   // The call's accumulator rows, whole 32-dim chunks in place between their natural order and
-  // the split order P·V accumulates in (split_bf16_values): once per call each way, so the
+  // the split order P·V accumulates in (parity_split): once per call each way, so the
   // state between calls (the runner's merges and output) keeps the natural order. A dims
   // tail (D % 32) stays in order. rsi, rax, rcx and zwork(0..4) are scratch.
   void emit_reorder_acc(bool to_split) {
@@ -1461,9 +1467,9 @@ class AttentionGenerator : public Generator {
       const int count = (n + lanes() - 1) / lanes();
       const int tail = n - (count - 1) * lanes();  // dims in the last vector
       if (tail < lanes()) set_dim_tail(tail);
-      // A whole 32-dim chunk of bf16 values: split by parity (its accumulators too, see
-      // emit_reorder_acc), the high-half mask pinned in work(4).
-      const bool split = split_bf16_values() && n == 32;
+      // A whole 32-dim chunk of bf16 words (parity_split): widened by parity, its accumulators
+      // split the same way (emit_reorder_acc), the high-half mask pinned in work(4).
+      const bool split = parity_split() && n == 32;
       load_scaled_acc(rows, c0, count, tail);
       if (split) {
         const uint32_t high_half = 0xFFFF0000;

@@ -57,17 +57,16 @@ int64_t chunk_for(const ir::PagedAttentionParams& p) {
   return 0;
 }
 
-// The CPU-attention spec of the tile kernel that serves `spec` (paged_attention_v1/v2): the
-// vec layout (32-key groups, the parity-split fp32 path and the batched softmax at AVX-512)
-// where the chunk is a multiple of 32, else vec16 (16-key groups).
+// The CPU-attention spec of the tile kernel that serves `spec` (paged_attention_v1/v2). Its
+// chunks are the kernel's blocks: at 128 keys (a multiple of 32) the kernel walks 32-key
+// groups at AVX-512, with the fp32 path's parity widening and the batched softmax.
 OpSpec inner_spec(const OpSpec& spec) {
   const auto& p = spec.get<ir::PagedAttentionParams>();
-  const int64_t chunk = chunk_for(p);
-  const ir::CpuAttnIsa layout = chunk % 32 == 0 ? ir::CpuAttnIsa::kVec : ir::CpuAttnIsa::kVec16;
   return OpSpec::make(
       OpKind::kCpuAttentionWithKvCache,
-      ir::CpuAttentionParams{layout, p.dtype, align_up(p.head_size, kHeadPad), chunk,
-                             p.head_count_q, p.head_count_kv, true, false, p.alibi, false, false});
+      ir::CpuAttentionParams{ir::CpuAttnIsa::kVec16, p.dtype, align_up(p.head_size, kHeadPad),
+                             chunk_for(p), p.head_count_q, p.head_count_kv, true, false, p.alibi,
+                             false, false});
 }
 
 float load_element(DType dtype, const void* base, int64_t i) {

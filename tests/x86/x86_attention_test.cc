@@ -840,8 +840,8 @@ TEST_P(X86AttentionTest, PagedDtypesFp8GqaAlibi) {
 
 // The gather from the legacy layout: 16-bit caches by 8 x 8 transposes, with chunks that start
 // inside a block (128-key chunks over blocks of 256: runs from slot 128) and 16-key chunks (a
-// partition of 144 = 16 · 9, no multiple of 32: the vec16 tile kernel), and fp8 by the per-call
-// value tables at both.
+// partition of 144 = 16 · 9, no multiple of 32: 16-key groups in the tile kernel), and fp8 by the
+// per-call value tables at both.
 TEST_P(X86AttentionTest, PagedChunksInsideBlocks) {
   for (auto [block, partition] : {std::pair<int64_t, int64_t>{256, 256}, {16, 144}}) {
     for (DType dtype : {DType::kBF16, DType::kF16}) {

@@ -1079,7 +1079,9 @@ class AttentionGenerator : public Generator {
   // Uses rax, rcx, rdx, rsi, zmm0..12, zmm16..31, k3, k4, k6.
   void emit_softmax_batched() {
     const int prob_offset = max_rows_ * kGroupMax * 4;
-    const int m_tmp = prob_offset + kMaxAttnRows * kGroupMax * 2;  // unused half of P region
+    // Past the probabilities: bf16 rows of up to 16 (AMX) or fp32 rows of up to 8 (vec).
+    static_assert(kMaxAttnRowsVec * kGroupMax * 4 <= kMaxAttnRows * kGroupMax * 2);
+    const int m_tmp = prob_offset + kMaxAttnRows * kGroupMax * 2;
     const Zmm jv[2] = {zmm6, zmm7};
     const Zmm ninf = zmm12;
     mov(rsi, ptr[ARG(scratch)]);

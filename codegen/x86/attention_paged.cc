@@ -342,8 +342,8 @@ class PagedAttentionExecutable final : public Executable {
             for (int64_t i = 0; i < x; ++i) rows[i * chunk + t] = run[t * x + i];
           }
         }
-        int64_t e0 = 0;
-        for (; e0 + 8 <= d; e0 += 8) {
+        // The IR keeps d a multiple of x = 8 (the legacy key layout's unit).
+        for (int64_t e0 = 0; e0 < d; e0 += x) {
           const uint16_t* dims = v_src + base + e0 * bs + t0;
           uint16_t* tokens = v_dst + j0 * dp + e0;
           int64_t t = 0;
@@ -354,12 +354,8 @@ class PagedAttentionExecutable final : public Executable {
           }
           for (; t + 8 <= count; t += 8) transpose8x8_u16(dims + t, bs, tokens + t * dp, dp);
           for (; t < count; ++t) {
-            for (int64_t i = 0; i < 8; ++i) tokens[t * dp + i] = dims[i * bs + t];
+            for (int64_t i = 0; i < x; ++i) tokens[t * dp + i] = dims[i * bs + t];
           }
-        }
-        for (; e0 < d; ++e0) {
-          for (int64_t t = 0; t < count; ++t)
-            v_dst[(j0 + t) * dp + e0] = v_src[base + e0 * bs + t0 + t];
         }
       });
       return;

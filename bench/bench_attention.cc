@@ -787,14 +787,18 @@ int main(int argc, char** argv) {
         "{:.1f} GFLOP/s (best of 5 each), copy {:.1f} GB/s at 64 MB moved (best of 7)\n",
         threads, dpbf16_peak_gflops(threads), fma_peak_gflops(threads), copy_gbps_cpu(threads));
     // Decode with GQA 8 is an 8 x T by T x D product per KV head for Q·Kᵀ and for P·V: 8 query
-    // rows x 2 flops per KV element of 2 bytes = 8 flops per KV byte, so a vdpbf16ps path
-    // (kiln_vec) cannot read KV faster than peak / 8 even with free interleaving; the AMX
+    // rows x 2 flops per KV element of 2 bytes = 8 flops per KV byte, so the vdpbf16ps path
+    // (kiln_vec_dot) cannot read KV faster than its peak / 8 even with free interleaving, nor
+    // the fp32 path (kiln_vec_fma) faster than the FMA peak / 8 with free widening; the AMX
     // tiles (tdpbf16ps) are not bound there.
-    fmt::print(
-        "  decode compute bound of the vdpbf16ps path (GQA 8: 8 flops per KV byte): {:.1f} GB/s "
-        "= {:.0f}% of that copy\n",
-        dpbf16_peak_gflops(threads) / 8.0,
-        100.0 * dpbf16_peak_gflops(threads) / 8.0 / copy_gbps_cpu(threads));
+    for (const auto& [path, peak] :
+         {std::pair<const char*, double>{"vdpbf16ps", dpbf16_peak_gflops(threads)},
+          {"fp32 (vfmadd231ps)", fma_peak_gflops(threads)}}) {
+      fmt::print(
+          "  decode compute bound of the {} path (GQA 8: 8 flops per KV byte): {:.1f} GB/s "
+          "= {:.0f}% of that copy\n",
+          path, peak / 8.0, 100.0 * peak / 8.0 / copy_gbps_cpu(threads));
+    }
   }
   register_all();
   register_paged();

@@ -1083,7 +1083,13 @@ TEST(X86AttentionAmx, RejectedWithoutAmx) {
       << kernel.status().to_string();
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, X86AttentionTest, ::testing::ValuesIn(test::isa_paths()),
+// The levels whose code differs: AVX2, AVX-512, AVX512_BF16 (vdpbf16ps, the bf16 default
+// there) and AVX512_FP16 (Sapphire Rapids and later: the fp32 path the bf16 default, fp8 codes
+// decoded by VBMI table lookups).
+INSTANTIATE_TEST_SUITE_P(Isa, X86AttentionTest,
+                         ::testing::ValuesIn(test::isa_paths({X86Isa::kAvx2, X86Isa::kAvx512,
+                                                              X86Isa::kAvx512Bf16,
+                                                              X86Isa::kAvx512Fp16})),
                          [](const auto& info) { return std::string(x86_isa_name(info.param)); });
 
 }  // namespace

@@ -508,18 +508,32 @@ class AttentionGenerator : public Generator {
   // ARG(next_k), ARG(next_v): the slabs of the group after this one (r10 = j0, r11 = block
   // column, r12 = offset in the block, r8/r9 = this group's slabs), or this group's when it is
   // the call's last (nothing past kv_end is fetched, and the block table entry past the
-  // sequence is never read). Then the stream kick of the groups `kick_from`.. ahead. Uses rax,
-  // rcx, rdx.
+  // sequence is never read); with spread_prefetch also ARG(next2_k), ARG(next2_v), the group
+  // after that (or the last one there is, the same way). Then the stream kick of the groups
+  // `kick_from`.. ahead. Uses rax, rcx, rdx.
   void emit_next_group(int kick_from) {
     Label l_last, l_done;
     emit_group_slabs(group_, l_last);
     mov(ptr[ARG(next_k)], rcx);
     mov(ptr[ARG(next_v)], rax);
+    if (spread_prefetch()) {
+      Label l_no_second;
+      mov(ptr[ARG(next2_k)], rcx);
+      mov(ptr[ARG(next2_v)], rax);
+      emit_group_slabs(2 * group_, l_no_second);
+      mov(ptr[ARG(next2_k)], rcx);
+      mov(ptr[ARG(next2_v)], rax);
+      L(l_no_second);
+    }
     emit_stream_kick(kick_from);
     jmp(l_done, T_NEAR);
     L(l_last);
     mov(ptr[ARG(next_k)], r8);
     mov(ptr[ARG(next_v)], r9);
+    if (spread_prefetch()) {
+      mov(ptr[ARG(next2_k)], r8);
+      mov(ptr[ARG(next2_v)], r9);
+    }
     L(l_done);
   }
 
@@ -611,16 +625,38 @@ class AttentionGenerator : public Generator {
     return !amx_ && (p_.kv == ir::KvCacheDtype::kAuto || parity_split());
   }
 
+  // Each prefetch of the next group's lines is followed by one of the same lines two groups
+  // ahead into L2 (prefetcht2: ARG(next2_k), ARG(next2_v)), so the DRAM reads of a random
+  // block start a whole group earlier than the L1 prefetch of the next group alone:
+  // bench_attention decode/kiln_vec (A/B, two runs each) with 512 MiB of KV (batch 32, context
+  // 8192) 9.9-10.4 -> 10.8-11.5 GB/s on 1 thread, 20.2-20.7 -> 22.6 on 2; with the KV in L3
+  // level to 6% slower (the extra prefetches' issue). Taken: a model's other layers do not
+  // leave a layer's KV in the caches between its decode steps. Fetching two groups ahead into
+  // L1 instead (prefetcht0) lost in both; kicking 8 groups ahead instead of 4 changed nothing.
+
   // prefetcht0 of the next group's lines at the place of `cursor` in this group (`base`: this
-  // group's slab; the next group's at [rdi + next_offset]): `rows` rows `row_stride` bytes
-  // apart from cursor - base + next, `lines_per_row` lines each. Uses rdx.
+  // group's slab; the next group's at [rdi + next_offset]), then prefetcht2 of the same lines
+  // two groups ahead (at [rdi + next2_offset]): `rows` rows `row_stride` bytes apart from
+  // cursor - base + next, `lines_per_row` lines each. Uses rdx.
   void prefetch_next_alongside(const Reg64& cursor, const Reg64& base, size_t next_offset,
-                               int64_t rows, int64_t row_stride, int64_t lines_per_row) {
-    mov(rdx, cursor);
-    sub(rdx, base);
-    add(rdx, ptr[rdi + int(next_offset)]);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t l = 0; l < lines_per_row; ++l) prefetcht0(ptr[rdx + r * row_stride + l * 64]);
+                               size_t next2_offset, int64_t rows, int64_t row_stride,
+                               int64_t lines_per_row) {
+    for (const size_t offset : {next_offset, next2_offset}) {
+      mov(rdx, cursor);
+      sub(rdx, base);
+      add(rdx, ptr[rdi + int(offset)]);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t l = 0; l < lines_per_row; ++l) {
+          prefetch_ahead(ptr[rdx + r * row_stride + l * 64], offset == next_offset);
+        }
+      }
+    }
+  }
+  void prefetch_ahead(const Address& line, bool next_group) {
+    if (next_group) {
+      prefetcht0(line);
+    } else {
+      prefetcht2(line);
     }
   }
 
@@ -629,16 +665,21 @@ class AttentionGenerator : public Generator {
   // same chunk of row t in the next group, bytes [first, first + bytes) of the row. Spread
   // over the chunks, one line per step at D = 128 bf16, rather than every line of the row in
   // the first chunk: +3-8% in the caches (bench_attention decode/kiln_vec_fma, 1 thread).
+  // Then the same lines two groups ahead (ARG(next2_v), into L2).
   void prefetch_next_chunk(int64_t first, int64_t bytes) {
-    mov(rdx, r13);
-    sub(rdx, r9);
-    add(rdx, ptr[ARG(next_v)]);
     const bool aligned_rows = p_.head_size * kv_esize_ % 64 == 0;
-    int64_t offset = first;
-    for (; offset < first + bytes; offset += 64) prefetcht0(ptr[rdx + offset]);
-    // Rows that are not whole lines place the chunk at any offset in its lines: its last byte
-    // may lie in one more.
-    if (!aligned_rows || first % 64 != 0) prefetcht0(ptr[rdx + first + bytes - 1]);
+    for (const bool next_group : {true, false}) {
+      mov(rdx, r13);
+      sub(rdx, r9);
+      add(rdx, next_group ? ptr[ARG(next_v)] : ptr[ARG(next2_v)]);
+      for (int64_t offset = first; offset < first + bytes; offset += 64) {
+        prefetch_ahead(ptr[rdx + offset], next_group);
+      }
+      // Rows that are not whole lines place the chunk at any offset in its lines: its last
+      // byte may lie in one more.
+      if (!aligned_rows || first % 64 != 0)
+        prefetch_ahead(ptr[rdx + first + bytes - 1], next_group);
+    }
   }
 
   void kick_page(const Reg64& base, int64_t offset) {
@@ -774,7 +815,8 @@ class AttentionGenerator : public Generator {
       Label l_loop;
       L(l_loop);
       if (spread_prefetch()) {
-        prefetch_next_alongside(r13, r8, offsetof(CpuAttnTileArgs, next_k), 2 * kUnroll, row_bytes,
+        prefetch_next_alongside(r13, r8, offsetof(CpuAttnTileArgs, next_k),
+                                offsetof(CpuAttnTileArgs, next2_k), 2 * kUnroll, row_bytes,
                                 (group_ * 2 + 63) / 64);
       }
       for (int u = 0; u < kUnroll; ++u) pair_step(u, false);
@@ -835,7 +877,8 @@ class AttentionGenerator : public Generator {
       Label l_loop;
       L(l_loop);
       if (spread_prefetch()) {
-        prefetch_next_alongside(r13, r8, offsetof(CpuAttnTileArgs, next_k), kUnroll, row_bytes,
+        prefetch_next_alongside(r13, r8, offsetof(CpuAttnTileArgs, next_k),
+                                offsetof(CpuAttnTileArgs, next2_k), kUnroll, row_bytes,
                                 (group_ * kv_esize_ + 63) / 64);
       }
       for (int u = 0; u < kUnroll; ++u) dim_step(u);
@@ -1498,8 +1541,8 @@ class AttentionGenerator : public Generator {
       };
       L(l_pair);
       if (spread_prefetch() && c0 == 0) {
-        prefetch_next_alongside(r13, r9, offsetof(CpuAttnTileArgs, next_v), 2, v_row,
-                                (v_row + 63) / 64);
+        prefetch_next_alongside(r13, r9, offsetof(CpuAttnTileArgs, next_v),
+                                offsetof(CpuAttnTileArgs, next2_v), 2, v_row, (v_row + 63) / 64);
       }
       {
         const Address b_addr = ptr[r13 + v_row + c0 * kv_esize_];

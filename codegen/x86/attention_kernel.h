@@ -58,6 +58,8 @@ struct CpuAttnTileArgs {
   float alpha[kMaxAttnRows];  ///< kernel-internal: this group's rescale factor per row
   const uint8_t* next_k;      ///< kernel-internal: the next key group's K (prefetch)
   const uint8_t* next_v;      ///< kernel-internal: the next key group's V (prefetch)
+  const uint8_t* next2_k;     ///< kernel-internal: K of the group after the next (vec paths)
+  const uint8_t* next2_v;     ///< kernel-internal: V of the group after the next (vec paths)
 };
 
 /// Floats of CpuAttnTileArgs::scratch for head size `head_size`: logits [rows][32] fp32,

@@ -628,11 +628,12 @@ class AttentionGenerator : public Generator {
   // Each prefetch of the next group's lines is followed by one of the same lines two groups
   // ahead into L2 (prefetcht2: ARG(next2_k), ARG(next2_v)), so the DRAM reads of a random
   // block start a whole group earlier than the L1 prefetch of the next group alone:
-  // bench_attention decode/kiln_vec (A/B, two runs each) with 512 MiB of KV (batch 32, context
-  // 8192) 9.9-10.4 -> 10.8-11.5 GB/s on 1 thread, 20.2-20.7 -> 22.6 on 2; with the KV in L3
-  // level to 6% slower (the extra prefetches' issue). Taken: a model's other layers do not
-  // leave a layer's KV in the caches between its decode steps. Fetching two groups ahead into
-  // L1 instead (prefetcht0) lost in both; kicking 8 groups ahead instead of 4 changed nothing.
+  // bench_attention decode/kiln_vec (two A/B sessions, two runs each) with 512 MiB of KV
+  // (batch 32, context 8192) 9.9-10.4 -> 10.8-11.5 GB/s on 1 thread, 20.2-21.0 -> 22.6-22.8 on
+  // 2; with the KV in L3 level within +-6% (the extra prefetches' issue against the noise). Taken:
+  // a model's other layers do not leave a layer's KV in the caches between its decode steps.
+  // Fetching two groups ahead into L1 instead (prefetcht0) lost in both; kicking 8 groups ahead
+  // instead of 4 changed nothing.
 
   // prefetcht0 of the next group's lines at the place of `cursor` in this group (`base`: this
   // group's slab; the next group's at [rdi + next_offset]), then prefetcht2 of the same lines
@@ -677,8 +678,9 @@ class AttentionGenerator : public Generator {
       }
       // Rows that are not whole lines place the chunk at any offset in its lines: its last
       // byte may lie in one more.
-      if (!aligned_rows || first % 64 != 0)
+      if (!aligned_rows || first % 64 != 0) {
         prefetch_ahead(ptr[rdx + first + bytes - 1], next_group);
+      }
     }
   }
 

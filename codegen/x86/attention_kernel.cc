@@ -1569,6 +1569,9 @@ class AttentionGenerator : public Generator {
     const int64_t d = p_.head_size;
     const int prob_offset = max_rows_ * kGroupMax * 4;
     const Xmm b = work(3);
+    // The tables serve every whole 32-dim chunk; they come first, and the D % 32 tail after
+    // them decodes by fp8_decode, which clobbers k2.
+    if (fp8_lookup() && d >= 32) load_fp8_lookup();
     for (int64_t c0 = 0; c0 < d;) {
       const int n = int(std::min<int64_t>(d - c0, 2 * lanes()));  // dims of this chunk
       const int count = (n + lanes() - 1) / lanes();
@@ -1582,7 +1585,6 @@ class AttentionGenerator : public Generator {
         const uint32_t high_half = 0xFFFF0000;
         const int reg = work(4).getIdx();
         pin_constants({&high_half, 1}, {&reg, 1});
-        if (fp8_lookup()) load_fp8_lookup();
       }
       mov(r13, r9);
       mov(r14, ptr[ARG(scratch)]);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "codegen/arm/arm_backend.h"
@@ -90,10 +91,11 @@ class QemuExecutable final : public Executable {
 
 Result<QemuDriver*> QemuDriver::get(const std::string& qemu_cpu) {
   static std::mutex mutex;
-  static std::map<std::string, QemuDriver*> drivers;
+  // Owned here, so each driver is told to quit and its qemu process reaped at exit.
+  static std::map<std::string, std::unique_ptr<QemuDriver>> drivers;
   static Status failure;
   std::lock_guard lock(mutex);
-  if (auto it = drivers.find(qemu_cpu); it != drivers.end()) return it->second;
+  if (auto it = drivers.find(qemu_cpu); it != drivers.end()) return it->second.get();
   if (!failure.is_ok()) return failure;
 #ifdef KILN_NEON_UNAVAILABLE
   failure = Status(StatusCode::kUnavailable, KILN_NEON_UNAVAILABLE);
@@ -133,7 +135,7 @@ Result<QemuDriver*> QemuDriver::get(const std::string& qemu_cpu) {
   // A driver that dies must not kill the test program with SIGPIPE: writes then fail.
   signal(SIGPIPE, SIG_IGN);
   auto* driver = new QemuDriver(pid, to_child[1], from_child[0]);
-  drivers.emplace(qemu_cpu, driver);
+  drivers.emplace(qemu_cpu, std::unique_ptr<QemuDriver>(driver));
   return driver;
 #endif
 }

@@ -113,7 +113,12 @@ void transpose8x8_u16(const uint16_t* src, int64_t src_stride, uint16_t* dst, in
 
 // The same copies 16 tokens at a time with AVX-512 word and qword permutes (the gather runs
 // these where the target has AVX-512: two permutes per 64 elements against three rounds of
-// unpacks per 64 in the SSE2 tile).
+// unpacks per 64 in the SSE2 tile). GCC 12's cast intrinsics (_mm512_castsi256_si512 and the
+// like) start from a self-initialised "undefined" vector that -Wuninitialized flags once they
+// are inlined (GCC bug 105593, fixed in GCC 13): silenced for these functions only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 //
 // A key run [16 tokens][8 dims] (256 contiguous bytes) into 8 dim rows of 16 tokens. in[j]
 // holds tokens 4j .. 4j + 3 (word 8·(t % 4) + dim); a word permute of (in0:in1) / (in2:in3)
@@ -127,9 +132,9 @@ alignas(64) constexpr uint16_t kKeyDimsHigh[32] = {4,  12, 20, 28, 36, 44, 52, 6
                                                    29, 37, 45, 53, 61, 6,  14, 22, 30, 38, 46,
                                                    54, 62, 7,  15, 23, 31, 39, 47, 55, 63};
 
-__attribute__((target("avx512f,avx512bw"))) void transpose_key_run16(const uint16_t* run,
-                                                                     uint16_t* dst,
-                                                                     int64_t dst_stride) {
+// pairs[k]: dims 2k (low 256 bits) and 2k + 1 (high) of the run's 16 tokens.
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline void key_run16_pairs(
+    const uint16_t* run, __m512i (&pairs)[4]) {
   const __m512i in0 = _mm512_loadu_si512(run), in1 = _mm512_loadu_si512(run + 32);
   const __m512i in2 = _mm512_loadu_si512(run + 64), in3 = _mm512_loadu_si512(run + 96);
   const __m512i low = _mm512_load_si512(kKeyDimsLow), high = _mm512_load_si512(kKeyDimsHigh);
@@ -139,10 +144,17 @@ __attribute__((target("avx512f,avx512bw"))) void transpose_key_run16(const uint1
   const __m512i b_high = _mm512_permutex2var_epi16(in2, high, in3);  // dims 4-7, tokens 8-15
   const __m512i pair0 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
   const __m512i pair1 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
-  const __m512i pairs[4] = {_mm512_permutex2var_epi64(a_low, pair0, b_low),
-                            _mm512_permutex2var_epi64(a_low, pair1, b_low),
-                            _mm512_permutex2var_epi64(a_high, pair0, b_high),
-                            _mm512_permutex2var_epi64(a_high, pair1, b_high)};
+  pairs[0] = _mm512_permutex2var_epi64(a_low, pair0, b_low);
+  pairs[1] = _mm512_permutex2var_epi64(a_low, pair1, b_low);
+  pairs[2] = _mm512_permutex2var_epi64(a_high, pair0, b_high);
+  pairs[3] = _mm512_permutex2var_epi64(a_high, pair1, b_high);
+}
+
+__attribute__((target("avx512f,avx512bw"))) void transpose_key_run16(const uint16_t* run,
+                                                                     uint16_t* dst,
+                                                                     int64_t dst_stride) {
+  __m512i pairs[4];
+  key_run16_pairs(run, pairs);
   for (int k = 0; k < 4; ++k) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * k * dst_stride),
                         _mm512_castsi512_si256(pairs[k]));
@@ -151,15 +163,29 @@ __attribute__((target("avx512f,avx512bw"))) void transpose_key_run16(const uint1
   }
 }
 
+// Two key runs of 16 tokens (tokens 0-15 from `run_a`, 16-31 from `run_b`, e.g. two blocks)
+// into 8 dim rows of 32 tokens: whole 64-byte rows, one store each instead of two (the
+// 256-bit halves of a run's pairs joined by a 128-bit lane shuffle).
+__attribute__((target("avx512f,avx512bw"))) void transpose_key_runs32(const uint16_t* run_a,
+                                                                      const uint16_t* run_b,
+                                                                      uint16_t* dst,
+                                                                      int64_t dst_stride) {
+  __m512i a[4], b[4];
+  key_run16_pairs(run_a, a);
+  key_run16_pairs(run_b, b);
+  for (int k = 0; k < 4; ++k) {
+    _mm512_storeu_si512(dst + 2 * k * dst_stride, _mm512_shuffle_i64x2(a[k], b[k], 0x44));
+    _mm512_storeu_si512(dst + (2 * k + 1) * dst_stride, _mm512_shuffle_i64x2(a[k], b[k], 0xEE));
+  }
+}
+
 // 8 value dim rows of 16 tokens (src_stride elements apart) into 16 token rows of 8 dims. in[j]
 // holds dims 2j and 2j + 1 (16-byte lanes: tokens 0-7 and 8-15 of each); a qword permute
 // gathers dims 0-3 / 4-7 of tokens 0-7 / 8-15 (word 8·dim + token), and a word permute of
 // (a:a4) / (b:b4) makes 4 token rows (word w: token w / 8 of the 4, dim w % 8, index
 // 32·(dim / 4) + 8·(dim % 4) + token): the key tables again.
-__attribute__((target("avx512f,avx512bw"))) void transpose_value_dims8(const uint16_t* src,
-                                                                       int64_t src_stride,
-                                                                       uint16_t* dst,
-                                                                       int64_t dst_stride) {
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline void value_dims8_quads(
+    const uint16_t* src, int64_t src_stride, __m512i (&quads)[4]) {
   __m512i in[4];
   for (int j = 0; j < 4; ++j) {
     const auto* lo = reinterpret_cast<const __m256i*>(src + 2 * j * src_stride);
@@ -174,9 +200,18 @@ __attribute__((target("avx512f,avx512bw"))) void transpose_value_dims8(const uin
   const __m512i a4 = _mm512_permutex2var_epi64(in[2], first, in[3]);
   const __m512i b4 = _mm512_permutex2var_epi64(in[2], second, in[3]);
   const __m512i rows0 = _mm512_load_si512(kKeyDimsLow), rows1 = _mm512_load_si512(kKeyDimsHigh);
-  const __m512i quads[4] = {
-      _mm512_permutex2var_epi16(a, rows0, a4), _mm512_permutex2var_epi16(a, rows1, a4),
-      _mm512_permutex2var_epi16(b, rows0, b4), _mm512_permutex2var_epi16(b, rows1, b4)};
+  quads[0] = _mm512_permutex2var_epi16(a, rows0, a4);
+  quads[1] = _mm512_permutex2var_epi16(a, rows1, a4);
+  quads[2] = _mm512_permutex2var_epi16(b, rows0, b4);
+  quads[3] = _mm512_permutex2var_epi16(b, rows1, b4);
+}
+
+__attribute__((target("avx512f,avx512bw"))) void transpose_value_dims8(const uint16_t* src,
+                                                                       int64_t src_stride,
+                                                                       uint16_t* dst,
+                                                                       int64_t dst_stride) {
+  __m512i quads[4];
+  value_dims8_quads(src, src_stride, quads);
   for (int q = 0; q < 4; ++q) {
     const auto row = [&](int k) {
       return reinterpret_cast<__m128i*>(dst + (4 * q + k) * dst_stride);
@@ -187,6 +222,32 @@ __attribute__((target("avx512f,avx512bw"))) void transpose_value_dims8(const uin
     _mm_storeu_si128(row(3), _mm512_extracti32x4_epi32(quads[q], 3));
   }
 }
+
+// 32 value dim rows of 16 tokens into 16 token rows of 32 dims: whole 64-byte rows, 16 stores
+// instead of the 64 of four dims8 copies. The four dims8 quads of token quad q hold, in their
+// 128-bit lane k, token 4q + k's dims 8g .. 8g + 7 (g: the quad's dim group); a 4 x 4
+// transpose of those lanes (two rounds of vshufi64x2) gives each token its 32 dims in order.
+__attribute__((target("avx512f,avx512bw"))) void transpose_value_dims32(const uint16_t* src,
+                                                                        int64_t src_stride,
+                                                                        uint16_t* dst,
+                                                                        int64_t dst_stride) {
+  __m512i quads[4][4];  // [dim group][token quad]
+  for (int g = 0; g < 4; ++g) value_dims8_quads(src + 8 * g * src_stride, src_stride, quads[g]);
+  for (int q = 0; q < 4; ++q) {
+    // lanes: t01 = (g0 k0, g0 k1, g1 k0, g1 k1), t23 the same for g2, g3; u for k2, k3.
+    const __m512i t01 = _mm512_shuffle_i64x2(quads[0][q], quads[1][q], 0x44);
+    const __m512i u01 = _mm512_shuffle_i64x2(quads[0][q], quads[1][q], 0xEE);
+    const __m512i t23 = _mm512_shuffle_i64x2(quads[2][q], quads[3][q], 0x44);
+    const __m512i u23 = _mm512_shuffle_i64x2(quads[2][q], quads[3][q], 0xEE);
+    uint16_t* rows = dst + 4 * q * dst_stride;
+    _mm512_storeu_si512(rows, _mm512_shuffle_i64x2(t01, t23, 0x88));
+    _mm512_storeu_si512(rows + dst_stride, _mm512_shuffle_i64x2(t01, t23, 0xDD));
+    _mm512_storeu_si512(rows + 2 * dst_stride, _mm512_shuffle_i64x2(u01, u23, 0x88));
+    _mm512_storeu_si512(rows + 3 * dst_stride, _mm512_shuffle_i64x2(u01, u23, 0xDD));
+  }
+}
+
+#pragma GCC diagnostic pop
 
 int64_t load_i32(const Tensor& t, int64_t i) {
   return t.data_as<const int32_t>()[i];
@@ -254,12 +315,18 @@ class PagedAttentionExecutable final : public Executable {
   // Per-thread working memory.
   struct Buffers {
     Buffers(const ir::CpuAttentionParams& inner, int64_t group)
-        : k(static_cast<size_t>(inner.head_size * inner.block_size)),
-          v(static_cast<size_t>(inner.head_size * inner.block_size)),
+        : k(static_cast<size_t>(inner.head_size * inner.block_size + 16)),
+          v(static_cast<size_t>(inner.head_size * inner.block_size + 16)),
           q(static_cast<size_t>(group * inner.head_size)),
           acc(static_cast<size_t>(group * inner.head_size)),
           scratch(static_cast<size_t>(attention_scratch_floats(inner.head_size) + 16)),
           calls(static_cast<size_t>(group)) {}
+    // The slabs at 64-byte boundaries (whole-line stores and loads).
+    float* k_slab() { return align64(k.data()); }
+    float* v_slab() { return align64(v.data()); }
+    static float* align64(float* p) {
+      return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
+    }
     std::vector<float> k, v, q, acc, scratch;  // k, v, q hold 16-bit elements for f16/bf16
     std::vector<CpuAttnTileArgs> calls;        // one per pass (group / max_rows, rounded up)
   };
@@ -324,16 +391,34 @@ class PagedAttentionExecutable final : public Executable {
     if (p.kv == ir::KvCacheDtype::kAuto && dtype_size(p.dtype) == 2) {
       // 16-bit elements copied by transposes of 16 tokens (AVX-512) or 8 (SSE2): a K run
       // [bs, x = 8] of a group of 8 dims into those dim rows, 8 V dim rows into the token
-      // rows; tails element-wise.
+      // rows; tails element-wise. At AVX-512, whole 64-byte slab rows where they fit: K 32
+      // tokens at a time (two 16-token runs: a chunk starts at a multiple of 16, so with
+      // bs % 16 == 0 each run lies in one block), V 32 dims at a time.
       const auto* k_src = static_cast<const uint16_t*>(key_cache.data());
       const auto* v_src = static_cast<const uint16_t*>(value_cache.data());
-      auto* k_dst = reinterpret_cast<uint16_t*>(buf.k.data());
-      auto* v_dst = reinterpret_cast<uint16_t*>(buf.v.data());
-      for_each_run([&](int64_t j0, int64_t t0, int64_t count, int64_t base) {
+      auto* k_dst = reinterpret_cast<uint16_t*>(buf.k_slab());
+      auto* v_dst = reinterpret_cast<uint16_t*>(buf.v_slab());
+      const int64_t paired = avx512_ && bs % 16 == 0 ? n / 32 * 32 : 0;
+      const auto key_run = [&](int64_t j) {  // the K run of chunk position j, dims 0 .. x - 1
+        const int64_t token = c0 + j;
+        const int64_t block = load_i32(tables, s * width + token / bs);
+        return k_src + block * key_cache.stride(0) + g * key_cache.stride(1) + token % bs * x;
+      };
+      for (int64_t j = 0; j < paired; j += 32) {
+        const uint16_t* run_a = key_run(j);
+        const uint16_t* run_b = key_run(j + 16);
         for (int64_t e0 = 0; e0 < d; e0 += x) {
+          const int64_t off = (e0 / x) * bs * x;
+          transpose_key_runs32(run_a + off, run_b + off, k_dst + e0 * chunk + j, chunk);
+        }
+      }
+      for_each_run([&](int64_t j0, int64_t t0, int64_t count, int64_t base) {
+        // Keys before `paired` were copied above.
+        const int64_t k_first = std::clamp<int64_t>(paired - j0, 0, count);
+        for (int64_t e0 = 0; k_first < count && e0 < d; e0 += x) {
           const uint16_t* run = k_src + base + (e0 / x) * bs * x + t0 * x;
           uint16_t* rows = k_dst + e0 * chunk + j0;
-          int64_t t = 0;
+          int64_t t = k_first;
           if (avx512_) {
             for (; t + 16 <= count; t += 16) transpose_key_run16(run + t * x, rows + t, chunk);
           }
@@ -343,19 +428,30 @@ class PagedAttentionExecutable final : public Executable {
           }
         }
         // The IR keeps d a multiple of x = 8 (the legacy key layout's unit).
-        for (int64_t e0 = 0; e0 < d; e0 += x) {
-          const uint16_t* dims = v_src + base + e0 * bs + t0;
-          uint16_t* tokens = v_dst + j0 * dp + e0;
-          int64_t t = 0;
-          if (avx512_) {
-            for (; t + 16 <= count; t += 16) {
-              transpose_value_dims8(dims + t, bs, tokens + t * dp, dp);
+        for (int64_t e0 = 0; e0 < d;) {
+          const int64_t dims = avx512_ && e0 + 4 * x <= d ? 4 * x : x;
+          int64_t first = 0;  // tokens done by the 32-dim copy
+          if (dims == 4 * x) {
+            for (; first + 16 <= count; first += 16) {
+              transpose_value_dims32(v_src + base + e0 * bs + t0 + first, bs,
+                                     v_dst + (j0 + first) * dp + e0, dp);
             }
           }
-          for (; t + 8 <= count; t += 8) transpose8x8_u16(dims + t, bs, tokens + t * dp, dp);
-          for (; t < count; ++t) {
-            for (int64_t i = 0; i < x; ++i) tokens[t * dp + i] = dims[i * bs + t];
+          for (int64_t e = e0; e < e0 + dims; e += x) {
+            const uint16_t* src = v_src + base + e * bs + t0;
+            uint16_t* tokens = v_dst + j0 * dp + e;
+            int64_t t = first;
+            if (avx512_) {
+              for (; t + 16 <= count; t += 16) {
+                transpose_value_dims8(src + t, bs, tokens + t * dp, dp);
+              }
+            }
+            for (; t + 8 <= count; t += 8) transpose8x8_u16(src + t, bs, tokens + t * dp, dp);
+            for (; t < count; ++t) {
+              for (int64_t i = 0; i < x; ++i) tokens[t * dp + i] = src[i * bs + t];
+            }
           }
+          e0 += dims;
         }
       });
       return;
@@ -385,11 +481,11 @@ class PagedAttentionExecutable final : public Executable {
       const auto k_of = [&](int64_t i) { return fp8_values.k[k_src[i]]; };
       const auto v_of = [&](int64_t i) { return fp8_values.v[v_src[i]]; };
       if (p.dtype == DType::kF32) {
-        walk(reinterpret_cast<uint32_t*>(buf.k.data()), reinterpret_cast<uint32_t*>(buf.v.data()),
+        walk(reinterpret_cast<uint32_t*>(buf.k_slab()), reinterpret_cast<uint32_t*>(buf.v_slab()),
              k_of, v_of);
       } else {
         walk(
-            reinterpret_cast<uint16_t*>(buf.k.data()), reinterpret_cast<uint16_t*>(buf.v.data()),
+            reinterpret_cast<uint16_t*>(buf.k_slab()), reinterpret_cast<uint16_t*>(buf.v_slab()),
             [&](int64_t i) { return uint16_t(k_of(i)); },
             [&](int64_t i) { return uint16_t(v_of(i)); });
       }
@@ -397,7 +493,7 @@ class PagedAttentionExecutable final : public Executable {
       const auto* k_src = static_cast<const uint32_t*>(key_cache.data());
       const auto* v_src = static_cast<const uint32_t*>(value_cache.data());
       walk(
-          reinterpret_cast<uint32_t*>(buf.k.data()), reinterpret_cast<uint32_t*>(buf.v.data()),
+          reinterpret_cast<uint32_t*>(buf.k_slab()), reinterpret_cast<uint32_t*>(buf.v_slab()),
           [&](int64_t i) { return k_src[i]; }, [&](int64_t i) { return v_src[i]; });
     }
   }
@@ -433,8 +529,7 @@ class PagedAttentionExecutable final : public Executable {
     }
     const int64_t passes = (group + max_rows_ - 1) / max_rows_;
     const int32_t zero_block = 0;
-    float* scratch = reinterpret_cast<float*>(
-        (reinterpret_cast<uintptr_t>(buf.scratch.data()) + 63) & ~uintptr_t(63));
+    float* scratch = Buffers::align64(buf.scratch.data());
     for (int64_t ps = 0; ps < passes; ++ps) {
       CpuAttnTileArgs& c = buf.calls[size_t(ps)];
       const int64_t r0 = ps * max_rows_;
@@ -444,8 +539,8 @@ class PagedAttentionExecutable final : public Executable {
                     : static_cast<const void*>(buf.q.data() + r0 * dp);
       c.acc = buf.acc.data() + r0 * dp;
       c.block_row = &zero_block;
-      c.k_base = reinterpret_cast<const uint8_t*>(buf.k.data());
-      c.v_base = reinterpret_cast<const uint8_t*>(buf.v.data());
+      c.k_base = reinterpret_cast<const uint8_t*>(buf.k_slab());
+      c.v_base = reinterpret_cast<const uint8_t*>(buf.v_slab());
       c.scratch = scratch;
       c.scale = float(args.scalar(0));
       for (int64_t i = 0; i < c.rows; ++i) {

@@ -563,20 +563,29 @@ void register_all() {
   }
 }
 
-// paged_attention_v1/v2 decode (legacy cache [NB, Hkv, D/8, 16, 8] / [NB, Hkv, D, 16], bf16,
-// D 128, GQA 8, block 16, v2 partitions of 512): GB/s of KV read per second of CPU time.
-void bm_paged(benchmark::State& state, bool v2, int64_t batch, int64_t context, int threads) {
+// paged_attention_v1/v2 decode (legacy cache [NB, Hkv, D/x, 16, x] / [NB, Hkv, D, 16], bf16
+// query, D 128, GQA 8, block 16, v2 partitions of 512; bf16 KV (x = 8) or fp8 e4m3 codes
+// (x = 16)): GB/s of KV read per second of CPU time.
+void bm_paged(benchmark::State& state, bool v2, ir::KvCacheDtype kv, int64_t batch, int64_t context,
+              int threads) {
   constexpr int64_t kPagedBlock = 16, kPartition = 512;
-  const OpSpec spec = OpSpec::make(
-      v2 ? OpKind::kPagedAttentionV2 : OpKind::kPagedAttentionV1,
-      ir::PagedAttentionParams{DType::kBF16, ir::KvCacheDtype::kAuto, kHeadSize, kPagedBlock,
-                               kHeadsQ, kHeadsKv, false, false, v2 ? kPartition : 0});
+  const OpSpec spec =
+      OpSpec::make(v2 ? OpKind::kPagedAttentionV2 : OpKind::kPagedAttentionV1,
+                   ir::PagedAttentionParams{DType::kBF16, kv, kHeadSize, kPagedBlock, kHeadsQ,
+                                            kHeadsKv, false, false, v2 ? kPartition : 0});
+  const bool fp8 = kv != ir::KvCacheDtype::kAuto;
+  const int64_t x = ir::paged_key_x(DType::kBF16, kv);
   const int64_t width = (context + kPagedBlock - 1) / kPagedBlock;
   const int64_t blocks = batch * width;
   const int64_t cache_elems = blocks * kHeadsKv * kPagedBlock * kHeadSize;
   auto query = bench::random_bf16(size_t(batch * kHeadsQ * kHeadSize));
-  auto key_cache = bench::random_bf16(size_t(cache_elems));
-  auto value_cache = bench::random_bf16(size_t(cache_elems));
+  auto key_cache = bench::random_bf16(size_t(fp8 ? 0 : cache_elems));
+  auto value_cache = bench::random_bf16(size_t(fp8 ? 0 : cache_elems));
+  std::vector<uint8_t> key_codes(size_t(fp8 ? cache_elems : 0)), value_codes(key_codes.size());
+  std::mt19937 rng(7);
+  for (auto* codes : {&key_codes, &value_codes}) {
+    for (auto& c : *codes) c = uint8_t(rng() & 0xb7);  // |x| < 2, never the NaN code
+  }
   std::vector<uint16_t> out(query.size());
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   std::iota(table.begin(), table.end(), 0);
@@ -591,11 +600,15 @@ void bm_paged(benchmark::State& state, bool v2, int64_t batch, int64_t context, 
     tensors.push_back(Tensor(maxes.data(), DType::kF32, {batch, kHeadsQ, parts}));
     tensors.push_back(Tensor(tmp.data(), DType::kBF16, {batch, kHeadsQ, parts, kHeadSize}));
   }
-  float k_scale = 1.0f, v_scale = 1.0f;
+  float k_scale = fp8 ? 0.02f : 1.0f, v_scale = fp8 ? 0.03f : 1.0f;
   for (const Tensor& t :
        {Tensor(query.data(), DType::kBF16, {batch, kHeadsQ, kHeadSize}),
-        Tensor(key_cache.data(), DType::kBF16, {blocks, kHeadsKv, kHeadSize / 8, kPagedBlock, 8}),
-        Tensor(value_cache.data(), DType::kBF16, {blocks, kHeadsKv, kHeadSize, kPagedBlock}),
+        fp8 ? Tensor(key_codes.data(), DType::kU8,
+                     {blocks, kHeadsKv, kHeadSize / x, kPagedBlock, x})
+            : Tensor(key_cache.data(), DType::kBF16,
+                     {blocks, kHeadsKv, kHeadSize / x, kPagedBlock, x}),
+        fp8 ? Tensor(value_codes.data(), DType::kU8, {blocks, kHeadsKv, kHeadSize, kPagedBlock})
+            : Tensor(value_cache.data(), DType::kBF16, {blocks, kHeadsKv, kHeadSize, kPagedBlock}),
         Tensor(table.data(), DType::kI32, {batch, width}),
         Tensor(seq_lens.data(), DType::kI32, {batch}), Tensor{}, Tensor(&k_scale, DType::kF32, {1}),
         Tensor(&v_scale, DType::kF32, {1})}) {
@@ -617,7 +630,7 @@ void bm_paged(benchmark::State& state, bool v2, int64_t batch, int64_t context, 
   }
   const double calls = double(std::max<int64_t>(1, state.iterations()));
   const double cpu = (process_cpu_seconds() - cpu_start) / double(threads) / calls;
-  const double bytes = double(2 * batch * context * kHeadsKv * kHeadSize * 2);
+  const double bytes = double(2 * batch * context * kHeadsKv * kHeadSize * (fp8 ? 1 : 2));
   state.counters["GB/s_cpu"] = bytes / cpu / 1e9;
   state.counters["pct_of_copy_cpu"] = 100.0 * bytes / cpu / 1e9 / copy_gbps_cpu(threads);
 }
@@ -625,14 +638,17 @@ void bm_paged(benchmark::State& state, bool v2, int64_t batch, int64_t context, 
 void register_paged() {
   for (int threads : {1, 2}) {
     for (bool v2 : {false, true}) {
-      for (int64_t batch : {1, 8}) {
-        benchmark::RegisterBenchmark(
-            fmt::format("paged_{}/kiln/batch:{}/context:2048/threads:{}", v2 ? "v2" : "v1", batch,
-                        threads)
-                .c_str(),
-            [=](benchmark::State& s) { bm_paged(s, v2, batch, 2048, threads); })
-            ->Unit(benchmark::kMicrosecond)
-            ->MinTime(0.2);
+      for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3}) {
+        for (int64_t batch : {1, 8}) {
+          const bool fp8 = kv != ir::KvCacheDtype::kAuto;
+          benchmark::RegisterBenchmark(
+              fmt::format("paged_{}/kiln{}/batch:{}/context:2048/threads:{}", v2 ? "v2" : "v1",
+                          fp8 ? "_fp8_e4m3" : "", batch, threads)
+                  .c_str(),
+              [=](benchmark::State& s) { bm_paged(s, v2, kv, batch, 2048, threads); })
+              ->Unit(benchmark::kMicrosecond)
+              ->MinTime(0.2);
+        }
       }
     }
   }

@@ -247,6 +247,69 @@ __attribute__((target("avx512f,avx512bw"))) void transpose_value_dims32(const ui
   }
 }
 
+// fp8 codes to 16-bit slab values by table (AVX512_VBMI): the value of code c is
+// lo[c] | hi[c] << 8, the bytes of the per-call table (Fp8Tables). Each byte plane is two
+// 128-entry vpermi2b lookups (codes 0-127, 128-255) joined by the code's bit 7; the planes
+// are interleaved into words by vpunpckl/hbw, whose in-lane order the codes' qword permute
+// undoes beforehand. 64 codes -> words[0] (codes 0-31), words[1] (32-63).
+struct Fp8ByteTables {
+  alignas(64) uint8_t lo[256];
+  alignas(64) uint8_t hi[256];
+};
+
+// One byte plane: table[c] for the 64 codes (`upper`: their bit 7).
+__attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) inline __m512i fp8_byte_plane(
+    __m512i codes, __mmask64 upper, const uint8_t* table) {
+  const __m512i low =
+      _mm512_permutex2var_epi8(_mm512_load_si512(table), codes, _mm512_load_si512(table + 64));
+  const __m512i high = _mm512_permutex2var_epi8(_mm512_load_si512(table + 128), codes,
+                                                _mm512_load_si512(table + 192));
+  return _mm512_mask_blend_epi8(upper, low, high);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) inline void fp8_to_words64(
+    __m512i codes, const Fp8ByteTables& t, __m512i (&words)[2]) {
+  const __m512i order = _mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7);
+  codes = _mm512_permutexvar_epi64(order, codes);
+  const __mmask64 upper = _mm512_movepi8_mask(codes);  // bit 7: the second 128 entries
+  const __m512i lo = fp8_byte_plane(codes, upper, t.lo), hi = fp8_byte_plane(codes, upper, t.hi);
+  words[0] = _mm512_unpacklo_epi8(lo, hi);
+  words[1] = _mm512_unpackhi_epi8(lo, hi);
+}
+
+// n codes (contiguous) to n words (contiguous), the tail masked.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp8_to_words(const uint8_t* codes,
+                                                                         int64_t n,
+                                                                         const Fp8ByteTables& t,
+                                                                         uint16_t* words) {
+  for (int64_t i = 0; i < n; i += 64) {
+    const int64_t m = std::min<int64_t>(64, n - i);
+    const __mmask64 in = m == 64 ? ~__mmask64(0) : (__mmask64(1) << m) - 1;
+    __m512i w[2];
+    fp8_to_words64(_mm512_maskz_loadu_epi8(in, codes + i), t, w);
+    _mm512_mask_storeu_epi16(words + i, __mmask32(in), w[0]);
+    _mm512_mask_storeu_epi16(words + i + 32, __mmask32(in >> 32), w[1]);
+  }
+}
+
+// A key run of an fp8 cache, `count` tokens of 16 dims ([count][16] codes), to two 16-bit runs
+// [count][8] (dims 0-7 to `run_lo`, 8-15 to `run_hi`): the layout of a 16-bit legacy cache,
+// which the 16-bit copies read. words[h] holds tokens 2h, 2h + 1 as 128-bit lanes (lo, hi, lo,
+// hi); vshufi64x2 gathers the even / odd lanes.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp8_key_run_to_words(
+    const uint8_t* codes, int64_t count, const Fp8ByteTables& t, uint16_t* run_lo,
+    uint16_t* run_hi) {
+  for (int64_t i = 0; i < count; i += 4) {
+    const int64_t m = std::min<int64_t>(4, count - i);
+    const __mmask64 in = m == 4 ? ~__mmask64(0) : (__mmask64(1) << (16 * m)) - 1;
+    const __mmask32 out = m == 4 ? ~__mmask32(0) : (__mmask32(1) << (8 * m)) - 1;
+    __m512i w[2];
+    fp8_to_words64(_mm512_maskz_loadu_epi8(in, codes + 16 * i), t, w);
+    _mm512_mask_storeu_epi16(run_lo + 8 * i, out, _mm512_shuffle_i64x2(w[0], w[1], 0x88));
+    _mm512_mask_storeu_epi16(run_hi + 8 * i, out, _mm512_shuffle_i64x2(w[0], w[1], 0xDD));
+  }
+}
+
 #pragma GCC diagnostic pop
 
 int64_t load_i32(const Tensor& t, int64_t i) {
@@ -263,6 +326,7 @@ class PagedAttentionExecutable final : public Executable {
         size_(size),
         dpbf16_(attention_uses_dpbf16(inner_, config_, isa)),
         avx512_(isa >= X86Isa::kAvx512),
+        vbmi_(isa >= X86Isa::kAvx512Vbmi),
         max_rows_(attention_max_rows(inner_, isa)) {}
 
   const void* code_address() const override { return code_; }
@@ -300,7 +364,8 @@ class PagedAttentionExecutable final : public Executable {
     const Fp8Tables fp8_values = fp8_tables(args);
 #pragma omp parallel num_threads(threads)
     {
-      Buffers buf(inner_.get<ir::CpuAttentionParams>(), p.head_count_q / p.head_count_kv);
+      Buffers buf(inner_.get<ir::CpuAttentionParams>(), p.head_count_q / p.head_count_kv,
+                  fp8_staged());
 #pragma omp for schedule(dynamic, 1)
       for (int64_t i = 0; i < task_count; ++i) {
         const Task& t = tasks[size_t(i)];
@@ -314,13 +379,15 @@ class PagedAttentionExecutable final : public Executable {
  private:
   // Per-thread working memory.
   struct Buffers {
-    Buffers(const ir::CpuAttentionParams& inner, int64_t group)
+    Buffers(const ir::CpuAttentionParams& inner, int64_t group, bool staged)
         : k(static_cast<size_t>(inner.head_size * inner.block_size + 16)),
           v(static_cast<size_t>(inner.head_size * inner.block_size + 16)),
           q(static_cast<size_t>(group * inner.head_size)),
           acc(static_cast<size_t>(group * inner.head_size)),
           scratch(static_cast<size_t>(attention_scratch_floats(inner.head_size) + 16)),
-          calls(static_cast<size_t>(group)) {}
+          calls(static_cast<size_t>(group)),
+          k_stage(static_cast<size_t>(staged ? inner.head_size * inner.block_size : 0)),
+          v_stage(k_stage.size()) {}
     // The slabs at 64-byte boundaries (whole-line stores and loads).
     float* k_slab() { return align64(k.data()); }
     float* v_slab() { return align64(v.data()); }
@@ -329,6 +396,9 @@ class PagedAttentionExecutable final : public Executable {
     }
     std::vector<float> k, v, q, acc, scratch;  // k, v, q hold 16-bit elements for f16/bf16
     std::vector<CpuAttnTileArgs> calls;        // one per pass (group / max_rows, rounded up)
+    // `staged` (fp8_staged()): one run's keys and values decoded to 16-bit words (a run
+    // holds at most a chunk's tokens), D x chunk each at most.
+    std::vector<uint16_t> k_stage, v_stage;
   };
 
   // fp8 caches: the slab value of every code, rnd_T(fp8 · scale) as T's bits (the float's for
@@ -336,7 +406,14 @@ class PagedAttentionExecutable final : public Executable {
   // a multiply and a rounding.
   struct Fp8Tables {
     std::array<uint32_t, 256> k{}, v{};
+    Fp8ByteTables k_bytes{}, v_bytes{};  // the 16-bit values' bytes (fp8_staged())
   };
+  // fp8 caches of 16-bit slabs decoded by vector table lookups (AVX512_VBMI) into a 16-bit
+  // stage that the 16-bit copies read; else element by element.
+  bool fp8_staged() const {
+    const auto& p = spec_.get<ir::PagedAttentionParams>();
+    return vbmi_ && p.kv != ir::KvCacheDtype::kAuto && dtype_size(p.dtype) == 2;
+  }
   Fp8Tables fp8_tables(const KernelArgs& args) const {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
     Fp8Tables tables;
@@ -357,6 +434,10 @@ class PagedAttentionExecutable final : public Executable {
     for (int code = 0; code < 256; ++code) {
       tables.k[size_t(code)] = slab_bits(uint8_t(code), k_scale);
       tables.v[size_t(code)] = slab_bits(uint8_t(code), v_scale);
+      tables.k_bytes.lo[code] = uint8_t(tables.k[size_t(code)]);
+      tables.k_bytes.hi[code] = uint8_t(tables.k[size_t(code)] >> 8);
+      tables.v_bytes.lo[code] = uint8_t(tables.v[size_t(code)]);
+      tables.v_bytes.hi[code] = uint8_t(tables.v[size_t(code)] >> 8);
     }
     return tables;
   }
@@ -388,16 +469,87 @@ class PagedAttentionExecutable final : public Executable {
         j0 += count;
       }
     };
-    if (p.kv == ir::KvCacheDtype::kAuto && dtype_size(p.dtype) == 2) {
+    const bool fp8 = p.kv != ir::KvCacheDtype::kAuto;
+    if (dtype_size(p.dtype) == 2 && (!fp8 || fp8_staged())) {
       // 16-bit elements copied by transposes of 16 tokens (AVX-512) or 8 (SSE2): a K run
-      // [bs, x = 8] of a group of 8 dims into those dim rows, 8 V dim rows into the token
-      // rows; tails element-wise. At AVX-512, whole 64-byte slab rows where they fit: K 32
-      // tokens at a time (two 16-token runs: a chunk starts at a multiple of 16, so with
-      // bs % 16 == 0 each run lies in one block), V 32 dims at a time.
-      const auto* k_src = static_cast<const uint16_t*>(key_cache.data());
-      const auto* v_src = static_cast<const uint16_t*>(value_cache.data());
+      // [16 tokens, 8 dims] of a group of 8 dims into those dim rows, 8 V dim rows into the
+      // token rows; tails element-wise. At AVX-512, whole 64-byte slab rows where they fit: K
+      // 32 tokens at a time (two 16-token runs: a chunk starts at a multiple of 16, so with
+      // bs % 16 == 0 each run lies in one block), V 32 dims at a time. An fp8 cache (AVX512_VBMI)
+      // is first decoded run by run into a 16-bit legacy-layout stage by the call's tables.
       auto* k_dst = reinterpret_cast<uint16_t*>(buf.k_slab());
       auto* v_dst = reinterpret_cast<uint16_t*>(buf.v_slab());
+      constexpr int64_t kx = 8;  // the 16-bit legacy key layout's unit
+      // Keys [first, count) and values [0, count) of the run at chunk position j0: K element
+      // (token t, dim e) at k_run[(e / 8) · stride · 8 + t · 8 + e % 8], V at
+      // v_run[e · stride + t].
+      const auto copy_run = [&](int64_t j0, int64_t first, int64_t count, const uint16_t* k_run,
+                                const uint16_t* v_run, int64_t stride) {
+        for (int64_t e0 = 0; first < count && e0 < d; e0 += kx) {
+          const uint16_t* run = k_run + (e0 / kx) * stride * kx;
+          uint16_t* rows = k_dst + e0 * chunk + j0;
+          int64_t t = first;
+          if (avx512_) {
+            for (; t + 16 <= count; t += 16) transpose_key_run16(run + t * kx, rows + t, chunk);
+          }
+          for (; t + 8 <= count; t += 8) transpose8x8_u16(run + t * kx, kx, rows + t, chunk);
+          for (; t < count; ++t) {
+            for (int64_t i = 0; i < kx; ++i) rows[i * chunk + t] = run[t * kx + i];
+          }
+        }
+        // The IR keeps d a multiple of x (8 or 16).
+        for (int64_t e0 = 0; e0 < d;) {
+          const int64_t dims = avx512_ && e0 + 4 * kx <= d ? 4 * kx : kx;
+          int64_t done = 0;  // tokens copied by the 32-dim transposes
+          if (dims == 4 * kx) {
+            for (; done + 16 <= count; done += 16) {
+              transpose_value_dims32(v_run + e0 * stride + done, stride,
+                                     v_dst + (j0 + done) * dp + e0, dp);
+            }
+          }
+          for (int64_t e = e0; e < e0 + dims; e += kx) {
+            const uint16_t* src = v_run + e * stride;
+            uint16_t* tokens = v_dst + j0 * dp + e;
+            int64_t t = done;
+            if (avx512_) {
+              for (; t + 16 <= count; t += 16) {
+                transpose_value_dims8(src + t, stride, tokens + t * dp, dp);
+              }
+            }
+            for (; t + 8 <= count; t += 8) transpose8x8_u16(src + t, stride, tokens + t * dp, dp);
+            for (; t < count; ++t) {
+              for (int64_t i = 0; i < kx; ++i) tokens[t * dp + i] = src[i * stride + t];
+            }
+          }
+          e0 += dims;
+        }
+      };
+      if (fp8) {
+        // Stage: a run's keys as [D/8][count][8] words, its values as [D][count].
+        const auto* k_codes = static_cast<const uint8_t*>(key_cache.data());
+        const auto* v_codes = static_cast<const uint8_t*>(value_cache.data());
+        uint16_t* k_stage = buf.k_stage.data();
+        uint16_t* v_stage = buf.v_stage.data();
+        for_each_run([&](int64_t j0, int64_t t0, int64_t count, int64_t base) {
+          for (int64_t e0 = 0; e0 < d; e0 += x) {  // x = 16 dims per fp8 key run
+            fp8_key_run_to_words(k_codes + base + (e0 / x) * bs * x + t0 * x, count,
+                                 fp8_values.k_bytes, k_stage + e0 * count,
+                                 k_stage + (e0 + kx) * count);
+          }
+          if (count == bs) {  // whole rows: the block's [D][bs] codes are contiguous
+            fp8_to_words(v_codes + base, d * bs, fp8_values.v_bytes, v_stage);
+          } else {
+            for (int64_t e = 0; e < d; ++e) {
+              fp8_to_words(v_codes + base + e * bs + t0, count, fp8_values.v_bytes,
+                           v_stage + e * count);
+            }
+          }
+          copy_run(j0, 0, count, k_stage, v_stage, count);
+        });
+        return;
+      }
+      const auto* k_src = static_cast<const uint16_t*>(key_cache.data());
+      const auto* v_src = static_cast<const uint16_t*>(value_cache.data());
       const int64_t paired = avx512_ && bs % 16 == 0 ? n / 32 * 32 : 0;
       const auto key_run = [&](int64_t j) {  // the K run of chunk position j, dims 0 .. x - 1
         const int64_t token = c0 + j;
@@ -414,45 +566,8 @@ class PagedAttentionExecutable final : public Executable {
       }
       for_each_run([&](int64_t j0, int64_t t0, int64_t count, int64_t base) {
         // Keys before `paired` were copied above.
-        const int64_t k_first = std::clamp<int64_t>(paired - j0, 0, count);
-        for (int64_t e0 = 0; k_first < count && e0 < d; e0 += x) {
-          const uint16_t* run = k_src + base + (e0 / x) * bs * x + t0 * x;
-          uint16_t* rows = k_dst + e0 * chunk + j0;
-          int64_t t = k_first;
-          if (avx512_) {
-            for (; t + 16 <= count; t += 16) transpose_key_run16(run + t * x, rows + t, chunk);
-          }
-          for (; t + 8 <= count; t += 8) transpose8x8_u16(run + t * x, x, rows + t, chunk);
-          for (; t < count; ++t) {
-            for (int64_t i = 0; i < x; ++i) rows[i * chunk + t] = run[t * x + i];
-          }
-        }
-        // The IR keeps d a multiple of x = 8 (the legacy key layout's unit).
-        for (int64_t e0 = 0; e0 < d;) {
-          const int64_t dims = avx512_ && e0 + 4 * x <= d ? 4 * x : x;
-          int64_t first = 0;  // tokens done by the 32-dim copy
-          if (dims == 4 * x) {
-            for (; first + 16 <= count; first += 16) {
-              transpose_value_dims32(v_src + base + e0 * bs + t0 + first, bs,
-                                     v_dst + (j0 + first) * dp + e0, dp);
-            }
-          }
-          for (int64_t e = e0; e < e0 + dims; e += x) {
-            const uint16_t* src = v_src + base + e * bs + t0;
-            uint16_t* tokens = v_dst + j0 * dp + e;
-            int64_t t = first;
-            if (avx512_) {
-              for (; t + 16 <= count; t += 16) {
-                transpose_value_dims8(src + t, bs, tokens + t * dp, dp);
-              }
-            }
-            for (; t + 8 <= count; t += 8) transpose8x8_u16(src + t, bs, tokens + t * dp, dp);
-            for (; t < count; ++t) {
-              for (int64_t i = 0; i < x; ++i) tokens[t * dp + i] = src[i * bs + t];
-            }
-          }
-          e0 += dims;
-        }
+        copy_run(j0, std::clamp<int64_t>(paired - j0, 0, count), count, k_src + base + t0 * x,
+                 v_src + base + t0, bs);
       });
       return;
     }
@@ -631,6 +746,7 @@ class PagedAttentionExecutable final : public Executable {
   size_t size_;
   bool dpbf16_;
   bool avx512_;  // the gather's 16-token transposes
+  bool vbmi_;    // its fp8 table lookups
   int max_rows_;
 };
 

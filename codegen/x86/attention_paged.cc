@@ -9,12 +9,14 @@
 // multiple of 16 with zeros: any head size the IR allows runs, 40 and 72 included), then runs
 // the kernel's online softmax over it with the GQA group's query heads as the rows (each KV
 // chunk is gathered once per group). The decode query is the newest token, so there is no mask
-// beyond the sequence; ALiBi is slope·(j − L + 1), the kernel's slope·(j − pos) with
-// pos = L − 1. Normalisation follows §2.3: out = acc / (S + 1e-6); v2 writes each partition's
-// max logit, exp sum and rnd_T(acc / (S + 1e-6)) and reduces them per §3.2.
+// beyond the sequence but block-sparse mode's (§2.5): a chunk is cut into runs of sparse blocks
+// that the same rows attend, a run no row attends is skipped (neither gathered nor computed),
+// and the others are computed with each row's key interval [lo, hi] the run or empty. ALiBi is
+// slope·(j − L + 1), the kernel's slope·(j − pos) with pos = L − 1. Normalisation follows
+// §2.3: out = acc / (S + 1e-6); v2 writes each partition's max logit, exp sum and
+// rnd_T(acc / (S + 1e-6)) and reduces them per §3.2.
 //
-// Not served: block-sparse mode (supports() says so), a v2 partition size that is not a
-// multiple of 16.
+// Not served: a v2 partition size that is not a multiple of 16 (supports() says so).
 #include <fmt/format.h>
 #include <immintrin.h>
 #include <omp.h>
@@ -327,7 +329,8 @@ class PagedAttentionExecutable final : public Executable {
         dpbf16_(attention_uses_dpbf16(inner_, config_, isa)),
         avx512_(isa >= X86Isa::kAvx512),
         vbmi_(isa >= X86Isa::kAvx512Vbmi),
-        max_rows_(attention_max_rows(inner_, isa)) {}
+        max_rows_(attention_max_rows(inner_, isa)),
+        token_group_(attention_token_group(inner_, isa)) {}
 
   const void* code_address() const override { return code_; }
   size_t code_size() const override { return size_; }
@@ -377,6 +380,39 @@ class PagedAttentionExecutable final : public Executable {
   }
 
  private:
+  // Block-sparse mode (§2.5) for one task: row i (query head g · group + i) attends sparse
+  // block kb (tokens [kb · block, (kb + 1) · block)) iff (kb + off_i) % vert == 0 or
+  // kb > qb − local, qb = (L − 1) / block. vert == 0: dense.
+  struct SparsePattern {
+    int64_t vert = 0, local = 0, block = 0, qb = 0;
+    // off_i = (tp_rank · Hq + h) · step + 1 (step >= 0, per query head) or
+    // (tp_rank · Hkv + g) · (−step) + 1 (step < 0, per KV head): off0 + i · per_row.
+    int64_t off0 = 0, per_row = 0;
+    bool attends(int64_t row, int64_t kb) const {
+      return (kb + off0 + row * per_row) % vert == 0 || kb > qb - local;
+    }
+  };
+  // Scalars {scale, max_seq_len, tp_rank, local, vert, block, step} (check_args: vert >= 2,
+  // block a multiple of block_size, tp_rank and local >= 0).
+  SparsePattern sparse_pattern(const KernelArgs& args, int64_t g, int64_t len) const {
+    const auto& p = spec_.get<ir::PagedAttentionParams>();
+    SparsePattern sp;
+    if (!p.blocksparse) return sp;
+    const auto tp_rank = int64_t(args.scalar(2)), step = int64_t(args.scalar(6));
+    sp.local = int64_t(args.scalar(3));
+    sp.vert = int64_t(args.scalar(4));
+    sp.block = int64_t(args.scalar(5));
+    sp.qb = (len - 1) / sp.block;
+    const int64_t group = p.head_count_q / p.head_count_kv;
+    if (step >= 0) {
+      sp.off0 = (tp_rank * p.head_count_q + g * group) * step + 1;
+      sp.per_row = step;
+    } else {
+      sp.off0 = (tp_rank * p.head_count_kv + g) * -step + 1;
+    }
+    return sp;
+  }
+
   // Per-thread working memory.
   struct Buffers {
     Buffers(const ir::CpuAttentionParams& inner, int64_t group, bool staged)
@@ -387,7 +423,12 @@ class PagedAttentionExecutable final : public Executable {
           scratch(static_cast<size_t>(attention_scratch_floats(inner.head_size) + 16)),
           calls(static_cast<size_t>(group)),
           k_stage(static_cast<size_t>(staged ? inner.head_size * inner.block_size : 0)),
-          v_stage(k_stage.size()) {}
+          v_stage(k_stage.size()),
+          q_rows(static_cast<size_t>(kMaxAttnRows * inner.head_size)),
+          acc_rows(q_rows.size()),
+          attended(static_cast<size_t>(group)),
+          next_attended(attended.size()),
+          any_attended(attended.size()) {}
     // The slabs at 64-byte boundaries (whole-line stores and loads).
     float* k_slab() { return align64(k.data()); }
     float* v_slab() { return align64(v.data()); }
@@ -399,6 +440,12 @@ class PagedAttentionExecutable final : public Executable {
     // `staged` (fp8_staged()): one run's keys and values decoded to 16-bit words (a run
     // holds at most a chunk's tokens), D x chunk each at most.
     std::vector<uint16_t> k_stage, v_stage;
+    // Block-sparse: the q and acc of the rows a pass of some rows serves, those rows, and per
+    // row of the group whether it attends the current run / the next sparse block / anything
+    // of the task so far.
+    std::vector<float> q_rows, acc_rows;
+    std::vector<int64_t> rows;
+    std::vector<uint8_t> attended, next_attended, any_attended;
   };
 
   // fp8 caches: the slab value of every code, rnd_T(fp8 · scale) as T's bits (the float's for
@@ -442,8 +489,8 @@ class PagedAttentionExecutable final : public Executable {
     return tables;
   }
 
-  // Gathers keys [c0, c0 + n) of sequence s, KV head g into the vec-layout slabs of `buf`.
-  void gather(const KernelArgs& args, int64_t s, int64_t g, int64_t c0, int64_t n,
+  // Gathers keys [c0, c0 + n) of sequence s, KV head g into slab positions [at, at + n).
+  void gather(const KernelArgs& args, int64_t s, int64_t g, int64_t c0, int64_t n, int64_t at,
               const Fp8Tables& fp8_values, Buffers& buf) const {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
     const int first = spec_.op == OpKind::kPagedAttentionV2 ? 4 : 1;
@@ -474,11 +521,11 @@ class PagedAttentionExecutable final : public Executable {
       // 16-bit elements copied by transposes of 16 tokens (AVX-512) or 8 (SSE2): a K run
       // [16 tokens, 8 dims] of a group of 8 dims into those dim rows, 8 V dim rows into the
       // token rows; tails element-wise. At AVX-512, whole 64-byte slab rows where they fit: K
-      // 32 tokens at a time (two 16-token runs: a chunk starts at a multiple of 16, so with
-      // bs % 16 == 0 each run lies in one block), V 32 dims at a time. An fp8 cache (AVX512_VBMI)
+      // 32 tokens at a time (two 16-token runs, each in one block when c0 and bs are
+      // multiples of 16), V 32 dims at a time. An fp8 cache (AVX512_VBMI)
       // is first decoded run by run into a 16-bit legacy-layout stage by the call's tables.
-      auto* k_dst = reinterpret_cast<uint16_t*>(buf.k_slab());
-      auto* v_dst = reinterpret_cast<uint16_t*>(buf.v_slab());
+      auto* k_dst = reinterpret_cast<uint16_t*>(buf.k_slab()) + at;
+      auto* v_dst = reinterpret_cast<uint16_t*>(buf.v_slab()) + at * dp;
       constexpr int64_t kx = 8;  // the 16-bit legacy key layout's unit
       // Keys [first, count) and values [0, count) of the run at chunk position j0: K element
       // (token t, dim e) at k_run[(e / 8) · stride · 8 + t · 8 + e % 8], V at
@@ -550,7 +597,7 @@ class PagedAttentionExecutable final : public Executable {
       }
       const auto* k_src = static_cast<const uint16_t*>(key_cache.data());
       const auto* v_src = static_cast<const uint16_t*>(value_cache.data());
-      const int64_t paired = avx512_ && bs % 16 == 0 ? n / 32 * 32 : 0;
+      const int64_t paired = avx512_ && bs % 16 == 0 && c0 % 16 == 0 ? n / 32 * 32 : 0;
       const auto key_run = [&](int64_t j) {  // the K run of chunk position j, dims 0 .. x - 1
         const int64_t token = c0 + j;
         const int64_t block = load_i32(tables, s * width + token / bs);
@@ -596,11 +643,12 @@ class PagedAttentionExecutable final : public Executable {
       const auto k_of = [&](int64_t i) { return fp8_values.k[k_src[i]]; };
       const auto v_of = [&](int64_t i) { return fp8_values.v[v_src[i]]; };
       if (p.dtype == DType::kF32) {
-        walk(reinterpret_cast<uint32_t*>(buf.k_slab()), reinterpret_cast<uint32_t*>(buf.v_slab()),
-             k_of, v_of);
+        walk(reinterpret_cast<uint32_t*>(buf.k_slab()) + at,
+             reinterpret_cast<uint32_t*>(buf.v_slab()) + at * dp, k_of, v_of);
       } else {
         walk(
-            reinterpret_cast<uint16_t*>(buf.k_slab()), reinterpret_cast<uint16_t*>(buf.v_slab()),
+            reinterpret_cast<uint16_t*>(buf.k_slab()) + at,
+            reinterpret_cast<uint16_t*>(buf.v_slab()) + at * dp,
             [&](int64_t i) { return uint16_t(k_of(i)); },
             [&](int64_t i) { return uint16_t(v_of(i)); });
       }
@@ -608,9 +656,25 @@ class PagedAttentionExecutable final : public Executable {
       const auto* k_src = static_cast<const uint32_t*>(key_cache.data());
       const auto* v_src = static_cast<const uint32_t*>(value_cache.data());
       walk(
-          reinterpret_cast<uint32_t*>(buf.k_slab()), reinterpret_cast<uint32_t*>(buf.v_slab()),
-          [&](int64_t i) { return k_src[i]; }, [&](int64_t i) { return v_src[i]; });
+          reinterpret_cast<uint32_t*>(buf.k_slab()) + at,
+          reinterpret_cast<uint32_t*>(buf.v_slab()) + at * dp, [&](int64_t i) { return k_src[i]; },
+          [&](int64_t i) { return v_src[i]; });
     }
+  }
+
+  // Zeroes slab positions [a, b): keys (dim rows) and values (token rows).
+  void zero_slab(Buffers& buf, int64_t a, int64_t b) const {
+    if (a >= b) return;
+    const auto& p = spec_.get<ir::PagedAttentionParams>();
+    const int64_t esize = int64_t(dtype_size(p.dtype));
+    const int64_t dp = align_up(p.head_size, kHeadPad);
+    const int64_t chunk = chunk_for(p);
+    auto* k = reinterpret_cast<uint8_t*>(buf.k_slab());
+    auto* v = reinterpret_cast<uint8_t*>(buf.v_slab());
+    for (int64_t e = 0; e < dp; ++e) {
+      std::memset(k + (e * chunk + a) * esize, 0, size_t((b - a) * esize));
+    }
+    std::memset(v + a * dp * esize, 0, size_t((b - a) * dp * esize));
   }
 
   void run_task(const KernelArgs& args, int64_t s, int64_t g, int64_t part, int64_t parts,
@@ -664,19 +728,104 @@ class PagedAttentionExecutable final : public Executable {
       }
     }
     const auto fn = reinterpret_cast<KernelFn>(const_cast<void*>(code_));
-    for (int64_t c0 = t0; c0 < t1; c0 += chunk) {
-      const int64_t n = std::min(chunk, t1 - c0);
-      gather(args, s, g, c0, n, fp8_values, buf);
-      for (int64_t ps = 0; ps < passes; ++ps) {
-        CpuAttnTileArgs& c = buf.calls[size_t(ps)];
-        c.kv_begin = 0;
-        c.kv_end = n;
+    // The keys of chunk positions [a, b) (the chunk starts at token c0) for the rows that
+    // attend them (`attends`: one flag per row of the group; nullptr: every row). kv_begin is
+    // a's token group; the slab's keys and values before a in it (an earlier run's, or stale)
+    // are zeroed: the kernel weighs them by p = 0, and 0·inf would be NaN. Where only some rows
+    // attend, those rows run as passes of their own (their q, acc and state copied in and out),
+    // so no row sees a key it does not attend, finite or not (§2.5: such keys are not read).
+    const auto call = [&](int64_t c0, int64_t a, int64_t b, const uint8_t* attends) {
+      const int64_t begin = a / token_group_ * token_group_;
+      zero_slab(buf, begin, a);
+      const auto range = [&](CpuAttnTileArgs& c) {
+        c.kv_begin = begin;
+        c.first_offset = begin;  // the chunk is the kernel's one block
+        c.kv_end = b;
         for (int64_t i = 0; i < c.rows; ++i) {
-          c.lo[i] = 0;
-          c.hi[i] = int32_t(n - 1);
+          c.lo[i] = int32_t(a);
+          c.hi[i] = int32_t(b - 1);
           c.pos[i] = int32_t(len - 1 - c0);  // ALiBi: j_local − pos = (c0 + j_local) − (L − 1)
         }
+      };
+      if (attends == nullptr ||
+          std::all_of(attends, attends + group, [](uint8_t f) { return f; })) {
+        for (int64_t ps = 0; ps < passes; ++ps) {
+          range(buf.calls[size_t(ps)]);
+          fn(&buf.calls[size_t(ps)], 0, 0);
+        }
+        return;
+      }
+      const int64_t q_bytes = (dpbf16_ ? 2 : 4) * dp;
+      auto* q_all = reinterpret_cast<uint8_t*>(buf.q.data());
+      auto* q_rows = reinterpret_cast<uint8_t*>(buf.q_rows.data());
+      std::vector<int64_t>& rows = buf.rows;
+      rows.clear();
+      for (int64_t i = 0; i < group; ++i) {
+        if (attends[i]) rows.push_back(i);
+      }
+      for (size_t r0 = 0; r0 < rows.size(); r0 += size_t(max_rows_)) {
+        CpuAttnTileArgs c = buf.calls[0];  // the shared fields
+        c.rows = std::min<int64_t>(max_rows_, int64_t(rows.size() - r0));
+        c.q = q_rows;
+        c.acc = buf.acc_rows.data();
+        for (int64_t i = 0; i < c.rows; ++i) {
+          const int64_t row = rows[r0 + size_t(i)];
+          const CpuAttnTileArgs& owner = buf.calls[size_t(row / max_rows_)];
+          std::memcpy(q_rows + i * q_bytes, q_all + row * q_bytes, size_t(q_bytes));
+          std::memcpy(c.acc + i * dp, buf.acc.data() + row * dp, size_t(dp) * 4);
+          c.m[i] = owner.m[row % max_rows_];
+          c.l[i] = owner.l[row % max_rows_];
+          c.slope[i] = owner.slope[row % max_rows_];
+        }
+        range(c);
         fn(&c, 0, 0);
+        for (int64_t i = 0; i < c.rows; ++i) {
+          const int64_t row = rows[r0 + size_t(i)];
+          CpuAttnTileArgs& owner = buf.calls[size_t(row / max_rows_)];
+          std::memcpy(buf.acc.data() + row * dp, c.acc + i * dp, size_t(dp) * 4);
+          owner.m[row % max_rows_] = c.m[i];
+          owner.l[row % max_rows_] = c.l[i];
+        }
+      }
+    };
+    const SparsePattern sparse = sparse_pattern(args, g, len);
+    std::vector<uint8_t>& attended = buf.attended;  // the current run's rows
+    std::vector<uint8_t>& next = buf.next_attended;
+    std::fill(buf.any_attended.begin(), buf.any_attended.end(), uint8_t(0));
+    for (int64_t c0 = t0; c0 < t1; c0 += chunk) {
+      const int64_t n = std::min(chunk, t1 - c0);
+      if (sparse.vert == 0) {
+        gather(args, s, g, c0, n, 0, fp8_values, buf);
+        call(c0, 0, n, nullptr);
+        continue;
+      }
+      // Block-sparse: the chunk in runs of sparse blocks that the same rows attend; a run no
+      // row attends is neither gathered nor computed (§2.5: its keys and values are not read).
+      for (int64_t a = 0; a < n;) {
+        const auto rows_of = [&](int64_t kb, std::vector<uint8_t>& rows) {
+          bool any = false;
+          for (int64_t i = 0; i < group; ++i) {
+            rows[size_t(i)] = sparse.attends(i, kb);
+            any = any || rows[size_t(i)];
+          }
+          return any;
+        };
+        const auto end_of = [&](int64_t kb) { return std::min(n, (kb + 1) * sparse.block - c0); };
+        int64_t kb = (c0 + a) / sparse.block;
+        const bool any = rows_of(kb, attended);
+        int64_t b = end_of(kb);
+        while (b < n) {
+          kb = (c0 + b) / sparse.block;
+          rows_of(kb, next);
+          if (next != attended) break;
+          b = end_of(kb);
+        }
+        if (any) {
+          for (int64_t i = 0; i < group; ++i) buf.any_attended[size_t(i)] |= attended[size_t(i)];
+          gather(args, s, g, c0 + a, b - a, a, fp8_values, buf);
+          call(c0, a, b, attended.data());
+        }
+        a = b;
       }
     }
     // out (v1) or the partition's max logit, exp sum and rnd_T(acc / (S + 1e-6)) (v2).
@@ -692,7 +841,11 @@ class PagedAttentionExecutable final : public Executable {
         }
         continue;
       }
-      args.tensor(1).data_as<float>()[row * parts + part] = c.l[k];
+      // A partition that a row attends nowhere (block-sparse): every logit is −FLT_MAX = m, so
+      // vLLM's sum counts e^0 = 1 per token (§2.5); its output and max are the kernel's 0 and
+      // −FLT_MAX.
+      const bool masked = sparse.vert != 0 && !buf.any_attended[size_t(i)];
+      args.tensor(1).data_as<float>()[row * parts + part] = masked ? float(t1 - t0) : c.l[k];
       args.tensor(2).data_as<float>()[row * parts + part] = c.m[k];
       for (int64_t e = 0; e < d; ++e) {
         store_rounded(p.dtype, args.tensor(3).data(), (row * parts + part) * d + e, acc[e] * inv);
@@ -748,6 +901,7 @@ class PagedAttentionExecutable final : public Executable {
   bool avx512_;  // the gather's 16-token transposes
   bool vbmi_;    // its fp8 table lookups
   int max_rows_;
+  int token_group_;  // the kernel's keys per step: kv_begin's unit
 };
 
 }  // namespace
@@ -758,11 +912,6 @@ bool is_paged_attention_op(OpKind op) {
 
 Support paged_attention_support(const OpSpec& spec) {
   const auto& p = spec.get<ir::PagedAttentionParams>();
-  if (p.blocksparse) {
-    return Support::no(fmt::format(
-        "x86 backend does not generate {} with blocksparse=true yet (served: blocksparse=false)",
-        op_name(spec.op)));
-  }
   if (chunk_for(p) == 0) {
     return Support::no(
         fmt::format("x86 backend serves {} with partition_size a multiple of 16; got {}",

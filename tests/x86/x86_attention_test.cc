@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -762,10 +763,11 @@ TEST(X86AttentionFp8, AmxLayoutRejectedWithReason) {
 // ---- paged_attention_v1 / v2 ----------------------------------------------------------------
 
 OpSpec paged_spec(bool v2, DType dtype, ir::KvCacheDtype kv, int64_t head, int64_t block,
-                  int64_t hq, int64_t hkv, bool alibi, int64_t partition = 512) {
-  return OpSpec::make(
-      v2 ? OpKind::kPagedAttentionV2 : OpKind::kPagedAttentionV1,
-      ir::PagedAttentionParams{dtype, kv, head, block, hq, hkv, alibi, false, v2 ? partition : 0});
+                  int64_t hq, int64_t hkv, bool alibi, int64_t partition = 512,
+                  bool blocksparse = false) {
+  return OpSpec::make(v2 ? OpKind::kPagedAttentionV2 : OpKind::kPagedAttentionV1,
+                      ir::PagedAttentionParams{dtype, kv, head, block, hq, hkv, alibi, blocksparse,
+                                               v2 ? partition : 0});
 }
 
 TEST_P(X86AttentionTest, PagedHeadSizesAndBlocks) {
@@ -824,6 +826,104 @@ TEST_P(X86AttentionTest, PagedChunksInsideBlocks) {
     check(paged_spec(true, DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, block, 8, 2, true,
                      partition),
           GetParam(), 6);
+  }
+}
+
+// Block-sparse mode (§2.5) with the harness's pattern: 2 local sparse blocks of 2 cache blocks,
+// vertical stride 3, sliding step −1 (6 sequences: per KV head) and +1 (5: per query head, so
+// the rows of a group attend different blocks). v2's ~1000-token sequences mask most sparse
+// blocks (whole partitions too: their exp sums count the tokens); block 8 puts several sparse
+// blocks in one 128-key chunk (runs that start inside a token group).
+TEST_P(X86AttentionTest, PagedBlockSparse) {
+  for (bool v2 : {false, true}) {
+    for (int64_t requests : {6, 5}) {
+      check(paged_spec(v2, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, false, 512, true),
+            GetParam(), requests, {}, {InputKind::kNormal});
+      check(paged_spec(v2, DType::kF16, ir::KvCacheDtype::kAuto, 80, 8, 8, 1, true, 512, true),
+            GetParam(), requests, {}, {InputKind::kNormal});
+      check(paged_spec(v2, DType::kF32, ir::KvCacheDtype::kAuto, 64, 32, 4, 4, false, 512, true),
+            GetParam(), requests, {}, {InputKind::kNormal});
+      check(
+          paged_spec(v2, DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 128, 16, 16, 2, true, 256, true),
+          GetParam(), requests, {}, {InputKind::kNormal});
+    }
+  }
+}
+
+// Block-sparse patterns beyond the harness's, with every key and value of a block that no
+// query head of its KV head's group attends set to NaN (§2.5: not read). local 0 leaves rows
+// (v1) and partitions (v2: exp sum = the token count) with nothing attended; sliding steps 0
+// (one pattern for all heads), +2, +1 (rows of a group attending different blocks: passes of
+// some rows) and −3; tp_rank 1; sparse blocks of one cache block and of three; v2 partitions
+// of 128.
+TEST_P(X86AttentionTest, PagedBlockSparseNeverReadsMaskedBlocks) {
+  struct Pattern {
+    int64_t tp_rank, local, vert, sparse_blocks, step;
+    bool inf = false;  // +inf in a value of each sequence's first block (see below)
+  };
+  for (bool v2 : {false, true}) {
+    for (const Pattern& pat :
+         {Pattern{0, 0, 2, 1, 0}, Pattern{1, 1, 3, 3, 2}, Pattern{0, 0, 4, 1, -3},
+          Pattern{0, 2, 2, 3, 1}, Pattern{0, 0, 2, 1, 1, true}}) {
+      const int64_t block = 16, hq = 8, hkv = 2, group = hq / hkv;
+      const OpSpec spec = paged_spec(v2, DType::kBF16, ir::KvCacheDtype::kAuto, 64, block, hq, hkv,
+                                     true, 128, true);
+      const Kernel kernel = compile_x86(spec, GetParam());
+      auto made = test::make_case(spec, 6, InputKind::kNormal, 31);
+      ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+      test::OpCase c = std::move(made).value();
+      const int64_t sb = pat.sparse_blocks * block;
+      c.scalars[2] = double(pat.tp_rank);
+      c.scalars[3] = double(pat.local);
+      c.scalars[4] = double(pat.vert);
+      c.scalars[5] = double(sb);
+      c.scalars[6] = double(pat.step);
+      const int first = v2 ? 4 : 1;
+      test::HostTensor& keys = c.tensors[size_t(first + 1)];
+      test::HostTensor& values = c.tensors[size_t(first + 2)];
+      const test::HostTensor& tables = c.tensors[size_t(first + 3)];
+      const test::HostTensor& lens = c.tensors[size_t(first + 4)];
+      const int64_t width = tables.tensor().size(1), per_head = 64 * block;
+      int poisoned = 0;
+      for (int64_t s = 0; s < lens.tensor().size(0); ++s) {
+        const auto len = int64_t(lens.get(s));
+        for (int64_t g = 0; g < hkv; ++g) {
+          for (int64_t j = 0; j < len; j += block) {
+            const int64_t kb = j / sb, qb = (len - 1) / sb;
+            bool read = false;
+            for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+              const int64_t off = pat.step >= 0 ? (pat.tp_rank * hq + h) * pat.step + 1
+                                                : (pat.tp_rank * hkv + g) * -pat.step + 1;
+              read = read || (kb + off) % pat.vert == 0 || kb > qb - pat.local;
+            }
+            if (read) continue;
+            const auto b = int64_t(tables.get(s * width + j / block));
+            for (int64_t i = 0; i < per_head; ++i) {
+              keys.set((b * hkv + g) * per_head + i, std::nan(""));
+              values.set((b * hkv + g) * per_head + i, std::nan(""));
+            }
+            ++poisoned;
+          }
+        }
+      }
+      // The inf pattern: heads of odd and even index attend alternate 16-token sparse blocks,
+      // so the run of tokens 16-31 starts inside the first 32-key group, whose keys 0-15 (a
+      // run that the other rows attend, with the inf) must not reach its rows as 0·inf.
+      for (int64_t s = 0; pat.inf && s < lens.tensor().size(0); ++s) {
+        if (int64_t(lens.get(s)) < 2 * block) continue;
+        const auto b = int64_t(tables.get(s * width));
+        values.set((b * hkv + 0) * per_head + 3 * block + 5,
+                   std::numeric_limits<double>::infinity());
+      }
+      // With a per-query-head pattern (step > 0) the group's 4 heads attend every residue of
+      // the stride between them: nothing is masked for all, and rows attend different blocks.
+      if (pat.step <= 0) EXPECT_GT(poisoned, 0) << "v2=" << v2 << " step=" << pat.step;
+      const auto report = check_against_ref(kernel, c);
+      EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(GetParam())
+                             << " local=" << pat.local << " vert=" << pat.vert
+                             << " sparse_block=" << sb << " step=" << pat.step << "\n"
+                             << report.message;
+    }
   }
 }
 

@@ -312,6 +312,25 @@ def case_paged_attention_v2():
                 [0, 1, 2, 3], (1e-5, 1e-5))
 
 
+def case_paged_attention_v1_blocksparse():
+    # Block-sparse (vLLM's Phi-3-small mode): sparse blocks of one cache block (4 tokens),
+    # vertical stride 2, one local block, the pattern sliding per query head; 2 sequences of 13
+    # and 9 tokens, so each query head skips some blocks and the two of a KV head differ.
+    r = rng()
+    one = np.ones(1, np.float32)
+    args = [np.zeros((2, 4, 8), np.float32), f32(r, 2, 4, 8), f32(r, 7, 2, 2, 4, 4),
+            f32(r, 7, 2, 8, 4), i32([[0, 1, 2, 3], [4, 5, 6, 0]]), i32([13, 9]), None, one, one]
+    spec = ("paged_attention_v1(dtype=f32,kv=auto,head_size=8,block_size=4,heads_q=4,heads_kv=2,"
+            "alibi=false,blocksparse=true,partition_size=0)")
+    scale = 1 / math.sqrt(8)
+    return Case("paged_attention_v1", spec, args, [scale, 13, 0, 1, 2, 4, 1],
+                lambda a: kiln.ops.paged_attention_v1(
+                    a[0], a[1], a[2], a[3], 2, scale, a[4], a[5], 4, 13, a[6], "auto", a[7],
+                    a[8], tp_rank=0, blocksparse_local_blocks=1, blocksparse_vert_stride=2,
+                    blocksparse_block_size=4, blocksparse_head_sliding_step=1),
+                [0], (1e-5, 1e-5))
+
+
 def case_merge_attn_states():
     r = rng()
     args = [np.zeros((3, 2, 8), np.float32), np.zeros((2, 3), np.float32), f32(r, 3, 2, 8),

@@ -1,0 +1,236 @@
+// The paged gather's copies (paged_copy.h): SSE2 and AVX-512 transposes of 16-bit tiles between
+// the legacy cache layout and the tile kernel's slabs, and fp8 codes to 16-bit values by byte
+// tables (AVX512_VBMI). Host code: each function carries the target it needs; the caller picks
+// by the ISA level.
+#include "codegen/x86/paged_copy.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+namespace jit::codegen::x86 {
+
+// An 8 x 8 tile of 16-bit elements transposed: dst row i, element j = src row j, element i
+// (rows `src_stride` / `dst_stride` elements apart). Three rounds of SSE2 unpacks (every
+// x86-64 CPU): pairs of rows interleaved by element, then by pairs, then by quads.
+void transpose8x8_u16(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride) {
+  __m128i r[8], a[8], b[8];
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + j * src_stride));
+  }
+  for (int j = 0; j < 8; j += 2) {  // a[j]: elements 0-3 of rows j, j+1; a[j+1]: elements 4-7
+    a[j] = _mm_unpacklo_epi16(r[j], r[j + 1]);
+    a[j + 1] = _mm_unpackhi_epi16(r[j], r[j + 1]);
+  }
+  for (int j = 0; j < 8; j += 4) {  // b[j + e/2]: elements e, e+1 of rows j..j+3
+    b[j] = _mm_unpacklo_epi32(a[j], a[j + 2]);
+    b[j + 1] = _mm_unpackhi_epi32(a[j], a[j + 2]);
+    b[j + 2] = _mm_unpacklo_epi32(a[j + 1], a[j + 3]);
+    b[j + 3] = _mm_unpackhi_epi32(a[j + 1], a[j + 3]);
+  }
+  for (int e = 0; e < 8; e += 2) {  // element e of rows 0..7, then element e + 1
+    __m128i* out = reinterpret_cast<__m128i*>(dst + e * dst_stride);
+    _mm_storeu_si128(out, _mm_unpacklo_epi64(b[e / 2], b[4 + e / 2]));
+    out = reinterpret_cast<__m128i*>(dst + (e + 1) * dst_stride);
+    _mm_storeu_si128(out, _mm_unpackhi_epi64(b[e / 2], b[4 + e / 2]));
+  }
+}
+
+// The same copies 16 tokens at a time with AVX-512 word and qword permutes (the gather runs
+// these where the target has AVX-512: two permutes per 64 elements against three rounds of
+// unpacks per 64 in the SSE2 tile). GCC 12's cast intrinsics (_mm512_castsi256_si512 and the
+// like) start from a self-initialised "undefined" vector that -Wuninitialized flags once they
+// are inlined (GCC bug 105593, fixed in GCC 13): silenced for these functions only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+//
+// A key run [16 tokens][8 dims] (256 contiguous bytes) into 8 dim rows of 16 tokens. in[j]
+// holds tokens 4j .. 4j + 3 (word 8·(t % 4) + dim); a word permute of (in0:in1) / (in2:in3)
+// gathers dims 0-3 / 4-7 of tokens 0-7 / 8-15 (word w: dim w / 8, token w % 8, index
+// 8·token + dim); a qword permute interleaves the 16-byte lanes of tokens 0-7 and 8-15 into a
+// dim pair's two rows.
+alignas(64) static constexpr uint16_t kKeyDimsLow[32] = {0,  8,  16, 24, 32, 40, 48, 56, 1,  9,  17,
+                                                         25, 33, 41, 49, 57, 2,  10, 18, 26, 34, 42,
+                                                         50, 58, 3,  11, 19, 27, 35, 43, 51, 59};
+alignas(64) static constexpr uint16_t kKeyDimsHigh[32] = {
+    4, 12, 20, 28, 36, 44, 52, 60, 5, 13, 21, 29, 37, 45, 53, 61,
+    6, 14, 22, 30, 38, 46, 54, 62, 7, 15, 23, 31, 39, 47, 55, 63};
+
+// pairs[k]: dims 2k (low 256 bits) and 2k + 1 (high) of the run's 16 tokens.
+__attribute__((target("avx512f,avx512bw"), always_inline)) static inline void key_run16_pairs(
+    const uint16_t* run, __m512i (&pairs)[4]) {
+  const __m512i in0 = _mm512_loadu_si512(run), in1 = _mm512_loadu_si512(run + 32);
+  const __m512i in2 = _mm512_loadu_si512(run + 64), in3 = _mm512_loadu_si512(run + 96);
+  const __m512i low = _mm512_load_si512(kKeyDimsLow), high = _mm512_load_si512(kKeyDimsHigh);
+  const __m512i a_low = _mm512_permutex2var_epi16(in0, low, in1);    // dims 0-3, tokens 0-7
+  const __m512i a_high = _mm512_permutex2var_epi16(in0, high, in1);  // dims 4-7, tokens 0-7
+  const __m512i b_low = _mm512_permutex2var_epi16(in2, low, in3);    // dims 0-3, tokens 8-15
+  const __m512i b_high = _mm512_permutex2var_epi16(in2, high, in3);  // dims 4-7, tokens 8-15
+  const __m512i pair0 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+  const __m512i pair1 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+  pairs[0] = _mm512_permutex2var_epi64(a_low, pair0, b_low);
+  pairs[1] = _mm512_permutex2var_epi64(a_low, pair1, b_low);
+  pairs[2] = _mm512_permutex2var_epi64(a_high, pair0, b_high);
+  pairs[3] = _mm512_permutex2var_epi64(a_high, pair1, b_high);
+}
+
+__attribute__((target("avx512f,avx512bw"))) void transpose_key_run16(const uint16_t* run,
+                                                                     uint16_t* dst,
+                                                                     int64_t dst_stride) {
+  __m512i pairs[4];
+  key_run16_pairs(run, pairs);
+  for (int k = 0; k < 4; ++k) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * k * dst_stride),
+                        _mm512_castsi512_si256(pairs[k]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (2 * k + 1) * dst_stride),
+                        _mm512_extracti64x4_epi64(pairs[k], 1));
+  }
+}
+
+// Two key runs of 16 tokens (tokens 0-15 from `run_a`, 16-31 from `run_b`, e.g. two blocks)
+// into 8 dim rows of 32 tokens: whole 64-byte rows, one store each instead of two (the
+// 256-bit halves of a run's pairs joined by a 128-bit lane shuffle).
+__attribute__((target("avx512f,avx512bw"))) void transpose_key_runs32(const uint16_t* run_a,
+                                                                      const uint16_t* run_b,
+                                                                      uint16_t* dst,
+                                                                      int64_t dst_stride) {
+  __m512i a[4], b[4];
+  key_run16_pairs(run_a, a);
+  key_run16_pairs(run_b, b);
+  for (int k = 0; k < 4; ++k) {
+    _mm512_storeu_si512(dst + 2 * k * dst_stride, _mm512_shuffle_i64x2(a[k], b[k], 0x44));
+    _mm512_storeu_si512(dst + (2 * k + 1) * dst_stride, _mm512_shuffle_i64x2(a[k], b[k], 0xEE));
+  }
+}
+
+// 8 value dim rows of 16 tokens (src_stride elements apart) into 16 token rows of 8 dims. in[j]
+// holds dims 2j and 2j + 1 (16-byte lanes: tokens 0-7 and 8-15 of each); a qword permute
+// gathers dims 0-3 / 4-7 of tokens 0-7 / 8-15 (word 8·dim + token), and a word permute of
+// (a:a4) / (b:b4) makes 4 token rows (word w: token w / 8 of the 4, dim w % 8, index
+// 32·(dim / 4) + 8·(dim % 4) + token): the key tables again.
+__attribute__((target("avx512f,avx512bw"), always_inline)) static inline void value_dims8_quads(
+    const uint16_t* src, int64_t src_stride, __m512i (&quads)[4]) {
+  __m512i in[4];
+  for (int j = 0; j < 4; ++j) {
+    const auto* lo = reinterpret_cast<const __m256i*>(src + 2 * j * src_stride);
+    const auto* hi = reinterpret_cast<const __m256i*>(src + (2 * j + 1) * src_stride);
+    in[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(lo)),
+                               _mm256_loadu_si256(hi), 1);
+  }
+  const __m512i first = _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13);     // tokens 0-7
+  const __m512i second = _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15);  // tokens 8-15
+  const __m512i a = _mm512_permutex2var_epi64(in[0], first, in[1]);
+  const __m512i b = _mm512_permutex2var_epi64(in[0], second, in[1]);
+  const __m512i a4 = _mm512_permutex2var_epi64(in[2], first, in[3]);
+  const __m512i b4 = _mm512_permutex2var_epi64(in[2], second, in[3]);
+  const __m512i rows0 = _mm512_load_si512(kKeyDimsLow), rows1 = _mm512_load_si512(kKeyDimsHigh);
+  quads[0] = _mm512_permutex2var_epi16(a, rows0, a4);
+  quads[1] = _mm512_permutex2var_epi16(a, rows1, a4);
+  quads[2] = _mm512_permutex2var_epi16(b, rows0, b4);
+  quads[3] = _mm512_permutex2var_epi16(b, rows1, b4);
+}
+
+__attribute__((target("avx512f,avx512bw"))) void transpose_value_dims8(const uint16_t* src,
+                                                                       int64_t src_stride,
+                                                                       uint16_t* dst,
+                                                                       int64_t dst_stride) {
+  __m512i quads[4];
+  value_dims8_quads(src, src_stride, quads);
+  for (int q = 0; q < 4; ++q) {
+    const auto row = [&](int k) {
+      return reinterpret_cast<__m128i*>(dst + (4 * q + k) * dst_stride);
+    };
+    _mm_storeu_si128(row(0), _mm512_castsi512_si128(quads[q]));
+    _mm_storeu_si128(row(1), _mm512_extracti32x4_epi32(quads[q], 1));
+    _mm_storeu_si128(row(2), _mm512_extracti32x4_epi32(quads[q], 2));
+    _mm_storeu_si128(row(3), _mm512_extracti32x4_epi32(quads[q], 3));
+  }
+}
+
+// 32 value dim rows of 16 tokens into 16 token rows of 32 dims: whole 64-byte rows, 16 stores
+// instead of the 64 of four dims8 copies. The four dims8 quads of token quad q hold, in their
+// 128-bit lane k, token 4q + k's dims 8g .. 8g + 7 (g: the quad's dim group); a 4 x 4
+// transpose of those lanes (two rounds of vshufi64x2) gives each token its 32 dims in order.
+__attribute__((target("avx512f,avx512bw"))) void transpose_value_dims32(const uint16_t* src,
+                                                                        int64_t src_stride,
+                                                                        uint16_t* dst,
+                                                                        int64_t dst_stride) {
+  __m512i quads[4][4];  // [dim group][token quad]
+  for (int g = 0; g < 4; ++g) value_dims8_quads(src + 8 * g * src_stride, src_stride, quads[g]);
+  for (int q = 0; q < 4; ++q) {
+    // lanes: t01 = (g0 k0, g0 k1, g1 k0, g1 k1), t23 the same for g2, g3; u for k2, k3.
+    const __m512i t01 = _mm512_shuffle_i64x2(quads[0][q], quads[1][q], 0x44);
+    const __m512i u01 = _mm512_shuffle_i64x2(quads[0][q], quads[1][q], 0xEE);
+    const __m512i t23 = _mm512_shuffle_i64x2(quads[2][q], quads[3][q], 0x44);
+    const __m512i u23 = _mm512_shuffle_i64x2(quads[2][q], quads[3][q], 0xEE);
+    uint16_t* rows = dst + 4 * q * dst_stride;
+    _mm512_storeu_si512(rows, _mm512_shuffle_i64x2(t01, t23, 0x88));
+    _mm512_storeu_si512(rows + dst_stride, _mm512_shuffle_i64x2(t01, t23, 0xDD));
+    _mm512_storeu_si512(rows + 2 * dst_stride, _mm512_shuffle_i64x2(u01, u23, 0x88));
+    _mm512_storeu_si512(rows + 3 * dst_stride, _mm512_shuffle_i64x2(u01, u23, 0xDD));
+  }
+}
+
+// fp8 codes to 16-bit slab values by table (AVX512_VBMI): the value of code c is
+// lo[c] | hi[c] << 8 (Fp8ByteTables, made per call from the ref's rnd_T(fp8 · scale)). Each byte
+// plane is two 128-entry vpermi2b lookups (codes 0-127, 128-255) joined by the code's bit 7;
+// the planes are interleaved into words by vpunpckl/hbw, whose in-lane order the codes' qword
+// permute undoes beforehand. 64 codes -> words[0] (codes 0-31), words[1] (32-63).
+
+// One byte plane: table[c] for the 64 codes (`upper`: their bit 7).
+__attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) static inline __m512i
+fp8_byte_plane(__m512i codes, __mmask64 upper, const uint8_t* table) {
+  const __m512i low =
+      _mm512_permutex2var_epi8(_mm512_load_si512(table), codes, _mm512_load_si512(table + 64));
+  const __m512i high = _mm512_permutex2var_epi8(_mm512_load_si512(table + 128), codes,
+                                                _mm512_load_si512(table + 192));
+  return _mm512_mask_blend_epi8(upper, low, high);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) static inline void
+fp8_to_words64(__m512i codes, const Fp8ByteTables& t, __m512i (&words)[2]) {
+  const __m512i order = _mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7);
+  codes = _mm512_permutexvar_epi64(order, codes);
+  const __mmask64 upper = _mm512_movepi8_mask(codes);  // bit 7: the second 128 entries
+  const __m512i lo = fp8_byte_plane(codes, upper, t.lo), hi = fp8_byte_plane(codes, upper, t.hi);
+  words[0] = _mm512_unpacklo_epi8(lo, hi);
+  words[1] = _mm512_unpackhi_epi8(lo, hi);
+}
+
+// n codes (contiguous) to n words (contiguous), the tail masked.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp8_to_words(const uint8_t* codes,
+                                                                         int64_t n,
+                                                                         const Fp8ByteTables& t,
+                                                                         uint16_t* words) {
+  for (int64_t i = 0; i < n; i += 64) {
+    const int64_t m = std::min<int64_t>(64, n - i);
+    const __mmask64 in = m == 64 ? ~__mmask64(0) : (__mmask64(1) << m) - 1;
+    __m512i w[2];
+    fp8_to_words64(_mm512_maskz_loadu_epi8(in, codes + i), t, w);
+    _mm512_mask_storeu_epi16(words + i, __mmask32(in), w[0]);
+    _mm512_mask_storeu_epi16(words + i + 32, __mmask32(in >> 32), w[1]);
+  }
+}
+
+// A key run of an fp8 cache, `count` tokens of 16 dims ([count][16] codes), to two 16-bit runs
+// [count][8] (dims 0-7 to `run_lo`, 8-15 to `run_hi`): the layout of a 16-bit legacy cache,
+// which the 16-bit copies read. words[h] holds tokens 2h, 2h + 1 as 128-bit lanes (lo, hi, lo,
+// hi); vshufi64x2 gathers the even / odd lanes.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp8_key_run_to_words(
+    const uint8_t* codes, int64_t count, const Fp8ByteTables& t, uint16_t* run_lo,
+    uint16_t* run_hi) {
+  for (int64_t i = 0; i < count; i += 4) {
+    const int64_t m = std::min<int64_t>(4, count - i);
+    const __mmask64 in = m == 4 ? ~__mmask64(0) : (__mmask64(1) << (16 * m)) - 1;
+    const __mmask32 out = m == 4 ? ~__mmask32(0) : (__mmask32(1) << (8 * m)) - 1;
+    __m512i w[2];
+    fp8_to_words64(_mm512_maskz_loadu_epi8(in, codes + 16 * i), t, w);
+    _mm512_mask_storeu_epi16(run_lo + 8 * i, out, _mm512_shuffle_i64x2(w[0], w[1], 0x88));
+    _mm512_mask_storeu_epi16(run_hi + 8 * i, out, _mm512_shuffle_i64x2(w[0], w[1], 0xDD));
+  }
+}
+
+#pragma GCC diagnostic pop
+
+}  // namespace jit::codegen::x86

@@ -1,0 +1,48 @@
+// The paged gather's copies (paged_attention_v1/v2 on x86, attention_paged.cc): tiles of a
+// 16-bit legacy cache (keys [.., D/8, BS, 8], values [.., D, BS]) transposed into the tile
+// kernel's slabs (keys as dim rows of the chunk's tokens, values as token rows of the padded
+// head), and fp8 codes turned into the slabs' 16-bit values by per-call byte tables. Strides
+// are in elements. The AVX-512 functions need AVX512F/BW, the fp8 ones also AVX512_VBMI: the
+// caller checks the ISA level.
+#pragma once
+
+#include <cstdint>
+
+namespace jit::codegen::x86 {
+
+/// An 8 x 8 tile of 16-bit elements transposed (SSE2): dst row i, element j = src row j,
+/// element i.
+void transpose8x8_u16(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride);
+
+/// A key run [16 tokens][8 dims] (256 contiguous bytes) into 8 dim rows of 16 tokens (AVX-512).
+void transpose_key_run16(const uint16_t* run, uint16_t* dst, int64_t dst_stride);
+
+/// Two key runs of 16 tokens (tokens 0-15 at `run_a`, 16-31 at `run_b`) into 8 dim rows of 32
+/// tokens, one whole 64-byte row per store (AVX-512).
+void transpose_key_runs32(const uint16_t* run_a, const uint16_t* run_b, uint16_t* dst,
+                          int64_t dst_stride);
+
+/// 8 value dim rows of 16 tokens into 16 token rows of 8 dims (AVX-512).
+void transpose_value_dims8(const uint16_t* src, int64_t src_stride, uint16_t* dst,
+                           int64_t dst_stride);
+
+/// 32 value dim rows of 16 tokens into 16 token rows of 32 dims, one whole 64-byte row per
+/// store (AVX-512).
+void transpose_value_dims32(const uint16_t* src, int64_t src_stride, uint16_t* dst,
+                            int64_t dst_stride);
+
+/// The 16-bit value of every fp8 code as two byte planes: value(c) = lo[c] | hi[c] << 8.
+struct Fp8ByteTables {
+  alignas(64) uint8_t lo[256];
+  alignas(64) uint8_t hi[256];
+};
+
+/// `n` contiguous fp8 codes to `n` contiguous 16-bit values by `tables` (AVX512_VBMI).
+void fp8_to_words(const uint8_t* codes, int64_t n, const Fp8ByteTables& tables, uint16_t* words);
+
+/// A key run of an fp8 cache, `count` tokens of 16 dims ([count][16] codes), to two 16-bit
+/// runs [count][8]: dims 0-7 to `run_lo`, 8-15 to `run_hi` (AVX512_VBMI).
+void fp8_key_run_to_words(const uint8_t* codes, int64_t count, const Fp8ByteTables& tables,
+                          uint16_t* run_lo, uint16_t* run_hi);
+
+}  // namespace jit::codegen::x86

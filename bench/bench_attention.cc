@@ -566,13 +566,19 @@ void register_all() {
 // paged_attention_v1/v2 decode (legacy cache [NB, Hkv, D/x, 16, x] / [NB, Hkv, D, 16], bf16
 // query, D 128, GQA 8, block 16, v2 partitions of 512; bf16 KV (x = 8) or fp8 e4m3 codes
 // (x = 16)): GB/s of KV read per second of CPU time.
+// `sparse_step` != 0: block-sparse mode with Phi-3-small's pattern (sparse blocks of 64 tokens,
+// 16 local ones, vertical stride 8) sliding per query head (+1: each head of a KV group attends
+// other vertical blocks, so every block is read, partly by one head) or per KV head (−1: the
+// group attends 18 of the 32 sparse blocks of a 2048-token context); GB/s counts the blocks
+// read.
 void bm_paged(benchmark::State& state, bool v2, ir::KvCacheDtype kv, int64_t batch, int64_t context,
-              int threads) {
+              int threads, int sparse_step = 0) {
   constexpr int64_t kPagedBlock = 16, kPartition = 512;
-  const OpSpec spec =
-      OpSpec::make(v2 ? OpKind::kPagedAttentionV2 : OpKind::kPagedAttentionV1,
-                   ir::PagedAttentionParams{DType::kBF16, kv, kHeadSize, kPagedBlock, kHeadsQ,
-                                            kHeadsKv, false, false, v2 ? kPartition : 0});
+  constexpr int64_t kSparseBlock = 64, kLocal = 16, kVert = 8;
+  const OpSpec spec = OpSpec::make(
+      v2 ? OpKind::kPagedAttentionV2 : OpKind::kPagedAttentionV1,
+      ir::PagedAttentionParams{DType::kBF16, kv, kHeadSize, kPagedBlock, kHeadsQ, kHeadsKv, false,
+                               sparse_step != 0, v2 ? kPartition : 0});
   const bool fp8 = kv != ir::KvCacheDtype::kAuto;
   const int64_t x = ir::paged_key_x(DType::kBF16, kv);
   const int64_t width = (context + kPagedBlock - 1) / kPagedBlock;
@@ -616,7 +622,8 @@ void bm_paged(benchmark::State& state, bool v2, ir::KvCacheDtype kv, int64_t bat
   }
   KernelArgs args;
   for (const Tensor& t : tensors) args.add(t);
-  for (double v : {1.0 / std::sqrt(double(kHeadSize)), double(context), 0.0, 0.0, 0.0, 64.0, 0.0}) {
+  for (double v : {1.0 / std::sqrt(double(kHeadSize)), double(context), 0.0, double(kLocal),
+                   double(kVert), double(kSparseBlock), double(sparse_step)}) {
     args.add_scalar(v);
   }
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
@@ -630,7 +637,19 @@ void bm_paged(benchmark::State& state, bool v2, ir::KvCacheDtype kv, int64_t bat
   }
   const double calls = double(std::max<int64_t>(1, state.iterations()));
   const double cpu = (process_cpu_seconds() - cpu_start) / double(threads) / calls;
-  const double bytes = double(2 * batch * context * kHeadsKv * kHeadSize * (fp8 ? 1 : 2));
+  // Tokens read per KV head: those of the sparse blocks some head of its group attends.
+  int64_t read_tokens = 0;
+  for (int64_t g = 0; g < kHeadsKv; ++g) {
+    for (int64_t kb = 0; kb * kSparseBlock < context; ++kb) {
+      bool read = sparse_step == 0 || kb > (context - 1) / kSparseBlock - kLocal;
+      for (int64_t h = g * (kHeadsQ / kHeadsKv); !read && h < (g + 1) * (kHeadsQ / kHeadsKv); ++h) {
+        const int64_t off = sparse_step > 0 ? h * sparse_step + 1 : g * -sparse_step + 1;
+        read = (kb + off) % kVert == 0;
+      }
+      if (read) read_tokens += std::min(kSparseBlock, context - kb * kSparseBlock);
+    }
+  }
+  const double bytes = double(2 * batch * read_tokens * kHeadSize * (fp8 ? 1 : 2));
   state.counters["GB/s_cpu"] = bytes / cpu / 1e9;
   state.counters["pct_of_copy_cpu"] = 100.0 * bytes / cpu / 1e9 / copy_gbps_cpu(threads);
 }
@@ -649,6 +668,17 @@ void register_paged() {
               ->Unit(benchmark::kMicrosecond)
               ->MinTime(0.2);
         }
+      }
+      for (int step : {1, -1}) {
+        benchmark::RegisterBenchmark(
+            fmt::format("paged_{}/kiln_blocksparse_per_{}_head/batch:8/context:2048/threads:{}",
+                        v2 ? "v2" : "v1", step > 0 ? "q" : "kv", threads)
+                .c_str(),
+            [=](benchmark::State& s) {
+              bm_paged(s, v2, ir::KvCacheDtype::kAuto, 8, 2048, threads, step);
+            })
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(0.2);
       }
     }
   }

@@ -435,6 +435,104 @@ class PagedAttentionExecutable final : public Executable {
     }
   }
 
+  // Calls visit(a, b, rows) for each run [a, b) of chunk positions (the chunk: n tokens from
+  // c0) whose sparse blocks the same rows attend, at least one (rows: a flag per row of the
+  // group).
+  template <class Visit>
+  void for_each_sparse_run(const SparsePattern& sparse, int64_t c0, int64_t n, Buffers& buf,
+                           Visit visit) const {
+    const auto& p = spec_.get<ir::PagedAttentionParams>();
+    const int64_t group = p.head_count_q / p.head_count_kv;
+    const auto rows_of = [&](int64_t kb, std::vector<uint8_t>& rows) {
+      bool any = false;
+      for (int64_t i = 0; i < group; ++i) {
+        rows[size_t(i)] = sparse.attends(i, kb);
+        any = any || rows[size_t(i)];
+      }
+      return any;
+    };
+    const auto end_of = [&](int64_t kb) { return std::min(n, (kb + 1) * sparse.block - c0); };
+    for (int64_t a = 0; a < n;) {
+      int64_t kb = (c0 + a) / sparse.block;
+      const bool any = rows_of(kb, buf.attended);
+      int64_t b = end_of(kb);
+      while (b < n) {
+        kb = (c0 + b) / sparse.block;
+        rows_of(kb, buf.next_attended);
+        if (buf.next_attended != buf.attended) break;
+        b = end_of(kb);
+      }
+      if (any) visit(a, b, buf.attended.data());
+      a = b;
+    }
+  }
+
+  // The keys of chunk positions [a, b) (the chunk starts at token c0 of a sequence of len
+  // tokens) for the rows that attend them (`attends`: a flag per row of the group; nullptr:
+  // every row), on the passes' state in buf.calls. kv_begin is a's token group; the slab's keys
+  // and values before a in it (an earlier run's, or stale) are zeroed: the kernel weighs them
+  // by p = 0, and 0·inf would be NaN. Where only some rows attend, those rows run as passes of
+  // their own (attend_rows), so no row weighs a key it does not attend, finite or not (§2.5:
+  // such keys are not read).
+  void attend_run(Buffers& buf, int64_t len, int64_t c0, int64_t a, int64_t b,
+                  const uint8_t* attends) const {
+    const auto& p = spec_.get<ir::PagedAttentionParams>();
+    const int64_t group = p.head_count_q / p.head_count_kv;
+    const int64_t begin = a / token_group_ * token_group_;
+    zero_slab(buf, begin, a);
+    const auto range = [&](CpuAttnTileArgs& c) {
+      c.kv_begin = begin;
+      c.first_offset = begin;  // the chunk is the kernel's one block
+      c.kv_end = b;
+      for (int64_t i = 0; i < c.rows; ++i) {
+        c.lo[i] = int32_t(a);
+        c.hi[i] = int32_t(b - 1);
+        c.pos[i] = int32_t(len - 1 - c0);  // ALiBi: j_local − pos = (c0 + j_local) − (L − 1)
+      }
+    };
+    const auto fn = reinterpret_cast<KernelFn>(const_cast<void*>(code_));
+    if (attends == nullptr || std::all_of(attends, attends + group, [](uint8_t f) { return f; })) {
+      for (int64_t ps = 0; ps < (group + max_rows_ - 1) / max_rows_; ++ps) {
+        range(buf.calls[size_t(ps)]);
+        fn(&buf.calls[size_t(ps)], 0, 0);
+      }
+      return;
+    }
+    buf.rows.clear();
+    for (int64_t i = 0; i < group; ++i) {
+      if (attends[i]) buf.rows.push_back(i);
+    }
+    const int64_t dp = align_up(p.head_size, kHeadPad);
+    const int64_t q_bytes = (dpbf16_ ? 2 : 4) * dp;
+    auto* q_all = reinterpret_cast<uint8_t*>(buf.q.data());
+    auto* q_rows = reinterpret_cast<uint8_t*>(buf.q_rows.data());
+    // Passes of the rows in buf.rows: their q, acc and softmax state copied in and back.
+    for (size_t r0 = 0; r0 < buf.rows.size(); r0 += size_t(max_rows_)) {
+      CpuAttnTileArgs c = buf.calls[0];  // the shared fields
+      c.rows = std::min<int64_t>(max_rows_, int64_t(buf.rows.size() - r0));
+      c.q = q_rows;
+      c.acc = buf.acc_rows.data();
+      for (int64_t i = 0; i < c.rows; ++i) {
+        const int64_t row = buf.rows[r0 + size_t(i)];
+        const CpuAttnTileArgs& owner = buf.calls[size_t(row / max_rows_)];
+        std::memcpy(q_rows + i * q_bytes, q_all + row * q_bytes, size_t(q_bytes));
+        std::memcpy(c.acc + i * dp, buf.acc.data() + row * dp, size_t(dp) * 4);
+        c.m[i] = owner.m[row % max_rows_];
+        c.l[i] = owner.l[row % max_rows_];
+        c.slope[i] = owner.slope[row % max_rows_];
+      }
+      range(c);
+      fn(&c, 0, 0);
+      for (int64_t i = 0; i < c.rows; ++i) {
+        const int64_t row = buf.rows[r0 + size_t(i)];
+        CpuAttnTileArgs& owner = buf.calls[size_t(row / max_rows_)];
+        std::memcpy(buf.acc.data() + row * dp, c.acc + i * dp, size_t(dp) * 4);
+        owner.m[row % max_rows_] = c.m[i];
+        owner.l[row % max_rows_] = c.l[i];
+      }
+    }
+  }
+
   // Zeroes slab positions [a, b): keys (dim rows) and values (token rows).
   void zero_slab(Buffers& buf, int64_t a, int64_t b) const {
     if (a >= b) return;
@@ -500,106 +598,22 @@ class PagedAttentionExecutable final : public Executable {
         c.slope[i] = p.alibi ? slopes.data_as<const float>()[g * group + r0 + i] : 0.0f;
       }
     }
-    const auto fn = reinterpret_cast<KernelFn>(const_cast<void*>(code_));
-    // The keys of chunk positions [a, b) (the chunk starts at token c0) for the rows that
-    // attend them (`attends`: one flag per row of the group; nullptr: every row). kv_begin is
-    // a's token group; the slab's keys and values before a in it (an earlier run's, or stale)
-    // are zeroed: the kernel weighs them by p = 0, and 0·inf would be NaN. Where only some rows
-    // attend, those rows run as passes of their own (their q, acc and state copied in and out),
-    // so no row sees a key it does not attend, finite or not (§2.5: such keys are not read).
-    const auto call = [&](int64_t c0, int64_t a, int64_t b, const uint8_t* attends) {
-      const int64_t begin = a / token_group_ * token_group_;
-      zero_slab(buf, begin, a);
-      const auto range = [&](CpuAttnTileArgs& c) {
-        c.kv_begin = begin;
-        c.first_offset = begin;  // the chunk is the kernel's one block
-        c.kv_end = b;
-        for (int64_t i = 0; i < c.rows; ++i) {
-          c.lo[i] = int32_t(a);
-          c.hi[i] = int32_t(b - 1);
-          c.pos[i] = int32_t(len - 1 - c0);  // ALiBi: j_local − pos = (c0 + j_local) − (L − 1)
-        }
-      };
-      if (attends == nullptr ||
-          std::all_of(attends, attends + group, [](uint8_t f) { return f; })) {
-        for (int64_t ps = 0; ps < passes; ++ps) {
-          range(buf.calls[size_t(ps)]);
-          fn(&buf.calls[size_t(ps)], 0, 0);
-        }
-        return;
-      }
-      const int64_t q_bytes = (dpbf16_ ? 2 : 4) * dp;
-      auto* q_all = reinterpret_cast<uint8_t*>(buf.q.data());
-      auto* q_rows = reinterpret_cast<uint8_t*>(buf.q_rows.data());
-      std::vector<int64_t>& rows = buf.rows;
-      rows.clear();
-      for (int64_t i = 0; i < group; ++i) {
-        if (attends[i]) rows.push_back(i);
-      }
-      for (size_t r0 = 0; r0 < rows.size(); r0 += size_t(max_rows_)) {
-        CpuAttnTileArgs c = buf.calls[0];  // the shared fields
-        c.rows = std::min<int64_t>(max_rows_, int64_t(rows.size() - r0));
-        c.q = q_rows;
-        c.acc = buf.acc_rows.data();
-        for (int64_t i = 0; i < c.rows; ++i) {
-          const int64_t row = rows[r0 + size_t(i)];
-          const CpuAttnTileArgs& owner = buf.calls[size_t(row / max_rows_)];
-          std::memcpy(q_rows + i * q_bytes, q_all + row * q_bytes, size_t(q_bytes));
-          std::memcpy(c.acc + i * dp, buf.acc.data() + row * dp, size_t(dp) * 4);
-          c.m[i] = owner.m[row % max_rows_];
-          c.l[i] = owner.l[row % max_rows_];
-          c.slope[i] = owner.slope[row % max_rows_];
-        }
-        range(c);
-        fn(&c, 0, 0);
-        for (int64_t i = 0; i < c.rows; ++i) {
-          const int64_t row = rows[r0 + size_t(i)];
-          CpuAttnTileArgs& owner = buf.calls[size_t(row / max_rows_)];
-          std::memcpy(buf.acc.data() + row * dp, c.acc + i * dp, size_t(dp) * 4);
-          owner.m[row % max_rows_] = c.m[i];
-          owner.l[row % max_rows_] = c.l[i];
-        }
-      }
-    };
     const SparsePattern sparse = sparse_pattern(args, g, len);
-    std::vector<uint8_t>& attended = buf.attended;  // the current run's rows
-    std::vector<uint8_t>& next = buf.next_attended;
     std::fill(buf.any_attended.begin(), buf.any_attended.end(), uint8_t(0));
     for (int64_t c0 = t0; c0 < t1; c0 += chunk) {
       const int64_t n = std::min(chunk, t1 - c0);
       if (sparse.vert == 0) {
         gather(args, s, g, c0, n, 0, fp8_values, buf);
-        call(c0, 0, n, nullptr);
+        attend_run(buf, len, c0, 0, n, nullptr);
         continue;
       }
-      // Block-sparse: the chunk in runs of sparse blocks that the same rows attend; a run no
-      // row attends is neither gathered nor computed (§2.5: its keys and values are not read).
-      for (int64_t a = 0; a < n;) {
-        const auto rows_of = [&](int64_t kb, std::vector<uint8_t>& rows) {
-          bool any = false;
-          for (int64_t i = 0; i < group; ++i) {
-            rows[size_t(i)] = sparse.attends(i, kb);
-            any = any || rows[size_t(i)];
-          }
-          return any;
-        };
-        const auto end_of = [&](int64_t kb) { return std::min(n, (kb + 1) * sparse.block - c0); };
-        int64_t kb = (c0 + a) / sparse.block;
-        const bool any = rows_of(kb, attended);
-        int64_t b = end_of(kb);
-        while (b < n) {
-          kb = (c0 + b) / sparse.block;
-          rows_of(kb, next);
-          if (next != attended) break;
-          b = end_of(kb);
-        }
-        if (any) {
-          for (int64_t i = 0; i < group; ++i) buf.any_attended[size_t(i)] |= attended[size_t(i)];
-          gather(args, s, g, c0 + a, b - a, a, fp8_values, buf);
-          call(c0, a, b, attended.data());
-        }
-        a = b;
-      }
+      // Block-sparse: a run no row attends is neither gathered nor computed (§2.5: its keys
+      // and values are not read).
+      for_each_sparse_run(sparse, c0, n, buf, [&](int64_t a, int64_t b, const uint8_t* rows) {
+        for (int64_t i = 0; i < group; ++i) buf.any_attended[size_t(i)] |= rows[i];
+        gather(args, s, g, c0 + a, b - a, a, fp8_values, buf);
+        attend_run(buf, len, c0, a, b, rows);
+      });
     }
     // out (v1) or the partition's max logit, exp sum and rnd_T(acc / (S + 1e-6)) (v2).
     for (int64_t i = 0; i < group; ++i) {

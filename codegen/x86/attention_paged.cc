@@ -42,6 +42,7 @@ namespace {
 
 constexpr int64_t kHeadPad = 16;        // the tile kernel's head unit (vec16)
 constexpr int64_t kDefaultChunk = 128;  // keys per gathered chunk (v1; the v2 maximum)
+constexpr std::string_view kChunkKnob = kPagedChunkKnob;
 
 int64_t align_up(int64_t v, int64_t a) {
   return (v + a - 1) / a * a;
@@ -50,8 +51,9 @@ int64_t align_up(int64_t v, int64_t a) {
 // Keys per gathered chunk: 128 for v1; for v2 the largest of 128 .. 16 dividing the partition,
 // so chunks never straddle partitions. 0 when no such chunk exists. 128 keys keep the slabs
 // (64 KiB of bf16 K+V at D = 128) in L2 between the gather and the kernel: v1 decode +7%
-// against 256 (bench_attention --benchmark_filter=paged, 1 thread).
-int64_t chunk_for(const ir::PagedAttentionParams& p) {
+// against 256 (bench_attention --benchmark_filter=paged, 1 thread); 32 and 64 ran level with
+// 128 since the whole-line copies (session 14).
+int64_t default_chunk(const ir::PagedAttentionParams& p) {
   if (p.partition_size == 0) return kDefaultChunk;
   for (int64_t c = kDefaultChunk; c >= 16; c /= 2) {
     if (p.partition_size % c == 0) return c;
@@ -59,16 +61,35 @@ int64_t chunk_for(const ir::PagedAttentionParams& p) {
   return 0;
 }
 
-// The CPU-attention spec of the tile kernel that serves `spec` (paged_attention_v1/v2). Its
-// chunks are the kernel's blocks: at 128 keys (a multiple of 32) the kernel walks 32-key
-// groups at AVX-512, with the fp32 path's parity widening and the batched softmax.
-OpSpec inner_spec(const OpSpec& spec) {
+// The chunk of `config` (knob kChunkKnob: 16, 32, 64, 128 or 256 keys, for v2 dividing
+// partition_size), or the default; an error names the knob and the allowed values.
+Result<int64_t> chunk_for(const OpSpec& spec, const Config& config) {
   const auto& p = spec.get<ir::PagedAttentionParams>();
-  return OpSpec::make(
-      OpKind::kCpuAttentionWithKvCache,
-      ir::CpuAttentionParams{ir::CpuAttnIsa::kVec16, p.dtype, align_up(p.head_size, kHeadPad),
-                             chunk_for(p), p.head_count_q, p.head_count_kv, true, false, p.alibi,
-                             false, false});
+  const int64_t knob = config.get(kChunkKnob, 0);
+  if (knob == 0) return default_chunk(p);
+  const bool allowed = knob >= 16 && knob <= 256 && (knob & (knob - 1)) == 0;
+  if (!allowed || (p.partition_size != 0 && p.partition_size % knob != 0)) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("config knob {}={}: allowed values are 16, 32, 64, 128 and 256 "
+                              "keys{}",
+                              kChunkKnob, knob,
+                              p.partition_size != 0
+                                  ? fmt::format(" dividing partition_size={}", p.partition_size)
+                                  : ""));
+  }
+  return knob;
+}
+
+// The CPU-attention spec of the tile kernel that serves `spec` (paged_attention_v1/v2) with
+// chunks of `chunk` keys. Its chunks are the kernel's blocks: at a multiple of 32 keys the
+// kernel walks 32-key groups at AVX-512, with the fp32 path's parity widening and the batched
+// softmax.
+OpSpec inner_spec(const OpSpec& spec, int64_t chunk) {
+  const auto& p = spec.get<ir::PagedAttentionParams>();
+  return OpSpec::make(OpKind::kCpuAttentionWithKvCache,
+                      ir::CpuAttentionParams{ir::CpuAttnIsa::kVec16, p.dtype,
+                                             align_up(p.head_size, kHeadPad), chunk, p.head_count_q,
+                                             p.head_count_kv, true, false, p.alibi, false, false});
 }
 
 float load_element(DType dtype, const void* base, int64_t i) {
@@ -93,9 +114,12 @@ int64_t load_i32(const Tensor& t, int64_t i) {
 
 class PagedAttentionExecutable final : public Executable {
  public:
-  PagedAttentionExecutable(OpSpec spec, Config config, X86Isa isa, const void* code, size_t size)
+  // `chunk`: chunk_for(spec, config), checked when the code was generated.
+  PagedAttentionExecutable(OpSpec spec, Config config, X86Isa isa, int64_t chunk, const void* code,
+                           size_t size)
       : spec_(std::move(spec)),
-        inner_(inner_spec(spec_)),
+        chunk_(chunk),
+        inner_(inner_spec(spec_, chunk)),
         config_(std::move(config)),
         code_(code),
         size_(size),
@@ -274,7 +298,7 @@ class PagedAttentionExecutable final : public Executable {
     const int64_t bs = p.block_size;
     const int64_t d = p.head_size;
     const int64_t dp = align_up(d, kHeadPad);
-    const int64_t chunk = chunk_for(p);
+    const int64_t chunk = chunk_;
     const int64_t width = tables.size(1);
     // Walk the chunk block by block: `block_runs(j0, t0, count, base)` for each block's run of
     // `count` tokens from slot t0 (chunk position j0, cache element offset `base` of the block
@@ -539,7 +563,7 @@ class PagedAttentionExecutable final : public Executable {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
     const int64_t esize = int64_t(dtype_size(p.dtype));
     const int64_t dp = align_up(p.head_size, kHeadPad);
-    const int64_t chunk = chunk_for(p);
+    const int64_t chunk = chunk_;
     auto* k = reinterpret_cast<uint8_t*>(buf.k_slab());
     auto* v = reinterpret_cast<uint8_t*>(buf.v_slab());
     for (int64_t e = 0; e < dp; ++e) {
@@ -559,7 +583,7 @@ class PagedAttentionExecutable final : public Executable {
     const int64_t group = p.head_count_q / p.head_count_kv;
     const int64_t d = p.head_size;
     const int64_t dp = align_up(d, kHeadPad);
-    const int64_t chunk = chunk_for(p);
+    const int64_t chunk = chunk_;
     const int64_t esize = int64_t(dtype_size(p.dtype));
     const int64_t t0 = v2 ? part * p.partition_size : 0;
     const int64_t t1 = v2 ? std::min(len, (part + 1) * p.partition_size) : len;
@@ -680,6 +704,7 @@ class PagedAttentionExecutable final : public Executable {
   }
 
   OpSpec spec_;
+  int64_t chunk_;  // keys per gathered chunk
   OpSpec inner_;
   Config config_;
   const void* code_;
@@ -699,7 +724,7 @@ bool is_paged_attention_op(OpKind op) {
 
 Support paged_attention_support(const OpSpec& spec) {
   const auto& p = spec.get<ir::PagedAttentionParams>();
-  if (chunk_for(p) == 0) {
+  if (default_chunk(p) == 0) {
     return Support::no(
         fmt::format("x86 backend serves {} with partition_size a multiple of 16; got {}",
                     op_name(spec.op), p.partition_size));
@@ -709,13 +734,17 @@ Support paged_attention_support(const OpSpec& spec) {
 
 Result<std::vector<uint8_t>> generate_paged_attention(const OpSpec& spec, const Config& config,
                                                       X86Isa isa) {
-  return generate_cpu_attention(inner_spec(spec), config, isa);
+  const Result<int64_t> chunk = chunk_for(spec, config);
+  if (!chunk.is_ok()) return chunk.status();
+  return generate_cpu_attention(inner_spec(spec, chunk.value()), config, isa);
 }
 
 std::shared_ptr<const Executable> make_paged_attention_executable(const OpSpec& spec,
                                                                   const Config& config, X86Isa isa,
                                                                   const void* code, size_t size) {
-  return std::make_shared<PagedAttentionExecutable>(spec, config, isa, code, size);
+  // The code was generated with this config, so generate_paged_attention has checked it.
+  return std::make_shared<PagedAttentionExecutable>(spec, config, isa,
+                                                    chunk_for(spec, config).value(), code, size);
 }
 
 }  // namespace jit::codegen::x86

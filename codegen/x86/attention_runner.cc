@@ -46,6 +46,8 @@ using numeric::f32_to_f16;
 //   min_split  fewest keys in a KV split; 0 disables splitting.
 //   dpbf16     1 / 0: vdpbf16ps or the fp32 path where both serve (kDpbf16Knob; read by the
 //              generator, so it is part of the code, and checked there).
+//   chunk      paged_attention_v1/v2: keys per gathered chunk (kPagedChunkKnob; the kernel's
+//              block, so part of the code, and checked by the generator).
 constexpr std::string_view kThreads = "threads";
 constexpr std::string_view kKvTile = "kv_tile";
 constexpr std::string_view kQPasses = "q_passes";
@@ -577,6 +579,13 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
   space.push_back(Config{});  // heuristic default
   if (is_paged_attention_op(spec.op)) {
     for (int64_t threads : {1, 2}) space.push_back(Config().set(std::string(kThreads), threads));
+    // Keys per gathered chunk (paged_chunk_knob; v2: those dividing the partition).
+    const int64_t partition = spec.get<ir::PagedAttentionParams>().partition_size;
+    for (int64_t chunk : {32, 64, 256}) {
+      if (partition == 0 || partition % chunk == 0) {
+        space.push_back(Config().set(std::string(kPagedChunkKnob), chunk));
+      }
+    }
     return space;
   }
   if (spec.op != OpKind::kCpuAttentionWithKvCache) return space;

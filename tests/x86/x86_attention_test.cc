@@ -2,6 +2,7 @@
 // backend: head sizes, block sizes, GQA ratios, dtypes, every feature flag, split and unsplit
 // partitions, fully masked rows, and every ISA path this host runs (AVX2, AVX-512 fp32,
 // AVX512_BF16 vdpbf16ps).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -1007,6 +1008,47 @@ TEST(X86AttentionConfig, BadDpbf16KnobIsAClearError) {
   auto kernel = test_runtime().compile(bf16, options);
   ASSERT_FALSE(kernel.is_ok());
   EXPECT_NE(kernel.status().to_string().find("dpbf16=7"), std::string::npos)
+      << kernel.status().to_string();
+}
+
+// paged_attention's chunk knob (keys per gathered chunk, the tile kernel's block): every allowed
+// value matches ref on v1 and on v2 (whose partitions the chunk divides), with block-sparse
+// runs across chunk edges; other values are refused through the generator and jit::compile,
+// naming the knob and the allowed values.
+TEST_P(X86AttentionTest, PagedChunkKnobMatchesRef) {
+  for (int64_t chunk : {16, 32, 64, 128, 256}) {
+    const Config config = Config().set("chunk", chunk);
+    check(paged_spec(false, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, true), GetParam(),
+          6, config, {InputKind::kNormal});
+    check(paged_spec(true, DType::kF16, ir::KvCacheDtype::kFp8E4m3, 80, 16, 8, 2, false, 256, true),
+          GetParam(), 5, config, {InputKind::kNormal});
+  }
+}
+
+TEST(X86AttentionConfig, BadPagedChunkKnobIsAClearError) {
+  const OpSpec v1 = paged_spec(false, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, false);
+  const OpSpec v2 =
+      paged_spec(true, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, false, 96);
+  const auto expect_refused = [](const OpSpec& spec, int64_t chunk, std::string_view fragment) {
+    auto code =
+        codegen::x86::generate_paged_attention(spec, Config().set("chunk", chunk), X86Isa::kAvx512);
+    ASSERT_FALSE(code.is_ok()) << to_string(spec) << " chunk=" << chunk;
+    const std::string message = code.status().to_string();
+    EXPECT_NE(message.find(fmt::format("chunk={}", chunk)), std::string::npos) << message;
+    EXPECT_NE(message.find(fragment), std::string::npos) << message;
+  };
+  for (int64_t chunk : {8, 48, 512, -16}) {
+    expect_refused(v1, chunk, "allowed values are 16, 32, 64, 128 and 256 keys");
+  }
+  expect_refused(v2, 64, "dividing partition_size=96");
+  EXPECT_TRUE(codegen::x86::generate_paged_attention(v2, Config().set("chunk", 32), X86Isa::kAvx512)
+                  .is_ok());
+  CompileOptions options;
+  options.backend = BackendKind::kX86;
+  options.config = Config().set("chunk", 100);
+  auto kernel = test_runtime().compile(v1, options);
+  ASSERT_FALSE(kernel.is_ok());
+  EXPECT_NE(kernel.status().to_string().find("chunk=100"), std::string::npos)
       << kernel.status().to_string();
 }
 

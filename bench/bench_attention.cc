@@ -125,6 +125,7 @@ using bench::HugeVector;
 // (shuffled pages), lengths and the scheduler metadata.
 struct Problem {
   int64_t requests = 0, q_len = 0, context = 0, tokens = 0, blocks = 0, max_blocks = 0;
+  int64_t heads_q = kHeadsQ;  // query heads (kHeadsKv KV heads)
   std::vector<uint16_t> query, out;
   HugeVector<uint16_t> key_cache, value_cache;
   HugeVector<uint8_t> key_codes, value_codes;  // fp8 caches (kv=fp8_e4m3)
@@ -133,16 +134,19 @@ struct Problem {
   KernelArgs args;
 };
 
-OpSpec attention_spec(ir::CpuAttnIsa isa, ir::KvCacheDtype kv = ir::KvCacheDtype::kAuto) {
+OpSpec attention_spec(ir::CpuAttnIsa isa, ir::KvCacheDtype kv = ir::KvCacheDtype::kAuto,
+                      int64_t heads_q = kHeadsQ) {
   return OpSpec::make(OpKind::kCpuAttentionWithKvCache,
-                      ir::CpuAttentionParams{isa, DType::kBF16, kHeadSize, kBlockSize, kHeadsQ,
+                      ir::CpuAttentionParams{isa, DType::kBF16, kHeadSize, kBlockSize, heads_q,
                                              kHeadsKv, true, false, false, false, false, kv});
 }
 
 std::unique_ptr<Problem> make_problem(int64_t requests, int64_t q_len, int64_t context,
                                       ir::CpuAttnIsa isa,
-                                      ir::KvCacheDtype kv = ir::KvCacheDtype::kAuto) {
+                                      ir::KvCacheDtype kv = ir::KvCacheDtype::kAuto,
+                                      int64_t heads_q = kHeadsQ) {
   auto p = std::make_unique<Problem>();
+  p->heads_q = heads_q;
   p->requests = requests;
   p->q_len = q_len;
   p->context = context;
@@ -150,7 +154,7 @@ std::unique_ptr<Problem> make_problem(int64_t requests, int64_t q_len, int64_t c
   p->max_blocks = (context + kBlockSize - 1) / kBlockSize;
   p->blocks = requests * p->max_blocks;
   const int64_t cache_elems = p->blocks * kHeadsKv * kBlockSize * kHeadSize;
-  p->query = bench::random_bf16(size_t(p->tokens * kHeadsQ * kHeadSize));
+  p->query = bench::random_bf16(size_t(p->tokens * heads_q * kHeadSize));
   const bool fp8 = kv != ir::KvCacheDtype::kAuto;
   if (fp8) {
     // e4m3 codes of |x| < 2 (bits 6 and 3 clear: never the NaN code 0x7f / 0xff).
@@ -178,7 +182,7 @@ std::unique_ptr<Problem> make_problem(int64_t requests, int64_t q_len, int64_t c
   const Tensor metadata(p->metadata.data(), DType::kI8, {int64_t(p->metadata.size())});
   const OpSpec sched = OpSpec::make(
       OpKind::kCpuAttnGetSchedulerMetadata,
-      ir::CpuAttnSchedulerParams{isa, DType::kBF16, kHeadSize, kHeadsQ, kHeadsKv, true});
+      ir::CpuAttnSchedulerParams{isa, DType::kBF16, kHeadSize, heads_q, kHeadsKv, true});
   if (!codegen::ref::run(sched, KernelArgs({metadata, seq_lens, qsl}, {double(requests), -1, 1}))
            .is_ok()) {
     std::abort();
@@ -189,8 +193,8 @@ std::unique_ptr<Problem> make_problem(int64_t requests, int64_t q_len, int64_t c
   const Tensor value_cache = fp8 ? Tensor(p->value_codes.data(), DType::kU8, cache_sizes)
                                  : Tensor(p->value_cache.data(), DType::kBF16, cache_sizes);
   p->args = KernelArgs(
-      {Tensor(p->query.data(), DType::kBF16, {p->tokens, kHeadsQ, kHeadSize}), key_cache,
-       value_cache, Tensor(p->out.data(), DType::kBF16, {p->tokens, kHeadsQ, kHeadSize}), qsl,
+      {Tensor(p->query.data(), DType::kBF16, {p->tokens, heads_q, kHeadSize}), key_cache,
+       value_cache, Tensor(p->out.data(), DType::kBF16, {p->tokens, heads_q, kHeadSize}), qsl,
        seq_lens, Tensor{}, Tensor(p->table.data(), DType::kI32, {requests, p->max_blocks}),
        metadata, Tensor{}},
       {1.0 / std::sqrt(double(kHeadSize)), -1.0, -1.0, 0.0});
@@ -204,7 +208,7 @@ std::unique_ptr<Problem> make_problem(int64_t requests, int64_t q_len, int64_t c
 // The peer: a plain loop per (request, KV head, query token, head in group) over the vec
 // layout, fp32 accumulation, a two-pass softmax over the row's logits.
 void plain_attention(Problem& p, int threads) {
-  const int64_t group = kHeadsQ / kHeadsKv;
+  const int64_t group = p.heads_q / kHeadsKv;
   const float scale = 1.0f / std::sqrt(float(kHeadSize));
   const int64_t slab = kBlockSize * kHeadSize;
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(threads)
@@ -216,7 +220,8 @@ void plain_attention(Problem& p, int threads) {
       for (int64_t i = 0; i < p.q_len; ++i) {
         const int64_t pos = p.context - p.q_len + i;
         for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-          const uint16_t* qs = p.query.data() + ((p.qsl[size_t(r)] + i) * kHeadsQ + h) * kHeadSize;
+          const uint16_t* qs =
+              p.query.data() + ((p.qsl[size_t(r)] + i) * p.heads_q + h) * kHeadSize;
           for (int64_t d = 0; d < kHeadSize; ++d)
             q[size_t(d)] = numeric::bf16_to_f32(qs[d]) * scale;
           float m = -INFINITY;
@@ -246,7 +251,7 @@ void plain_attention(Problem& p, int threads) {
             for (int64_t d = 0; d < kHeadSize; ++d)
               acc[size_t(d)] += e * numeric::bf16_to_f32(v[d]);
           }
-          uint16_t* o = p.out.data() + ((p.qsl[size_t(r)] + i) * kHeadsQ + h) * kHeadSize;
+          uint16_t* o = p.out.data() + ((p.qsl[size_t(r)] + i) * p.heads_q + h) * kHeadSize;
           for (int64_t d = 0; d < kHeadSize; ++d) o[d] = numeric::f32_to_bf16(acc[size_t(d)] / sum);
         }
       }
@@ -458,10 +463,11 @@ void report(benchmark::State& state, const Problem& p, int threads, double wall_
 
 void bm_attention(benchmark::State& state, int64_t requests, int64_t q_len, int64_t context,
                   int threads, bool peer, ir::CpuAttnIsa isa,
-                  ir::KvCacheDtype kv = ir::KvCacheDtype::kAuto, Config config = {}) {
-  auto p = make_problem(requests, q_len, context, isa, kv);
+                  ir::KvCacheDtype kv = ir::KvCacheDtype::kAuto, Config config = {},
+                  int64_t heads_q = kHeadsQ) {
+  auto p = make_problem(requests, q_len, context, isa, kv, heads_q);
   const Kernel kernel =
-      bench::compile_x86_or_die(attention_spec(isa, kv), config.set("threads", threads));
+      bench::compile_x86_or_die(attention_spec(isa, kv, heads_q), config.set("threads", threads));
   const auto start = std::chrono::steady_clock::now();
   const double cpu_start = process_cpu_seconds();
   for (auto _ : state) {
@@ -477,8 +483,8 @@ void bm_attention(benchmark::State& state, int64_t requests, int64_t q_len, int6
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
   const double cpu = (process_cpu_seconds() - cpu_start) / double(threads) / calls;
-  const bool fma_path =
-      !codegen::x86::attention_uses_dpbf16(attention_spec(isa, kv), config, detect_host_x86_isa());
+  const bool fma_path = !codegen::x86::attention_uses_dpbf16(attention_spec(isa, kv, heads_q),
+                                                             config, detect_host_x86_isa());
   report(state, *p, threads, wall, cpu, q_len == 1, kv, fma_path);
 }
 
@@ -521,6 +527,24 @@ void register_all() {
         }
       }
       if (who_index == 0) {
+        // Smaller GQA groups (1: MHA, 2, 4 query heads per KV head; kHeadsKv KV heads): decode
+        // calls of fewer rows, the same KV bytes.
+        for (int64_t group : {1, 2, 4}) {
+          for (int64_t batch : {1, 8}) {
+            for (int64_t context : {2048, 8192}) {
+              benchmark::RegisterBenchmark(
+                  fmt::format("decode/kiln_vec_gqa{}/batch:{}/context:{}/threads:{}", group, batch,
+                              context, threads)
+                      .c_str(),
+                  [=](benchmark::State& s) {
+                    bm_attention(s, batch, 1, context, threads, false, ir::CpuAttnIsa::kVec,
+                                 ir::KvCacheDtype::kAuto, Config{}, group * kHeadsKv);
+                  })
+                  ->Unit(benchmark::kMicrosecond)
+                  ->MinTime(0.2);
+            }
+          }
+        }
         // fp8 e4m3 KV (isa=vec): half the KV bytes, decoded to fp32 in the kernel.
         for (int64_t batch : {1, 8, 32}) {
           for (int64_t context : {512, 2048, 8192}) {

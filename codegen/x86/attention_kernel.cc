@@ -190,7 +190,7 @@ class AttentionGenerator : public Generator {
       } else {
         emit_qk_fp32(rows);
       }
-      if (batched_softmax()) {
+      if (batched_softmax() && rows >= kBatchedSoftmaxMinRows) {
         call(l_softmax_);  // emit_softmax_batched, shared by the row-count variants
       } else {
         emit_softmax(rows);
@@ -977,9 +977,16 @@ class AttentionGenerator : public Generator {
   }
 
   // The softmax with the rows as lanes (emit_softmax_batched) serves every 32-key group at
-  // AVX-512: the AMX path and the vec paths' (fp32 or bf16 probabilities); 16-key groups
-  // and AVX2 take the row loop (emit_softmax).
+  // AVX-512: the AMX path and the vec paths' (fp32 or bf16 probabilities) of at least
+  // kBatchedSoftmaxMinRows rows; 16-key groups, AVX2 and the vec paths' variants for fewer
+  // rows take the row loop (emit_softmax).
   bool batched_softmax() const { return avx512() && group_ == 32; }
+  // The batched softmax computes 8 rows' exponentials whatever the call's row count (rows are
+  // its lanes), so a variant for 1 row (MHA, GQA 1) spent most of a group there. The row loop
+  // costs per row: bench_attention decode/kiln_vec (1 thread, A/B) GQA 1 9.0-9.1 -> 22.4-22.8
+  // GB/s, GQA 2 9.6 -> 20.6-20.9, GQA 4 10.8-11.1 -> 17.7-17.8; at 8 rows the batched one is
+  // ~7% faster (13.4 against 12.5), so it keeps the 8-row variant.
+  static constexpr int kBatchedSoftmaxMinRows = 8;
 
   // vpermt2ps tables between 32 elements in order (two vectors) and split by parity (even
   // elements, then odd). to_split: half h (0 even, 1 odd) lane i is element 2i + h, table

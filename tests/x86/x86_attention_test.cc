@@ -143,6 +143,28 @@ TEST_P(X86AttentionTest, Features) {
   }
 }
 
+// Small GQA groups (MHA: 1 query head per KV head, 2, 4): decode calls of fewer than 8 rows,
+// whose 32-key groups take the row softmax at AVX-512 (the batched one computes 8 rows), with
+// every feature, beside prefill passes of 8 rows.
+TEST_P(X86AttentionTest, SmallGroupsEveryFeature) {
+  const Features variants[] = {{.window = true},
+                               {.alibi = true},
+                               {.softcap = true},
+                               {.sinks = true},
+                               {.causal = false, .window = true},
+                               {true, true, true, true, true}};
+  for (const Features& f : variants) {
+    for (auto [hq, hkv] : {std::pair{4, 4}, {4, 2}, {8, 2}}) {
+      check(attention_spec(CpuAttnIsa::kVec, DType::kBF16, 64, 32, hq, hkv, f), GetParam(), 5, {},
+            {InputKind::kNormal});
+    }
+    check(attention_spec(CpuAttnIsa::kVec, DType::kF32, 96, 32, 3, 1, f), GetParam(), 5, {},
+          {InputKind::kNormal});
+    check(fp8_spec(ir::KvCacheDtype::kFp8E4m3, DType::kBF16, 128, 32, 2, 2, f), GetParam(), 5, {},
+          {InputKind::kNormal});
+  }
+}
+
 TEST_P(X86AttentionTest, SplitAndUnsplitPartitions) {
   for (const Config& config : {kForceSplit, kNoSplit}) {
     check(attention_spec(CpuAttnIsa::kVec, DType::kBF16, 128, 32, 8, 1, {.sinks = true}),

@@ -1004,6 +1004,18 @@ TEST(X86AttentionConfig, DefaultArithmeticFollowsTheIsaLevel) {
   }
 }
 
+// jit::compile of `spec` on the x86 backend with `config` fails, and its message holds
+// `fragment` (the knob and its value).
+void expect_compile_refused(const OpSpec& spec, const Config& config, std::string_view fragment) {
+  CompileOptions options;
+  options.backend = BackendKind::kX86;
+  options.config = config;
+  auto kernel = test_runtime().compile(spec, options);
+  ASSERT_FALSE(kernel.is_ok()) << to_string(spec) << " config=" << config.to_string();
+  EXPECT_NE(kernel.status().to_string().find(fragment), std::string::npos)
+      << kernel.status().to_string();
+}
+
 // A value outside {0, 1}, dpbf16=1 where vdpbf16ps does not serve the spec, and dpbf16=0 for
 // the amx layout are refused with the knob's name and what is allowed, through the generator
 // and through jit::compile.
@@ -1024,13 +1036,7 @@ TEST(X86AttentionConfig, BadDpbf16KnobIsAClearError) {
   expect_refused(f16, 1, X86Isa::kAvx512Bf16, "dtype=f16");
   expect_refused(bf16, 1, X86Isa::kAvx512, "target avx512");
   expect_refused(amx, 0, X86Isa::kAmx, "isa=amx");
-  CompileOptions options;
-  options.backend = BackendKind::kX86;
-  options.config = Config().set("dpbf16", 7);
-  auto kernel = test_runtime().compile(bf16, options);
-  ASSERT_FALSE(kernel.is_ok());
-  EXPECT_NE(kernel.status().to_string().find("dpbf16=7"), std::string::npos)
-      << kernel.status().to_string();
+  expect_compile_refused(bf16, Config().set("dpbf16", 7), "dpbf16=7");
 }
 
 // paged_attention's chunk knob (keys per gathered chunk, the tile kernel's block): every allowed
@@ -1065,13 +1071,7 @@ TEST(X86AttentionConfig, BadPagedChunkKnobIsAClearError) {
   expect_refused(v2, 64, "dividing partition_size=96");
   EXPECT_TRUE(codegen::x86::generate_paged_attention(v2, Config().set("chunk", 32), X86Isa::kAvx512)
                   .is_ok());
-  CompileOptions options;
-  options.backend = BackendKind::kX86;
-  options.config = Config().set("chunk", 100);
-  auto kernel = test_runtime().compile(v1, options);
-  ASSERT_FALSE(kernel.is_ok());
-  EXPECT_NE(kernel.status().to_string().find("chunk=100"), std::string::npos)
-      << kernel.status().to_string();
+  expect_compile_refused(v1, Config().set("chunk", 100), "chunk=100");
 }
 
 // ---- AMX (isa=amx cache layout, tdpbf16ps) -----------------------------------------------

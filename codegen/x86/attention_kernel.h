@@ -120,12 +120,12 @@ std::shared_ptr<const Executable> make_cpu_attn_cache_write_executable(const OpS
                                                                        const Config& config,
                                                                        const void* code,
                                                                        size_t size);
-/// paged_attention_v1/v2 (attention_paged.cc): the tile kernel over chunks gathered from the
-/// legacy cache into the vec layout.
 /// The config knob of paged attention's keys per gathered chunk (the tile kernel's block): 16,
 /// 32, 64, 128 or 256, for v2 dividing partition_size; unset: 128, for v2 the largest of
 /// 128 .. 16 dividing the partition. Generation refuses other values, naming the knob.
 inline constexpr std::string_view kPagedChunkKnob = "chunk";
+/// paged_attention_v1/v2 (attention_paged.cc): the tile kernel over chunks gathered from the
+/// legacy cache into the vec layout.
 bool is_paged_attention_op(OpKind op);
 Support paged_attention_support(const OpSpec& spec);
 Result<std::vector<uint8_t>> generate_paged_attention(const OpSpec& spec, const Config& config,

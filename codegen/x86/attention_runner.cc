@@ -579,7 +579,7 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
   space.push_back(Config{});  // heuristic default
   if (is_paged_attention_op(spec.op)) {
     for (int64_t threads : {1, 2}) space.push_back(Config().set(std::string(kThreads), threads));
-    // Keys per gathered chunk (paged_chunk_knob; v2: those dividing the partition).
+    // Keys per gathered chunk (kPagedChunkKnob; v2: those dividing the partition).
     const int64_t partition = spec.get<ir::PagedAttentionParams>().partition_size;
     for (int64_t chunk : {32, 64, 256}) {
       if (partition == 0 || partition % chunk == 0) {

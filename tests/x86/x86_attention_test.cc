@@ -940,7 +940,9 @@ TEST_P(X86AttentionTest, PagedBlockSparseNeverReadsMaskedBlocks) {
       }
       // With a per-query-head pattern (step > 0) the group's 4 heads attend every residue of
       // the stride between them: nothing is masked for all, and rows attend different blocks.
-      if (pat.step <= 0) EXPECT_GT(poisoned, 0) << "v2=" << v2 << " step=" << pat.step;
+      if (pat.step <= 0) {
+        EXPECT_GT(poisoned, 0) << "v2=" << v2 << " step=" << pat.step;
+      }
       const auto report = check_against_ref(kernel, c);
       EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(GetParam())
                              << " local=" << pat.local << " vert=" << pat.vert

@@ -177,7 +177,7 @@ class AttentionGenerator : public Generator {
       add(r9, rcx);
       call(l_next_group_);
       emit_qk_amx();
-      call(l_softmax_);  // emit_softmax_batched, shared by the row-count variants
+      emit_group_softmax(rows);
       emit_pv_amx(rows);
     } else {
       call(l_stream_kick_);  // next-group cursors (kv=auto) and the stream kick (rax, rcx, rdx)
@@ -190,11 +190,7 @@ class AttentionGenerator : public Generator {
       } else {
         emit_qk_fp32(rows);
       }
-      if (batched_softmax() && rows >= kBatchedSoftmaxMinRows) {
-        call(l_softmax_);  // emit_softmax_batched, shared by the row-count variants
-      } else {
-        emit_softmax(rows);
-      }
+      emit_group_softmax(rows);
       if (dpbf16_) {
         emit_pv_dpbf16(rows);
       } else {
@@ -976,11 +972,32 @@ class AttentionGenerator : public Generator {
     vpternlogd(words, copies, cst_bits(0x80008000), kOrAnd);
   }
 
-  // The softmax with the rows as lanes (emit_softmax_batched) serves every 32-key group at
-  // AVX-512: the AMX path and the vec paths' (fp32 or bf16 probabilities) of at least
-  // kBatchedSoftmaxMinRows rows; 16-key groups, AVX2 and the vec paths' variants for fewer
-  // rows take the row loop (emit_softmax).
+  // The softmax with the rows as lanes (emit_softmax_batched) serves 32-key groups at AVX-512
+  // (the AMX path and the vec paths', fp32 or bf16 probabilities) of at least
+  // kBatchedSoftmaxMinRows rows; 16-key groups, AVX2 and calls of fewer rows take the row
+  // loop (emit_softmax).
   bool batched_softmax() const { return avx512() && group_ == 32; }
+  // The softmax of a group for `rows` rows: the batched routine (emit_softmax_batched, shared
+  // by the row-count variants) for kBatchedSoftmaxMinRows rows or more, the row loop for fewer;
+  // rows = 0 (the AMX emulation's one variant for every count) branches on the call's count.
+  void emit_group_softmax(int rows) {
+    if (!batched_softmax()) {
+      emit_softmax(rows);
+    } else if (rows >= kBatchedSoftmaxMinRows) {
+      call(l_softmax_);
+    } else if (rows > 0) {
+      emit_softmax(rows);
+    } else {
+      Label l_rows, l_done;
+      cmp(qword[ARG(rows)], kBatchedSoftmaxMinRows);
+      jl(l_rows, T_NEAR);
+      call(l_softmax_);
+      jmp(l_done, T_NEAR);
+      L(l_rows);
+      emit_softmax(0);
+      L(l_done);
+    }
+  }
   // The batched softmax computes 8 rows' exponentials whatever the call's row count (rows are
   // its lanes), so a variant for 1 row (MHA, GQA 1) spent most of a group there. The row loop
   // costs per row: bench_attention decode/kiln_vec (1 thread, A/B) GQA 1 9.0-9.1 -> 22.4-22.8

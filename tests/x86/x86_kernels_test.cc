@@ -239,7 +239,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-77", 0x29bc5f2b16e798b8ull};
+constexpr PinnedCode kAllExampleCode{"x86-78", 0x246cad675f592869ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

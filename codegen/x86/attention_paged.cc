@@ -42,7 +42,6 @@ namespace {
 
 constexpr int64_t kHeadPad = 16;        // the tile kernel's head unit (vec16)
 constexpr int64_t kDefaultChunk = 128;  // keys per gathered chunk (v1; the v2 maximum)
-constexpr std::string_view kChunkKnob = kPagedChunkKnob;
 
 int64_t align_up(int64_t v, int64_t a) {
   return (v + a - 1) / a * a;
@@ -61,18 +60,18 @@ int64_t default_chunk(const ir::PagedAttentionParams& p) {
   return 0;
 }
 
-// The chunk of `config` (knob kChunkKnob: 16, 32, 64, 128 or 256 keys, for v2 dividing
+// The chunk of `config` (knob kPagedChunkKnob: 16, 32, 64, 128 or 256 keys, for v2 dividing
 // partition_size), or the default; an error names the knob and the allowed values.
 Result<int64_t> chunk_for(const OpSpec& spec, const Config& config) {
   const auto& p = spec.get<ir::PagedAttentionParams>();
-  const int64_t knob = config.get(kChunkKnob, 0);
+  const int64_t knob = config.get(kPagedChunkKnob, 0);
   if (knob == 0) return default_chunk(p);
   const bool allowed = knob >= 16 && knob <= 256 && (knob & (knob - 1)) == 0;
   if (!allowed || (p.partition_size != 0 && p.partition_size % knob != 0)) {
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("config knob {}={}: allowed values are 16, 32, 64, 128 and 256 "
                               "keys{}",
-                              kChunkKnob, knob,
+                              kPagedChunkKnob, knob,
                               p.partition_size != 0
                                   ? fmt::format(" dividing partition_size={}", p.partition_size)
                                   : ""));
@@ -82,8 +81,8 @@ Result<int64_t> chunk_for(const OpSpec& spec, const Config& config) {
 
 // The CPU-attention spec of the tile kernel that serves `spec` (paged_attention_v1/v2) with
 // chunks of `chunk` keys. Its chunks are the kernel's blocks: at a multiple of 32 keys the
-// kernel walks 32-key groups at AVX-512, with the fp32 path's parity widening and the batched
-// softmax.
+// kernel walks 32-key groups at AVX-512, with the fp32 path's parity widening (and the
+// batched softmax for passes of 8 rows).
 OpSpec inner_spec(const OpSpec& spec, int64_t chunk) {
   const auto& p = spec.get<ir::PagedAttentionParams>();
   return OpSpec::make(OpKind::kCpuAttentionWithKvCache,
@@ -165,7 +164,7 @@ class PagedAttentionExecutable final : public Executable {
 #pragma omp parallel num_threads(threads)
     {
       Buffers buf(inner_.get<ir::CpuAttentionParams>(), p.head_count_q / p.head_count_kv,
-                  fp8_staged());
+                  fp8_staged(), p.blocksparse);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t i = 0; i < task_count; ++i) {
         const Task& t = tasks[size_t(i)];
@@ -212,7 +211,7 @@ class PagedAttentionExecutable final : public Executable {
 
   // Per-thread working memory.
   struct Buffers {
-    Buffers(const ir::CpuAttentionParams& inner, int64_t group, bool staged)
+    Buffers(const ir::CpuAttentionParams& inner, int64_t group, bool staged, bool sparse)
         : k(static_cast<size_t>(inner.head_size * inner.block_size + 16)),
           v(static_cast<size_t>(inner.head_size * inner.block_size + 16)),
           q(static_cast<size_t>(group * inner.head_size)),
@@ -221,9 +220,9 @@ class PagedAttentionExecutable final : public Executable {
           calls(static_cast<size_t>(group)),
           k_stage(static_cast<size_t>(staged ? inner.head_size * inner.block_size : 0)),
           v_stage(k_stage.size()),
-          q_rows(static_cast<size_t>(kMaxAttnRows * inner.head_size)),
+          q_rows(static_cast<size_t>(sparse ? kMaxAttnRows * inner.head_size : 0)),
           acc_rows(q_rows.size()),
-          attended(static_cast<size_t>(group)),
+          attended(static_cast<size_t>(sparse ? group : 0)),
           next_attended(attended.size()),
           any_attended(attended.size()) {}
     // The slabs at 64-byte boundaries (whole-line stores and loads).
@@ -237,9 +236,9 @@ class PagedAttentionExecutable final : public Executable {
     // `staged` (fp8_staged()): one run's keys and values decoded to 16-bit words (a run
     // holds at most a chunk's tokens), D x chunk each at most.
     std::vector<uint16_t> k_stage, v_stage;
-    // Block-sparse: the q and acc of the rows a pass of some rows serves, those rows, and per
-    // row of the group whether it attends the current run / the next sparse block / anything
-    // of the task so far.
+    // `sparse` (block-sparse mode; empty otherwise): the q and acc of the rows a pass of some
+    // rows serves, those rows, and per row of the group whether it attends the current run /
+    // the next sparse block / anything of the task so far.
     std::vector<float> q_rows, acc_rows;
     std::vector<int64_t> rows;
     std::vector<uint8_t> attended, next_attended, any_attended;

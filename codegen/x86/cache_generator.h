@@ -215,7 +215,7 @@ class CacheGenerator : public Generator {
       }
     };
     const int64_t bytes = elements * (fp8 ? 1 : int64_t(dtype_size(dtype)));
-    if (bytes < kStreamingMinSpan || (fp8 && !fast_quantise(dtype))) {
+    if (bytes < kStreamingMinSpan || (fp8 && !fast_quantise(dtype) && !avx2_quantise(dtype))) {
       body(false);
       return;
     }
@@ -496,6 +496,161 @@ class CacheGenerator : public Generator {
     load_f32(x, dtype, addr, count);
     vdivps(x, x, scale);
     L(l_done);
+  }
+
+  // ---- AVX2 quantiser: 32 values per step ---------------------------------------------------
+  //
+  // AVX2 has no masks, no unsigned compares and no byte permutes, so the AVX-512 steps below do
+  // not carry over; its per-vector path (load_scaled, fp8_encode, store_fp8) costs ~36 uops per
+  // 8 codes, and at a power-of-two scale (vLLM's default 1.0) a bf16 value in 16 sits exactly
+  // on an fp8 midpoint, so load_scaled's window sends ~40% of its vectors to vdivps through an
+  // unpredictable branch. These steps take 32 values (bf16 as even / odd dword halves of two
+  // loads, no widening shuffles) and encode them with fp8_encode_minmax, which has no
+  // select and is exact for every fp32 value; four vectors of codes become 32 bytes with 2-4
+  // packs. Exact steps (x·r is the ref's quotient, see exact_products_bound()) encode x·r as it
+  // is: no window, no branch. Window steps check the window once per step and redo a step that
+  // has a lane near a midpoint, or a nonzero lane below the fp8 normal range, or a NaN, on
+  // q = x/s (four vdivps, the ref's quotient itself).
+  static constexpr int kAvx2Unit = 32;
+
+  bool avx2_quantise(DType dtype) const {
+    return !avx512() && (dtype == DType::kBF16 || dtype == DType::kF16 || dtype == DType::kF32);
+  }
+
+  // In place: fp32 lanes (ymm) -> fp8 codes in the low byte of each dword, exactly fp8_encode's
+  // (round to nearest even, subnormals, saturation, NaN), without its two blends (~17 uops
+  // instead of ~20, all on the ALU ports). With a = |x|:
+  //   n   = (a + lsb + 2^(s-1) - 1 - R·2^23) >> s   (arithmetic: negative below 2^(-R))
+  //         clamped to max_code, plus (nan_code - max_code) where a > inf
+  //   sub = min(bits(a + C) - bits(C), 2^M)          (the subnormal grid, C = 2^23 q)
+  //   code = max(n, sub) | sign
+  // For a >= the min normal 2^M q, n >= 2^M >= sub, so the normal rounding wins. Below it the
+  // normal formula over-counts nothing: in the binade [2^(M-1) q, 2^M q) (fraction f) it gives
+  // RNE(2^M f) <= RNE(2^(M-1) (1 + f)) = sub, and n < 0 in the binades under it, so the
+  // subnormal rounding wins (zero included: sub = 0). Uses vmm13..15.
+  void fp8_encode_minmax(const Xmm& x, DType format) {
+    const bool e5m2 = format == DType::kFp8E5m2;
+    const int m = e5m2 ? 2 : 3, s = 23 - m, rebias = e5m2 ? 112 : 120;
+    const uint32_t max_code = e5m2 ? 0x7B : 0x7E, nan_code = e5m2 ? 0x7E : 0x7F;
+    const uint32_t bias_add = (1u << (s - 1)) - 1 - (uint32_t(rebias) << 23);  // mod 2^32
+    const float magic = e5m2 ? 128.0f : 16384.0f;
+    const Xmm a = vmm(13), n = vmm(14), t = vmm(15);
+    uni_vpand(a, x, cst_bits(0x7FFFFFFF));
+    vpsrld(n, a, s);
+    uni_vpand(n, n, cst_bits(1));
+    vpaddd(n, n, a);
+    vpaddd(n, n, cst_bits(bias_add));
+    vpsrad(n, n, s);
+    vpminsd(n, n, cst_bits(max_code));
+    vpcmpgtd(t, a, cst_bits(0x7F800000));  // NaN: all ones
+    if (nan_code == max_code + 1) {
+      vpsubd(n, n, t);
+    } else {
+      uni_vpand(t, t, cst_bits(nan_code - max_code));
+      vpaddd(n, n, t);
+    }
+    vaddps(t, a, cst(magic));
+    vpsubd(t, t, cst(magic));
+    vpminsd(t, t, cst_bits(1u << m));
+    vpmaxsd(n, n, t);
+    vpsrld(x, x, 24);
+    uni_vpand(x, x, cst_bits(0x80));
+    uni_vpor(x, x, n);
+  }
+
+  // x[0..3] = the 32 values at [src + src_off] as fp32: bf16 as x0 / x2 the even values of
+  // each 16, x1 / x3 the odd ones (their dword's top halves), else in order.
+  void avx2_load(const Xmm (&x)[4], const Reg64& src, int src_off, DType dtype) {
+    for (int h = 0; h < 4; ++h) {
+      const Xbyak::Address at = ptr[src + src_off + h * 8 * int(dtype_size(dtype))];
+      if (dtype == DType::kBF16) {
+        if (h % 2 == 1) continue;
+        vmovdqu(x[h + 1], ptr[src + src_off + h * 16]);
+        vpslld(x[h], x[h + 1], 16);
+        vpand(x[h + 1], x[h + 1], cst_bits(0xFFFF0000));
+      } else if (dtype == DType::kF16) {
+        vcvtph2ps(x[h], at);
+      } else {
+        vmovups(x[h], at);
+      }
+    }
+  }
+
+  // The 32 codes of x[0..3] (avx2_load's order) as 32 ordered bytes at [dst + dst_off]. bf16:
+  // odd codes shifted into byte 1 of the even ones' dwords (one word per pair), then the
+  // words packed (vpackusdw interleaves the 128-bit lanes, vpermq puts them back); else dwords
+  // to words to bytes, and vpermd undoes the two packs' lane interleave. Uses vmm13.
+  void avx2_store_codes(const Xmm (&x)[4], const Reg64& dst, int dst_off, bool pairs,
+                        bool streaming) {
+    if (pairs) {
+      for (int h = 0; h < 4; h += 2) {
+        vpslld(x[h + 1], x[h + 1], 8);
+        vpor(x[h], x[h], x[h + 1]);
+      }
+      vpackusdw(x[0], x[0], x[2]);
+      vpermq(Xbyak::Ymm(x[0].getIdx()), Xbyak::Ymm(x[0].getIdx()), 0xD8);
+    } else {
+      vpackusdw(x[0], x[0], x[1]);
+      vpackusdw(x[2], x[2], x[3]);
+      vpackuswb(x[0], x[0], x[2]);
+      vmovdqu(vmm(13), cst_table({0, 4, 1, 5, 2, 6, 3, 7, 0, 0, 0, 0, 0, 0, 0, 0}));
+      vpermd(Xbyak::Ymm(x[0].getIdx()), Xbyak::Ymm(13), Xbyak::Ymm(x[0].getIdx()));
+    }
+    if (streaming) {
+      vmovntdq(ptr[dst + dst_off], x[0]);
+    } else {
+      vmovdqu(ptr[dst + dst_off], x[0]);
+    }
+  }
+
+  // 32 codes of the values at [src + src_off] to [dst + dst_off] (see above); `exact`: x·r is
+  // the ref's quotient for every x of `dtype` (the exact or exact-products steps). Uses vmm0..3
+  // and vmm13..15, eax.
+  void quantise_avx2_unit(const Reg64& dst, const Reg64& src, int dst_off, int src_off,
+                          DType dtype, DType format, const Xmm& scale, const Xmm& recip,
+                          bool streaming, bool exact) {
+    const Xmm x[4] = {vmm(0), vmm(1), vmm(2), vmm(3)};
+    avx2_load(x, src, src_off, dtype);
+    for (const Xmm& v : x) vmulps(v, v, recip);
+    Label l_encode, l_divide, l_done;
+    if (!exact) {
+      // ok = (a not near a midpoint) and (a >= min normal or a == 0), over all 32 lanes; a NaN
+      // (x, or the marker of an infinite reciprocal) fails the second test.
+      const int dropped = 23 - (format == DType::kFp8E5m2 ? 2 : 3);
+      const uint32_t min_normal = format == DType::kFp8E5m2 ? 113u << 23 : 121u << 23;
+      const uint32_t low = (1u << dropped) - 1;
+      const uint32_t shift = 0u - ((1u << (dropped - 1)) - kNearUlps);  // d = (a - half + W) & low
+      const Xmm a = vmm(13), t = vmm(14), ok = vmm(15);
+      for (int v = 0; v < 4; ++v) {
+        uni_vpand(a, x[v], cst_bits(0x7FFFFFFF));
+        vpaddd(t, a, cst_bits(shift));
+        vpand(t, t, cst_bits(low));
+        vpcmpgtd(t, t, cst_bits(2 * kNearUlps - 1));  // not within [half - W, half + W)
+        if (v == 0) {
+          vmovdqa(ok, t);
+        } else {
+          vpand(ok, ok, t);
+        }
+        vcmpps(t, a, cst(std::bit_cast<float>(min_normal)), 13 /* GE, ordered */);
+        vpcmpeqd(a, a, cst_bits(0));
+        vpor(t, t, a);
+        vpand(ok, ok, t);
+      }
+      vmovmskps(eax, ok);
+      cmp(eax, 0xFF);
+      jne(l_divide, T_NEAR);
+    }
+    L(l_encode);
+    for (const Xmm& v : x) fp8_encode_minmax(v, format);
+    avx2_store_codes(x, dst, dst_off, dtype == DType::kBF16, streaming);
+    if (!exact) {
+      jmp(l_done, T_NEAR);
+      L(l_divide);
+      avx2_load(x, src, src_off, dtype);
+      for (const Xmm& v : x) vdivps(v, v, scale);
+      jmp(l_encode, T_NEAR);
+      L(l_done);
+    }
   }
 
   // ---- Fast quantiser (AVX-512 with VBMI) -------------------------------------------------
@@ -1204,7 +1359,8 @@ class CacheGenerator : public Generator {
   // Quantises `elements` values of `dtype` at [src] into fp8 codes at [dst] (dst, src
   // advanced): code = fp8(x / scale), through load_scaled (`recip` = scale_reciprocal(scale)),
   // in steps of 64 by quantise_pow2_unit (bf16 / f16 with a power-of-two scale, AVX512-FP16) or
-  // quantise_fast_unit where fast_quantise(dtype). `streaming`: the fast steps' stores are
+  // quantise_fast_unit where fast_quantise(dtype), in steps of 32 by quantise_avx2_unit where
+  // avx2_quantise(dtype). `streaming`: the fast steps' stores are
   // streaming (dst 64-byte aligned). Clobbers vmm0..3, vmm13..15, zmm16..22, k1..k7, eax and
   // reg_count_: callers keep their scales in vmm4..12 (write_span's callers do).
   void quantise_span(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype,
@@ -1247,14 +1403,19 @@ class CacheGenerator : public Generator {
                           DType format, const Xmm& scale, const Xmm& recip, bool streaming,
                           SpanSteps span_steps) {
     const int esize = int(dtype_size(dtype));
-    if (fast_quantise(dtype) && elements >= kFastUnit) {
-      const int64_t units = elements / kFastUnit;
+    const bool avx2_steps = avx2_quantise(dtype);
+    const int step = avx2_steps ? kAvx2Unit : kFastUnit;
+    if ((fast_quantise(dtype) || avx2_steps) && elements >= step) {
+      const int64_t units = elements / step;
       constexpr int64_t kMaxFastUnrolled = 1;  // code size: each step carries its fallback
       enum class Steps { kWindow, kExact, kExactProducts, kPow2, kTable };
       const auto table = quantise_tables_.find(scale.getIdx());
       const bool has_table = dtype == DType::kBF16 && table != quantise_tables_.end();
       auto unit = [&](Steps steps, int dst_off, int src_off) {
-        if (steps == Steps::kPow2) {
+        if (avx2_steps) {
+          quantise_avx2_unit(dst, src, dst_off, src_off, dtype, format, scale, recip, streaming,
+                             steps != Steps::kWindow);
+        } else if (steps == Steps::kPow2) {
           quantise_pow2_unit(dst, src, dst_off, src_off, dtype, format, scale, recip, streaming);
         } else if (steps == Steps::kTable) {
           quantise_table_unit(dst, src, dst_off, src_off, format, table->second, scale, recip,
@@ -1271,16 +1432,14 @@ class CacheGenerator : public Generator {
           L(l_loop);
           prefetch_quantise_source(src);
           unit(steps, 0, 0);
-          add(src, kFastUnit * esize);
-          add(dst, kFastUnit);
+          add(src, step * esize);
+          add(dst, step);
           dec(reg_count_);
           jnz(l_loop, T_NEAR);
         } else {
-          for (int64_t u = 0; u < units; ++u) {
-            unit(steps, int(u * kFastUnit), int(u * kFastUnit * esize));
-          }
-          add(src, int(units * kFastUnit * esize));
-          add(dst, int(units * kFastUnit));
+          for (int64_t u = 0; u < units; ++u) unit(steps, int(u * step), int(u * step * esize));
+          add(src, int(units * step * esize));
+          add(dst, int(units * step));
         }
       };
       Label l_exact, l_window, l_fast_done;
@@ -1333,7 +1492,7 @@ class CacheGenerator : public Generator {
         fast(Steps::kExact);
       }
       L(l_fast_done);
-      elements %= kFastUnit;
+      elements %= step;
       if (elements == 0) return;
     }
     const int64_t vectors = elements / lanes();

@@ -137,6 +137,8 @@ class Generator : public Xbyak::CodeGenerator {
   /// that uses the constants as full vectors (vmm width); not nestable.
   void pin_constants(std::span<const uint32_t> bits, std::span<const int> regs);
   void unpin_constants();
+  /// Whether pin_constants() is in effect (code of another vector width must not run then).
+  bool constants_pinned() const { return !pinned_constants_.empty(); }
   /// A 64-byte table of 16 dwords (e.g. a permutation index), from the constant pool.
   Xbyak::Address cst_table(const std::array<uint32_t, 16>& values);
   /// A block of dwords placed contiguously and 64-byte aligned in the constant pool (a table

@@ -1394,7 +1394,8 @@ class CacheGenerator : public Generator {
   // fp8_ds_mla's 128-value tiles, whose scales (amax / 448) are almost never the powers of two
   // or short reciprocals the other steps serve. The window steps are exact for every scale
   // (a power of two's exact ties and a zero or denormal scale's NaN marker are rejected and
-  // divided). Requires fast_quantise(dtype).
+  // divided). Where neither fast_quantise(dtype) nor, at AVX2, ymm_quantise(dtype) holds, the
+  // per-vector path.
   void quantise_span_window(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype,
                             DType format, const Xmm& scale, const Xmm& recip) {
     emit_quantise_span(dst, src, elements, dtype, format, scale, recip, false,
@@ -1413,7 +1414,10 @@ class CacheGenerator : public Generator {
                           DType format, const Xmm& scale, const Xmm& recip, bool streaming,
                           SpanSteps span_steps) {
     const int esize = int(dtype_size(dtype));
-    const bool ymm_steps = ymm_quantise(dtype);
+    // At AVX-512 without VBMI a span of window steps alone (fp8_ds_mla's tiles) keeps the
+    // per-vector path, which is faster there (see the unit below).
+    const bool ymm_steps =
+        ymm_quantise(dtype) && !(avx512() && span_steps == SpanSteps::kWindowOnly);
     const int step = ymm_steps ? kYmmUnit : kFastUnit;
     if ((fast_quantise(dtype) || ymm_steps) && elements >= step) {
       const int64_t units = elements / step;
@@ -1550,6 +1554,104 @@ class CacheGenerator : public Generator {
   // overlaps the units.
   void dequantise_span(const Reg64& dst, const Reg64& src, int64_t elements, DType format,
                        DType dtype, const Xmm& scale) {
+    if (word_dequant(format, dtype) && elements >= kWordDequantStep) {
+      // The word steps need a number as scale (a NaN scale's payload would reach the rounding).
+      Label l_vectors, l_done;
+      const Xbyak::Ymm check(13), s(scale.getIdx());
+      vcmpps(check, s, s, 3 /* unordered */);
+      vptest(check, check);
+      jnz(l_vectors, T_NEAR);
+      dequantise_word_steps(dst, src, elements / kWordDequantStep, scale);
+      dequantise_vectors(dst, src, elements % kWordDequantStep, format, dtype, scale);
+      jmp(l_done, T_NEAR);
+      L(l_vectors);
+      dequantise_vectors(dst, src, elements, format, dtype, scale);
+      L(l_done);
+      return;
+    }
+    dequantise_vectors(dst, src, elements, format, dtype, scale);
+  }
+
+  // ---- Dequantising e4m3 to bf16 on 16-bit lanes (AVX2) -------------------------------------
+  //
+  // decode(c) has at most 4 significant bits and an exponent inside bf16's, so it is exact as
+  // a bf16 word, and that word comes from the code's bits on 16-bit lanes: with c7 = c & 0x7F,
+  //   normal (c7 >= 8):   (c7 << 4) + 120·2^7   (the fields line up, the exponent rebiased)
+  //   subnormal (< 8):    a vpshufb lookup of the 8 words decode(0..7)
+  //   NaN (c7 = 0x7F):    the normal formula's 0x43F0 moved to decode(0x7F)'s 0x7FC0
+  // plus the sign in bit 15. Those words, split into even / odd fp32 lanes (dword halves),
+  // times the scale, rounded to bf16 on the bits (x + 0x7FFF + lsb: exact for every finite
+  // product, and for a NaN product, which carries decode's NaN with a zero low half) and
+  // packed back: ~37 uops per 16 codes instead of ~66 (fp8_decode's and bf16_round_bits'
+  // blends, the widening and packing shuffles).
+  static constexpr int kWordDequantStep = 16;
+
+  bool word_dequant(DType format, DType dtype) const {
+    return !avx512() && format == DType::kFp8E4m3 && dtype == DType::kBF16;
+  }
+
+  // `steps` steps of 16 codes at [src] to bf16 at [dst] (both advanced). Uses ymm0..3 and
+  // ymm13..15.
+  void dequantise_word_steps(const Reg64& dst, const Reg64& src, int64_t steps, const Xmm& scale) {
+    using Xbyak::Ymm;
+    std::array<uint32_t, 16> subnormal_words{};
+    for (int m = 0; m < 8; ++m) {
+      const uint16_t word = numeric::f32_to_bf16(numeric::fp8_e4m3_to_f32(uint8_t(m)));
+      subnormal_words[size_t(m / 2)] |= uint32_t(word) << (16 * (m % 2));
+    }
+    const uint16_t nan_word = numeric::f32_to_bf16(numeric::fp8_e4m3_to_f32(0x7F));
+    const uint32_t nan_fix = uint32_t(uint16_t(nan_word - ((0x7Fu << 4) + (120u << 7))));
+    const Ymm w(0), c7(1), sub(2), mask(3), table(13), word(14), s(scale.getIdx());
+    auto step = [&](int off) {
+      vpmovzxbw(w, ptr[src + off]);
+      vpand(c7, w, cst_bits(0x007F007Fu));
+      vpmullw(sub, c7, cst_bits(0x02020202u));  // byte indices 2·c7, 2·c7 + 1 of the word
+      vpaddw(sub, sub, cst_bits(0x01000100u));
+      vbroadcasti128(table, cst_table(subnormal_words));
+      vpshufb(sub, table, sub);
+      vpsllw(word, c7, 4);
+      vpaddw(word, word, cst_bits((120u << 7) * 0x00010001u));
+      vpcmpgtw(mask, c7, cst_bits(0x00070007u));
+      vpblendvb(word, sub, word, mask);
+      vpcmpeqw(mask, c7, cst_bits(0x007F007Fu));
+      vpand(mask, mask, cst_bits(nan_fix * 0x00010001u));
+      vpaddw(word, word, mask);
+      vpand(w, w, cst_bits(0x00800080u));
+      vpsllw(w, w, 8);
+      vpor(word, word, w);
+      // even / odd values as fp32, times the scale, rounded on the bits
+      const Ymm even(c7), odd(word), lsb(mask);
+      vpslld(even, word, 16);
+      vpand(odd, word, cst_bits(0xFFFF0000u));
+      for (const Ymm& v : {even, odd}) {
+        vmulps(v, v, s);
+        vpsrld(lsb, v, 16);
+        vpand(lsb, lsb, cst_bits(1));
+        vpaddd(v, v, lsb);
+        vpaddd(v, v, cst_bits(0x7FFF));
+      }
+      vpsrld(even, even, 16);
+      vpand(odd, odd, cst_bits(0xFFFF0000u));
+      vpor(odd, odd, even);
+      vmovdqu(ptr[dst + off * 2], odd);
+    };
+    for_units(
+        steps, [&](int64_t i) { step(int(i * kWordDequantStep)); },
+        [&](int k) {
+          add(src, k * kWordDequantStep);
+          add(dst, k * kWordDequantStep * 2);
+        });
+    // for_units leaves the pointers at the first remaining step; move past those.
+    const int64_t rest = steps > kMaxUnrolled ? steps % kUnroll : steps;
+    if (rest > 0) {
+      add(src, int(rest * kWordDequantStep));
+      add(dst, int(rest * kWordDequantStep * 2));
+    }
+  }
+
+  // dequantise_span's per-vector path (see above).
+  void dequantise_vectors(const Reg64& dst, const Reg64& src, int64_t elements, DType format,
+                          DType dtype, const Xmm& scale) {
     const int dsize = int(dtype_size(dtype));
     const int64_t vectors = elements / lanes();
     const int tail = int(elements % lanes());

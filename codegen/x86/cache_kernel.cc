@@ -858,8 +858,7 @@ class ConvertFp8Generator : public CacheGenerator {
       });
       return;
     }
-    for_units(
-        elements / lanes(), [&](int64_t v) { step(int(v), lanes()); }, [&](int k) { advance(k); });
+    dequantise_span(reg_dst_, reg_src_, elements, DType::kFp8E4m3, p_.dst, vmm(kKScale));
   }
 
   // reg_heads_ (1 .. N-1) elements.

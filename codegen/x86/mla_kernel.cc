@@ -172,11 +172,7 @@ class DsMlaWriteGenerator : public CacheGenerator {
       vmovss(ptr[reg_q_ + int(kDsMlaScaleOffset + 4 * k)], Xbyak::Xmm(kTileScale));
       lea(reg_p_, ptr[reg_src_ + int(k * kDsMlaTile * esize_)]);
       lea(reg_dst_, ptr[reg_q_ + int(k * kDsMlaTile)]);
-      if (fast_quantise(p_.dtype)) {
-        quantise_span_window(reg_dst_, reg_p_, kDsMlaTile, p_.dtype, DType::kFp8E4m3, scale, recip);
-      } else {
-        quantise_span(reg_dst_, reg_p_, kDsMlaTile, p_.dtype, DType::kFp8E4m3, scale, recip);
-      }
+      quantise_span_window(reg_dst_, reg_p_, kDsMlaTile, p_.dtype, DType::kFp8E4m3, scale, recip);
     }
     load_row(offsetof(CacheWriteCallArgs, value), offsetof(CacheWriteCallArgs, value_row_stride));
     lea(reg_dst_, ptr[reg_q_ + int(kDsMlaRopeOffset)]);

@@ -866,22 +866,30 @@ TEST_P(X86CacheIsaTest, GatherAndMaybeDequantMatchesRefOverTheGrid) {
 }
 
 // Every fp8 code at every position of a row against the ref, for scales that are positive,
-// negative, tiny (denormal and zero products) and huge (products that overflow): the 16-bit
-// outputs on AVX-512 come from a per-call table of the codes 0..127 with the sign bit
-// applied afterwards (CacheGenerator::dequantise_span_table), which this pins down code by
-// code, NaN, inf and -0 included.
+// negative, tiny (denormal and zero products), huge (products that overflow), infinite and
+// NaN (a payload whose low half is all ones, which a rounding on the bits would carry into
+// the sign): the 16-bit outputs on AVX-512 come from a per-call table of the codes 0..127 with
+// the sign bit applied afterwards (CacheGenerator::dequantise_span_table), on AVX2 (e4m3 to
+// bf16) from the codes' bits on 16-bit lanes (dequantise_word_steps, which a NaN scale sends
+// to the per-vector path); this pins both down code by code, NaN, inf and -0 included.
 TEST_P(X86CacheIsaTest, Fp8DequantEveryCodeEveryScaleMatchesRef) {
   const X86Isa isa = GetParam();
+  const uint32_t nan_scale = 0x7FFFFFFFu;
   for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
     for (KvCacheDtype kv : {KvCacheDtype::kFp8E4m3, KvCacheDtype::kFp8E5m2}) {
       const OpSpec spec = gather_spec(dtype, kv, 256 + 19, 16);
       const Kernel kernel = compile_x86(spec, isa);
-      for (double scale : {0.1, 1.0, -2.5, 1e-30, 0x1p-140, 3e38}) {
+      for (double scale : {0.1, 1.0, -2.5, 1e-30, 0x1p-140, 3e38, HUGE_VAL, std::nan("")}) {
         auto c = test::make_case(spec, 21, InputKind::kNormal, 5);
         ASSERT_TRUE(c.is_ok()) << c.status().to_string();
         test::HostTensor& src = c->tensors[0];
-        for (int64_t i = 0; i < src.numel(); ++i) src.set(i, double((i * 7 + i / 275) % 256));
-        c->tensors[5].set(0, scale);
+        for (int64_t i = 0; i < src.numel(); ++i)
+          src.set_bits(i, uint64_t((i * 7 + i / 275) % 256));
+        if (std::isnan(scale)) {
+          c->tensors[5].set_bits(0, nan_scale);
+        } else {
+          c->tensors[5].set(0, scale);
+        }
         const auto report = check_against_ref(kernel, c.value());
         EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa)
                                << " scale=" << scale << "\n"
@@ -896,7 +904,7 @@ TEST_P(X86CacheIsaTest, Fp8DequantEveryCodeEveryScaleMatchesRef) {
       auto c = test::make_case(spec, 2 * 4096 + 77, InputKind::kNormal, 5);
       ASSERT_TRUE(c.is_ok()) << c.status().to_string();
       test::HostTensor& src = c->tensors[1];
-      for (int64_t i = 0; i < src.numel(); ++i) src.set(i, double((i * 7 + i / 4096) % 256));
+      for (int64_t i = 0; i < src.numel(); ++i) src.set_bits(i, uint64_t((i * 7 + i / 4096) % 256));
       c->scalars[0] = scale;
       const auto report = check_against_ref(kernel, c.value());
       EXPECT_TRUE(report.ok) << to_string(spec) << " isa=" << x86_isa_name(isa)

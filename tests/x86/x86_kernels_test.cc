@@ -239,7 +239,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-80", 0xbb083646c9d60e16ull};
+constexpr PinnedCode kAllExampleCode{"x86-81", 0xc237773c7008fd9dull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

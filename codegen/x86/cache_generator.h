@@ -565,14 +565,17 @@ class CacheGenerator : public Generator {
   // x[0..3] = the 32 values at [src + src_off] as fp32: bf16 as x0 / x2 the even values of
   // each 16, x1 / x3 the odd ones (their dword's top halves), else in order.
   void ymm_load(const Xbyak::Ymm (&x)[4], const Reg64& src, int src_off, DType dtype) {
-    for (int h = 0; h < 4; ++h) {
-      const Xbyak::Address at = ptr[src + src_off + h * 8 * int(dtype_size(dtype))];
-      if (dtype == DType::kBF16) {
-        if (h % 2 == 1) continue;
+    if (dtype == DType::kBF16) {
+      for (int h = 0; h < 4; h += 2) {
         vmovdqu(x[h + 1], ptr[src + src_off + h * 16]);
         vpslld(x[h], x[h + 1], 16);
         vpand(x[h + 1], x[h + 1], cst_bits(0xFFFF0000));
-      } else if (dtype == DType::kF16) {
+      }
+      return;
+    }
+    for (int h = 0; h < 4; ++h) {
+      const Xbyak::Address at = ptr[src + src_off + h * 8 * int(dtype_size(dtype))];
+      if (dtype == DType::kF16) {
         vcvtph2ps(x[h], at);
       } else {
         vmovups(x[h], at);
@@ -1369,8 +1372,8 @@ class CacheGenerator : public Generator {
   // Quantises `elements` values of `dtype` at [src] into fp8 codes at [dst] (dst, src
   // advanced): code = fp8(x / scale), through load_scaled (`recip` = scale_reciprocal(scale)),
   // in steps of 64 by quantise_pow2_unit (bf16 / f16 with a power-of-two scale, AVX512-FP16) or
-  // quantise_fast_unit where fast_quantise(dtype), in steps of 32 by quantise_avx2_unit where
-  // ymm_quantise(dtype). `streaming`: the fast steps' stores are
+  // quantise_fast_unit where fast_quantise(dtype), in steps of 32 by quantise_ymm_unit where
+  // ymm_quantise(dtype) (AVX2, AVX-512 without VBMI). `streaming`: the fast steps' stores are
   // streaming (dst 64-byte aligned). Clobbers vmm0..3, vmm13..15, zmm16..22, k1..k7, eax and
   // reg_count_: callers keep their scales in vmm4..12 (write_span's callers do).
   void quantise_span(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype,
@@ -1549,9 +1552,11 @@ class CacheGenerator : public Generator {
   }
 
   // Dequantises `elements` fp8 codes of `format` at [src] into `dtype` values at [dst] (dst,
-  // src advanced): rnd_T(decode(code) * scale), the product in fp32 (spec §1.3). One vector
-  // per unit; the helpers' scratch (vmm13..15) serialises the steps, out-of-order execution
-  // overlaps the units.
+  // src advanced; where they end is not specified): rnd_T(decode(code) * scale), the product in
+  // fp32 (spec §1.3). e4m3 to bf16 on AVX2 in steps of 16 on 16-bit lanes
+  // (dequantise_word_steps), else (and for the rest) one vector per unit: the helpers' scratch
+  // (vmm13..15) serialises those steps, out-of-order execution overlaps the units. Clobbers
+  // vmm0..3, vmm13..15 and reg_count_.
   void dequantise_span(const Reg64& dst, const Reg64& src, int64_t elements, DType format,
                        DType dtype, const Xmm& scale) {
     if (word_dequant(format, dtype) && elements >= kWordDequantStep) {

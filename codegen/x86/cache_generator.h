@@ -1626,18 +1626,10 @@ class CacheGenerator : public Generator {
       vpor(word, word, w);
       // even / odd values as fp32, times the scale, rounded on the bits
       const Ymm even(c7), odd(word), lsb(mask);
-      vpslld(even, word, 16);
-      vpand(odd, word, cst_bits(0xFFFF0000u));
-      for (const Ymm& v : {even, odd}) {
-        vmulps(v, v, s);
-        vpsrld(lsb, v, 16);
-        vpand(lsb, lsb, cst_bits(1));
-        vpaddd(v, v, lsb);
-        vpaddd(v, v, cst_bits(0x7FFF));
-      }
-      vpsrld(even, even, 16);
-      vpand(odd, odd, cst_bits(0xFFFF0000u));
-      vpor(odd, odd, even);
+      split_bf16_pairs(even, odd, word);
+      vmulps(even, even, s);
+      vmulps(odd, odd, s);
+      pack_bf16_pairs(odd, even, lsb);
       vmovdqu(ptr[dst + off * 2], odd);
     };
     for_units(

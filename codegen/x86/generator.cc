@@ -242,7 +242,27 @@ void Generator::load_f32(const Xmm& dst, DType dtype, const RegExp& addr, int co
 
 void Generator::split_bf16_pairs(const Xmm& even, const Xmm& odd, const Xmm& v) {
   vpslld(even, v, 16);
-  vpandd(odd, v, cst_bits(0xFFFF0000));
+  uni_vpand(odd, v, cst_bits(0xFFFF0000));
+}
+
+void Generator::add_bf16_rounding_bias(const Xmm& x, const Xmm& tmp) {
+  vpsrld(tmp, x, 16);
+  uni_vpand(tmp, tmp, cst_bits(1));
+  vpaddd(x, x, tmp);
+  vpaddd(x, x, cst_bits(0x7FFF));
+}
+
+void Generator::round_bits_to_bf16(const Xmm& x, const Xmm& tmp) {
+  add_bf16_rounding_bias(x, tmp);
+  uni_vpand(x, x, cst_bits(0xFFFF0000));
+}
+
+void Generator::pack_bf16_pairs(const Xmm& odd, const Xmm& even, const Xmm& tmp) {
+  add_bf16_rounding_bias(even, tmp);
+  add_bf16_rounding_bias(odd, tmp);
+  vpsrld(even, even, 16);
+  uni_vpand(odd, odd, cst_bits(0xFFFF0000));
+  uni_vpor(odd, odd, even);
 }
 
 void Generator::add_bf16_rounding_bias(const Xmm& x, const Xbyak::Opmask& k) {

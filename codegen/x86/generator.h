@@ -94,7 +94,7 @@ class Generator : public Xbyak::CodeGenerator {
   /// In place: x = fp32 bits of rnd_bf16(x), round to nearest even on the 16 dropped bits
   /// (denormals exact, NaN stays a quiet NaN). Uses vmm14 and (AVX-512) k2.
   void bf16_round_bits(const Xmm& x);
-  // ---- bf16 pairs (AVX-512): a dword of a bf16 row holds elements 2i (low half) and 2i+1
+  // ---- bf16 pairs: a dword of a bf16 row holds elements 2i (low half) and 2i+1
   // (high half). The helpers below work on that layout with integer ops only (no vcvtne*bf16,
   // which costs 2 cycles per vector here and flushes denormals). Their constants
   // (kBf16PairsConstants) are worth pinning in a hot loop.
@@ -120,6 +120,11 @@ class Generator : public Xbyak::CodeGenerator {
   /// odd = the dwords of rnd_bf16(even) (low half) and rnd_bf16(odd) (high half): the store
   /// form of a pairs vector. even is clobbered.
   void pack_bf16_pairs(const Xmm& odd, const Xmm& even, const Xbyak::Opmask& k);
+  /// The three above without masks (AVX2): bit 16 of x shifted down into `tmp` and added with
+  /// 0x7FFF (one uop more per vector), the same bits.
+  void add_bf16_rounding_bias(const Xmm& x, const Xmm& tmp);
+  void round_bits_to_bf16(const Xmm& x, const Xmm& tmp);
+  void pack_bf16_pairs(const Xmm& odd, const Xmm& even, const Xmm& tmp);
 
   /// Sums the lanes of `x` into lane 0 of x's xmm.
   void reduce_sum(const Xmm& x);

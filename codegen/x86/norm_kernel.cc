@@ -124,25 +124,25 @@ class NormGenerator : public Generator {
 
   void sum_of_squares() {
     for (int u = 0; u < kUnroll; ++u) vxorps(vmm(kAcc + u), vmm(kAcc + u), vmm(kAcc + u));
-    const int64_t pairs_end = pairs_path() ? p_.hidden / kPairsBlock * kPairsBlock : 0;
+    const int64_t pairs_end = pairs_path() ? p_.hidden / pairs_block() * pairs_block() : 0;
     if (pairs_end > 0) {
       // bf16 pairs: one dword holds elements 2i (low half) and 2i+1 (high half); a shift and
       // an and give both as fp32 without a widening shuffle.
-      pin_constants(kPairsConstants.first(1), kConstantRegs);
+      if (avx512()) pin_constants(kPairsConstants.first(1), kConstantRegs);
       Label l_loop;
       xor_(reg_idx_, reg_idx_);
       L(l_loop);
       for (int u = 0; u < kPairsUnroll; ++u) {
         const PairRegs r = pair_regs(u);
-        vmovdqu32(r.v, ptr[reg_src_ + reg_idx_ * 2 + u * 64]);
+        load_pairs_vector(r.v, ptr[reg_src_ + reg_idx_ * 2 + u * pair_bytes()]);
         split_bf16_pairs(r.even, r.odd, r.v);
-        vfmadd231ps(Zmm(kAcc + 2 * u), r.even, r.even);
-        vfmadd231ps(Zmm(kAcc + 2 * u + 1), r.odd, r.odd);
+        vfmadd231ps(vmm(kAcc + 2 * u), r.even, r.even);
+        vfmadd231ps(vmm(kAcc + 2 * u + 1), r.odd, r.odd);
       }
-      add(reg_idx_, kPairsBlock);
+      add(reg_idx_, pairs_block());
       cmp(reg_idx_, pairs_end);
       jl(l_loop, T_NEAR);
-      unpin_constants();
+      if (avx512()) unpin_constants();
     }
     for_each_vector([&](int u, auto at, int count) { square_vector(u, at, count); }, pairs_end);
     vaddps(vmm(kAcc), vmm(kAcc), vmm(kAcc + 1));
@@ -168,7 +168,7 @@ class NormGenerator : public Generator {
   void compute_inv() {
     // inv = 1 / sqrt(ss / H + eps), each step correctly rounded in fp32.
     const Xmm ss = Xmm(kAcc);
-    if (pairs_path()) vmovaps(Xmm(kSavedSs), ss);  // for the row's finiteness check
+    if (pairs_path()) vmovaps(Xmm(saved_ss_reg()), ss);  // for the row's finiteness check
     mov(eax, std::bit_cast<uint32_t>(float(p_.hidden)));
     vmovd(Xmm(kAcc + 1), eax);
     vdivss(ss, ss, Xmm(kAcc + 1));
@@ -190,10 +190,17 @@ class NormGenerator : public Generator {
     // every z and inv are, and then |z * inv| <= sqrt(H): such rows take the pairs path, the
     // others (inf/NaN input, eps = 0 with a zero row) the per-vector path.
     Label l_vectors, l_row_done;
-    vaddss(Xmm(kCheck), Xmm(kSavedSs), Xmm(kInvReg));
-    vfpclassss(k2, Xmm(kCheck), kNonFiniteClass);
-    kortestw(k2, k2);
-    jnz(l_vectors, T_NEAR);
+    vaddss(Xmm(check_reg()), Xmm(saved_ss_reg()), Xmm(kInvReg));
+    if (avx512()) {
+      vfpclassss(k2, Xmm(check_reg()), kNonFiniteClass);
+      kortestw(k2, k2);
+      jnz(l_vectors, T_NEAR);
+    } else {
+      vmovd(eax, Xmm(check_reg()));
+      and_(eax, 0x7F800000);  // inf or NaN: the exponent all ones
+      cmp(eax, 0x7F800000);
+      je(l_vectors, T_NEAR);
+    }
     normalize_pairs();
     jmp(l_row_done, T_NEAR);
     L(l_vectors);
@@ -201,29 +208,46 @@ class NormGenerator : public Generator {
     L(l_row_done);
   }
 
-  // Pass 2 of the pairs path: 64 elements (two dwords vectors) per step, then the per-vector
-  // path for the rest of the row.
+  // Pass 2 of the pairs path: two dwords vectors per step (64 elements, AVX2 32), then the
+  // per-vector path for the rest of the row.
   void normalize_pairs() {
-    const Zmm inv(kInvReg);
-    const int64_t pairs_end = p_.hidden / kPairsBlock * kPairsBlock;
-    pin_constants(kPairsConstants, kConstantRegs);
+    const Xmm inv = vmm(kInvReg);
+    const int64_t pairs_end = p_.hidden / pairs_block() * pairs_block();
+    if (avx512()) pin_constants(kPairsConstants, kConstantRegs);
+    // The roundings: k4 on AVX-512, the temporary vmm15 on AVX2.
+    const auto round = [&](const Xmm& x) {
+      if (avx512()) {
+        round_bits_to_bf16(x, k4);
+      } else {
+        round_bits_to_bf16(x, vmm(kRoundTmp));
+      }
+    };
+    const auto pack = [&](const Xmm& odd, const Xmm& even) {
+      if (avx512()) {
+        pack_bf16_pairs(odd, even, k4);
+      } else {
+        pack_bf16_pairs(odd, even, vmm(kRoundTmp));
+      }
+    };
     Label l_loop;
     xor_(reg_idx_, reg_idx_);
     L(l_loop);
     for (int u = 0; u < kPairsUnroll; ++u) {
       const PairRegs r = pair_regs(u);
-      const auto at = [&](const Reg64& base) { return base + reg_idx_ * 2 + u * 64; };
-      prefetcht0(ptr[at(reg_next_src_)]);
-      prefetchw(ptr[at(reg_next_res_)]);
-      vmovdqu32(r.v, ptr[at(reg_src_)]);
+      const auto at = [&](const Reg64& base) { return base + reg_idx_ * 2 + u * pair_bytes(); };
+      if (u * pair_bytes() % 64 == 0) {  // one prefetch per line
+        prefetcht0(ptr[at(reg_next_src_)]);
+        prefetchw(ptr[at(reg_next_res_)]);
+      }
+      load_pairs_vector(r.v, ptr[at(reg_src_)]);
       split_bf16_pairs(r.even, r.odd, r.v);
       vmulps(r.even, r.even, inv);
       vmulps(r.odd, r.odd, inv);
       if (p_.weight) {
         // y = rnd(rnd(z * inv) * w): the inner rounding on the fp32 bits (no NaN here).
-        round_bits_to_bf16(r.even, k4);
-        round_bits_to_bf16(r.odd, k4);
-        vmovdqu32(r.v, ptr[at(reg_w_)]);
+        round(r.even);
+        round(r.odd);
+        load_pairs_vector(r.v, ptr[at(reg_w_)]);
         split_bf16_pairs(r.t, r.v, r.v);
         vmulps(r.even, r.even, r.t);
         vmulps(r.odd, r.odd, r.v);
@@ -231,13 +255,17 @@ class NormGenerator : public Generator {
       // Pack on the bits: even's rounded top half shifted down, or'ed into odd's top half.
       // Exact for every value here, denormals included (vcvtne2ps2bf16 would flush them and
       // need a guard) and NaN (a NaN product carries a bf16 NaN's payload: low half zero).
-      pack_bf16_pairs(r.odd, r.even, k4);
-      vmovdqu32(ptr[at(reg_dst_)], r.odd);
+      pack(r.odd, r.even);
+      if (avx512()) {
+        vmovdqu32(ptr[at(reg_dst_)], r.odd);
+      } else {
+        vmovdqu(ptr[at(reg_dst_)], r.odd);
+      }
     }
-    add(reg_idx_, kPairsBlock);
+    add(reg_idx_, pairs_block());
     cmp(reg_idx_, pairs_end);
     jl(l_loop, T_NEAR);
-    unpin_constants();
+    if (avx512()) unpin_constants();
     for_each_vector([&](int u, auto at, int count) { normalize_vector(u, at, count); }, pairs_end);
   }
 
@@ -268,27 +296,42 @@ class NormGenerator : public Generator {
                          vmm(kFastRounded + u));
   }
 
-  // ---- The bf16 pairs path (AVX-512, rms_norm): rows are read as dwords of two bf16, and
-  // both roundings are done on the fp32 bits (integer ops only: no vcvtne*bf16).
+  // ---- The bf16 pairs path (rms_norm): rows are read as dwords of two bf16, and both
+  // roundings are done on the fp32 bits (integer ops only: no vcvtne*bf16, no widening or
+  // packing shuffles). On AVX2 it replaces the per-vector path's vpmovzxwd loads, blended
+  // NaN-safe roundings and vpackusdw / vpermq stores (~3.5x fewer uops per element).
   static constexpr int64_t kPairsUnroll = 2;
-  static constexpr int64_t kPairsBlock = 32 * kPairsUnroll;  // elements per loop step
-  static constexpr uint8_t kNonFiniteClass = 0x99;           // QNaN, SNaN, +inf, -inf
-  static constexpr int kCheck = 30, kSavedSs = 31;
-  // The pairs loops' constants live in zmm20..23 (the high-half mask first: pass 1 needs only
-  // it), so the loops issue no constant loads.
+  static constexpr uint8_t kNonFiniteClass = 0x99;  // QNaN, SNaN, +inf, -inf
+  // The pairs loops' constants live in zmm20..23 on AVX-512 (the high-half mask first: pass 1
+  // needs only it), so the loops issue no constant loads; AVX2 has no registers to spare.
   static constexpr std::span<const uint32_t> kPairsConstants{kBf16PairsConstants};
   static constexpr std::array<int, 4> kConstantRegs{20, 21, 22, 23};
+  static constexpr int kRoundTmp = 15;  // AVX2: the roundings' temporary
   struct PairRegs {
-    Zmm v, even, odd, t;
+    Xmm v, even, odd, t;
   };
-  // zmm16..19 for step 0, zmm24..27 for step 1 (20..23 hold the constants, 30 and 31 are
-  // kCheck and kSavedSs).
-  static PairRegs pair_regs(int u) {
-    const int b = 16 + 8 * u;
-    return {Zmm(b), Zmm(b + 1), Zmm(b + 2), Zmm(b + 3)};
+  // Bytes of one pairs vector, elements per loop step.
+  int pair_bytes() const { return avx512() ? 64 : 32; }
+  int64_t pairs_block() const { return kPairsUnroll * pair_bytes() / 2; }
+  // The row's finiteness check: its sum of squares kept, and the check's register (AVX-512:
+  // zmm30/31; AVX2: ymm13/14, clear of eps in 12 and the pairs registers).
+  int saved_ss_reg() const { return avx512() ? 31 : 14; }
+  int check_reg() const { return avx512() ? 30 : 13; }
+  // AVX-512: zmm16..19 for step 0, zmm24..27 for step 1 (20..23 hold the constants). AVX2:
+  // ymm4..7 and ymm8..11 (the per-vector path's row and weight registers, idle here).
+  PairRegs pair_regs(int u) const {
+    const int b = avx512() ? 16 + 8 * u : 4 + 4 * u;
+    return {vmm(b), vmm(b + 1), vmm(b + 2), vmm(b + 3)};
+  }
+  void load_pairs_vector(const Xmm& v, const Address& at) {
+    if (avx512()) {
+      vmovdqu32(v, at);
+    } else {
+      vmovdqu(v, at);
+    }
   }
   bool pairs_path() const {
-    return !fused_ && p_.dtype == DType::kBF16 && avx512() && p_.hidden >= kPairsBlock;
+    return !fused_ && p_.dtype == DType::kBF16 && p_.hidden >= pairs_block();
   }
 
   const ir::NormParams p_;

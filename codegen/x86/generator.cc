@@ -620,6 +620,20 @@ void Generator::log_ps(const Group& x, const Group& t0, const Group& t1) {
 
 void Generator::rotate_pair(const Xmm& x, const Xmm& y, const Xmm& c, const Xmm& s, const Xmm& a,
                             const Xmm& b, DType dtype, bool on_bits) {
+  if (on_bits && !avx512_) {
+    // No masks: each rounding needs a temporary, b before its product, c after its last use.
+    vmulps(a, x, c);
+    round_bits_to_bf16(a, b);
+    vmulps(b, y, s);
+    vmulps(y, y, c);
+    round_bits_to_bf16(b, c);
+    round_bits_to_bf16(y, c);
+    vmulps(x, x, s);
+    round_bits_to_bf16(x, c);
+    vaddps(y, y, x);
+    vsubps(x, a, b);
+    return;
+  }
   int product = 0;
   const auto round = [&](const Xmm& v) {
     if (on_bits) {

@@ -207,15 +207,16 @@ class Generator : public Xbyak::CodeGenerator {
   ///   (x, y) <- (rnd(rnd(x c) - rnd(y s)), rnd(rnd(y c) + rnd(x s)))
   /// without the outer rounding (the store's). Products are not fused into FMAs: each is
   /// rounded to `dtype`, as the contract says. c, s are preserved; a, b are temporaries.
-  /// `on_bits` (bf16 on AVX-512, the pairs paths): the four roundings are
-  /// round_bits_to_bf16 (masks k2..k5), which is exact there and needs no denormal guard.
+  /// `on_bits` (bf16 on the pairs paths): the four roundings are round_bits_to_bf16 (masks
+  /// k2..k5 on AVX-512), which is exact there and needs no denormal guard; on AVX2 their
+  /// temporary is b and then c, so c is clobbered there.
   void rotate_pair(const Xmm& x, const Xmm& y, const Xmm& c, const Xmm& s, const Xmm& a,
                    const Xmm& b, DType dtype, bool on_bits = false);
 
   // ---- rotary_embedding's rotation of one head in place, shared by the rope kernel and the
   // fused cache writers (rope_rotation.cc has the math). Vector registers 0..7, the token's
-  // cos/sin from vmm16 on when hoisted (AVX-512), and on the bf16 pairs path the four
-  // kBf16PairsConstants pinned in `constant_regs`; k2..k5 on AVX-512.
+  // cos/sin from vmm16 on when hoisted (AVX-512), on the AVX-512 bf16 pairs path the four
+  // kBf16PairsConstants pinned in `constant_regs` (k2..k5), on the AVX2 one vmm13..14.
   struct RopeRotation {
     DType dtype = DType::kBF16;        ///< of the rotated rows (f32/f16/bf16)
     DType cache_dtype = DType::kBF16;  ///< of the cos/sin table; rounded to dtype if different
@@ -237,6 +238,8 @@ class Generator : public Xbyak::CodeGenerator {
   void rotate_rope_head(const RopeRotation& r, const Reg64& head, const Reg64& cs);
   /// After the token's heads: unpins the constants.
   void end_rope_token(const RopeRotation& r);
+  /// rotate_rope_head's AVX2 pairs path (rope_rotation.cc).
+  void rotate_rope_head_ymm_pairs(const RopeRotation& r, const Reg64& head, const Reg64& cs);
 
   // ---- Math injectors (fp32, lane-wise, in place) over groups of independent vectors; each
   // step is emitted for every member before the next step. Temporaries must be distinct from

@@ -16,6 +16,9 @@
 // is ~30% fewer uops than widening with vpmovzxwd and rounding with vcvtneps2bf16 (2 cycles per
 // vector here, plus a denormal guard per product), and the constants stay in registers
 // (llvm-mca, Sapphire Rapids: 108 -> 49 cycles per 128-wide NeoX head; docs/decisions.md).
+// AVX2 has no registers for the token's cos/sin or the constants: its pairs path
+// (rotate_rope_head_ymm_pairs, bf16 rows with a bf16 cos/sin table) reads them per head from
+// the row at [cs], 16 elements of each half per NeoX step, 8 pairs per GPT-J step.
 #include <algorithm>
 
 #include "codegen/x86/generator.h"
@@ -26,8 +29,8 @@ namespace {
 // Work registers of one step, and the first hoisted cos/sin register (AVX-512: 16..31).
 constexpr int kX = 0, kY = 1, kC = 2, kS = 3, kA = 4, kB = 5, kT0 = 6, kT1 = 7;
 constexpr int kHoisted = 16;
-// Elements of a half per NeoX pairs vector (32 bf16 = 16 dwords).
-constexpr int64_t kPairs = 32;
+// Elements of a half per NeoX pairs vector (32 bf16 = 16 dwords; AVX2: 16 = 8 dwords).
+constexpr int64_t kPairs = 32, kYmmPairs = 16;
 
 // Hoisted registers the token's cos/sin take: 4 per pairs vector (c even/odd, s even/odd) on
 // the NeoX pairs path, else 2 per fp32 vector of E lanes.
@@ -46,7 +49,9 @@ Generator::RopeRotation Generator::plan_rope(DType dtype, DType cache_dtype, int
   r.hoisted = avx512() && kHoisted + hoisted_registers(half, lanes(), false) <= 32;
   // The pairs path: bf16 rows in whole pairs vectors (NeoX also needs a bf16 table, loaded as
   // pairs; GPT-J takes the hoisted fp32 cos/sin), with the constants clear of the hoisted ones.
-  if (avx512() && dtype == DType::kBF16) {
+  if (!avx512() && dtype == DType::kBF16) {
+    r.pairs = cache_dtype == DType::kBF16 && half % (neox ? kYmmPairs : kYmmPairs / 2) == 0;
+  } else if (avx512() && dtype == DType::kBF16) {
     const bool shape_fits =
         neox ? cache_dtype == DType::kBF16 && half % kPairs == 0 : r.hoisted && half % lanes() == 0;
     const int end = kHoisted + hoisted_registers(half, lanes(), neox);
@@ -61,7 +66,7 @@ Generator::RopeRotation Generator::plan_rope(DType dtype, DType cache_dtype, int
 void Generator::begin_rope_token(const RopeRotation& r, const Reg64& cs) {
   const int64_t half = r.rot_dim / 2;
   const int cache_esize = int(dtype_size(r.cache_dtype));
-  if (r.pairs && r.style == ir::RopeStyle::kNeox) {
+  if (r.pairs && avx512() && r.style == ir::RopeStyle::kNeox) {
     // The cos/sin row as pairs (bf16 table: exact, nothing to round).
     for (int b = 0; b < half / kPairs; ++b) {
       for (int k = 0; k < 2; ++k) {  // cos, sin
@@ -83,16 +88,64 @@ void Generator::begin_rope_token(const RopeRotation& r, const Reg64& cs) {
       }
     }
   }
-  if (r.pairs) pin_constants(kBf16PairsConstants, r.constant_regs);
+  if (r.pairs && avx512()) pin_constants(kBf16PairsConstants, r.constant_regs);
 }
 
 void Generator::end_rope_token(const RopeRotation& r) {
-  if (r.pairs) unpin_constants();
+  if (r.pairs && avx512()) unpin_constants();
+}
+
+void Generator::rotate_rope_head_ymm_pairs(const RopeRotation& r, const Reg64& head,
+                                           const Reg64& cs) {
+  const int64_t half = r.rot_dim / 2;
+  const Xmm xe = vmm(kX), xo = vmm(kY), ye = vmm(kC), yo = vmm(kS), a = vmm(kA), b = vmm(kB);
+  const Xmm c = vmm(13), s = vmm(14);  // the helpers' scratch: no helper runs in between
+  if (r.style == ir::RopeStyle::kNeox) {
+    for (int64_t j = 0; j < half; j += kYmmPairs) {  // per 16 elements of each half
+      const auto x_at = ptr[head + j * 2], y_at = ptr[head + (half + j) * 2];
+      const auto c_at = ptr[cs + j * 2], s_at = ptr[cs + (half + j) * 2];
+      vmovdqu(xo, x_at);
+      split_bf16_pairs(xe, xo, xo);
+      vmovdqu(yo, y_at);
+      split_bf16_pairs(ye, yo, yo);
+      vmovdqu(c, c_at);  // the even halves of cos / sin
+      vpslld(c, c, 16);
+      vmovdqu(s, s_at);
+      vpslld(s, s, 16);
+      rotate_pair(xe, ye, c, s, a, b, r.dtype, /*on_bits=*/true);
+      vmovdqu(c, c_at);  // the odd halves (rotate_pair clobbered c)
+      vpand(c, c, cst_bits(0xFFFF0000));
+      vmovdqu(s, s_at);
+      vpand(s, s, cst_bits(0xFFFF0000));
+      rotate_pair(xo, yo, c, s, a, b, r.dtype, /*on_bits=*/true);
+      pack_bf16_pairs(xo, xe, a);
+      vmovdqu(x_at, xo);
+      pack_bf16_pairs(yo, ye, a);
+      vmovdqu(y_at, yo);
+    }
+    return;
+  }
+  for (int64_t j = 0; j < half; j += kYmmPairs / 2) {  // GPT-J: per 8 (x, y) pairs
+    const auto at = ptr[head + j * 4];                 // pair j = elements 2j, 2j + 1
+    vmovdqu(xo, at);
+    split_bf16_pairs(xe, xo, xo);  // xe = x, xo = y
+    vpmovzxwd(c, ptr[cs + j * 2]);
+    vpslld(c, c, 16);
+    vpmovzxwd(s, ptr[cs + (half + j) * 2]);
+    vpslld(s, s, 16);
+    rotate_pair(xe, xo, c, s, a, b, r.dtype, /*on_bits=*/true);
+    pack_bf16_pairs(xo, xe, a);
+    vmovdqu(at, xo);
+  }
 }
 
 void Generator::rotate_rope_head(const RopeRotation& r, const Reg64& head, const Reg64& cs) {
   const int64_t half = r.rot_dim / 2;
   const bool neox = r.style == ir::RopeStyle::kNeox;
+  if (r.pairs && !avx512()) {
+    rotate_rope_head_ymm_pairs(r, head, cs);
+    return;
+  }
   if (r.pairs) {
     const Xmm xe = vmm(kX), xo = vmm(kY), ye = vmm(kC), yo = vmm(kS);
     if (neox) {  // per 32 elements of each half: x pairs, y pairs

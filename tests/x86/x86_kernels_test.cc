@@ -239,7 +239,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-82", 0x65a0d27249737289ull};
+constexpr PinnedCode kAllExampleCode{"x86-83", 0x57f849e82e4840f5ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -420,6 +420,17 @@ class CacheGenerator : public Generator {
   // take the division: a few lanes in 2^16 for real data.
   static constexpr uint32_t kNearUlps = 8;  // > 2.5 ulp, with room for binade crossings
 
+  // The fp32 bits the window tests read: the mask of the mantissa bits an fp8 code drops, the
+  // midpoint of those bits, and the fp8 min normal (load_scaled, quantise_ymm_unit).
+  struct MidpointWindow {
+    uint32_t low, half, min_normal;
+  };
+  static MidpointWindow midpoint_window(DType format) {
+    const Fp8Layout f = fp8_layout(format);
+    const int dropped = 23 - f.mantissa_bits;
+    return {(1u << dropped) - 1, 1u << (dropped - 1), uint32_t(f.rebias + 1) << 23};
+  }
+
   // r = RN(1 / s) for load_scaled (s: a broadcast scale; lane 0 is read); an infinite
   // reciprocal (s zero or denormal: x·r would be inf where x/s is finite) becomes NaN, so that
   // every product takes the division. One scalar division and a broadcast: a 512-bit vdivps
@@ -463,9 +474,8 @@ class CacheGenerator : public Generator {
   // vmm13..15 (and k2, k3 on AVX-512).
   void load_scaled(const Xmm& x, DType dtype, const RegExp& addr, int count, const Xmm& scale,
                    const Xmm& recip, DType format) {
-    const int dropped = 23 - (format == DType::kFp8E5m2 ? 2 : 3);
-    const uint32_t min_normal = format == DType::kFp8E5m2 ? 113u << 23 : 121u << 23;
-    const uint32_t low = (1u << dropped) - 1, half_minus = (1u << (dropped - 1)) - kNearUlps;
+    const auto [low, half, min_normal] = midpoint_window(format);
+    const uint32_t half_minus = half - kNearUlps;
     Label l_done;
     load_f32(x, dtype, addr, count);
     vmulps(x, x, recip);
@@ -533,11 +543,11 @@ class CacheGenerator : public Generator {
   // RNE(2^M f) <= RNE(2^(M-1) (1 + f)) = sub, and n < 0 in the binades under it, so the
   // subnormal rounding wins (zero included: sub = 0). Uses ymm13..15.
   void fp8_encode_minmax(const Xbyak::Ymm& x, DType format) {
-    const bool e5m2 = format == DType::kFp8E5m2;
-    const int m = e5m2 ? 2 : 3, s = 23 - m, rebias = e5m2 ? 112 : 120;
-    const uint32_t max_code = e5m2 ? 0x7B : 0x7E, nan_code = e5m2 ? 0x7E : 0x7F;
-    const uint32_t bias_add = (1u << (s - 1)) - 1 - (uint32_t(rebias) << 23);  // mod 2^32
-    const float magic = e5m2 ? 128.0f : 16384.0f;
+    const Fp8Layout f = fp8_layout(format);
+    const int m = f.mantissa_bits, s = 23 - m;
+    const uint32_t max_code = f.max_code, nan_code = f.nan_code;
+    const uint32_t bias_add = (1u << (s - 1)) - 1 - (uint32_t(f.rebias) << 23);  // mod 2^32
+    const float magic = f.subnormal_magic;
     const Xbyak::Ymm a(13), n(14), t(15);
     uni_vpand(a, x, cst_bits(0x7FFFFFFF));
     vpsrld(n, a, s);
@@ -629,10 +639,8 @@ class CacheGenerator : public Generator {
     if (!exact) {
       // ok = (a not near a midpoint) and (a >= min normal or a == 0), over all 32 lanes; a NaN
       // (x, or the marker of an infinite reciprocal) fails the second test.
-      const int dropped = 23 - (format == DType::kFp8E5m2 ? 2 : 3);
-      const uint32_t min_normal = format == DType::kFp8E5m2 ? 113u << 23 : 121u << 23;
-      const uint32_t low = (1u << dropped) - 1;
-      const uint32_t shift = 0u - ((1u << (dropped - 1)) - kNearUlps);  // d = (a - half + W) & low
+      const auto [low, half, min_normal] = midpoint_window(format);
+      const uint32_t shift = 0u - (half - kNearUlps);  // d = (a - half + W) & low
       const Ymm a(13), t(14), ok(15);
       for (int v = 0; v < 4; ++v) {
         uni_vpand(a, x[v], cst_bits(0x7FFFFFFF));
@@ -821,12 +829,14 @@ class CacheGenerator : public Generator {
     kortestw(k3, k3);  // CF = 1: every lane accepted or tiny
   }
 
-  // The 64 values at [src + src_off] through load_scaled + fp8_encode + store_fp8 (vmm0..3):
-  // the steps the fast units reject.
+  // `vectors` x 16 values at [src + src_off] through load_scaled + fp8_encode + store_fp8
+  // (zmm0..3, AVX-512): the steps the fast units reject, and the window steps of the AVX-512
+  // levels without VBMI.
   void quantise_generic_unit(const Reg64& dst, const Reg64& src, int dst_off, int src_off,
-                             DType dtype, DType format, const Xmm& scale, const Xmm& recip) {
+                             DType dtype, DType format, const Xmm& scale, const Xmm& recip,
+                             int vectors = 4) {
     const int esize = int(dtype_size(dtype));
-    for (int v = 0; v < 4; ++v) {
+    for (int v = 0; v < vectors; ++v) {
       load_scaled(vmm(v), dtype, src + src_off + v * 16 * esize, 16, scale, recip, format);
       fp8_encode(vmm(v), format);
       store_fp8(vmm(v), dst + dst_off + v * 16, 16);
@@ -1433,11 +1443,8 @@ class CacheGenerator : public Generator {
           // Without VBMI, AVX-512's per-vector window path (mask tests, 16 lanes, no blends)
           // runs ~20% faster than the 256-bit window steps (bench_cache, calibrated scales);
           // its exact steps are the 256-bit ones (1.5-2.3x).
-          for (int v = 0; v < kYmmUnit / 16; ++v) {
-            load_scaled(vmm(v), dtype, src + src_off + v * 16 * esize, 16, scale, recip, format);
-            fp8_encode(vmm(v), format);
-            store_fp8(vmm(v), dst + dst_off + v * 16, 16);
-          }
+          quantise_generic_unit(dst, src, dst_off, src_off, dtype, format, scale, recip,
+                                kYmmUnit / 16);
         } else if (ymm_steps) {
           quantise_ymm_unit(dst, src, dst_off, src_off, dtype, format, scale, recip, streaming,
                             steps != Steps::kWindow);
@@ -1607,12 +1614,12 @@ class CacheGenerator : public Generator {
     const uint16_t nan_word = numeric::f32_to_bf16(numeric::fp8_e4m3_to_f32(0x7F));
     const uint32_t nan_fix = uint32_t(uint16_t(nan_word - ((0x7Fu << 4) + (120u << 7))));
     const Ymm w(0), c7(1), sub(2), mask(3), table(13), word(14), s(scale.getIdx());
+    vbroadcasti128(table, cst_table(subnormal_words));  // the steps keep it
     auto step = [&](int off) {
       vpmovzxbw(w, ptr[src + off]);
       vpand(c7, w, cst_bits(0x007F007Fu));
       vpmullw(sub, c7, cst_bits(0x02020202u));  // byte indices 2·c7, 2·c7 + 1 of the word
       vpaddw(sub, sub, cst_bits(0x01000100u));
-      vbroadcasti128(table, cst_table(subnormal_words));
       vpshufb(sub, table, sub);
       vpsllw(word, c7, 4);
       vpaddw(word, word, cst_bits((120u << 7) * 0x00010001u));

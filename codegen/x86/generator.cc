@@ -793,21 +793,12 @@ namespace jit::codegen::x86 {
 //   s = 23 - M       fp32 mantissa bits below the fp8 mantissa
 //   R = 127 - B      exponent rebias (e4m3 120, e5m2 112)
 //   q = 2^(1-B-M)    the subnormal quantum (e4m3 2^-9, e5m2 2^-16); min normal = 2^M q.
-namespace {
-
-struct Fp8Layout {
-  int mantissa_bits;      // M
-  int rebias;             // R = 127 - B
-  uint32_t max_code;      // largest finite code: e4m3 0x7E (448), e5m2 0x7B (57344)
-  uint32_t nan_code;      // what f32_to_fp8_* writes for NaN (before the sign)
-  float subnormal_magic;  // C = 2^23 q: a + C rounds a to a multiple of q
-  float quantum;          // q
-};
-
-Fp8Layout fp8_layout(DType format) {
+Generator::Fp8Layout Generator::fp8_layout(DType format) {
   if (format == DType::kFp8E5m2) return {2, 112, 0x7B, 0x7E, 128.0f, 0x1p-16f};
   return {3, 120, 0x7E, 0x7F, 16384.0f, 0x1p-9f};
 }
+
+namespace {
 
 constexpr uint32_t kF32Sign = 0x80000000u;
 constexpr uint32_t kF32Abs = 0x7FFFFFFFu;

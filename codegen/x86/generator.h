@@ -163,6 +163,16 @@ class Generator : public Xbyak::CodeGenerator {
   // ---- fp8 (OCP e4m3fn / e5m2, spec §1.4). x86 has no fp8 instructions: these helpers
   // convert with integer and bit operations on int32 lanes (one code per lane, 0..255). All of
   // them use vmm13..15 (and k2 on AVX-512) as scratch.
+  /// The fields of an fp8 format as the conversions use them (generator.cc explains them).
+  struct Fp8Layout {
+    int mantissa_bits;      ///< M
+    int rebias;             ///< R = 127 - B
+    uint32_t max_code;      ///< largest finite code: e4m3 0x7E (448), e5m2 0x7B (57344)
+    uint32_t nan_code;      ///< what f32_to_fp8_* writes for NaN (before the sign)
+    float subnormal_magic;  ///< C = 2^23 q: a + C rounds a to a multiple of q
+    float quantum;          ///< q, the subnormal quantum
+  };
+  static Fp8Layout fp8_layout(DType format);
   /// In place: fp32 lanes -> fp8 codes of `format` (kFp8E4m3 or kFp8E5m2) in the low byte of
   /// each int32 lane, exactly ir/numeric.h's f32_to_fp8_*: round to nearest even (subnormals
   /// included), finite overflow and +-inf saturate to +-max, NaN -> 0x7F / 0x7E with the sign.

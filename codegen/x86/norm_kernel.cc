@@ -256,11 +256,7 @@ class NormGenerator : public Generator {
       // Exact for every value here, denormals included (vcvtne2ps2bf16 would flush them and
       // need a guard) and NaN (a NaN product carries a bf16 NaN's payload: low half zero).
       pack(r.odd, r.even);
-      if (avx512()) {
-        vmovdqu32(ptr[at(reg_dst_)], r.odd);
-      } else {
-        vmovdqu(ptr[at(reg_dst_)], r.odd);
-      }
+      store_pairs_vector(ptr[at(reg_dst_)], r.odd);
     }
     add(reg_idx_, pairs_block());
     cmp(reg_idx_, pairs_end);
@@ -328,6 +324,13 @@ class NormGenerator : public Generator {
       vmovdqu32(v, at);
     } else {
       vmovdqu(v, at);
+    }
+  }
+  void store_pairs_vector(const Address& at, const Xmm& v) {
+    if (avx512()) {
+      vmovdqu32(at, v);
+    } else {
+      vmovdqu(at, v);
     }
   }
   bool pairs_path() const {

@@ -101,22 +101,20 @@ void Generator::rotate_rope_head_ymm_pairs(const RopeRotation& r, const Reg64& h
   const Xmm xe = vmm(kX), xo = vmm(kY), ye = vmm(kC), yo = vmm(kS), a = vmm(kA), b = vmm(kB);
   const Xmm c = vmm(13), s = vmm(14);  // the helpers' scratch: no helper runs in between
   if (r.style == ir::RopeStyle::kNeox) {
+    const Xmm c_row = vmm(kT0), s_row = vmm(kT1);    // 16 bf16 of cos / sin, split twice
     for (int64_t j = 0; j < half; j += kYmmPairs) {  // per 16 elements of each half
       const auto x_at = ptr[head + j * 2], y_at = ptr[head + (half + j) * 2];
-      const auto c_at = ptr[cs + j * 2], s_at = ptr[cs + (half + j) * 2];
       vmovdqu(xo, x_at);
       split_bf16_pairs(xe, xo, xo);
       vmovdqu(yo, y_at);
       split_bf16_pairs(ye, yo, yo);
-      vmovdqu(c, c_at);  // the even halves of cos / sin
-      vpslld(c, c, 16);
-      vmovdqu(s, s_at);
-      vpslld(s, s, 16);
+      vmovdqu(c_row, ptr[cs + j * 2]);
+      vmovdqu(s_row, ptr[cs + (half + j) * 2]);
+      vpslld(c, c_row, 16);  // the even halves
+      vpslld(s, s_row, 16);
       rotate_pair(xe, ye, c, s, a, b, r.dtype, /*on_bits=*/true);
-      vmovdqu(c, c_at);  // the odd halves (rotate_pair clobbered c)
-      vpand(c, c, cst_bits(0xFFFF0000));
-      vmovdqu(s, s_at);
-      vpand(s, s, cst_bits(0xFFFF0000));
+      vpand(c, c_row, cst_bits(0xFFFF0000));  // the odd halves (rotate_pair clobbered c)
+      vpand(s, s_row, cst_bits(0xFFFF0000));
       rotate_pair(xo, yo, c, s, a, b, r.dtype, /*on_bits=*/true);
       pack_bf16_pairs(xo, xe, a);
       vmovdqu(x_at, xo);

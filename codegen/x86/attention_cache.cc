@@ -201,16 +201,24 @@ class CacheWriteGenerator : public CacheGenerator {
   // token's head rows read in order): the V rows quantised to their slabs, the K codes to a
   // stack stage [bs][G·D] (quantise_span: the mantissa tables where they apply), then each
   // head's columns gathered from the stage (G: the largest divisor of H with bs·G·D <= 32 KiB).
-  // amx slabs (bf16) take their own lines (amx_block_keys, amx_block_values).
-  // AVX-512 (fp8: VBMI for vpermb), bs a multiple of 16 up to 128, D·c a multiple of 4, bs·D
-  // <= 32 KiB for fp8; gathers need (bs - 1)·stride < 2^31.
+  // amx slabs (bf16) take their own lines (amx_block_keys, amx_block_values). On AVX2, and for
+  // fp8 without VBMI, the K slab comes from transposed_lanes' in-register transposes of 16
+  // tokens × 16 bytes instead of the gathers (D·c a multiple of 16 then).
+  // bs a multiple of 16 up to 128, D·c a multiple of 4, bs·D <= 32 KiB for fp8; gathers need
+  // (bs - 1)·stride < 2^31.
   static constexpr int64_t kMaxBlockStage = 32768;
   bool block_path() const {
     const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
     const int64_t c = fp8 ? 1 : int64_t(dtype_size(p_.dtype));
-    return avx512() && p_.block_size % 16 == 0 && p_.block_size <= kMaxColumnTokens &&
-           p_.head_size * c % 4 == 0 &&
-           (!fp8 || (has_vbmi() && p_.block_size * p_.head_size <= kMaxBlockStage));
+    const bool amx = p_.isa == ir::CpuAttnIsa::kAmx;
+    return p_.block_size % 16 == 0 && p_.block_size <= kMaxColumnTokens &&
+           p_.head_size * c % (gathered_keys() ? 4 : 16) == 0 && (!amx || avx512()) &&
+           (!fp8 || p_.block_size * p_.head_size <= kMaxBlockStage);
+  }
+  // The K slab's columns through transposed_columns (AVX-512; fp8's byte columns need
+  // vpermb), else transposed_lanes.
+  bool gathered_keys() const {
+    return avx512() && (p_.kv == ir::KvCacheDtype::kAuto || has_vbmi());
   }
   // Stack bytes of the fp8 block stage ([bs][G·D] codes, 64-byte aligned at run time) and the
   // token loops' counter above it.
@@ -234,7 +242,7 @@ class CacheWriteGenerator : public CacheGenerator {
     lea(rax, ptr[rsi + int(bs)]);
     cmp(rax, rdx);
     jg(l_single, T_NEAR);
-    if (!fp8) {  // the gathers read the key rows: (bs - 1)·stride < 2^31
+    if (!fp8 && gathered_keys()) {  // the gathers read the key rows: (bs - 1)·stride < 2^31
       mov(rax, ptr[ARG(key_token_stride)]);
       cmp(rax, int(((int64_t(1) << 31) - 1) / bs));
       ja(l_single, T_NEAR);  // unsigned: negative strides too
@@ -259,7 +267,11 @@ class CacheWriteGenerator : public CacheGenerator {
     mov(rdx, rbp);
     jnz(l_single, T_NEAR);
     imul(rcx, rax, int(bs));
-    require_consecutive_slots(rbx + rsi * 8, rcx, bs, l_single);
+    if (avx512()) {
+      require_consecutive_slots(rbx + rsi * 8, rcx, bs, l_single);
+    } else {
+      require_consecutive_slots_ymm(rbx + rsi * 8, rcx, bs, l_single);
+    }
     imul(rax, ptr[ARG(block_stride)]);
     mov(r8, ptr[ARG(key_cache)]);
     add(r8, rax);
@@ -275,9 +287,9 @@ class CacheWriteGenerator : public CacheGenerator {
       L(l_head);
       block_values();
       mov(rbx, r10);
-      transposed_column_offsets(int(bs), 0, dword[ARG(key_token_stride)]);
+      if (gathered_keys()) transposed_column_offsets(int(bs), 0, dword[ARG(key_token_stride)]);
       mov(r15, r8);
-      key_columns();
+      key_columns(0);
       next_head(l_head);
     } else {
       // Groups of G heads: their V rows and staged K codes token by token (each token's G
@@ -288,14 +300,16 @@ class CacheWriteGenerator : public CacheGenerator {
       L(l_group);
       block_values_fp8(group);
       stage_key_codes(group);
-      transposed_column_offsets(int(bs), group * p_.head_size, dword[ARG(key_token_stride)]);
+      if (gathered_keys()) {
+        transposed_column_offsets(int(bs), group * p_.head_size, dword[ARG(key_token_stride)]);
+      }
       block_stage(rbx);
-      mov(rbp, group);
+      mov(block_counter(), group);
       L(l_key_head);
       mov(r15, r8);
-      key_columns();  // rbx ends at the next head's codes
+      key_columns(group * p_.head_size);  // rbx ends at the next head's codes
       add(r8, ptr[ARG(head_stride)]);
-      dec(rbp);
+      dec(block_counter());
       jnz(l_key_head, T_NEAR);
       for (int64_t h = 0; h < group; ++h) {
         add(r9, ptr[ARG(head_stride)]);
@@ -453,12 +467,26 @@ class CacheWriteGenerator : public CacheGenerator {
     jnz(l_pair, T_NEAR);
   }
 
-  // One head's K slab [D][bs] at r15 from the block's rows at rbx (transposed_columns; rbx ends
-  // D·c bytes on). Uses r13, zmm0..2, zmm23, k2.
-  void key_columns() {
+  // One head's K slab [D][bs] at r15 from the block's rows at rbx, `row_stride` bytes apart (0:
+  // the call's key_token_stride); rbx ends D·c bytes on. transposed_columns uses r13, zmm0..2,
+  // zmm23, k2 (and the caller's offsets); transposed_lanes rax, rcx, rbp, r13, r14 and ymm0..3,
+  // 8..12 (rdx saved on the stack around it).
+  void key_columns(int64_t row_stride) {
     const bool fp8 = p_.kv != ir::KvCacheDtype::kAuto;
     const int c = fp8 ? 1 : int(dtype_size(p_.dtype));
-    transposed_columns(r15, rbx, r13, p_.head_size * c / 4, int(p_.block_size), c);
+    if (gathered_keys()) {
+      transposed_columns(r15, rbx, r13, p_.head_size * c / 4, int(p_.block_size), c);
+      return;
+    }
+    if (row_stride > 0) {
+      mov(rcx, row_stride);
+    } else {
+      mov(rcx, ptr[ARG(key_token_stride)]);
+    }
+    push(rdx);
+    transposed_lanes(r15, {{rbx, rax, r13, r14}, rcx, rbp}, rdx, p_.head_size * c,
+                     int(p_.block_size), c, {0, 1, 2, 3, 8, 9, 10, 11, 12});
+    pop(rdx);
   }
 
   // r10 / r11 = the key / value rows of token rsi (head 0), r12 = the head count.

@@ -344,6 +344,162 @@ class CacheGenerator : public Generator {
     }
   }
 
+  // ---- The same slabs on AVX2: in-register transposes ------------------------------------
+  //
+  // AVX2 has no 16-lane gather and no vpermw / vpermb, so transposed_lanes moves 16 tokens ×
+  // 16 bytes at a time through registers instead. Eight ymm are loaded as
+  //   v[k] = [ row of token r(k), 16 bytes | row of token r(k) + 8, 16 bytes ],
+  // r(k) = bit-reversal of k's three bits (0, 4, 2, 6, 1, 5, 3, 7), and rounds of in-lane
+  // interleaves pair v[j] with v[j + 4] into v'[2j] = vpunpckl(v[j], v[j + 4]) and
+  // v'[2j + 1] = vpunpckh(..) (a perfect shuffle): with element widths c, 2c, 4c bytes for
+  // c = 1, 2 and 4, 8 for c = 4. Each round doubles the run of tokens that sit together, and
+  // the perfect shuffle bit-reverses the token order, which r(k) undoes. What the rounds leave
+  // (checked element by element when this was written, and by the tests against ref):
+  //   c = 2: v[e] = row e of the column's 8 elements, tokens 0..15 (32 bytes, in order);
+  //   c = 1: v[e] = [row 2e, tokens 0..7 | row 2e + 1, 0..7 | row 2e, 8..15 | row 2e + 1,
+  //          8..15] (8 bytes each): vpermq 0xD8 makes it rows 2e and 2e + 1 (16 bytes each);
+  //   c = 4: v[e] = [row e, tokens 0..3 | row e, 8..11], v[e + 4] = [row e, 4..7 | row e,
+  //          12..15] (e < 4): vperm2i128 0x20 / 0x31 make row e's 64 bytes.
+  // 24 interleaves (+ 8 vpermq / vperm2i128 for c = 1 / 4) per 256 bytes of rows.
+
+  // The rows of 16 tokens (a group) from token 16g's row, for transposed_lanes' loads.
+  struct LaneRows {
+    std::array<Reg64, 4> rows;  // tokens 16g + 0, 4, 8, 12 (rows[0] is the caller's)
+    Reg64 stride, stride3;      // the rows' stride, and 3 · stride
+  };
+
+  // The `row_bytes` (a multiple of 16) bytes of the `tokens` (16 .. 128, a multiple of 16) rows
+  // from `r.rows[0]` into the slab [row_bytes / c][tokens · c] at `dst`: the AVX2 form of
+  // transposed_columns. `r.stride` holds the rows' stride; r.rows[0] ends `row_bytes` on, dst
+  // at the slab's end; r.rows[1..3], r.stride3 and `end` are scratch. Streaming stores in the
+  // streaming loop when tokens = 16 (each 16-byte column's slab rows are then whole lines;
+  // with more tokens a line is written in tokens / 16 passes, so it stays cached). Uses
+  // `vregs` (nine vector registers).
+  void transposed_lanes(const Reg64& dst, const LaneRows& r, const Reg64& end, int64_t row_bytes,
+                        int tokens, int c, const std::array<int, 9>& vregs) {
+    using Xbyak::Ymm;
+    const int64_t slab_row = int64_t(tokens) * c, column_rows = 16 / c;
+    const int64_t slab_bytes = row_bytes / c * slab_row;
+    const bool streaming = streaming_ && tokens == 16;
+    const auto store = [&](const Xbyak::Address& at, const Xmm& v) {
+      if (streaming) {
+        vmovntdq(at, v);
+      } else {
+        vmovdqu(at, v);
+      }
+    };
+    lea(r.stride3, ptr[r.stride + r.stride * 2]);
+    for (int g = 0; g < tokens / 16; ++g) {
+      if (g > 0) {  // the next 16 tokens' rows; dst at their pieces of the slab's rows
+        sub(r.rows[0], int(row_bytes));
+        lea(r.rows[0], ptr[r.rows[0] + r.stride * 8]);
+        lea(r.rows[0], ptr[r.rows[0] + r.stride * 8]);
+        sub(dst, int(slab_bytes - 16 * c));
+      }
+      for (int q = 1; q < 4; ++q) lea(r.rows[q], ptr[r.rows[q - 1] + r.stride * 4]);
+      lea(end, ptr[r.rows[0] + int(row_bytes)]);
+      Label l_column;
+      L(l_column);
+      // v[k] holds tokens r(k) and r(k) + 8; phys[k]: v[k]'s register, spare: the free one.
+      std::array<int, 8> phys{};
+      for (int k = 0; k < 8; ++k) {
+        constexpr int kReversed[8] = {0, 4, 2, 6, 1, 5, 3, 7};
+        const int t = kReversed[k];
+        const auto row = [&](int token) {
+          const Reg64& base = r.rows[size_t(token / 4)];
+          switch (token % 4) {
+            case 0: return ptr[base];
+            case 1: return ptr[base + r.stride];
+            case 2: return ptr[base + r.stride * 2];
+            default: return ptr[base + r.stride3];
+          }
+        };
+        phys[size_t(k)] = vregs[size_t(k)];
+        vmovdqu(Xmm(vregs[size_t(k)]), row(t));
+        vinserti128(Ymm(vregs[size_t(k)]), Ymm(vregs[size_t(k)]), row(t + 8), 1);
+      }
+      int spare = vregs[8];
+      const std::vector<int> widths =
+          c == 4 ? std::vector<int>{4, 8} : std::vector<int>{c, 2 * c, 4 * c};
+      for (int width : widths) {
+        std::array<int, 8> next{};
+        for (int j = 0; j < 4; ++j) {
+          const Ymm a(phys[size_t(j)]), b(phys[size_t(j + 4)]), lo(spare);
+          switch (width) {
+            case 1:
+              vpunpcklbw(lo, a, b);
+              vpunpckhbw(b, a, b);
+              break;
+            case 2:
+              vpunpcklwd(lo, a, b);
+              vpunpckhwd(b, a, b);
+              break;
+            case 4:
+              vpunpckldq(lo, a, b);
+              vpunpckhdq(b, a, b);
+              break;
+            default:
+              vpunpcklqdq(lo, a, b);
+              vpunpckhqdq(b, a, b);
+              break;
+          }
+          next[size_t(2 * j)] = spare;
+          next[size_t(2 * j + 1)] = b.getIdx();
+          spare = a.getIdx();
+        }
+        phys = next;
+      }
+      const auto v = [&](int k) { return Ymm(phys[size_t(k)]); };
+      if (c == 2) {
+        for (int e = 0; e < 8; ++e) store(ptr[dst + int(e * slab_row)], v(e));
+      } else if (c == 1) {
+        for (int e = 0; e < 8; ++e) {
+          vpermq(v(e), v(e), 0xD8);
+          if (tokens == 16) {  // rows 2e and 2e + 1 are adjacent
+            store(ptr[dst + int(2 * e * slab_row)], v(e));
+          } else {
+            store(ptr[dst + int(2 * e * slab_row)], Xmm(phys[size_t(e)]));
+            vextracti128(ptr[dst + int((2 * e + 1) * slab_row)], v(e), 1);
+          }
+        }
+      } else {
+        const Ymm first(spare);
+        for (int e = 0; e < 4; ++e) {
+          vperm2i128(first, v(e), v(e + 4), 0x20);
+          vperm2i128(v(e + 4), v(e), v(e + 4), 0x31);
+          store(ptr[dst + int(e * slab_row)], first);
+          store(ptr[dst + int(e * slab_row + 32)], v(e + 4));
+        }
+      }
+      for (const Reg64& row : r.rows) add(row, 16);
+      add(dst, int(column_rows * slab_row));
+      cmp(r.rows[0], end);
+      jb(l_column, T_NEAR);
+    }
+    if (tokens > 16) {  // back to token 0's row end and the slab's end
+      mov(end, r.stride);
+      imul(end, end, tokens - 16);
+      sub(r.rows[0], end);
+      sub(dst, int((tokens / 16 - 1) * 16 * c));
+    }
+  }
+
+  // require_consecutive_slots on AVX2: four slots per compare. Uses ymm13, ymm14.
+  void require_consecutive_slots_ymm(const Xbyak::RegExp& first, const Reg64& s, int64_t count,
+                                     const Label& l_not) {
+    using Xbyak::Ymm;
+    vmovq(Xmm(13), s);
+    vpbroadcastq(Ymm(13), Xmm(13));
+    for (int64_t i = 0; i < count; i += 4) {
+      std::array<uint32_t, 16> iota{};
+      for (int j = 0; j < 4; ++j) iota[size_t(2 * j)] = uint32_t(i + j);
+      vpaddq(Ymm(14), Ymm(13), cst_table(iota));
+      vpcmpeqq(Ymm(14), Ymm(14), ptr[first + int(8 * i)]);
+      vptest(Ymm(14), cst_bits(0xFFFFFFFF));
+      jnc(l_not, T_NEAR);  // CF = 1: ~ymm14 & ones == 0, all four equal
+    }
+  }
+
   // dst = rsp + `offset` rounded up to a multiple of 64: a stack stage for which the kernel
   // reserved 63 bytes of slack (its rows then start on cache lines).
   void aligned_stack_address(const Reg64& dst, int offset) {

@@ -40,6 +40,8 @@ constexpr int kKScale = 4, kVScale = 5, kKRecip = 6, kVRecip = 7;
 // The paged writer's pinned constants (fp8 whole blocks): between the scales and the
 // helpers' registers (the column writer holds 23..31).
 constexpr std::array<int, 5> kPinnedRegs{8, 9, 10, 11, 12};
+// transposed_lanes' registers in the legacy writer's whole blocks (clear of the fp8 scales).
+constexpr std::array<int, 9> kLaneRegs{0, 1, 2, 3, 8, 9, 10, 11, 12};
 // The flash writer's and convert_fp8's quantiser's (bf16 into fp8): above the scales, and
 // above the 16-bit steps' 16..22.
 constexpr std::array<int, 11> kFlashPinnedRegs{8, 9, 10, 11, 12, 23, 24, 25, 26, 27, 28};
@@ -280,7 +282,7 @@ class PagedWriteGenerator : public CacheGenerator {
         reserve_quantise_tables(p_.dtype, format_, {vmm(kKScale), vmm(kVScale)},
                                 rows_times(p_.head_count_kv * p_.head_size), kStageBytes + scratch);
       }
-      if (fp8_ && p_.dtype == DType::kBF16) {
+      if (pins_table_constants()) {
         // The table steps' constants in registers: from the pool each is a 64-byte load per
         // use, ~14 per 64 codes beside the table's own.
         pin_leading_constants(table_step_constants(format_).list(), kPinnedRegs);
@@ -289,7 +291,7 @@ class PagedWriteGenerator : public CacheGenerator {
         token_loop(p_.block_size, token, offsetof(CacheWriteCallArgs, slots),
                    [&](const Label& l_next) { whole_block(block_bytes, l_next); });
       });
-      if (fp8_ && p_.dtype == DType::kBF16) unpin_constants();
+      if (pins_table_constants()) unpin_constants();
       release_quantise_tables();
       add(rsp, scratch);
     }
@@ -305,21 +307,27 @@ class PagedWriteGenerator : public CacheGenerator {
   // [D/x][BS][16 bytes] and value region [D][BS·c] are written front to back in whole 64-byte
   // lines instead (streaming stores in a large call, see with_streaming_stores):
   //   key line (j, q)  = chunk j (16 bytes) of tokens 4q .. 4q + 3: one 16-byte load and three
-  //                      vinserti32x4;
+  //                      vinserti32x4 (AVX2: two ymm halves of two chunks each);
   //   value rows       CacheGenerator::transposed_columns: per dword column one vpgatherdd per
-  //                      16 tokens, one vpermw / vpermb to the column's rows.
+  //                      16 tokens, one vpermw / vpermb to the column's rows (AVX-512; fp8
+  //                      with VBMI), else transposed_lanes' in-register transposes of 16 × 16
+  //                      bytes.
   // kv=auto reads the lines' elements from the tokens' rows. fp8 first quantises the BS rows of
   // G heads at a time (quantise_span over G·D values per row: long sequential spans, the
   // mantissa tables where they apply) into a stack stage [BS][G·D] of codes, then builds the
   // G heads' lines from it (G: the largest divisor of H with BS·G·D <= kMaxStageBytes, or 1).
-  // AVX-512 (fp8: with VBMI for vpermb), BS a power of two from 16 to 128; the token stride
-  // must fit the gathers' 32-bit index. In the streaming loop both caches must be 64-byte
-  // aligned (every line then is).
+  // BS a power of two from 16 to 128; with the gathers the token stride must fit their 32-bit
+  // index. In the streaming loop both caches must be 64-byte aligned (every line then is).
   bool block_path() const {
     const int64_t bs = p_.block_size;
-    return avx512() && bs >= 16 && bs <= kMaxColumnTokens && (bs & (bs - 1)) == 0 &&
-           (!fp8_ || has_vbmi());
+    return bs >= 16 && bs <= kMaxColumnTokens && (bs & (bs - 1)) == 0;
   }
+  // The value rows through transposed_columns (AVX-512; fp8's byte columns need vpermb), else
+  // transposed_lanes.
+  bool gathered_values() const { return avx512() && (!fp8_ || has_vbmi()); }
+
+  // The bf16 table steps' constants pinned in kPinnedRegs for the whole-block stages.
+  bool pins_table_constants() const { return fp8_ && p_.dtype == DType::kBF16 && has_vbmi(); }
 
   static constexpr int64_t kMaxStageBytes = 16384;
 
@@ -354,6 +362,7 @@ class PagedWriteGenerator : public CacheGenerator {
     jg(l_single, T_NEAR);
     for (size_t stride : {offsetof(CacheWriteCallArgs, key_row_stride),
                           offsetof(CacheWriteCallArgs, value_row_stride)}) {
+      if (!gathered_values()) break;
       mov(rcx, ptr[reg_args_ + stride]);
       cmp(rcx, int(max_gather_stride()));
       ja(l_single, T_NEAR);  // unsigned: negative strides too
@@ -369,7 +378,11 @@ class PagedWriteGenerator : public CacheGenerator {
     js(l_single, T_NEAR);
     test(al, int(bs - 1));
     jnz(l_single, T_NEAR);
-    require_consecutive_slots(reg_slots_ + reg_row_ * 8, rax, bs, l_single);
+    if (avx512()) {
+      require_consecutive_slots(reg_slots_ + reg_row_ * 8, rax, bs, l_single);
+    } else {
+      require_consecutive_slots_ymm(reg_slots_ + reg_row_ * 8, rax, bs, l_single);
+    }
     shr(rax, std::countr_zero(uint64_t(bs)));
     imul(rax, rax, int(block_bytes));
     mov(block_offset_slot(), rax);
@@ -393,7 +406,7 @@ class PagedWriteGenerator : public CacheGenerator {
     add(reg_dst_, block_offset_slot());
     // The head's lines from rows `row_stride` bytes apart (0: the call's row stride).
     const auto lines = [&](int64_t row_stride) {
-      if (!key) {
+      if (!key && gathered_values()) {
         value_lines(row_stride);
         return;
       }
@@ -402,7 +415,12 @@ class PagedWriteGenerator : public CacheGenerator {
       } else {
         mov(rcx, ptr[reg_args_ + stride]);
       }
-      key_lines();
+      if (key) {
+        key_lines();
+      } else {
+        transposed_lanes(reg_q_, {{reg_p_, rax, reg_o_, reg_count_}, rcx, rdx}, reg_offset_,
+                         p_.head_size * csize_, int(p_.block_size), int(csize_), kLaneRegs);
+      }
     };
     if (!fp8_) {
       heads([&] { lines(0); });
@@ -470,12 +488,27 @@ class PagedWriteGenerator : public CacheGenerator {
       Label l_chunk;
       L(l_chunk);
       for (int q = 0; q < 4; ++q) {
-        const Zmm line(q);
-        vmovdqu32(Xbyak::Xmm(q), ptr[rows[q]]);
-        vinserti32x4(line, line, ptr[rows[q] + rcx], 1);
-        vinserti32x4(line, line, ptr[rows[q] + rcx * 2], 2);
-        vinserti32x4(line, line, ptr[rows[q] + rdx], 3);
-        store_slab_piece(ptr[reg_q_ + q * 64], line, 64);
+        if (avx512()) {
+          const Zmm line(q);
+          vmovdqu32(Xbyak::Xmm(q), ptr[rows[q]]);
+          vinserti32x4(line, line, ptr[rows[q] + rcx], 1);
+          vinserti32x4(line, line, ptr[rows[q] + rcx * 2], 2);
+          vinserti32x4(line, line, ptr[rows[q] + rdx], 3);
+          store_slab_piece(ptr[reg_q_ + q * 64], line, 64);
+        } else {  // the line's halves
+          const Xbyak::Ymm first(0), second(1);
+          vmovdqu(Xbyak::Xmm(0), ptr[rows[q]]);
+          vinserti128(first, first, ptr[rows[q] + rcx], 1);
+          vmovdqu(Xbyak::Xmm(1), ptr[rows[q] + rcx * 2]);
+          vinserti128(second, second, ptr[rows[q] + rdx], 1);
+          for (const auto& [half, piece] : {std::pair{0, first}, std::pair{1, second}}) {
+            if (in_streaming_loop()) {
+              vmovntdq(ptr[reg_q_ + q * 64 + half * 32], piece);
+            } else {
+              vmovdqu(ptr[reg_q_ + q * 64 + half * 32], piece);
+            }
+          }
+        }
         add(rows[q], 16);
       }
       add(reg_q_, int(chunk_bytes));

@@ -454,7 +454,8 @@ TEST_P(X86AttentionTest, CacheWriteBitExact) {
 
 // cpu_attn_reshape_and_cache's whole blocks (a prefill's consecutive slots of a block, written
 // head slab by head slab; attention_cache.cc) on every ISA path of the host up to avx512_fp16
-// (fp8 needs VBMI's vpermb; amx emits the same cache-write code): vec (bs 32), vec16 (bs 16) and
+// (the K slab by gathers, or by in-register transposes on AVX2 and for fp8 without VBMI; amx
+// emits the same cache-write code): vec (bs 32), vec16 (bs 16) and
 // amx (bs 64, bf16, heads 64 and 128) slabs, f32/f16/bf16 and fp8 e4m3/e5m2, head sizes whose K
 // columns are whole dwords and one that is not (57: the per-token path); token groups of whole
 // blocks, one with a padding row, one with two rows swapped, one across two blocks, and a partial
@@ -512,7 +513,7 @@ TEST(X86AttentionCacheWrite, WholeBlocksMatchRef) {
 // stores into 64-byte aligned caches, ordinary stores (the per-token path) into caches 16 bytes
 // off; 4 KV heads x 128, bs 32, a prefill's slot mapping with a padding row and a partial last
 // block; bf16 and f32, auto / e4m3 / e5m2 (scales 1.0 and 0.037) in vec slabs, bf16 in amx
-// slabs, against the ref.
+// slabs (AVX-512), against the ref; on AVX2 and AVX-512 (gathers, or in-register transposes).
 TEST(X86AttentionCacheWrite, LargeCallsStreamWholeBlocksMatchRef) {
   constexpr int64_t kH = 4, kD = 128, kBs = 32, kTokens = 1300, kBlocks = kTokens / kBs + 3;
   std::mt19937_64 rng(11);
@@ -524,7 +525,7 @@ TEST(X86AttentionCacheWrite, LargeCallsStreamWholeBlocksMatchRef) {
   slots[size_t(5 * kBs + 9)] = -1;
   CompileOptions ref_options;
   ref_options.backend = BackendKind::kRef;
-  for (X86Isa target : test::isa_paths({X86Isa::kAvx512, X86Isa::kAvx512Fp16})) {
+  for (X86Isa target : test::isa_paths({X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Fp16})) {
     for (DType dtype : {DType::kBF16, DType::kF32}) {
       const size_t esize = dtype_size(dtype);
       std::vector<uint8_t> key = test::random_rows(dtype, size_t(kTokens * kH * kD), rng);
@@ -533,7 +534,9 @@ TEST(X86AttentionCacheWrite, LargeCallsStreamWholeBlocksMatchRef) {
                                 {CpuAttnIsa::kVec, ir::KvCacheDtype::kFp8E4m3},
                                 {CpuAttnIsa::kVec, ir::KvCacheDtype::kFp8E5m2},
                                 {CpuAttnIsa::kAmx, ir::KvCacheDtype::kAuto}}) {
-        if (layout == CpuAttnIsa::kAmx && dtype != DType::kBF16) continue;  // amx: bf16 only
+        if (layout == CpuAttnIsa::kAmx && (dtype != DType::kBF16 || target < X86Isa::kAvx512)) {
+          continue;  // amx: bf16 slabs, written by the AVX-512 levels
+        }
         const OpSpec spec =
             OpSpec::make(OpKind::kCpuAttnReshapeAndCache,
                          ir::CpuAttnCacheWriteParams{layout, dtype, kH, kD, kBs, kv});

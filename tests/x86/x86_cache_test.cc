@@ -451,23 +451,33 @@ TEST_P(X86CacheIsaTest, MantissaTableScalesAreBitExactForEveryBf16) {
   }
 }
 
-// reshape_and_cache's whole-block path (16 rows with the consecutive slots of one block take
-// a gather of the value rows): prefill slot mappings with full and partial blocks, blocks with a
-// padding slot, a swapped pair or a shifted start inside (those take the per-token path), for
-// 2- and 4-byte types and several head sizes, single- and multi-threaded; and the same slot
-// mappings into fp8 caches (e4m3, e5m2: the per-token path), normal and adversarial values.
+// reshape_and_cache's whole-block path (BS rows with the consecutive slots of one block write
+// the block's lines; the value rows through gathers, or on AVX2 and for fp8 without VBMI
+// through in-register transposes): prefill slot mappings with full and partial blocks, blocks
+// with a padding slot, a swapped pair or a shifted start inside (those take the per-token
+// path), for 2- and 4-byte types and several head sizes, block sizes 16 to 128, single- and
+// multi-threaded; and the same slot mappings into fp8 caches (e4m3, e5m2), normal and
+// adversarial values.
 TEST_P(X86CacheIsaTest, PagedWholeBlocksMatchRef) {
   const X86Isa isa = GetParam();
   const Config parallel = Config().set("threads", 2).set("min_parallel_kib", 0);
-  for (int64_t bs : {16, 32, 64}) {
+  for (int64_t bs : {16, 32, 64, 128}) {
     for (KvCacheDtype kv : kKvModes) {
       for (DType dtype : kDtypes) {
         for (int64_t d : {8, 24, 64, 80, 128}) {                   // multiples of x (16 bytes)
           if (kv != KvCacheDtype::kAuto && d % 16 != 0) continue;  // fp8: x = 16 elements
-          if (bs == 64 && d != 80) continue;  // bs 64: one head size (the stage holds 3 heads)
+          if (bs == 64 && d != 80) continue;   // bs 64: one head size (the stage holds 3 heads)
+          if (bs == 128 && d != 64) continue;  // bs 128: one head size (a stage of one head)
           const OpSpec spec = paged_spec(dtype, kv, 3, d, bs);
           for (const Config& config : {Config(), parallel}) {
             const Kernel kernel = compile_x86(spec, isa, config);
+            auto text = kernel.disassembly();
+            ASSERT_TRUE(text.is_ok()) << text.status().to_string();
+            const bool lanes =
+                isa < X86Isa::kAvx512 || (kv != KvCacheDtype::kAuto && isa < X86Isa::kAvx512Vbmi);
+            EXPECT_EQ(text.value().find("vpunpckhdq") != std::string::npos, lanes)
+                << to_string(spec) << " isa=" << x86_isa_name(isa)
+                << ": the value rows' transposes (vpunpckhdq) on AVX2 and for fp8 without VBMI";
             const int64_t tokens = bs * 6 + 5;
             for (InputKind kind : {InputKind::kNormal, InputKind::kAdversarial}) {
               auto c = test::make_case(spec, tokens, kind, uint64_t(d) * 7 + 1);

@@ -35,6 +35,7 @@ constexpr int kUnroll = 4;
 constexpr int kLseP = 128, kLseS = 192, kWeightA = 256, kWeightB = 384, kLse = 512, kMax = 576;
 constexpr int kFrame = 640;
 constexpr uint32_t kNegInfBits = 0xFF800000u;
+constexpr uint32_t kDefaultNanBits = 0x7FC00000u;
 constexpr uint8_t kCmpEqual = 0;      // _CMP_EQ_OQ
 constexpr uint8_t kCmpUnordered = 3;  // _CMP_UNORD_Q: NaN
 
@@ -163,12 +164,19 @@ class MergeGenerator : public Generator {
       vaddps(z, a, b);
       vdivps(a, a, z);
       vdivps(b, b, z);
+      // A NaN weight (from a NaN LSE) as the default NaN: blend_pairs rounds on the bits,
+      // where a payload in the low half would carry into the exponent (or the sign).
+      select_if(a, a, cst_bits(kDefaultNanBits), a, a, kCmpUnordered, t0);
+      select_if(b, b, cst_bits(kDefaultNanBits), b, b, kCmpUnordered, t0);
       vmovups(ptr[rsp + kWeightA], a);
       vmovups(ptr[rsp + kWeightB], b);
     }
     if (p_.output_lse) {
+      vmovaps(t2, z);
       log_ps({z}, {t0}, {t1});
       vaddps(z, z, m);
+      // A NaN Z (a NaN LSE) gives a NaN lse: log_ps serves positive finite arguments only.
+      select_if(z, z, t2, t2, t2, kCmpUnordered, t0);
       // Both empty: lse = M = -inf (ln Z of the NaN weights is meaningless there).
       select_if(z, z, m, m, cst_bits(kNegInfBits), kCmpEqual, t0);
       vmovups(ptr[rsp + kLse], z);
@@ -366,19 +374,14 @@ class MergeGenerator : public Generator {
       } else if (mode == Mode::kBlend) {
         load_f32(x, p_.dtype, reg_pre_ + in, count);
         load_f32(y, p_.dtype, reg_suf_ + in, count);
-        // The weights sum to 1, so the merged value lies within +-max(|x|, |y|); fp32
-        // rounding of a value next to FLT_MAX could still overflow to inf where the exact
-        // (double) blend rounds to FLT_MAX. Clamping to the bound keeps it finite; an
-        // infinite or NaN input passes through (the bound is inf, min/max keep NaN).
-        const Xmm bound = vmm(kBound), neg = vmm(kNegBound);
-        uni_vpand(bound, x, cst_bits(0x7FFFFFFF));
-        uni_vpand(neg, y, cst_bits(0x7FFFFFFF));
-        vmaxps(bound, bound, neg);
+        const bool clamp = esize_ == 4;  // see blend_bound
+        if (clamp) blend_bound(x, y);
         vmulps(x, x, vmm(kWa));
         vfmadd231ps(x, y, vmm(kWb));
-        uni_vpxor(neg, bound, cst_bits(0x80000000));
-        vminps(x, bound, x);
-        vmaxps(x, neg, x);
+        if (clamp) {
+          vminps(x, vmm(kBound), x);
+          vmaxps(x, vmm(kNegBound), x);
+        }
       } else {
         load_f32(x, p_.dtype, (mode == Mode::kPrefix ? reg_pre_ : reg_suf_) + in, count);
       }
@@ -392,6 +395,13 @@ class MergeGenerator : public Generator {
     };
     // The double blend uses four registers per unit (slots 0 and 2 only).
     const auto slot_of = [&](int64_t v) { return double_ ? int(2 * (v % 2)) : int(v % kUnroll); };
+    if (mode == Mode::kBlend && pairs_blend()) {
+      // Pairs of vectors on their 16-bit lanes, then the rest (< 2 vectors) one vector each.
+      const int64_t pairs = p_.head_size / (2 * lanes());
+      blend_pairs(pairs);
+      for (int64_t v = 2 * pairs; v < vectors; ++v) unit(v, slot_of(v));
+      return;
+    }
     if (vectors <= kMaxUnrolled) {
       for (int64_t v = 0; v < vectors; ++v) unit(v, slot_of(v));
       return;
@@ -412,6 +422,71 @@ class MergeGenerator : public Generator {
       unit(v, slot_of(v), loops * kUnroll);
     }
     advance(mode, -loops * step_in, -loops * step_out);
+  }
+
+  // f32 inputs: the weights sum to 1, so the merged value lies within +-max(|x|, |y|); fp32
+  // rounding of a value next to FLT_MAX could still overflow to inf where the exact (double)
+  // blend rounds to FLT_MAX. Clamping the blend to that bound keeps it finite; an infinite or NaN
+  // input passes through (the bound is inf, min/max keep NaN). 16-bit inputs need no clamp:
+  // |x·ca + y·cb| <= max(|x|, |y|)·(1 + 2^-21) stays below FLT_MAX (bf16's largest value is
+  // (2 - 2^-7)·2^127), and its rounding to the output type (bf16, f16, or fp8 after the
+  // scale) lands on max(|x|, |y|) or below, as the exact value's does: the excess is far below
+  // half an ulp of those types. vmm(kBound) = max(|x|, |y|), vmm(kNegBound) = its negation.
+  void blend_bound(const Xmm& x, const Xmm& y) {
+    const Xmm bound = vmm(kBound), neg = vmm(kNegBound);
+    uni_vpand(bound, x, cst_bits(0x7FFFFFFF));
+    uni_vpand(neg, y, cst_bits(0x7FFFFFFF));
+    vmaxps(bound, bound, neg);
+    uni_vpxor(neg, bound, cst_bits(0x80000000));
+  }
+
+  // bf16 in and out: the blend on the values' own 16-bit lanes (blend_pairs).
+  bool pairs_blend() const { return p_.dtype == DType::kBF16 && p_.out_dtype == DType::kBF16; }
+
+  // The first `pairs` · 2·lanes elements of the head, blended as bf16 pairs: a dword of a row
+  // holds elements 2i (low half) and 2i + 1 (high half); a shift and an and split a vector of
+  // 2·lanes elements into two fp32 vectors, each blended as in `span` (a product and an FMA),
+  // and both are rounded to nearest even on the bits and packed back (no widening loads, no
+  // narrowing stores). A NaN stays a NaN: every NaN here has a zero low half (a bf16 input's,
+  // the default NaN of inf·0, or the weights' default NaN, see merge_group), so the rounding
+  // bias cannot carry out of it. Pointers are left as they were. Uses vmm0..7 and 11, 12 (k2,
+  // k3 on AVX-512).
+  void blend_pairs(int64_t pairs) {
+    const int64_t bytes = 2 * lanes() * 2;  // one vector of bf16 pairs
+    const auto pair = [&](int64_t i, int u) {
+      const Xmm x_even = vmm(2 * u), x_odd = vmm(2 * u + 1);
+      const Xmm y_even = vmm(4 + 2 * u), y_odd = vmm(5 + 2 * u);
+      const int offset = int(i * bytes);
+      vmovups(x_odd, ptr[reg_pre_ + offset]);
+      vmovups(y_odd, ptr[reg_suf_ + offset]);
+      split_bf16_pairs(x_even, x_odd, x_odd);
+      split_bf16_pairs(y_even, y_odd, y_odd);
+      vmulps(x_even, x_even, vmm(kWa));
+      vfmadd231ps(x_even, y_even, vmm(kWb));
+      vmulps(x_odd, x_odd, vmm(kWa));
+      vfmadd231ps(x_odd, y_odd, vmm(kWb));
+      if (avx512()) {
+        pack_bf16_pairs(x_odd, x_even, Xbyak::Opmask(2 + u));
+      } else {
+        pack_bf16_pairs(x_odd, x_even, vmm(kBound + u));
+      }
+      vmovups(ptr[reg_out_ + offset], x_odd);
+    };
+    constexpr int kPairUnroll = 2;
+    if (pairs <= kMaxUnrolled / 2) {
+      for (int64_t i = 0; i < pairs; ++i) pair(i, int(i % kPairUnroll));
+      return;
+    }
+    const int64_t loops = pairs / kPairUnroll;
+    Label l_loop;
+    mov(reg_count_, loops);
+    L(l_loop);
+    for (int u = 0; u < kPairUnroll; ++u) pair(u, u);
+    advance(Mode::kBlend, kPairUnroll * bytes, kPairUnroll * bytes);
+    dec(reg_count_);
+    jnz(l_loop, T_NEAR);
+    for (int64_t i = loops * kPairUnroll; i < pairs; ++i) pair(i - loops * kPairUnroll, 0);
+    advance(Mode::kBlend, -loops * kPairUnroll * bytes, -loops * kPairUnroll * bytes);
   }
 
   // x = prefix · ca + suffix · cb in double (f32 inputs; weights in vmm(kWa/kWb) as

@@ -162,7 +162,8 @@ OpCase paged_attention_case(const OpSpec& spec, int64_t seqs, InputKind kind, ui
 
 // T tokens; the inputs have a head stride of D + 4 (an MLA-style slice); LSEs ~ N(0, 1) with
 // about 10% +inf in each of prefix and suffix, a few -inf, and token 0 of head 0 empty on both
-// sides (the both-empty path). prefill_tokens_with_context cycles over None, T/2 and T by seed.
+// sides (the both-empty path); adversarial inputs add NaN LSEs with payloads.
+// prefill_tokens_with_context cycles over None, T/2 and T by seed.
 OpCase merge_case(const OpSpec& spec, int64_t tokens, InputKind kind, uint64_t seed) {
   const auto& p = spec.get<ir::MergeAttnStatesParams>();
   const int64_t h = p.head_count;
@@ -190,6 +191,14 @@ OpCase merge_case(const OpSpec& spec, int64_t tokens, InputKind kind, uint64_t s
   if (tokens > 0) {
     prefix_lse.set(0, kInf);
     suffix_lse.set(0, -kInf);
+  }
+  if (kind == InputKind::kAdversarial) {
+    // NaN LSEs with a full, a tiny and a negative payload on either side (the head's weights
+    // and outputs are NaN then; a payload must not leak into a rounding on the bits).
+    const uint64_t nans[] = {0x7FFFFFFF, 0x7F800001, 0xFFFFFFFF, 0x7FC00001};
+    for (int64_t i = 3, n = 0; i < h * tokens; i += 7, ++n) {
+      (n % 2 == 0 ? prefix_lse : suffix_lse).set_bits(i, nans[n % 4]);
+    }
   }
   const bool fp8 = p.out_dtype == DType::kFp8E4m3;
   OpCase c;

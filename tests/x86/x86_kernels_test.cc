@@ -239,7 +239,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-85", 0xcc8da509337035c3ull};
+constexpr PinnedCode kAllExampleCode{"x86-86", 0x7c3265c536fee95full};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

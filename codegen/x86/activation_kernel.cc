@@ -74,6 +74,25 @@ class ActivationGenerator : public Generator {
   void allocate_registers() {
     std::vector<int> regs = free_registers();
     param0_ = regs.back(), limit_ = regs[regs.size() - 2], neg_limit_ = regs[regs.size() - 3];
+    if (!avx512()) {
+      // AVX2 (13 registers): the scalar parameters only where the op reads them; one member
+      // per slot for the per-vector step, and a second one for the slots a pairs step uses.
+      const int params = op_ == OpKind::kSwigluoaiAndMul ? 3 : op_ == OpKind::kFatreluAndMul;
+      regs.resize(regs.size() - size_t(params));
+      unroll_ = 1;
+      for (int r = 0; r < kRegsPerVector; ++r) slots_[r].push_back(vmm(regs[size_t(r)]));
+      const int pair_slots = 2 + pair_temporaries();
+      if (op_ == OpKind::kSwigluoaiAndMul || kRegsPerVector + pair_slots > int(regs.size())) {
+        return;  // no pairs path
+      }
+      for (int r = 0; r < pair_slots; ++r) {
+        slots_[r].push_back(vmm(regs[size_t(kRegsPerVector + r)]));
+      }
+      for (size_t i = size_t(kRegsPerVector + pair_slots); i < regs.size(); ++i) {
+        constant_regs_.push_back(regs[i]);
+      }
+      return;
+    }
     regs.resize(regs.size() - 3);
     unroll_ = std::min<int>(kMaxUnroll, int(regs.size()) / kRegsPerVector);
     for (int u = 0; u < unroll_; ++u) {
@@ -111,8 +130,12 @@ class ActivationGenerator : public Generator {
     return bits;
   }
 
-  // The first `n` members of register slot `r` (0 = x, 1 = y, 2.. = temporaries).
-  Group slot(int r, int n) const { return Group(slots_[r].begin(), slots_[r].begin() + n); }
+  // The first `n` members of register slot `r` (0 = x, 1 = y, 2.. = temporaries), or all it
+  // has (AVX2 gives a second member only to the slots a pairs step uses).
+  Group slot(int r, int n) const {
+    const auto members = std::min<ptrdiff_t>(n, ptrdiff_t(slots_[r].size()));
+    return Group(slots_[r].begin(), slots_[r].begin() + members);
+  }
 
   // One row: a loop over groups of `unroll_` whole vectors, then single vectors, then a masked
   // tail.
@@ -199,31 +222,48 @@ class ActivationGenerator : public Generator {
     });
   }
 
-  // ---- The bf16 pairs path (AVX512_BF16): a dword of the row holds elements 2i (low half)
-  // and 2i+1 (high half). A shift and an and split 32 elements into two fp32 vectors (no
-  // widening shuffle), and both roundings are done on the fp32 bits, so a step costs no
-  // vcvtneps2bf16 (2 cycles per 16 lanes here) and needs no denormal guard.
-  static constexpr int64_t kPairElements = 32;
+  // ---- The bf16 pairs path (AVX512_BF16, and AVX2): a dword of the row holds elements 2i
+  // (low half) and 2i+1 (high half). A shift and an and split 2·lanes elements into two fp32
+  // vectors (no widening shuffle), and both roundings are done on the fp32 bits, so a step
+  // costs no vcvtneps2bf16 (2 cycles per 16 lanes here) and needs no denormal guard (nor, on
+  // AVX2, the per-vector path's widening loads and narrowing packs).
   static constexpr int64_t kPrefetchElements = 512;  // 1 KiB of bf16
 
-  bool pairs_path() const {
-    return avx512() && has_bf16_convert() && p_.dtype == DType::kBF16 &&
-           op_ != OpKind::kSwigluoaiAndMul && p_.d >= kPairElements && unroll_ >= 2;
+  // The temporaries (slots 2..) the op's activation takes in a pairs step.
+  int pair_temporaries() const {
+    switch (op_) {
+      case OpKind::kSiluAndMul:
+      case OpKind::kMulAndSilu: return 3;  // silu_ps at bf16 accuracy: t0..t2
+      case OpKind::kGeluAndMul: return 4;
+      case OpKind::kGeluTanhAndMul: return 5;
+      default: return 1;  // fatrelu: none, but AVX2's pack takes t0
+    }
   }
 
+  // AVX-512 with BF16: 32 elements per step; AVX2: 16, where the slots have their second
+  // member (allocate_registers: silu, mul_silu, gelu, fatrelu).
+  bool pairs_path() const {
+    if (p_.dtype != DType::kBF16 || op_ == OpKind::kSwigluoaiAndMul || p_.d < pair_elements()) {
+      return false;
+    }
+    if (!avx512()) return slots_[2].size() >= 2;
+    return has_bf16_convert() && unroll_ >= 2;
+  }
+  int64_t pair_elements() const { return 2 * lanes(); }
+
   void pairs_row() {
-    const int64_t steps = p_.d / kPairElements;
+    const int64_t elements = pair_elements(), steps = p_.d / elements;
     pin_constants(pairs_constants(), constant_regs_);
     Label l_loop;
     xor_(reg_idx_, reg_idx_);
     L(l_loop);
     pairs_step(/*constant_offset=*/-1);
-    add(reg_idx_, kPairElements);
-    cmp(reg_idx_, steps * kPairElements);
+    add(reg_idx_, elements);
+    cmp(reg_idx_, steps * elements);
     jl(l_loop, T_NEAR);
     unpin_constants();
-    // The rest of the row (fewer than 32 elements) through the per-vector step.
-    int64_t offset = steps * kPairElements;
+    // The rest of the row (fewer than one step) through the per-vector step.
+    int64_t offset = steps * elements;
     while (offset < p_.d) {
       const int count = int(std::min<int64_t>(lanes(), p_.d - offset));
       step(1, count, offset);
@@ -235,7 +275,7 @@ class ActivationGenerator : public Generator {
     const Group x = slot(0, 2), y = slot(1, 2);  // member 0: even elements, 1: odd
     const Group t0 = slot(2, 2), t1 = slot(3, 2), t2 = slot(4, 2), t3 = slot(5, 2), t4 = slot(6, 2);
     const auto split = [&](const Group& dst, const RegExp& addr) {
-      vmovdqu32(Zmm(dst[1].getIdx()), ptr[addr]);
+      vmovups(dst[1], ptr[addr]);
       split_bf16_pairs(dst[0], dst[1], dst[1]);
     };
     // Software prefetch 1 KiB ahead on the three streams (x, y read; out written, so
@@ -267,8 +307,12 @@ class ActivationGenerator : public Generator {
     // Pack: the even result's rounded bits shifted down, or'ed with the odd result's top half.
     // Every NaN here comes from a bf16 input or is the default NaN, so its low half is zero
     // and the integer rounding is exact for it too.
-    pack_bf16_pairs(activated[1], activated[0], k2);
-    vmovdqu32(ptr[at(reg_dst_, constant_offset, 0, 1)], activated[1]);
+    if (avx512()) {
+      pack_bf16_pairs(activated[1], activated[0], k2);
+    } else {
+      pack_bf16_pairs(activated[1], activated[0], t0[0]);
+    }
+    vmovups(ptr[at(reg_dst_, constant_offset, 0, 1)], activated[1]);
   }
 
   void swiglu(const Group& gate, const Group& up, const Group& t0, const Group& t1, const Group& t2,

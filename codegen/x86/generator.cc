@@ -278,7 +278,7 @@ void Generator::round_bits_to_bf16(const Xmm& x, const Xbyak::Opmask& k) {
 
 void Generator::round_bits_to_bf16_ties_away(const Xmm& x) {
   vpaddd(x, x, cst_bits(0x8000));
-  vpandd(x, x, cst_bits(0xFFFF0000));
+  uni_vpand(x, x, cst_bits(0xFFFF0000));
 }
 
 void Generator::pack_bf16_pairs(const Xmm& odd, const Xmm& even, const Xbyak::Opmask& k) {
@@ -507,7 +507,7 @@ void Generator::keep_if_greater(const Xmm& d, const Xmm& a, const Xmm& b) {
 // every member before the next step: the long dependency chains of exp/erfc then overlap
 // instead of filling the scheduler with waiting uops.
 
-void Generator::exp_ps(const Group& x, const Group& t0, const Group& t1, bool nonpositive) {
+void Generator::exp_ps(const Group& x, const Group& t0, const Group& t1, bool no_overflow) {
   const auto each = [&](auto step) {
     for (size_t u = 0; u < x.size(); ++u) step(x[u], t0[u], t1[u]);
   };
@@ -528,20 +528,37 @@ void Generator::exp_ps(const Group& x, const Group& t0, const Group& t1, bool no
     return;
   }
   // Clamp to [-104, 89]: below, e^x rounds to 0; above, it overflows to inf. x is the second
-  // operand of max/min so that a NaN x passes through. A caller whose x is never positive
-  // needs only the lower bound.
+  // operand of max/min so that a NaN x passes through. A caller whose x cannot overflow needs
+  // only the lower bound.
   each([&](auto& v, auto& a, auto&) { vmovups(a, cst(-104.0f)); });
   each([&](auto& v, auto& a, auto&) { vmaxps(v, a, v); });
-  if (!nonpositive) {
+  if (!no_overflow) {
     each([&](auto& v, auto& a, auto&) { vmovups(a, cst(89.0f)); });
     each([&](auto& v, auto& a, auto&) { vminps(v, a, v); });
   }
   // n = round(x / ln2); r = x - n ln2 with ln2 split in a high part exact in fp32 and a low
   // correction, so r has no cancellation error.
-  each([&](auto& v, auto& a, auto&) { vmulps(a, v, cst(1.44269504088896341f)); });
-  each([&](auto&, auto& a, auto&) { uni_round_nearest(a, a); });
+  // AVX2: by the shifter S = 1.5·2^23, s = x log2 e + S in one FMA rounds the exact product
+  // to the integer n (|n| < 2^22: the ulp at S is 1), n = s - S exactly, and s's bits are
+  // S's bits + n: the integer n for the 2^n below costs a vpsubd instead of a vcvtps2dq, and
+  // the rounding no vroundps (two uops on the FP ports, which bind this loop on AVX2). p holds
+  // s until the polynomial needs it.
+  constexpr float kShifter = 12582912.0f;
+  if (avx512_) {
+    each([&](auto& v, auto& a, auto&) { vmulps(a, v, cst(1.44269504088896341f)); });
+    each([&](auto&, auto& a, auto&) { uni_round_nearest(a, a); });
+  } else {
+    each([&](auto&, auto&, auto& p) { vmovups(p, cst(kShifter)); });
+    each([&](auto& v, auto&, auto& p) { vfmadd231ps(p, v, cst(1.44269504088896341f)); });
+    each([&](auto&, auto& a, auto& p) { vsubps(a, p, cst(kShifter)); });
+  }
   each([&](auto& v, auto& a, auto&) { vfnmadd231ps(v, a, cst(0.693359375f)); });
   each([&](auto& v, auto& a, auto&) { vfnmadd231ps(v, a, cst(-2.12194440e-4f)); });
+  if (!avx512_) {  // a = the integer n from s's bits; p free again
+    each([&](auto&, auto& a, auto& p) {
+      vpsubd(a, p, cst_bits(std::bit_cast<uint32_t>(kShifter)));
+    });
+  }
   // e^r = 1 + r + r^2 P(r), |r| <= ln2/2: Cephes expf coefficients (~1 ulp), or at bf16
   // accuracy the Taylor terms up to r^4 (error r^5/120 <= 4.3e-5 relative, 1/90 of a bf16 ulp).
   if (bf16_accuracy_) {
@@ -565,7 +582,6 @@ void Generator::exp_ps(const Group& x, const Group& t0, const Group& t1, bool no
     return;
   }
   // 2^n with n in [-151, 129] as 2^n1 * 2^n2, n1 = n >> 1, n2 = n - n1, each a normal float.
-  each([&](auto&, auto& a, auto&) { vcvtps2dq(a, a); });
   each([&](auto& v, auto& a, auto&) { vpsrad(v, a, 1); });
   each([&](auto& v, auto& a, auto&) { vpsubd(a, a, v); });
   each([&](auto& v, auto&, auto&) { vpaddd(v, v, cst_bits(127)); });
@@ -659,7 +675,7 @@ void Generator::sigmoid_ps(const Group& dst, const Group& x, const Group& t0, co
   const size_t n = x.size();
   // t0 = e = exp(-|x|)
   for (size_t u = 0; u < n; ++u) uni_vpor(t0[u], x[u], cst_bits(0x80000000));  // -|x|
-  exp_ps(t0, t1, t2, /*nonpositive=*/true);
+  exp_ps(t0, t1, t2, /*no_overflow=*/true);
   for (size_t u = 0; u < n; ++u) vaddps(t1[u], t0[u], cst(1.0f));  // 1 + e, in [1, 2]
   if (avx512_ && n <= 5) {
     // The x < 0 lanes (sign bit set, masks k2..k6) multiply 1/(1+e) by e under the mask.
@@ -682,7 +698,7 @@ void Generator::tanh_ps(const Group& x, const Group& t0, const Group& t1, const 
   for (size_t u = 0; u < n; ++u) vmovups(t1[u], cst(10.0f));
   for (size_t u = 0; u < n; ++u) vminps(t0[u], t1[u], t0[u]);
   for (size_t u = 0; u < n; ++u) vaddps(t0[u], t0[u], t0[u]);
-  exp_ps(t0, t1, t2);
+  exp_ps(t0, t1, t2, /*no_overflow=*/true);  // 2|x| <= 20
   for (size_t u = 0; u < n; ++u) vaddps(t0[u], t0[u], cst(1.0f));
   reciprocal(t1, t0, t2);
   for (size_t u = 0; u < n; ++u) vmovups(t0[u], cst(1.0f));
@@ -707,17 +723,25 @@ void Generator::tanh_ps(const Group& x, const Group& t0, const Group& t1, const 
 
 void Generator::silu_ps(const Group& x, const Group& t0, const Group& t1, const Group& t2,
                         const Group& t3, const Group& t4) {
-  if (avx512_ && bf16_accuracy_) {
+  if (bf16_accuracy_) {
     // silu(x) = x e / (1 + e) with e = e^min(x, 20). Above 20 the sigmoid is within 2e-9 of
     // 1, far below the reciprocal's 2^-14; the clamp keeps e and 1 + e finite (x > 88.7 would
     // give inf / inf). Below, e is tiny or denormal and the products keep its relative
-    // accuracy. Error of e / (1 + e): e's 8.6e-5 damped by 1 / (1 + e), plus vrcp14ps's 2^-14.
+    // accuracy. Error of e / (1 + e): e's 8.6e-5 (AVX2: 4.3e-5) damped by 1 / (1 + e), plus
+    // the reciprocal's: vrcp14ps's 2^-14, or on AVX2 vrcpps's 1.5·2^-12 after one Newton step
+    // r' = r (2 - d r), below 2^-22 (no vdivps: its throughput bound this loop there).
     // A NaN x leaves the clamp as 20 and comes back in the last product.
     const size_t n = x.size();
     for (size_t u = 0; u < n; ++u) vminps(t0[u], x[u], cst(20.0f));
-    exp_ps(t0, t1, t2);
+    exp_ps(t0, t1, t2, /*no_overflow=*/true);
     for (size_t u = 0; u < n; ++u) vaddps(t1[u], t0[u], cst(1.0f));
-    for (size_t u = 0; u < n; ++u) vrcp14ps(t2[u], t1[u]);
+    if (avx512_) {
+      for (size_t u = 0; u < n; ++u) vrcp14ps(t2[u], t1[u]);
+    } else {
+      for (size_t u = 0; u < n; ++u) vrcpps(t2[u], t1[u]);
+      for (size_t u = 0; u < n; ++u) vfnmadd213ps(t1[u], t2[u], cst(2.0f));  // 2 - d r
+      for (size_t u = 0; u < n; ++u) vmulps(t2[u], t2[u], t1[u]);
+    }
     for (size_t u = 0; u < n; ++u) vmulps(t0[u], t0[u], t2[u]);  // sigmoid(x)
     for (size_t u = 0; u < n; ++u) vmulps(x[u], x[u], t0[u]);
     return;

@@ -1127,7 +1127,7 @@ class AttentionGenerator : public Generator {
     vmaxps(m_new, m_new, m_old);
     vmovss(ptr[ARG(m) + rbp * 4], Xmm(m_new.getIdx()));
     vsubps(m_old, m_old, m_new);
-    exp_ps({m_old}, {t[0]}, {t[1]}, /*no_overflow=*/true);
+    exp_ps({m_old}, {t[0]}, {t[1]}, /*bounded=*/true);
     vmovss(ptr[ARG(alpha) + rbp * 4], Xmm(m_old.getIdx()));
     // p = e^(s − m'), zero where masked.
     for (int v = 0; v < nv_; ++v) vsubps(x[v], x[v], m_new);
@@ -1281,7 +1281,7 @@ class AttentionGenerator : public Generator {
     vmovups(ptr[ARG(m) + r0 * 4] | valid, m_new);
     vmovups(ptr[rsi + m_tmp], m_new);  // read back per row as a broadcast
     vsubps(m_old, m_old, m_new);
-    exp_ps({m_old}, {t[0]}, {t[1]}, /*no_overflow=*/true);
+    exp_ps({m_old}, {t[0]}, {t[1]}, /*bounded=*/true);
     vmovups(ptr[ARG(alpha) + r0 * 4] | valid, m_old);
     // Pass 2: p = e^(s − m'), zero where masked (s = −inf there).
     const Zmm z[8] = {zmm24, zmm25, zmm26, zmm27, zmm28, zmm29, zmm30, zmm31};

@@ -507,7 +507,7 @@ void Generator::keep_if_greater(const Xmm& d, const Xmm& a, const Xmm& b) {
 // every member before the next step: the long dependency chains of exp/erfc then overlap
 // instead of filling the scheduler with waiting uops.
 
-void Generator::exp_ps(const Group& x, const Group& t0, const Group& t1, bool no_overflow) {
+void Generator::exp_ps(const Group& x, const Group& t0, const Group& t1, bool bounded) {
   const auto each = [&](auto step) {
     for (size_t u = 0; u < x.size(); ++u) step(x[u], t0[u], t1[u]);
   };
@@ -528,11 +528,11 @@ void Generator::exp_ps(const Group& x, const Group& t0, const Group& t1, bool no
     return;
   }
   // Clamp to [-104, 89]: below, e^x rounds to 0; above, it overflows to inf. x is the second
-  // operand of max/min so that a NaN x passes through. A caller whose x cannot overflow needs
+  // operand of max/min so that a NaN x passes through. A bounded caller's x cannot overflow:
   // only the lower bound.
   each([&](auto& v, auto& a, auto&) { vmovups(a, cst(-104.0f)); });
   each([&](auto& v, auto& a, auto&) { vmaxps(v, a, v); });
-  if (!no_overflow) {
+  if (!bounded) {
     each([&](auto& v, auto& a, auto&) { vmovups(a, cst(89.0f)); });
     each([&](auto& v, auto& a, auto&) { vminps(v, a, v); });
   }
@@ -554,10 +554,9 @@ void Generator::exp_ps(const Group& x, const Group& t0, const Group& t1, bool no
   }
   each([&](auto& v, auto& a, auto&) { vfnmadd231ps(v, a, cst(0.693359375f)); });
   each([&](auto& v, auto& a, auto&) { vfnmadd231ps(v, a, cst(-2.12194440e-4f)); });
-  if (!avx512_) {  // a = the integer n from s's bits; p free again
-    each([&](auto&, auto& a, auto& p) {
-      vpsubd(a, p, cst_bits(std::bit_cast<uint32_t>(kShifter)));
-    });
+  if (!avx512_) {  // a = the integer n (bounded: n + 64 + 127) from s's bits; p free again
+    const uint32_t shifter_bits = std::bit_cast<uint32_t>(kShifter) - (bounded ? 64 + 127 : 0);
+    each([&](auto&, auto& a, auto& p) { vpsubd(a, p, cst_bits(shifter_bits)); });
   }
   // e^r = 1 + r + r^2 P(r), |r| <= ln2/2: Cephes expf coefficients (~1 ulp), or at bf16
   // accuracy the Taylor terms up to r^4 (error r^5/120 <= 4.3e-5 relative, 1/90 of a bf16 ulp).
@@ -579,6 +578,16 @@ void Generator::exp_ps(const Group& x, const Group& t0, const Group& t1, bool no
   if (avx512_) {
     // vscalefps multiplies by 2^n with IEEE overflow to inf and gradual underflow.
     each([&](auto& v, auto& a, auto& p) { vscalefps(v, p, a); });
+    return;
+  }
+  if (bounded) {
+    // x in [-104, 40]: n in [-150, 58], so 2^(n + 64) is a normal float, its bits the biased
+    // exponent n + 64 + 127 (from s's bits above) << 23; p times it is exact, and the multiply
+    // by 2^-64 rounds once into the denormals, as vscalefps does. Float multiplies keep a NaN
+    // p a NaN (an integer add to its bits would not).
+    each([&](auto&, auto& a, auto&) { vpslld(a, a, 23); });
+    each([&](auto&, auto& a, auto& p) { vmulps(p, p, a); });
+    each([&](auto& v, auto&, auto& p) { vmulps(v, p, cst(0x1p-64f)); });
     return;
   }
   // 2^n with n in [-151, 129] as 2^n1 * 2^n2, n1 = n >> 1, n2 = n - n1, each a normal float.
@@ -675,7 +684,7 @@ void Generator::sigmoid_ps(const Group& dst, const Group& x, const Group& t0, co
   const size_t n = x.size();
   // t0 = e = exp(-|x|)
   for (size_t u = 0; u < n; ++u) uni_vpor(t0[u], x[u], cst_bits(0x80000000));  // -|x|
-  exp_ps(t0, t1, t2, /*no_overflow=*/true);
+  exp_ps(t0, t1, t2, /*bounded=*/true);
   for (size_t u = 0; u < n; ++u) vaddps(t1[u], t0[u], cst(1.0f));  // 1 + e, in [1, 2]
   if (avx512_ && n <= 5) {
     // The x < 0 lanes (sign bit set, masks k2..k6) multiply 1/(1+e) by e under the mask.
@@ -698,7 +707,7 @@ void Generator::tanh_ps(const Group& x, const Group& t0, const Group& t1, const 
   for (size_t u = 0; u < n; ++u) vmovups(t1[u], cst(10.0f));
   for (size_t u = 0; u < n; ++u) vminps(t0[u], t1[u], t0[u]);
   for (size_t u = 0; u < n; ++u) vaddps(t0[u], t0[u], t0[u]);
-  exp_ps(t0, t1, t2, /*no_overflow=*/true);  // 2|x| <= 20
+  exp_ps(t0, t1, t2, /*bounded=*/true);  // 2|x| <= 20
   for (size_t u = 0; u < n; ++u) vaddps(t0[u], t0[u], cst(1.0f));
   reciprocal(t1, t0, t2);
   for (size_t u = 0; u < n; ++u) vmovups(t0[u], cst(1.0f));
@@ -733,7 +742,7 @@ void Generator::silu_ps(const Group& x, const Group& t0, const Group& t1, const 
     // A NaN x leaves the clamp as 20 and comes back in the last product.
     const size_t n = x.size();
     for (size_t u = 0; u < n; ++u) vminps(t0[u], x[u], cst(20.0f));
-    exp_ps(t0, t1, t2, /*no_overflow=*/true);
+    exp_ps(t0, t1, t2, /*bounded=*/true);
     for (size_t u = 0; u < n; ++u) vaddps(t1[u], t0[u], cst(1.0f));
     if (avx512_) {
       for (size_t u = 0; u < n; ++u) vrcp14ps(t2[u], t1[u]);

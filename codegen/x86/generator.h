@@ -257,11 +257,12 @@ class Generator : public Xbyak::CodeGenerator {
   /// x = e^x. Range-reduced: n = round(x log2 e), r = x - n ln2 (two-part ln2), e^r by the
   /// Cephes degree-7 polynomial (~1 ulp), times 2^n: vscalefps on AVX-512; on AVX2 built as
   /// 2^(n/2) * 2^(n - n/2). Either way results between FLT_MIN and 0 are gradual (denormal)
-  /// and x > 88.72 gives +inf. NaN stays NaN. `no_overflow`: the caller guarantees x <= 88
-  /// (or NaN: never positive, or clamped below), so the upper clamp is skipped. With
-  /// bf16_accuracy(): on AVX-512 2^a = 2^floor(a) 2^frac(a) with a cubic for 2^frac (8.6e-5
-  /// relative), on AVX2 a degree-4 polynomial.
-  void exp_ps(const Group& x, const Group& t0, const Group& t1, bool no_overflow = false);
+  /// and x > 88.72 gives +inf. NaN stays NaN. `bounded`: the caller guarantees x <= 40 (or
+  /// NaN: never positive, or clamped below), so the upper clamp is skipped and AVX2 builds 2^n
+  /// with one multiply (2^(n + 64) on the bits, times 2^-64). With bf16_accuracy(): on AVX-512
+  /// 2^a = 2^floor(a) 2^frac(a) with a cubic for 2^frac (8.6e-5 relative), on AVX2 a degree-4
+  /// polynomial.
+  void exp_ps(const Group& x, const Group& t0, const Group& t1, bool bounded = false);
   /// x = ln(x) for positive normal finite x (the callers' range): x = m 2^e with m in
   /// [sqrt(1/2), sqrt(2)), u = m - 1, ln x = u - u^2/2 + u^3 P(u) + e ln2 with the Cephes logf
   /// polynomial (~1 ulp) and ln2 split in two parts so that e ln2 adds no rounding error.

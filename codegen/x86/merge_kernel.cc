@@ -155,12 +155,12 @@ class MergeGenerator : public Generator {
       // z = 1 + e^-|p - s| for the LSE, in fp32 (exp_ps is accurate enough there).
       vsubps(a, p, s);
       uni_vpor(a, a, cst_bits(0x80000000));
-      exp_ps({a}, {t0}, {t1}, /*no_overflow=*/true);
+      exp_ps({a}, {t0}, {t1}, /*bounded=*/true);
       vaddps(z, a, cst(1.0f));
     } else {
       vsubps(a, p, m);
       vsubps(b, s, m);
-      exp_ps({a, b}, {t0, t1}, {t2, t3}, /*no_overflow=*/true);
+      exp_ps({a, b}, {t0, t1}, {t2, t3}, /*bounded=*/true);
       vaddps(z, a, b);
       vdivps(a, a, z);
       vdivps(b, b, z);

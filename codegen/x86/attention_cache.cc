@@ -267,11 +267,7 @@ class CacheWriteGenerator : public CacheGenerator {
     mov(rdx, rbp);
     jnz(l_single, T_NEAR);
     imul(rcx, rax, int(bs));
-    if (avx512()) {
-      require_consecutive_slots(rbx + rsi * 8, rcx, bs, l_single);
-    } else {
-      require_consecutive_slots_ymm(rbx + rsi * 8, rcx, bs, l_single);
-    }
+    require_consecutive_slots(rbx + rsi * 8, rcx, bs, l_single);
     imul(rax, ptr[ARG(block_stride)]);
     mov(r8, ptr[ARG(key_cache)]);
     add(r8, rax);
@@ -485,7 +481,7 @@ class CacheWriteGenerator : public CacheGenerator {
     }
     push(rdx);
     transposed_lanes(r15, {{rbx, rax, r13, r14}, rcx, rbp}, rdx, p_.head_size * c,
-                     int(p_.block_size), c, {0, 1, 2, 3, 8, 9, 10, 11, 12});
+                     int(p_.block_size), c, kLaneRegs);
     pop(rdx);
   }
 

@@ -239,10 +239,14 @@ class CacheGenerator : public Generator {
 
   // Jumps to `l_not` unless the `count` int64 slots at `first` (a multiple of 8 of them) are
   // s, s + 1, .., s + count - 1 where s is the 64-bit register `s`: the whole-block writers'
-  // test for a prefill's slot mapping. Uses zmm13, zmm14, k2.
+  // test for a prefill's slot mapping. Uses vmm13, vmm14 (and k2 on AVX-512).
   void require_consecutive_slots(const Xbyak::RegExp& first, const Reg64& s, int64_t count,
                                  const Label& l_not) {
     using Xbyak::Zmm;
+    if (!avx512()) {
+      require_consecutive_slots_ymm(first, s, count, l_not);
+      return;
+    }
     vpbroadcastq(Zmm(13), s);
     for (int64_t i = 0; i < count; i += 8) {
       std::array<uint32_t, 16> iota{};
@@ -332,6 +336,19 @@ class CacheGenerator : public Generator {
     jnz(l_column, T_NEAR);
   }
 
+  // `v` (an xmm or ymm, VEX-encoded) to `dst`: a streaming store when `streaming`.
+  void store_vex(const Xbyak::Address& dst, const Xmm& v, bool streaming) {
+    if (streaming) {
+      vmovntdq(dst, v);
+    } else {
+      vmovdqu(dst, v);
+    }
+  }
+
+  // transposed_lanes' vector registers in the cache writers: clear of vmm4..7 (their fp8
+  // scales) and of 13..15 (the helpers').
+  static constexpr std::array<int, 9> kLaneRegs{0, 1, 2, 3, 8, 9, 10, 11, 12};
+
   // The low `bytes` (16, 32 or 64) of `v` to `dst`, streaming in the streaming loop.
   void store_slab_piece(const Xbyak::Address& dst, const Xbyak::Zmm& v, int bytes) {
     const Xmm src = bytes == 64   ? Xmm(v)
@@ -381,13 +398,7 @@ class CacheGenerator : public Generator {
     const int64_t slab_row = int64_t(tokens) * c, column_rows = 16 / c;
     const int64_t slab_bytes = row_bytes / c * slab_row;
     const bool streaming = streaming_ && tokens == 16;
-    const auto store = [&](const Xbyak::Address& at, const Xmm& v) {
-      if (streaming) {
-        vmovntdq(at, v);
-      } else {
-        vmovdqu(at, v);
-      }
-    };
+    const auto store = [&](const Xbyak::Address& at, const Xmm& v) { store_vex(at, v, streaming); };
     lea(r.stride3, ptr[r.stride + r.stride * 2]);
     for (int g = 0; g < tokens / 16; ++g) {
       if (g > 0) {  // the next 16 tokens' rows; dst at their pieces of the slab's rows
@@ -484,7 +495,7 @@ class CacheGenerator : public Generator {
     }
   }
 
-  // require_consecutive_slots on AVX2: four slots per compare. Uses ymm13, ymm14.
+  // require_consecutive_slots' AVX2 form: four slots per compare. Uses ymm13, ymm14.
   void require_consecutive_slots_ymm(const Xbyak::RegExp& first, const Reg64& s, int64_t count,
                                      const Label& l_not) {
     using Xbyak::Ymm;

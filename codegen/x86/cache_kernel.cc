@@ -40,8 +40,6 @@ constexpr int kKScale = 4, kVScale = 5, kKRecip = 6, kVRecip = 7;
 // The paged writer's pinned constants (fp8 whole blocks): between the scales and the
 // helpers' registers (the column writer holds 23..31).
 constexpr std::array<int, 5> kPinnedRegs{8, 9, 10, 11, 12};
-// transposed_lanes' registers in the legacy writer's whole blocks (clear of the fp8 scales).
-constexpr std::array<int, 9> kLaneRegs{0, 1, 2, 3, 8, 9, 10, 11, 12};
 // The flash writer's and convert_fp8's quantiser's (bf16 into fp8): above the scales, and
 // above the 16-bit steps' 16..22.
 constexpr std::array<int, 11> kFlashPinnedRegs{8, 9, 10, 11, 12, 23, 24, 25, 26, 27, 28};
@@ -378,11 +376,7 @@ class PagedWriteGenerator : public CacheGenerator {
     js(l_single, T_NEAR);
     test(al, int(bs - 1));
     jnz(l_single, T_NEAR);
-    if (avx512()) {
-      require_consecutive_slots(reg_slots_ + reg_row_ * 8, rax, bs, l_single);
-    } else {
-      require_consecutive_slots_ymm(reg_slots_ + reg_row_ * 8, rax, bs, l_single);
-    }
+    require_consecutive_slots(reg_slots_ + reg_row_ * 8, rax, bs, l_single);
     shr(rax, std::countr_zero(uint64_t(bs)));
     imul(rax, rax, int(block_bytes));
     mov(block_offset_slot(), rax);
@@ -501,13 +495,8 @@ class PagedWriteGenerator : public CacheGenerator {
           vinserti128(first, first, ptr[rows[q] + rcx], 1);
           vmovdqu(Xbyak::Xmm(1), ptr[rows[q] + rcx * 2]);
           vinserti128(second, second, ptr[rows[q] + rdx], 1);
-          for (const auto& [half, piece] : {std::pair{0, first}, std::pair{1, second}}) {
-            if (in_streaming_loop()) {
-              vmovntdq(ptr[reg_q_ + q * 64 + half * 32], piece);
-            } else {
-              vmovdqu(ptr[reg_q_ + q * 64 + half * 32], piece);
-            }
-          }
+          store_vex(ptr[reg_q_ + q * 64], first, in_streaming_loop());
+          store_vex(ptr[reg_q_ + q * 64 + 32], second, in_streaming_loop());
         }
         add(rows[q], 16);
       }

@@ -1735,12 +1735,26 @@ class CacheGenerator : public Generator {
                        DType dtype, const Xmm& scale) {
     if (word_dequant(format, dtype) && elements >= kWordDequantStep) {
       // The word steps need a number as scale (a NaN scale's payload would reach the rounding).
-      Label l_vectors, l_done;
+      // A scale 2^k with k in [kMinWordExponent, kMaxWordExponent] (vLLM's default 1.0
+      // among them) takes the exponent steps.
+      Label l_vectors, l_general, l_done;
       const Xbyak::Ymm check(13), s(scale.getIdx());
       vcmpps(check, s, s, 3 /* unordered */);
       vptest(check, check);
       jnz(l_vectors, T_NEAR);
-      dequantise_word_steps(dst, src, elements / kWordDequantStep, scale);
+      const Xbyak::Reg32 bits = reg_count_.cvt32();
+      vmovd(bits, Xmm(scale.getIdx()));
+      test(bits, 0x807FFFFF);  // a sign or a mantissa bit: not a positive power of two
+      jnz(l_general, T_NEAR);
+      shr(bits, 23);
+      sub(bits, 127 + kMinWordExponent);
+      cmp(bits, kMaxWordExponent - kMinWordExponent);
+      ja(l_general, T_NEAR);  // unsigned: k below the minimum too
+      dequantise_word_steps(dst, src, elements / kWordDequantStep, scale, /*exponent=*/true);
+      dequantise_vectors(dst, src, elements % kWordDequantStep, format, dtype, scale);
+      jmp(l_done, T_NEAR);
+      L(l_general);
+      dequantise_word_steps(dst, src, elements / kWordDequantStep, scale, /*exponent=*/false);
       dequantise_vectors(dst, src, elements % kWordDequantStep, format, dtype, scale);
       jmp(l_done, T_NEAR);
       L(l_vectors);
@@ -1763,15 +1777,22 @@ class CacheGenerator : public Generator {
   // product, and for a NaN product, which carries decode's NaN with a zero low half) and
   // packed back: ~37 uops per 16 codes instead of ~66 (fp8_decode's and bf16_round_bits'
   // blends, the widening and packing shuffles).
+  // At a scale 2^k (`exponent` steps) the product is exact and needs no fp32 at all: k·2^7
+  // added to the words of the codes that are neither zero nor NaN moves their exponent field,
+  // which stays a normal bf16 exponent for k in [kMinWordExponent, kMaxWordExponent]
+  // (decode's magnitudes span 2^-9 .. 448 = 1.75·2^8): ~21 uops per 16 codes.
   static constexpr int kWordDequantStep = 16;
+  static constexpr int kMinWordExponent = -117, kMaxWordExponent = 119;
 
   bool word_dequant(DType format, DType dtype) const {
     return !avx512() && format == DType::kFp8E4m3 && dtype == DType::kBF16;
   }
 
-  // `steps` steps of 16 codes at [src] to bf16 at [dst] (both advanced). Uses ymm0..3 and
-  // ymm13..15.
-  void dequantise_word_steps(const Reg64& dst, const Reg64& src, int64_t steps, const Xmm& scale) {
+  // `steps` steps of 16 codes at [src] to bf16 at [dst] (both advanced); `exponent`: the scale
+  // is 2^k with k in the exponent steps' range (see above). Uses ymm0..3, ymm13..15 and
+  // reg_count_.
+  void dequantise_word_steps(const Reg64& dst, const Reg64& src, int64_t steps, const Xmm& scale,
+                             bool exponent) {
     using Xbyak::Ymm;
     std::array<uint32_t, 16> subnormal_words{};
     for (int m = 0; m < 8; ++m) {
@@ -1782,6 +1803,15 @@ class CacheGenerator : public Generator {
     const uint32_t nan_fix = uint32_t(uint16_t(nan_word - ((0x7Fu << 4) + (120u << 7))));
     const Ymm w(0), c7(1), sub(2), mask(3), table(13), word(14), s(scale.getIdx());
     vbroadcasti128(table, cst_table(subnormal_words));  // the steps keep it
+    const Ymm shift(15);                                // exponent steps: k·2^7 in every word
+    if (exponent) {                                     // reg_count_ is free until for_units below
+      const Xbyak::Reg32 bits = reg_count_.cvt32();
+      vmovd(bits, Xmm(scale.getIdx()));
+      shr(bits, 16);
+      this->sub(bits, 127 << 7);  // (`sub` names a vector below)
+      vmovd(Xmm(15), bits);
+      vpbroadcastw(shift, Xmm(15));
+    }
     auto step = [&](int off) {
       vpmovzxbw(w, ptr[src + off]);
       vpand(c7, w, cst_bits(0x007F007Fu));
@@ -1793,11 +1823,21 @@ class CacheGenerator : public Generator {
       vpcmpgtw(mask, c7, cst_bits(0x00070007u));
       vpblendvb(word, sub, word, mask);
       vpcmpeqw(mask, c7, cst_bits(0x007F007Fu));
+      if (exponent) {  // k·2^7 where the code is neither zero nor NaN
+        vpcmpeqw(sub, c7, cst_bits(0));
+        vpor(sub, sub, mask);
+        vpandn(sub, sub, shift);
+        vpaddw(word, word, sub);
+      }
       vpand(mask, mask, cst_bits(nan_fix * 0x00010001u));
       vpaddw(word, word, mask);
       vpand(w, w, cst_bits(0x00800080u));
       vpsllw(w, w, 8);
       vpor(word, word, w);
+      if (exponent) {
+        vmovdqu(ptr[dst + off * 2], word);
+        return;
+      }
       // even / odd values as fp32, times the scale, rounded on the bits
       const Ymm even(c7), odd(word), lsb(mask);
       split_bf16_pairs(even, odd, word);

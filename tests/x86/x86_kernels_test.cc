@@ -239,7 +239,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-88", 0xee9fc5302bb0926full};
+constexpr PinnedCode kAllExampleCode{"x86-89", 0xf3ff704e0a2ccc18ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -1749,14 +1749,15 @@ class CacheGenerator : public Generator {
       shr(bits, 23);
       sub(bits, 127 + kMinWordExponent);
       cmp(bits, kMaxWordExponent - kMinWordExponent);
-      ja(l_general, T_NEAR);  // unsigned: k below the minimum too
-      dequantise_word_steps(dst, src, elements / kWordDequantStep, scale, /*exponent=*/true);
-      dequantise_vectors(dst, src, elements % kWordDequantStep, format, dtype, scale);
-      jmp(l_done, T_NEAR);
+      ja(l_general, T_NEAR);                   // unsigned: k below the minimum too
+      const auto words = [&](bool exponent) {  // the steps, then the rest one vector each
+        dequantise_word_steps(dst, src, elements / kWordDequantStep, scale, exponent);
+        dequantise_vectors(dst, src, elements % kWordDequantStep, format, dtype, scale);
+        jmp(l_done, T_NEAR);
+      };
+      words(/*exponent=*/true);
       L(l_general);
-      dequantise_word_steps(dst, src, elements / kWordDequantStep, scale, /*exponent=*/false);
-      dequantise_vectors(dst, src, elements % kWordDequantStep, format, dtype, scale);
-      jmp(l_done, T_NEAR);
+      words(/*exponent=*/false);
       L(l_vectors);
       dequantise_vectors(dst, src, elements, format, dtype, scale);
       L(l_done);

@@ -602,9 +602,10 @@ void register_all() {
 // 16 local ones, vertical stride 8) sliding per query head (+1: each head of a KV group attends
 // other vertical blocks, so every block is read, partly by one head) or per KV head (−1: the
 // group attends 18 of the 32 sparse blocks of a 2048-token context); GB/s counts the blocks
-// read.
+// read. `config`: knobs beside the thread count (the kiln_gather rows: direct=0, the gather into
+// the tile kernel's layout that the direct kernel replaced for bf16 caches).
 void bm_paged(benchmark::State& state, bool v2, ir::KvCacheDtype kv, int64_t batch, int64_t context,
-              int threads, int sparse_step = 0) {
+              int threads, int sparse_step = 0, Config config = {}) {
   constexpr int64_t kPagedBlock = 16, kPartition = 512;
   constexpr int64_t kSparseBlock = 64, kLocal = 16, kVert = 8;
   const OpSpec spec = OpSpec::make(
@@ -658,7 +659,7 @@ void bm_paged(benchmark::State& state, bool v2, ir::KvCacheDtype kv, int64_t bat
                    double(kVert), double(kSparseBlock), double(sparse_step)}) {
     args.add_scalar(v);
   }
-  const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
+  const Kernel kernel = bench::compile_x86_or_die(spec, config.set("threads", threads));
   const double cpu_start = process_cpu_seconds();
   for (auto _ : state) {
     if (!kernel.run(args).is_ok()) {
@@ -700,6 +701,18 @@ void register_paged() {
               ->Unit(benchmark::kMicrosecond)
               ->MinTime(0.2);
         }
+      }
+      for (int64_t batch : {1, 8}) {
+        benchmark::RegisterBenchmark(
+            fmt::format("paged_{}/kiln_gather/batch:{}/context:2048/threads:{}", v2 ? "v2" : "v1",
+                        batch, threads)
+                .c_str(),
+            [=](benchmark::State& s) {
+              bm_paged(s, v2, ir::KvCacheDtype::kAuto, batch, 2048, threads, 0,
+                       Config().set("direct", 0));
+            })
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(0.2);
       }
       for (int step : {1, -1}) {
         benchmark::RegisterBenchmark(

@@ -19,6 +19,7 @@
 #include "codegen/backend.h"
 #include "codegen/target.h"
 #include "ir/op_spec.h"
+#include "ir/params_attention.h"
 #include "ir/status.h"
 
 namespace jit::codegen::x86 {
@@ -120,12 +121,47 @@ std::shared_ptr<const Executable> make_cpu_attn_cache_write_executable(const OpS
                                                                        const Config& config,
                                                                        const void* code,
                                                                        size_t size);
-/// The config knob of paged attention's keys per gathered chunk (the tile kernel's block): 16,
-/// 32, 64, 128 or 256, for v2 dividing partition_size; unset: 128, for v2 the largest of
-/// 128 .. 16 dividing the partition. Generation refuses other values, naming the knob.
+/// The config knob of paged attention's keys per chunk (one kernel call): 16, 32, 64, 128, 256
+/// or 512, for v2 dividing partition_size; unset: for the direct kernel 512 (v2: the largest
+/// power of two up to 512 dividing the partition), for the gather 128 (v2: up to 128).
+/// Generation refuses other values, naming the knob.
 inline constexpr std::string_view kPagedChunkKnob = "chunk";
-/// paged_attention_v1/v2 (attention_paged.cc): the tile kernel over chunks gathered from the
-/// legacy cache into the vec layout.
+/// The config knob that picks paged attention's kernel where both serve (paged_direct_serves):
+/// 1 the direct kernel, which reads the legacy cache itself; 0 the gather of each chunk into the
+/// tile kernel's vec layout. Default 1.
+inline constexpr std::string_view kPagedDirectKnob = "direct";
+
+/// The arguments of one call of paged attention's direct kernel (paged_direct.cc): one chunk
+/// of `tokens` keys of one sequence and KV head against up to 8 query rows of its group.
+struct PagedDirectArgs {
+  const float* q;  ///< rows x D fp32, unscaled
+  float* acc;      ///< D x R' fp32 ([dim][row], R' = rows rounded up to 1, 2, 4 or 8)
+  /// Per half group of 16 keys (the chunk's keys 16h .. 16h + 15, two per group of 32): its
+  /// key run (key_cache element of dim 0 of its first key) and value rows (value_cache
+  /// element of dim 0 of its first key); halves past `tokens` point at zeros.
+  const uint16_t* const* k_half;
+  const uint16_t* const* v_half;
+  float* probs;          ///< groups x rows x 32 fp32 (64-byte aligned): logits, then probabilities
+  int64_t tokens;        ///< keys in the chunk (1 .. chunk)
+  int64_t rows;          ///< 1 .. 8, one of the generated row counts
+  int32_t alibi_offset;  ///< j − (L − 1) of the chunk's first key (ALiBi)
+  float scale;
+  float m[8];      ///< running max logit per row (−FLT_MAX before the first chunk)
+  float l[8];      ///< running exp sum per row
+  float slope[8];  ///< ALiBi slope per row
+  float alpha[8];  ///< kernel-internal: this chunk's rescale factor per row
+};
+/// Whether the direct kernel serves `p` at `isa`: AVX-512, bf16 caches (kv auto), dense (no
+/// block-sparse mode), block size and head size multiples of 16.
+bool paged_direct_serves(const ir::PagedAttentionParams& p, X86Isa isa);
+/// Emits the direct kernel with a variant for each row count of `row_counts` (1..8).
+/// `contiguous`: every group of 32 keys lies in one block (block size a multiple of 32 and
+/// chunks starting at multiples of 32), so a value row of the group is one 64-byte load.
+Result<std::vector<uint8_t>> generate_paged_direct(const ir::PagedAttentionParams& p,
+                                                   bool contiguous,
+                                                   const std::vector<int>& row_counts, X86Isa isa);
+/// paged_attention_v1/v2 (attention_paged.cc): the direct kernel, or the tile kernel over
+/// chunks gathered from the legacy cache into the vec layout.
 bool is_paged_attention_op(OpKind op);
 Support paged_attention_support(const OpSpec& spec);
 Result<std::vector<uint8_t>> generate_paged_attention(const OpSpec& spec, const Config& config,

@@ -40,36 +40,67 @@
 namespace jit::codegen::x86 {
 namespace {
 
-constexpr int64_t kHeadPad = 16;        // the tile kernel's head unit (vec16)
-constexpr int64_t kDefaultChunk = 128;  // keys per gathered chunk (v1; the v2 maximum)
+constexpr int64_t kHeadPad = 16;       // the tile kernel's head unit (vec16)
+constexpr int64_t kGatherChunk = 128;  // keys per gathered chunk (v1; the v2 maximum)
+constexpr int64_t kDirectChunk = 512;  // keys per direct-kernel call (v1; the v2 maximum)
+constexpr int64_t kMaxChunk = 512;     // the chunk knob's largest value
+constexpr int64_t kDirectRows = 8;     // rows per direct-kernel pass
 
 int64_t align_up(int64_t v, int64_t a) {
   return (v + a - 1) / a * a;
 }
 
-// Keys per gathered chunk: 128 for v1; for v2 the largest of 128 .. 16 dividing the partition,
-// so chunks never straddle partitions. 0 when no such chunk exists. 128 keys keep the slabs
-// (64 KiB of bf16 K+V at D = 128) in L2 between the gather and the kernel: v1 decode +7%
-// against 256 (bench_attention --benchmark_filter=paged, 1 thread); 32 and 64 ran level with
-// 128 since the whole-line copies (session 14).
-int64_t default_chunk(const ir::PagedAttentionParams& p) {
-  if (p.partition_size == 0) return kDefaultChunk;
-  for (int64_t c = kDefaultChunk; c >= 16; c /= 2) {
+// Whether `config` (knob kPagedDirectKnob, default 1) picks the direct kernel, which must
+// serve `spec` at `isa` when the knob asks for it; an error names the knob and the allowed
+// values.
+Result<bool> direct_for(const OpSpec& spec, const Config& config, X86Isa isa) {
+  const auto& p = spec.get<ir::PagedAttentionParams>();
+  const bool serves = paged_direct_serves(p, isa);
+  const int64_t knob = config.get(kPagedDirectKnob, -1);
+  if (knob == -1) return serves;
+  if (knob != 0 && knob != 1) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("config knob {}={}: allowed values are 1 (the direct kernel) and 0 "
+                              "(the gather into the tile kernel's layout)",
+                              kPagedDirectKnob, knob));
+  }
+  if (knob == 1 && !serves) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("config knob {}=1: the direct kernel serves bf16 caches (kv=auto), "
+                              "dense, with block_size and head_size multiples of 16 at avx512 or "
+                              "higher; got dtype={} kv={} blocksparse={} block_size={} "
+                              "head_size={} at {}",
+                              kPagedDirectKnob, dtype_name(p.dtype), ir::enum_name(p.kv),
+                              p.blocksparse, p.block_size, p.head_size, x86_isa_name(isa)));
+  }
+  return knob == 1;
+}
+
+// Keys per chunk by default: `largest` for v1; for v2 the largest power of two from `largest`
+// down to 16 dividing the partition, so chunks never straddle partitions. 0 when none does.
+// The gather's 128 keys keep the slabs (64 KiB of bf16 K+V at D = 128) in L2 between the
+// gather and the kernel: v1 decode +7% against 256 (bench_attention
+// --benchmark_filter=paged, 1 thread); 32 and 64 ran level with 128 since the whole-line copies
+// (session 14). The direct kernel sums its P·V accumulators once per chunk, so it takes 512.
+int64_t default_chunk(const ir::PagedAttentionParams& p, int64_t largest) {
+  if (p.partition_size == 0) return largest;
+  for (int64_t c = largest; c >= 16; c /= 2) {
     if (p.partition_size % c == 0) return c;
   }
   return 0;
 }
 
-// The chunk of `config` (knob kPagedChunkKnob: 16, 32, 64, 128 or 256 keys, for v2 dividing
-// partition_size), or the default; an error names the knob and the allowed values.
-Result<int64_t> chunk_for(const OpSpec& spec, const Config& config) {
+// The chunk of `config` (knob kPagedChunkKnob: 16 .. 512 keys, a power of two, for v2
+// dividing partition_size), or the default of the kernel `direct` picks; an error names the
+// knob and the allowed values.
+Result<int64_t> chunk_for(const OpSpec& spec, const Config& config, bool direct) {
   const auto& p = spec.get<ir::PagedAttentionParams>();
   const int64_t knob = config.get(kPagedChunkKnob, 0);
-  if (knob == 0) return default_chunk(p);
-  const bool allowed = knob >= 16 && knob <= 256 && (knob & (knob - 1)) == 0;
+  if (knob == 0) return default_chunk(p, direct ? kDirectChunk : kGatherChunk);
+  const bool allowed = knob >= 16 && knob <= kMaxChunk && (knob & (knob - 1)) == 0;
   if (!allowed || (p.partition_size != 0 && p.partition_size % knob != 0)) {
     return Status(StatusCode::kInvalidArgument,
-                  fmt::format("config knob {}={}: allowed values are 16, 32, 64, 128 and 256 "
+                  fmt::format("config knob {}={}: allowed values are 16, 32, 64, 128, 256 and 512 "
                               "keys{}",
                               kPagedChunkKnob, knob,
                               p.partition_size != 0
@@ -77,6 +108,20 @@ Result<int64_t> chunk_for(const OpSpec& spec, const Config& config) {
                                   : ""));
   }
   return knob;
+}
+
+// The direct kernel's row counts: passes of kDirectRows rows over the GQA group, the last one
+// shorter.
+std::vector<int> direct_row_counts(const ir::PagedAttentionParams& p) {
+  const int64_t group = p.head_count_q / p.head_count_kv;
+  std::vector<int> counts{int(std::min(group, kDirectRows))};
+  if (group > kDirectRows && group % kDirectRows != 0) counts.push_back(int(group % kDirectRows));
+  return counts;
+}
+
+// Whether every direct-kernel group of 32 keys lies in one block (value rows of 64 bytes).
+bool direct_contiguous(const ir::PagedAttentionParams& p, int64_t chunk) {
+  return p.block_size % 32 == 0 && chunk % 32 == 0;
 }
 
 // The CPU-attention spec of the tile kernel that serves `spec` (paged_attention_v1/v2) with
@@ -113,10 +158,12 @@ int64_t load_i32(const Tensor& t, int64_t i) {
 
 class PagedAttentionExecutable final : public Executable {
  public:
-  // `chunk`: chunk_for(spec, config), checked when the code was generated.
-  PagedAttentionExecutable(OpSpec spec, Config config, X86Isa isa, int64_t chunk, const void* code,
-                           size_t size)
+  // `direct`, `chunk`: direct_for / chunk_for(spec, config), checked when the code was
+  // generated.
+  PagedAttentionExecutable(OpSpec spec, Config config, X86Isa isa, bool direct, int64_t chunk,
+                           const void* code, size_t size)
       : spec_(std::move(spec)),
+        direct_(direct),
         chunk_(chunk),
         inner_(inner_spec(spec_, chunk)),
         config_(std::move(config)),
@@ -160,6 +207,19 @@ class PagedAttentionExecutable final : public Executable {
     if (threads <= 0) threads = omp_get_max_threads();
     threads = int(std::clamp<int64_t>(int64_t(tasks.size()), 1, threads));
     const auto task_count = int64_t(tasks.size());
+    if (direct_) {
+#pragma omp parallel num_threads(threads)
+      {
+        DirectBuffers buf(p, chunk_);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t i = 0; i < task_count; ++i) {
+          const Task& t = tasks[size_t(i)];
+          run_direct_task(args, t.seq, t.kv_head, t.part, parts, buf);
+        }
+      }
+      finish(args, parts);
+      return Status::ok();
+    }
     const Fp8Tables fp8_values = fp8_tables(args);
 #pragma omp parallel num_threads(threads)
     {
@@ -663,6 +723,149 @@ class PagedAttentionExecutable final : public Executable {
     }
   }
 
+  // ---- the direct kernel ----------------------------------------------------------------
+
+  // Per-thread working memory of the direct kernel.
+  struct DirectBuffers {
+    DirectBuffers(const ir::PagedAttentionParams& p, int64_t chunk)
+        : passes((p.head_count_q / p.head_count_kv + kDirectRows - 1) / kDirectRows),
+          q(static_cast<size_t>(passes * kDirectRows * p.head_size)),
+          acc(static_cast<size_t>(passes * kDirectRows * p.head_size)),
+          probs(static_cast<size_t>((chunk + 31) / 32 * kDirectRows * 32 + 16)),
+          k_half(static_cast<size_t>(align_up(chunk, 32) / 16)),
+          v_half(k_half.size()),
+          zeros(static_cast<size_t>(p.head_size * p.block_size)),
+          v_stage(static_cast<size_t>(2 * p.head_size * p.block_size)),
+          calls(static_cast<size_t>(passes)) {}
+    int64_t passes;
+    std::vector<float> q, acc, probs;
+    std::vector<const uint16_t*> k_half, v_half;
+    // A block of zeros (the keys and values of halves past the chunk's keys) and two value
+    // blocks in which a partial half's keys are staged with zeros past them (slots past the
+    // sequence may hold anything, and p = 0 times a NaN is NaN).
+    std::vector<uint16_t> zeros, v_stage;
+    std::vector<PagedDirectArgs> calls;  // one per pass, holding its softmax state
+    float* aligned_probs() {
+      return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(probs.data()) + 63) &
+                                      ~uintptr_t(63));
+    }
+  };
+
+  // Points the direct kernel's halves at chunk [c0, c0 + n) of sequence s, KV head g. A half
+  // holding the chunk's last keys but not 16 of them gets its values staged (the whole group
+  // when its value rows are read as one line); halves past the chunk point at zeros.
+  void point_halves(const KernelArgs& args, int64_t s, int64_t g, int64_t c0, int64_t n,
+                    DirectBuffers& buf) const {
+    const auto& p = spec_.get<ir::PagedAttentionParams>();
+    const int first = spec_.op == OpKind::kPagedAttentionV2 ? 4 : 1;
+    const Tensor& key_cache = args.tensor(first + 1);
+    const Tensor& value_cache = args.tensor(first + 2);
+    const Tensor& tables = args.tensor(first + 3);
+    const int64_t bs = p.block_size;
+    const int64_t d = p.head_size;
+    const int64_t width = tables.size(1);
+    const bool contiguous = direct_contiguous(p, chunk_);
+    const auto* k_src = static_cast<const uint16_t*>(key_cache.data());
+    const auto* v_src = static_cast<const uint16_t*>(value_cache.data());
+    const int64_t halves = align_up(n, 32) / 16;
+    for (int64_t h = 0; h < halves; ++h) {
+      const int64_t j = 16 * h;  // the half's first key in the chunk
+      if (j >= n) {
+        buf.k_half[size_t(h)] = buf.zeros.data();
+        buf.v_half[size_t(h)] = buf.zeros.data();
+        continue;
+      }
+      const int64_t token = c0 + j;
+      const int64_t block = load_i32(tables, s * width + token / bs);
+      const int64_t base = block * key_cache.stride(0) + g * key_cache.stride(1);
+      buf.k_half[size_t(h)] = k_src + base + token % bs * 8;
+      buf.v_half[size_t(h)] =
+          v_src + block * value_cache.stride(0) + g * value_cache.stride(1) + token % bs;
+    }
+    if (n % 32 == 0) return;
+    // The last group: stage the values of its keys (its first half when the second is past
+    // the chunk and the halves are read apart).
+    const int64_t last = (halves - 2) * 16;  // the group's first key in the chunk
+    const int64_t staged_halves = contiguous || n - last > 16 ? 2 : 1;
+    for (int64_t h = 0; h < staged_halves; ++h) {
+      const int64_t j = last + 16 * h;
+      const int64_t keys = std::clamp<int64_t>(n - j, 0, 16);
+      const int64_t offset = (c0 + last) % bs + (contiguous ? 16 * h : 0);
+      uint16_t* stage = buf.v_stage.data() + (contiguous ? 0 : h) * d * bs;
+      const uint16_t* src = keys > 0 ? buf.v_half[size_t(last / 16 + h)] : nullptr;
+      for (int64_t e = 0; e < d; ++e) {
+        uint16_t* row = stage + e * bs + offset;
+        std::fill(row, row + 16, uint16_t(0));
+        if (keys > 0) std::copy(src + e * bs, src + e * bs + keys, row);
+      }
+      buf.v_half[size_t(last / 16 + h)] = stage + offset;
+    }
+  }
+
+  void run_direct_task(const KernelArgs& args, int64_t s, int64_t g, int64_t part, int64_t parts,
+                       DirectBuffers& buf) const {
+    const auto& p = spec_.get<ir::PagedAttentionParams>();
+    const bool v2 = spec_.op == OpKind::kPagedAttentionV2;
+    const int first = v2 ? 4 : 1;
+    const Tensor& query = args.tensor(first);
+    const Tensor& slopes = args.tensor(first + 5);
+    const int64_t len = load_i32(args.tensor(first + 4), s);
+    const int64_t group = p.head_count_q / p.head_count_kv;
+    const int64_t d = p.head_size;
+    const int64_t t0 = v2 ? part * p.partition_size : 0;
+    const int64_t t1 = v2 ? std::min(len, (part + 1) * p.partition_size) : len;
+    std::fill(buf.acc.begin(), buf.acc.end(), 0.0f);
+    for (int64_t ps = 0; ps < buf.passes; ++ps) {
+      PagedDirectArgs& c = buf.calls[size_t(ps)];
+      const int64_t r0 = ps * kDirectRows;
+      c = PagedDirectArgs{};
+      c.rows = std::min(kDirectRows, group - r0);
+      c.q = buf.q.data() + r0 * d;
+      c.acc = buf.acc.data() + r0 * d;
+      c.k_half = buf.k_half.data();
+      c.v_half = buf.v_half.data();
+      c.probs = buf.aligned_probs();
+      c.scale = float(args.scalar(0));
+      for (int64_t i = 0; i < c.rows; ++i) {
+        const int64_t h = g * group + r0 + i;
+        c.m[i] = -FLT_MAX;
+        c.slope[i] = p.alibi ? slopes.data_as<const float>()[h] : 0.0f;
+        const auto* src = static_cast<const uint8_t*>(query.data()) +
+                          (s * query.stride(0) + h * query.stride(1)) * 2;
+        for (int64_t e = 0; e < d; ++e) {
+          buf.q[size_t((r0 + i) * d + e)] = load_element(p.dtype, src, e);
+        }
+      }
+    }
+    const auto fn = reinterpret_cast<KernelFn>(const_cast<void*>(code_));
+    for (int64_t c0 = t0; c0 < t1; c0 += chunk_) {
+      const int64_t n = std::min(chunk_, t1 - c0);
+      point_halves(args, s, g, c0, n, buf);
+      for (PagedDirectArgs& c : buf.calls) {
+        c.tokens = n;
+        c.alibi_offset = int32_t(c0 - (len - 1));
+        fn(&c, 0, 0);
+      }
+    }
+    // out (v1) or the partition's max logit, exp sum and rnd_T(acc / (S + 1e-6)) (v2); acc is
+    // [dim][row] per pass, rows rounded up to 1, 2, 4 or 8.
+    for (int64_t i = 0; i < group; ++i) {
+      const PagedDirectArgs& c = buf.calls[size_t(i / kDirectRows)];
+      const int64_t k = i % kDirectRows;
+      const int64_t row_pad = c.rows <= 1 ? 1 : c.rows <= 2 ? 2 : c.rows <= 4 ? 4 : 8;
+      const int64_t row = s * p.head_count_q + g * group + i;
+      const float inv = 1.0f / (c.l[k] + 1e-6f);
+      void* dst = v2 ? args.tensor(3).data() : args.tensor(0).data();
+      const int64_t at = v2 ? (row * parts + part) * d : row * d;
+      for (int64_t e = 0; e < d; ++e)
+        store_rounded(p.dtype, dst, at + e, c.acc[e * row_pad + k] * inv);
+      if (v2) {
+        args.tensor(1).data_as<float>()[row * parts + part] = c.l[k];
+        args.tensor(2).data_as<float>()[row * parts + part] = c.m[k];
+      }
+    }
+  }
+
   // Zero rows for empty sequences (both versions) and the v2 reduce (§3.2).
   void finish(const KernelArgs& args, int64_t parts) const {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
@@ -703,7 +906,8 @@ class PagedAttentionExecutable final : public Executable {
   }
 
   OpSpec spec_;
-  int64_t chunk_;  // keys per gathered chunk
+  bool direct_;    // the direct kernel (else the gather into the tile kernel's layout)
+  int64_t chunk_;  // keys per chunk (one direct call, or one gathered slab)
   OpSpec inner_;
   Config config_;
   const void* code_;
@@ -723,7 +927,7 @@ bool is_paged_attention_op(OpKind op) {
 
 Support paged_attention_support(const OpSpec& spec) {
   const auto& p = spec.get<ir::PagedAttentionParams>();
-  if (default_chunk(p) == 0) {
+  if (default_chunk(p, kGatherChunk) == 0) {
     return Support::no(
         fmt::format("x86 backend serves {} with partition_size a multiple of 16; got {}",
                     op_name(spec.op), p.partition_size));
@@ -733,8 +937,14 @@ Support paged_attention_support(const OpSpec& spec) {
 
 Result<std::vector<uint8_t>> generate_paged_attention(const OpSpec& spec, const Config& config,
                                                       X86Isa isa) {
-  const Result<int64_t> chunk = chunk_for(spec, config);
+  const Result<bool> direct = direct_for(spec, config, isa);
+  if (!direct.is_ok()) return direct.status();
+  const Result<int64_t> chunk = chunk_for(spec, config, direct.value());
   if (!chunk.is_ok()) return chunk.status();
+  if (direct.value()) {
+    const auto& p = spec.get<ir::PagedAttentionParams>();
+    return generate_paged_direct(p, direct_contiguous(p, chunk.value()), direct_row_counts(p), isa);
+  }
   return generate_cpu_attention(inner_spec(spec, chunk.value()), config, isa);
 }
 
@@ -742,8 +952,9 @@ std::shared_ptr<const Executable> make_paged_attention_executable(const OpSpec& 
                                                                   const Config& config, X86Isa isa,
                                                                   const void* code, size_t size) {
   // The code was generated with this config, so generate_paged_attention has checked it.
-  return std::make_shared<PagedAttentionExecutable>(spec, config, isa,
-                                                    chunk_for(spec, config).value(), code, size);
+  const bool direct = direct_for(spec, config, isa).value();
+  return std::make_shared<PagedAttentionExecutable>(
+      spec, config, isa, direct, chunk_for(spec, config, direct).value(), code, size);
 }
 
 }  // namespace jit::codegen::x86

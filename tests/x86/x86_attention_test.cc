@@ -1058,6 +1058,80 @@ TEST_P(X86AttentionTest, PagedChunkKnobMatchesRef) {
   }
 }
 
+// The direct kernel (bf16 caches read in place, no gather) against ref where it serves, forced
+// by its knob: every row count of a pass (GQA 1 .. 8, and 12 = 8 + 4, 16 = 8 + 8), rows that
+// pad to 2, 4 or 8 (3, 5, 6, 7), block sizes 16 (groups of two blocks' halves), 32 and 64
+// (groups inside one block: value rows read as one line), v1 and v2 with partitions of 512 and
+// of three blocks (144 at block 16: chunks of 16, halves of a group apart), chunks of 16 .. 512
+// keys, ALiBi, and the
+// sequences' partial last groups (their values staged, NaN in the slots past them). Then
+// direct=0 (the gather) on the same specs.
+TEST_P(X86AttentionTest, PagedDirectKernelMatchesRef) {
+  if (GetParam() < X86Isa::kAvx512) {
+    GTEST_SKIP() << "the direct kernel needs AVX-512; AVX2 serves paged attention by the gather "
+                    "(PagedHeadSizesAndBlocks and the others run it)";
+  }
+  struct Shape {
+    int64_t head, block, hq, hkv;
+    bool alibi;
+  };
+  for (bool v2 : {false, true}) {
+    for (const Shape& sh :
+         {Shape{64, 16, 8, 8, false}, Shape{128, 16, 8, 1, true}, Shape{80, 32, 6, 2, true},
+          Shape{112, 64, 10, 2, false}, Shape{64, 32, 5, 1, true}, Shape{96, 16, 7, 1, false},
+          Shape{256, 16, 24, 2, true}, Shape{48, 32, 16, 1, false}, Shape{16, 16, 2, 1, true}}) {
+      // v2: 512 and three blocks (48 for block 16 is 144: chunks of 16 keys).
+      const int64_t small = sh.block == 16 ? 144 : 3 * sh.block;
+      for (int64_t partition : v2 ? std::vector<int64_t>{512, small} : std::vector<int64_t>{0}) {
+        const OpSpec spec = paged_spec(v2, DType::kBF16, ir::KvCacheDtype::kAuto, sh.head, sh.block,
+                                       sh.hq, sh.hkv, sh.alibi, partition);
+        for (int64_t direct : {1, 0}) {
+          check(spec, GetParam(), 6, Config().set("direct", direct), {InputKind::kNormal});
+        }
+      }
+    }
+  }
+  for (int64_t chunk : {16, 32, 64, 128, 256, 512}) {
+    check(paged_spec(false, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 32, 8, 2, true), GetParam(),
+          6, Config().set("direct", 1).set("chunk", chunk), {InputKind::kNormal});
+  }
+}
+
+// The direct knob: 0 or 1; 1 only where the direct kernel serves (bf16, kv=auto, dense, block
+// and head sizes multiples of 16, AVX-512), each refusal naming the knob and what is allowed.
+TEST(X86AttentionConfig, BadPagedDirectKnobIsAClearError) {
+  const auto expect_refused = [](const OpSpec& spec, int64_t direct, X86Isa isa,
+                                 std::string_view fragment) {
+    auto code = codegen::x86::generate_paged_attention(spec, Config().set("direct", direct), isa);
+    ASSERT_FALSE(code.is_ok()) << to_string(spec) << " direct=" << direct;
+    const std::string message = code.status().to_string();
+    EXPECT_NE(message.find(fmt::format("direct={}", direct)), std::string::npos) << message;
+    EXPECT_NE(message.find(fragment), std::string::npos) << message;
+  };
+  const auto spec = [](DType dtype, ir::KvCacheDtype kv, int64_t head, int64_t block, bool sparse) {
+    return paged_spec(false, dtype, kv, head, block, 8, 2, false, 512, sparse);
+  };
+  const OpSpec served = spec(DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, false);
+  expect_refused(served, 2, X86Isa::kAvx512, "allowed values are 1 (the direct kernel) and 0");
+  expect_refused(served, 1, X86Isa::kAvx2, "at avx2");
+  expect_refused(spec(DType::kF16, ir::KvCacheDtype::kAuto, 64, 16, false), 1, X86Isa::kAvx512,
+                 "dtype=f16");
+  expect_refused(spec(DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, 16, false), 1, X86Isa::kAvx512,
+                 "kv=fp8_e4m3");
+  expect_refused(spec(DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, true), 1, X86Isa::kAvx512,
+                 "blocksparse=true");
+  expect_refused(spec(DType::kBF16, ir::KvCacheDtype::kAuto, 64, 8, false), 1, X86Isa::kAvx512,
+                 "block_size=8");
+  expect_refused(spec(DType::kBF16, ir::KvCacheDtype::kAuto, 72, 16, false), 1, X86Isa::kAvx512,
+                 "head_size=72");
+  for (int64_t direct : {0, 1}) {
+    EXPECT_TRUE(codegen::x86::generate_paged_attention(served, Config().set("direct", direct),
+                                                       X86Isa::kAvx512)
+                    .is_ok());
+  }
+  expect_compile_refused(served, Config().set("direct", 5), "direct=5");
+}
+
 TEST(X86AttentionConfig, BadPagedChunkKnobIsAClearError) {
   const OpSpec v1 = paged_spec(false, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, false);
   const OpSpec v2 =
@@ -1070,8 +1144,8 @@ TEST(X86AttentionConfig, BadPagedChunkKnobIsAClearError) {
     EXPECT_NE(message.find(fmt::format("chunk={}", chunk)), std::string::npos) << message;
     EXPECT_NE(message.find(fragment), std::string::npos) << message;
   };
-  for (int64_t chunk : {8, 48, 512, -16}) {
-    expect_refused(v1, chunk, "allowed values are 16, 32, 64, 128 and 256 keys");
+  for (int64_t chunk : {8, 48, 1024, -16}) {
+    expect_refused(v1, chunk, "allowed values are 16, 32, 64, 128, 256 and 512 keys");
   }
   expect_refused(v2, 64, "dividing partition_size=96");
   EXPECT_TRUE(codegen::x86::generate_paged_attention(v2, Config().set("chunk", 32), X86Isa::kAvx512)

@@ -1,0 +1,398 @@
+// The direct kernel of paged_attention_v1 / v2 on x86 (attention_kernel.h, PagedDirectArgs): Q·Kᵀ,
+// the softmax and P·V of one chunk of keys read straight from the legacy cache of 16-bit bf16
+// elements (key [NB, H, D/8, BS, 8], value [NB, H, D, BS]), with no gather into slabs.
+//
+// The chunk is walked in groups of 32 keys, two halves of 16 (each inside one block: BS and the
+// chunk's start are multiples of 16), one call per pass of up to 8 query rows of a GQA group.
+//
+// Q·Kᵀ, keys in lanes. A half's key run of 8 dims is [16 tokens][8 dims]: four 64-byte rows of
+// 4 tokens, each a 128-bit lane of 4 dwords (dims 2i, 2i + 1). Two rounds of in-lane unpacks
+// (vpunpckl/hdq, then vpunpckl/hqdq) transpose the 4 x 4 dwords of every lane, so vector j holds
+// dword j of all 16 tokens: dims 2j and 2j + 1, taken apart by parity (word << 16 and
+// word & 0xFFFF0000, bf16's widening to fp32). Lane 4l + k then holds token 4k + l (sigma,
+// its own inverse), which the softmax ignores and the probabilities' permute undoes. Each dim
+// vector meets every row's query by an embedded broadcast FMA:
+//   S[r][half] += K[d][16 keys] * q[r][d]                                   8 rows x 2 halves
+// Scaled, ALiBi's slope·(j − L + 1) added, and keys at or past `tokens` set to −inf, the logits
+// are stored per group and row.
+//
+// Softmax, per row over the whole chunk (the chunk's logits are in memory): m' = max(m, max s),
+// α = e^(m − m'), p = e^(max(s − m', −150) − m'·0) (e^−150 is 0 in fp32: masked keys give
+// p = 0 without a mask), l = α·l + Σ p, m = m'. The probabilities are written back in place
+// as P_e / P_o: the 32 keys' even and odd ones in order (one vpermi2ps each).
+//
+// P·V, keys in lanes too. A value row of 32 keys (two 32-byte half rows, or one 64-byte line when
+// the group lies in one block) taken apart by parity gives V[d][even keys] and V[d][odd keys],
+// which meet P_e[r] and P_o[r] in 16-lane partial sums: A[d][r] += V_e·P_e + V_o·P_o. Sixteen
+// accumulators (16 / R' dims x R' rows, R' the rows rounded up to 1, 2, 4 or 8) walk the whole
+// chunk, then one transpose tree (45 ops) sums each to one lane and the call's state is
+// acc[d][r] = α_r·acc[d][r] + Σ. The tree puts accumulator i's sum in lane sigma(i), so
+// accumulator sigma(m) holds natural element m = dd·R' + r and the sums come out in order.
+// Summing a chunk once per 16 accumulators, not once per group, is what makes keys-in-lanes
+// P·V cheap: 45 ops per 16 (dims, row) pairs per chunk of up to 512 keys.
+#include <fmt/format.h>
+#include <xbyak/xbyak.h>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <limits>
+
+#include "codegen/x86/attention_kernel.h"
+#include "codegen/x86/generator.h"
+#include "ir/params_attention.h"
+
+namespace jit::codegen::x86 {
+namespace {
+
+using namespace Xbyak;
+using namespace Xbyak::util;
+
+#define ARG(field) (rdi + int(offsetof(PagedDirectArgs, field)))
+
+constexpr int kHalf = 16;   // keys per half group
+constexpr int kGroup = 32;  // keys per group
+// Bytes of one row's logits (then probabilities) per group: two vectors.
+constexpr int kRowBytes = kGroup * 4;
+
+// Lane 4l + k of a transposed half holds token 4k + l (and the reduction tree's lane 4q + k
+// holds accumulator 4k + q): the 4 x 4 transpose of 16 indices.
+constexpr int sigma(int i) {
+  return 4 * (i % 4) + i / 4;
+}
+
+class PagedDirectGenerator : public Generator {
+ public:
+  PagedDirectGenerator(const ir::PagedAttentionParams& p, bool contiguous,
+                       const std::vector<int>& row_counts, X86Isa isa)
+      : Generator(isa),
+        p_(p),
+        contiguous_(contiguous),
+        row_counts_(row_counts),
+        k_step_(p.block_size * 8 * 2),
+        v_row_(p.block_size * 2) {}
+
+  void generate() {
+    prologue();
+    mov(rax, ptr[ARG(rows)]);
+    std::vector<Label> variants(row_counts_.size());
+    Label l_done;
+    for (size_t i = 0; i < row_counts_.size(); ++i) {
+      cmp(rax, row_counts_[i]);
+      je(variants[i], T_NEAR);
+    }
+    jmp(l_done, T_NEAR);
+    for (size_t i = 0; i < row_counts_.size(); ++i) {
+      L(variants[i]);
+      emit_qk(row_counts_[i]);
+      emit_softmax(row_counts_[i]);
+      emit_pv(row_counts_[i]);
+      jmp(l_done, T_NEAR);
+    }
+    L(l_done);
+    epilogue();
+  }
+
+ private:
+  // ---- Q·Kᵀ ----------------------------------------------------------------------------------
+  // GPRs: r12 half-pointer cursor, r13 tokens, r14 first key of the group, r15 logits cursor,
+  // r8 / r9 the halves' key runs, r10 query cursor, r11 dim-run counter.
+  // zmm: S[r][h] = zmm(2r + h); 16..19 the key rows, then the dim pairs; 20..23 the first
+  // round; 24 / 25 the even and odd dims; 26 the odd mask 0xFFFF0000.
+  void emit_qk(int rows) {
+    const int d = int(p_.head_size);
+    const Zmm odd_mask = zmm26;
+    vmovups(odd_mask, cst_bits(0xFFFF0000u));
+    mov(r12, ptr[ARG(k_half)]);
+    mov(r13, ptr[ARG(tokens)]);
+    xor_(r14, r14);
+    mov(r15, ptr[ARG(probs)]);
+    Label l_group, l_dims, l_full;
+    L(l_group);
+    mov(r8, ptr[r12]);
+    mov(r9, ptr[r12 + 8]);
+    mov(r10, ptr[ARG(q)]);
+    for (int i = 0; i < 2 * rows; ++i) vpxord(Zmm(i), Zmm(i), Zmm(i));
+    mov(r11, d / 8);
+    L(l_dims);
+    for (int h = 0; h < 2; ++h) {
+      const Reg64& run = h == 0 ? r8 : r9;
+      const Zmm z[4] = {zmm16, zmm17, zmm18, zmm19};
+      const Zmm u[4] = {zmm20, zmm21, zmm22, zmm23};
+      for (int k = 0; k < 4; ++k) vmovdqu32(z[k], ptr[run + k * 64]);
+      vpunpckldq(u[0], z[0], z[1]);
+      vpunpckhdq(u[1], z[0], z[1]);
+      vpunpckldq(u[2], z[2], z[3]);
+      vpunpckhdq(u[3], z[2], z[3]);
+      // w[j]: dword j (dims 2j, 2j + 1) of the 16 tokens.
+      const Zmm w[4] = {zmm16, zmm17, zmm18, zmm19};
+      vpunpcklqdq(w[0], u[0], u[2]);
+      vpunpckhqdq(w[1], u[0], u[2]);
+      vpunpcklqdq(w[2], u[1], u[3]);
+      vpunpckhqdq(w[3], u[1], u[3]);
+      for (int j = 0; j < 4; ++j) {
+        vpslld(zmm24, w[j], 16);
+        vpandd(zmm25, w[j], odd_mask);
+        for (int r = 0; r < rows; ++r) {
+          const int q_off = (r * d + 2 * j) * 4;
+          vfmadd231ps(Zmm(2 * r + h), zmm24, ptr_b[r10 + q_off]);
+          vfmadd231ps(Zmm(2 * r + h), zmm25, ptr_b[r10 + q_off + 4]);
+        }
+      }
+      add(run, k_step_);
+    }
+    add(r10, 8 * 4);
+    dec(r11);
+    jnz(l_dims, T_NEAR);
+
+    // s = scale·S (+ slope·(j − L + 1)); −inf at keys >= tokens.
+    vbroadcastss(zmm24, ptr[ARG(scale)]);
+    for (int i = 0; i < 2 * rows; ++i) vmulps(Zmm(i), Zmm(i), zmm24);
+    // zmm16 / 17: the halves' key indices in the chunk, in lane order (sigma).
+    vpbroadcastd(zmm18, r14d);
+    vpaddd(zmm16, zmm18, sigma_iota(0));
+    vpaddd(zmm17, zmm18, sigma_iota(kHalf));
+    if (p_.alibi) {
+      vpbroadcastd(zmm18, ptr[ARG(alibi_offset)]);
+      vpaddd(zmm20, zmm16, zmm18);
+      vpaddd(zmm21, zmm17, zmm18);
+      vcvtdq2ps(zmm20, zmm20);
+      vcvtdq2ps(zmm21, zmm21);
+      for (int r = 0; r < rows; ++r) {
+        vbroadcastss(zmm22, ptr[ARG(slope) + r * 4]);
+        vfmadd231ps(Zmm(2 * r), zmm20, zmm22);
+        vfmadd231ps(Zmm(2 * r + 1), zmm21, zmm22);
+      }
+    }
+    lea(rax, ptr[r14 + kGroup]);
+    cmp(rax, r13);
+    jle(l_full, T_NEAR);
+    vpbroadcastd(zmm18, r13d);
+    vpcmpd(k2, zmm16, zmm18, 5);  // j >= tokens
+    vpcmpd(k3, zmm17, zmm18, 5);
+    vmovups(zmm19, cst(-std::numeric_limits<float>::infinity()));
+    for (int r = 0; r < rows; ++r) {
+      vmovaps(Zmm(2 * r) | k2, zmm19);
+      vmovaps(Zmm(2 * r + 1) | k3, zmm19);
+    }
+    L(l_full);
+    for (int r = 0; r < rows; ++r) {
+      vmovaps(ptr[r15 + r * kRowBytes], Zmm(2 * r));
+      vmovaps(ptr[r15 + r * kRowBytes + 64], Zmm(2 * r + 1));
+    }
+    add(r12, 2 * 8);
+    add(r15, rows * kRowBytes);
+    add(r14, kGroup);
+    cmp(r14, r13);
+    jl(l_group, T_NEAR);
+  }
+
+  // ---- softmax ------------------------------------------------------------------------------
+  // GPRs: rbx groups, r12 the row's logits cursor, r11 group counter.
+  void emit_softmax(int rows) {
+    mov(rbx, ptr[ARG(tokens)]);
+    add(rbx, kGroup - 1);
+    shr(rbx, 5);
+    const Zmm m_new = zmm0, alpha = zmm1, sum = zmm2, x0 = zmm3, x1 = zmm4;
+    const Zmm idx_even = zmm28, idx_odd = zmm29, floor = zmm30;
+    vmovdqu32(idx_even, probability_index(0));
+    vmovdqu32(idx_odd, probability_index(1));
+    vmovups(floor, cst(-150.0f));
+    for (int r = 0; r < rows; ++r) {
+      Label l_max, l_exp;
+      // m' = max(m, max s).
+      vbroadcastss(m_new, ptr[ARG(m) + r * 4]);
+      mov(r12, ptr[ARG(probs)]);
+      add(r12, r * kRowBytes);
+      mov(r11, rbx);
+      L(l_max);
+      vmaxps(m_new, m_new, ptr[r12]);
+      vmaxps(m_new, m_new, ptr[r12 + 64]);
+      add(r12, rows * kRowBytes);
+      dec(r11);
+      jnz(l_max, T_NEAR);
+      broadcast_max(m_new, zmm5);
+      // α = e^(m − m').
+      vbroadcastss(alpha, ptr[ARG(m) + r * 4]);
+      vmovss(ptr[ARG(m) + r * 4], Xmm(m_new.getIdx()));
+      vsubps(alpha, alpha, m_new);
+      vmaxps(alpha, floor, alpha);
+      exp_ps({alpha}, {zmm5}, {zmm6}, /*bounded=*/true);
+      vmovss(ptr[ARG(alpha) + r * 4], Xmm(alpha.getIdx()));
+      // p = e^(max(s − m', −150)); P_e / P_o in place.
+      vpxord(sum, sum, sum);
+      mov(r12, ptr[ARG(probs)]);
+      add(r12, r * kRowBytes);
+      mov(r11, rbx);
+      L(l_exp);
+      vsubps(x0, m_new, ptr[r12]);  // m' − s, negated below: keeps a NaN s NaN
+      vsubps(x1, m_new, ptr[r12 + 64]);
+      vxorps(x0, x0, cst_bits(0x80000000u));
+      vxorps(x1, x1, cst_bits(0x80000000u));
+      vmaxps(x0, floor, x0);
+      vmaxps(x1, floor, x1);
+      exp_ps({x0, x1}, {zmm5, zmm6}, {zmm7, zmm8}, /*bounded=*/true);
+      vaddps(sum, sum, x0);
+      vaddps(sum, sum, x1);
+      vmovaps(zmm5, idx_even);
+      vpermi2ps(zmm5, x0, x1);
+      vmovaps(zmm6, idx_odd);
+      vpermi2ps(zmm6, x0, x1);
+      vmovaps(ptr[r12], zmm5);
+      vmovaps(ptr[r12 + 64], zmm6);
+      add(r12, rows * kRowBytes);
+      dec(r11);
+      jnz(l_exp, T_NEAR);
+      // l = α·l + Σ p.
+      reduce_sum(sum);
+      vmovss(xmm5, ptr[ARG(l) + r * 4]);
+      vfmadd231ss(Xmm(sum.getIdx()), xmm5, Xmm(alpha.getIdx()));
+      vmovss(ptr[ARG(l) + r * 4], Xmm(sum.getIdx()));
+    }
+  }
+
+  // x = max over its 16 lanes, in every lane. t: a temporary.
+  void broadcast_max(const Zmm& x, const Zmm& t) {
+    vshuff32x4(t, x, x, 0x4E);  // swap 256-bit halves
+    vmaxps(x, x, t);
+    vshuff32x4(t, x, x, 0xB1);  // swap 128-bit quarters in each half
+    vmaxps(x, x, t);
+    vpermilps(t, x, 0x4E);  // swap 64-bit pairs
+    vmaxps(x, x, t);
+    vpermilps(t, x, 0xB1);  // swap neighbours
+    vmaxps(x, x, t);
+  }
+
+  // P_e (parity 0) or P_o (parity 1) from the halves' probabilities [x0 | x1] (lane sigma(t)
+  // = token t of the half): lane i takes key 2i + parity of the group.
+  Address probability_index(int parity) {
+    std::array<uint32_t, 16> idx{};
+    for (int i = 0; i < 16; ++i) {
+      const int key = 2 * i + parity;
+      idx[size_t(i)] = uint32_t(key < kHalf ? sigma(key) : kHalf + sigma(key - kHalf));
+    }
+    return cst_table(idx);
+  }
+
+  // The key index of each lane of a transposed half: first + sigma(lane).
+  Address sigma_iota(int first) {
+    std::array<uint32_t, 16> idx{};
+    for (int i = 0; i < 16; ++i) idx[size_t(i)] = uint32_t(first + sigma(i));
+    return cst_table(idx);
+  }
+
+  // ---- P·V ----------------------------------------------------------------------------------
+  // GPRs: rbx groups, rbp the set's first value row in bytes (dd0 · BS · 2), r14 acc cursor,
+  // r12 half-pointer cursor, r15 probabilities cursor, r11 group counter, r8 / r9 the halves'
+  // value rows. zmm0..15 the accumulators; 16 the value row, 17 / 18 its even / odd keys;
+  // 26 the odd mask; 31 the α of each accumulator lane.
+  void emit_pv(int rows) {
+    const int d = int(p_.head_size);
+    const int row_pad = rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : 8;
+    const int dims = 16 / row_pad;  // dims per set of 16 accumulators
+    const Zmm alpha_lanes = zmm31;
+    {
+      std::array<uint32_t, 16> idx{};
+      for (int i = 0; i < 16; ++i) idx[size_t(i)] = uint32_t(i % row_pad);
+      vmovups(ymm28, ptr[ARG(alpha)]);
+      vmovdqu32(zmm29, cst_table(idx));
+      vpermps(alpha_lanes, zmm29, zmm28);
+    }
+    const auto acc = [&](int dd, int r) { return Zmm(sigma(dd * row_pad + r)); };
+    mov(r14, ptr[ARG(acc)]);
+    xor_(ebp, ebp);
+    Label l_set, l_group;
+    L(l_set);
+    for (int i = 0; i < 16; ++i) vpxord(Zmm(i), Zmm(i), Zmm(i));
+    mov(r12, ptr[ARG(v_half)]);
+    mov(r15, ptr[ARG(probs)]);
+    mov(r11, rbx);
+    L(l_group);
+    mov(r8, ptr[r12]);
+    add(r8, rbp);
+    if (!contiguous_) {
+      mov(r9, ptr[r12 + 8]);
+      add(r9, rbp);
+    }
+    for (int dd = 0; dd < dims; ++dd) {
+      if (contiguous_) {
+        vmovdqu32(zmm16, ptr[r8 + dd * v_row_]);
+      } else {
+        vmovdqu32(ymm16, ptr[r8 + dd * v_row_]);
+        vinserti64x4(zmm16, zmm16, ptr[r9 + dd * v_row_], 1);
+      }
+      vpslld(zmm17, zmm16, 16);
+      vpandd(zmm18, zmm16, zmm26);
+      for (int r = 0; r < rows; ++r) {
+        vfmadd231ps(acc(dd, r), zmm17, ptr[r15 + r * kRowBytes]);
+        vfmadd231ps(acc(dd, r), zmm18, ptr[r15 + r * kRowBytes + 64]);
+      }
+    }
+    add(r12, 2 * 8);
+    add(r15, rows * kRowBytes);
+    dec(r11);
+    jnz(l_group, T_NEAR);
+    reduce16(zmm16, zmm17);
+    // acc = α·acc + Σ, lanes [dd][r].
+    vmovups(zmm17, ptr[r14]);
+    vfmadd231ps(zmm0, zmm17, alpha_lanes);
+    vmovups(ptr[r14], zmm0);
+    add(r14, 64);
+    add(rbp, dims * v_row_);
+    cmp(rbp, d * v_row_);
+    jl(l_set, T_NEAR);
+  }
+
+  // zmm0 lane sigma(i) = the sum of zmm(i)'s 16 lanes, i < 16 (zmm0..15 clobbered; ta, tb
+  // temporaries). Rounds: 256-bit halves of pairs, 128-bit quarters of quads, element pairs
+  // and single elements inside each 128-bit lane.
+  void reduce16(const Zmm& ta, const Zmm& tb) {
+    // b[i] (in zmm(i)): half 0 = zmm(2i)'s 8 partials, half 1 = zmm(2i + 1)'s.
+    for (int i = 0; i < 8; ++i) {
+      vshuff32x4(ta, Zmm(2 * i), Zmm(2 * i + 1), 0x44);
+      vshuff32x4(tb, Zmm(2 * i), Zmm(2 * i + 1), 0xEE);
+      vaddps(Zmm(i), ta, tb);
+    }
+    // c[i]: quarter q = zmm(4i + q)'s 4 partials.
+    for (int i = 0; i < 4; ++i) {
+      vshuff32x4(ta, Zmm(2 * i), Zmm(2 * i + 1), 0x88);
+      vshuff32x4(tb, Zmm(2 * i), Zmm(2 * i + 1), 0xDD);
+      vaddps(Zmm(i), ta, tb);
+    }
+    // e[i]: in quarter q, elements 0, 1 = zmm(8i + q)'s 2 partials, 2, 3 = zmm(8i + 4 + q)'s.
+    for (int i = 0; i < 2; ++i) {
+      vshufps(ta, Zmm(2 * i), Zmm(2 * i + 1), 0x44);
+      vshufps(tb, Zmm(2 * i), Zmm(2 * i + 1), 0xEE);
+      vaddps(Zmm(i), ta, tb);
+    }
+    // In quarter q, element k = zmm(4k + q)'s sum: lane 4q + k = sigma(4k + q).
+    vshufps(ta, zmm0, zmm1, 0x88);
+    vshufps(tb, zmm0, zmm1, 0xDD);
+    vaddps(zmm0, ta, tb);
+  }
+
+  const ir::PagedAttentionParams& p_;
+  bool contiguous_;
+  std::vector<int> row_counts_;
+  int k_step_;  // bytes between a half's key runs of consecutive 8-dim groups
+  int v_row_;   // bytes between a block's value rows
+};
+
+#undef ARG
+
+}  // namespace
+
+bool paged_direct_serves(const ir::PagedAttentionParams& p, X86Isa isa) {
+  return isa >= X86Isa::kAvx512 && p.dtype == DType::kBF16 && p.kv == ir::KvCacheDtype::kAuto &&
+         !p.blocksparse && p.block_size % 16 == 0 && p.head_size % 16 == 0;
+}
+
+Result<std::vector<uint8_t>> generate_paged_direct(const ir::PagedAttentionParams& p,
+                                                   bool contiguous,
+                                                   const std::vector<int>& row_counts, X86Isa isa) {
+  PagedDirectGenerator gen(p, contiguous, row_counts, isa);
+  gen.generate();
+  return gen.finish();
+}
+
+}  // namespace jit::codegen::x86

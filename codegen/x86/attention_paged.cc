@@ -136,19 +136,31 @@ OpSpec inner_spec(const OpSpec& spec, int64_t chunk) {
                                              p.head_count_kv, true, false, p.alibi, false, false});
 }
 
-float load_element(DType dtype, const void* base, int64_t i) {
+// Elements [at, at + n) of a T array (f32/f16/bf16) as fp32 into dst, and back (rounded): the
+// type switch outside the loops, which the compiler vectorises.
+void load_row(DType dtype, const void* base, int64_t at, int64_t n, float* dst) {
+  const auto* bits = static_cast<const uint16_t*>(base) + at;
   switch (dtype) {
-    case DType::kBF16: return numeric::bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
-    case DType::kF16: return numeric::f16_to_f32(static_cast<const uint16_t*>(base)[i]);
-    default: return static_cast<const float*>(base)[i];
+    case DType::kBF16:
+      for (int64_t e = 0; e < n; ++e) dst[e] = numeric::bf16_to_f32(bits[e]);
+      break;
+    case DType::kF16:
+      for (int64_t e = 0; e < n; ++e) dst[e] = numeric::f16_to_f32(bits[e]);
+      break;
+    default: std::memcpy(dst, static_cast<const float*>(base) + at, size_t(n) * 4); break;
   }
 }
 
-void store_rounded(DType dtype, void* base, int64_t i, float v) {
+void store_row(DType dtype, void* base, int64_t at, int64_t n, const float* src) {
+  auto* bits = static_cast<uint16_t*>(base) + at;
   switch (dtype) {
-    case DType::kBF16: static_cast<uint16_t*>(base)[i] = numeric::f32_to_bf16(v); break;
-    case DType::kF16: static_cast<uint16_t*>(base)[i] = numeric::f32_to_f16(v); break;
-    default: static_cast<float*>(base)[i] = v; break;
+    case DType::kBF16:
+      for (int64_t e = 0; e < n; ++e) bits[e] = numeric::f32_to_bf16(src[e]);
+      break;
+    case DType::kF16:
+      for (int64_t e = 0; e < n; ++e) bits[e] = numeric::f32_to_f16(src[e]);
+      break;
+    default: std::memcpy(static_cast<float*>(base) + at, src, size_t(n) * 4); break;
   }
 }
 
@@ -652,12 +664,12 @@ class PagedAttentionExecutable final : public Executable {
     std::fill(buf.acc.begin(), buf.acc.end(), 0.0f);
     for (int64_t i = 0; i < group; ++i) {
       const int64_t h = g * group + i;
-      const auto* src = static_cast<const uint8_t*>(query.data()) +
-                        (s * query.stride(0) + h * query.stride(1)) * esize;
+      const int64_t at = s * query.stride(0) + h * query.stride(1);
       if (dpbf16_) {
-        std::memcpy(reinterpret_cast<uint16_t*>(buf.q.data()) + i * dp, src, size_t(d * 2));
+        std::memcpy(reinterpret_cast<uint16_t*>(buf.q.data()) + i * dp,
+                    static_cast<const uint8_t*>(query.data()) + at * esize, size_t(d * 2));
       } else {
-        for (int64_t e = 0; e < d; ++e) buf.q[size_t(i * dp + e)] = load_element(p.dtype, src, e);
+        load_row(p.dtype, query.data(), at, d, buf.q.data() + i * dp);
       }
     }
     const int64_t passes = (group + max_rows_ - 1) / max_rows_;
@@ -704,11 +716,10 @@ class PagedAttentionExecutable final : public Executable {
       const int64_t k = i % max_rows_;
       const int64_t row = s * p.head_count_q + g * group + i;
       const float inv = 1.0f / (c.l[k] + 1e-6f);
-      const float* acc = buf.acc.data() + i * dp;
+      float* acc = buf.acc.data() + i * dp;  // normalised in place: the task is done with it
+      for (int64_t e = 0; e < d; ++e) acc[e] *= inv;
       if (!v2) {
-        for (int64_t e = 0; e < d; ++e) {
-          store_rounded(p.dtype, args.tensor(0).data(), row * d + e, acc[e] * inv);
-        }
+        store_row(p.dtype, args.tensor(0).data(), row * d, d, acc);
         continue;
       }
       // A partition that a row attends nowhere (block-sparse): every logit is −FLT_MAX = m, so
@@ -717,9 +728,7 @@ class PagedAttentionExecutable final : public Executable {
       const bool masked = sparse.vert != 0 && !buf.any_attended[size_t(i)];
       args.tensor(1).data_as<float>()[row * parts + part] = masked ? float(t1 - t0) : c.l[k];
       args.tensor(2).data_as<float>()[row * parts + part] = c.m[k];
-      for (int64_t e = 0; e < d; ++e) {
-        store_rounded(p.dtype, args.tensor(3).data(), (row * parts + part) * d + e, acc[e] * inv);
-      }
+      store_row(p.dtype, args.tensor(3).data(), (row * parts + part) * d, d, acc);
     }
   }
 
@@ -732,10 +741,13 @@ class PagedAttentionExecutable final : public Executable {
           q(static_cast<size_t>(passes * kDirectRows * p.head_size)),
           acc(static_cast<size_t>(passes * kDirectRows * p.head_size)),
           probs(static_cast<size_t>((chunk + 31) / 32 * kDirectRows * 32 + 16)),
-          k_half(static_cast<size_t>(align_up(chunk, 32) / 16)),
+          // Two more halves (zeros): the kernel reads the group after the last one's
+          // pointers to prefetch them.
+          k_half(static_cast<size_t>(align_up(chunk, 32) / 16 + 2)),
           v_half(k_half.size()),
           zeros(static_cast<size_t>(p.head_size * p.block_size)),
           v_stage(static_cast<size_t>(2 * p.head_size * p.block_size)),
+          out(static_cast<size_t>(p.head_size)),
           calls(static_cast<size_t>(passes)) {}
     int64_t passes;
     std::vector<float> q, acc, probs;
@@ -744,6 +756,7 @@ class PagedAttentionExecutable final : public Executable {
     // blocks in which a partial half's keys are staged with zeros past them (slots past the
     // sequence may hold anything, and p = 0 times a NaN is NaN).
     std::vector<uint16_t> zeros, v_stage;
+    std::vector<float> out;              // one output row before rounding
     std::vector<PagedDirectArgs> calls;  // one per pass, holding its softmax state
     float* aligned_probs() {
       return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(probs.data()) + 63) &
@@ -768,6 +781,10 @@ class PagedAttentionExecutable final : public Executable {
     const auto* k_src = static_cast<const uint16_t*>(key_cache.data());
     const auto* v_src = static_cast<const uint16_t*>(value_cache.data());
     const int64_t halves = align_up(n, 32) / 16;
+    for (int64_t h = halves; h < halves + 2; ++h) {
+      buf.k_half[size_t(h)] = buf.zeros.data();
+      buf.v_half[size_t(h)] = buf.zeros.data();
+    }
     for (int64_t h = 0; h < halves; ++h) {
       const int64_t j = 16 * h;  // the half's first key in the chunk
       if (j >= n) {
@@ -830,11 +847,8 @@ class PagedAttentionExecutable final : public Executable {
         const int64_t h = g * group + r0 + i;
         c.m[i] = -FLT_MAX;
         c.slope[i] = p.alibi ? slopes.data_as<const float>()[h] : 0.0f;
-        const auto* src = static_cast<const uint8_t*>(query.data()) +
-                          (s * query.stride(0) + h * query.stride(1)) * 2;
-        for (int64_t e = 0; e < d; ++e) {
-          buf.q[size_t((r0 + i) * d + e)] = load_element(p.dtype, src, e);
-        }
+        load_row(p.dtype, query.data(), s * query.stride(0) + h * query.stride(1), d,
+                 buf.q.data() + (r0 + i) * d);
       }
     }
     const auto fn = reinterpret_cast<KernelFn>(const_cast<void*>(code_));
@@ -855,10 +869,9 @@ class PagedAttentionExecutable final : public Executable {
       const int64_t row_pad = c.rows <= 1 ? 1 : c.rows <= 2 ? 2 : c.rows <= 4 ? 4 : 8;
       const int64_t row = s * p.head_count_q + g * group + i;
       const float inv = 1.0f / (c.l[k] + 1e-6f);
-      void* dst = v2 ? args.tensor(3).data() : args.tensor(0).data();
-      const int64_t at = v2 ? (row * parts + part) * d : row * d;
-      for (int64_t e = 0; e < d; ++e)
-        store_rounded(p.dtype, dst, at + e, c.acc[e * row_pad + k] * inv);
+      for (int64_t e = 0; e < d; ++e) buf.out[size_t(e)] = c.acc[e * row_pad + k] * inv;
+      store_row(p.dtype, (v2 ? args.tensor(3) : args.tensor(0)).data(),
+                v2 ? (row * parts + part) * d : row * d, d, buf.out.data());
       if (v2) {
         args.tensor(1).data_as<float>()[row * parts + part] = c.l[k];
         args.tensor(2).data_as<float>()[row * parts + part] = c.m[k];
@@ -873,7 +886,7 @@ class PagedAttentionExecutable final : public Executable {
     const Tensor& seq_lens = args.tensor(v2 ? 8 : 5);
     const int64_t d = p.head_size;
     void* out = args.tensor(0).data();
-    std::vector<float> result(static_cast<size_t>(d));
+    std::vector<float> result(static_cast<size_t>(d)), part(result.size());
     for (int64_t s = 0; s < seq_lens.size(0); ++s) {
       const int64_t len = load_i32(seq_lens, s);
       if (len > 0 && !v2) continue;
@@ -885,8 +898,7 @@ class PagedAttentionExecutable final : public Executable {
         const float* maxes = v2 ? args.tensor(2).data_as<const float>() + row * parts : nullptr;
         const void* tmp = v2 ? args.tensor(3).data() : nullptr;
         if (n == 1) {
-          for (int64_t e = 0; e < d; ++e)
-            result[size_t(e)] = load_element(p.dtype, tmp, row * parts * d + e);
+          load_row(p.dtype, tmp, row * parts * d, d, result.data());
         } else if (n > 1) {
           float max_all = -std::numeric_limits<float>::infinity();
           for (int64_t pi = 0; pi < n; ++pi) max_all = std::max(max_all, maxes[pi]);
@@ -894,13 +906,12 @@ class PagedAttentionExecutable final : public Executable {
           for (int64_t pi = 0; pi < n; ++pi) {
             const float w = sums[pi] * std::exp(maxes[pi] - max_all);
             weight_sum += w;
-            for (int64_t e = 0; e < d; ++e) {
-              result[size_t(e)] += w * load_element(p.dtype, tmp, (row * parts + pi) * d + e);
-            }
+            load_row(p.dtype, tmp, (row * parts + pi) * d, d, part.data());
+            for (int64_t e = 0; e < d; ++e) result[size_t(e)] += w * part[size_t(e)];
           }
           for (float& v : result) v /= weight_sum + 1e-6f;
         }
-        for (int64_t e = 0; e < d; ++e) store_rounded(p.dtype, out, row * d + e, result[size_t(e)]);
+        store_row(p.dtype, out, row * d, d, result.data());
       }
     }
   }

@@ -97,11 +97,12 @@ class PagedDirectGenerator : public Generator {
   // ---- Q·Kᵀ ----------------------------------------------------------------------------------
   // GPRs: r12 half-pointer cursor, r13 tokens, r14 first key of the group, r15 logits cursor,
   // r8 / r9 the halves' key runs, r10 query cursor, r11 dim-run counter.
-  // zmm: S[r][h] = zmm(2r + h); 16..19 the key rows, then the dim pairs; 20..23 the first
-  // round; 24 / 25 the even and odd dims; 26 the odd mask 0xFFFF0000.
+  // zmm: S[r][h] = zmm(2r + h); 16..19 / 24..27 the halves' key rows, then their dim pairs;
+  // 20..23 the first round, then the even and odd dims of both halves; 28 the odd mask
+  // 0xFFFF0000; 29 a query element.
   void emit_qk(int rows) {
     const int d = int(p_.head_size);
-    const Zmm odd_mask = zmm26;
+    const Zmm odd_mask = zmm28;
     vmovups(odd_mask, cst_bits(0xFFFF0000u));
     mov(r12, ptr[ARG(k_half)]);
     mov(r13, ptr[ARG(tokens)]);
@@ -111,35 +112,61 @@ class PagedDirectGenerator : public Generator {
     L(l_group);
     mov(r8, ptr[r12]);
     mov(r9, ptr[r12 + 8]);
+    // The next group's key runs (prefetched into L1) and this group's value rows (into L2,
+    // for P·V, which walks them a few dims at a time).
+    mov(rax, ptr[r12 + 16]);
+    mov(rcx, ptr[r12 + 24]);
+    mov(rdx, ptr[ARG(v_half)]);
+    sub(rdx, ptr[ARG(k_half)]);
+    mov(rsi, ptr[r12 + rdx]);
+    mov(rdx, ptr[r12 + rdx + 8]);
     mov(r10, ptr[ARG(q)]);
     for (int i = 0; i < 2 * rows; ++i) vpxord(Zmm(i), Zmm(i), Zmm(i));
     mov(r11, d / 8);
     L(l_dims);
+    // w[h][j]: dword j (dims 2j, 2j + 1) of half h's 16 tokens.
+    const Zmm w[2][4] = {{zmm16, zmm17, zmm18, zmm19}, {zmm24, zmm25, zmm26, zmm27}};
+    const Zmm u[4] = {zmm20, zmm21, zmm22, zmm23};
     for (int h = 0; h < 2; ++h) {
       const Reg64& run = h == 0 ? r8 : r9;
-      const Zmm z[4] = {zmm16, zmm17, zmm18, zmm19};
-      const Zmm u[4] = {zmm20, zmm21, zmm22, zmm23};
+      const Zmm* z = w[h];  // the key rows, transposed in place
       for (int k = 0; k < 4; ++k) vmovdqu32(z[k], ptr[run + k * 64]);
       vpunpckldq(u[0], z[0], z[1]);
       vpunpckhdq(u[1], z[0], z[1]);
       vpunpckldq(u[2], z[2], z[3]);
       vpunpckhdq(u[3], z[2], z[3]);
-      // w[j]: dword j (dims 2j, 2j + 1) of the 16 tokens.
-      const Zmm w[4] = {zmm16, zmm17, zmm18, zmm19};
-      vpunpcklqdq(w[0], u[0], u[2]);
-      vpunpckhqdq(w[1], u[0], u[2]);
-      vpunpcklqdq(w[2], u[1], u[3]);
-      vpunpckhqdq(w[3], u[1], u[3]);
-      for (int j = 0; j < 4; ++j) {
-        vpslld(zmm24, w[j], 16);
-        vpandd(zmm25, w[j], odd_mask);
-        for (int r = 0; r < rows; ++r) {
-          const int q_off = (r * d + 2 * j) * 4;
-          vfmadd231ps(Zmm(2 * r + h), zmm24, ptr_b[r10 + q_off]);
-          vfmadd231ps(Zmm(2 * r + h), zmm25, ptr_b[r10 + q_off + 4]);
+      vpunpcklqdq(w[h][0], u[0], u[2]);
+      vpunpckhqdq(w[h][1], u[0], u[2]);
+      vpunpcklqdq(w[h][2], u[1], u[3]);
+      vpunpckhqdq(w[h][3], u[1], u[3]);
+      add(run, k_step_);
+      const Reg64& next = h == 0 ? rax : rcx;
+      for (int line = 0; line < 4; ++line) prefetcht0(ptr[next + line * 64]);
+      add(next, k_step_);
+      // Value rows 8c .. 8c + 7 of this half: one prefetch per line (a group in one block
+      // shares its lines between the halves).
+      if (h == 0 || !contiguous_) {
+        const Reg64& values = h == 0 ? rsi : rdx;
+        for (int row = 0; row < 8; row += std::max(1, 64 / v_row_)) {
+          prefetcht1(ptr[values + row * v_row_]);
+        }
+        add(values, 8 * v_row_);
+      }
+    }
+    // Each query element is broadcast once for both halves: even dims (zmm20 / 22), odd dims
+    // (zmm21 / 23), the query in zmm29.
+    for (int j = 0; j < 4; ++j) {
+      for (int h = 0; h < 2; ++h) {
+        vpslld(u[2 * h], w[h][j], 16);
+        vpandd(u[2 * h + 1], w[h][j], odd_mask);
+      }
+      for (int r = 0; r < rows; ++r) {
+        for (int parity = 0; parity < 2; ++parity) {
+          vbroadcastss(zmm29, ptr[r10 + ((r * d + 2 * j + parity) * 4)]);
+          vfmadd231ps(Zmm(2 * r), u[parity], zmm29);
+          vfmadd231ps(Zmm(2 * r + 1), u[2 + parity], zmm29);
         }
       }
-      add(run, k_step_);
     }
     add(r10, 8 * 4);
     dec(r11);
@@ -284,13 +311,17 @@ class PagedDirectGenerator : public Generator {
   // ---- P·V ----------------------------------------------------------------------------------
   // GPRs: rbx groups, rbp the set's first value row in bytes (dd0 · BS · 2), r14 acc cursor,
   // r12 half-pointer cursor, r15 probabilities cursor, r11 group counter, r8 / r9 the halves'
-  // value rows. zmm0..15 the accumulators; 16 the value row, 17 / 18 its even / odd keys;
-  // 26 the odd mask; 31 the α of each accumulator lane.
+  // value rows. zmm0..15 the accumulators; 16..19 probabilities; 20..27 the value rows' even
+  // and odd keys; 30 the odd mask; 31 the α of each accumulator lane. Every probability and
+  // value vector is loaded once per group and set: with 4 or more rows the set's (at most 4)
+  // value rows are split first and each row's P_e / P_o meets them all; with 1 or 2 rows the
+  // rows' probabilities stay in registers while the (up to 16) value rows pass.
   void emit_pv(int rows) {
     const int d = int(p_.head_size);
     const int row_pad = rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : 8;
     const int dims = 16 / row_pad;  // dims per set of 16 accumulators
-    const Zmm alpha_lanes = zmm31;
+    const Zmm odd_mask = zmm30, alpha_lanes = zmm31;
+    vmovups(odd_mask, cst_bits(0xFFFF0000u));
     {
       std::array<uint32_t, 16> idx{};
       for (int i = 0; i < 16; ++i) idx[size_t(i)] = uint32_t(i % row_pad);
@@ -299,6 +330,19 @@ class PagedDirectGenerator : public Generator {
       vpermps(alpha_lanes, zmm29, zmm28);
     }
     const auto acc = [&](int dd, int r) { return Zmm(sigma(dd * row_pad + r)); };
+    // Value row dd of the set split into its even and odd keys.
+    const auto split_row = [&](int dd, const Zmm& even, const Zmm& odd) {
+      if (contiguous_) {
+        vmovdqu32(odd, ptr[r8 + dd * v_row_]);
+      } else {
+        vmovdqu32(Ymm(odd.getIdx()), ptr[r8 + dd * v_row_]);
+        vinserti64x4(odd, odd, ptr[r9 + dd * v_row_], 1);
+      }
+      vpslld(even, odd, 16);
+      vpandd(odd, odd, odd_mask);
+    };
+    const auto p_even = [&](int r) { return ptr[r15 + r * kRowBytes]; };
+    const auto p_odd = [&](int r) { return ptr[r15 + r * kRowBytes + 64]; };
     mov(r14, ptr[ARG(acc)]);
     xor_(ebp, ebp);
     Label l_set, l_group;
@@ -314,18 +358,28 @@ class PagedDirectGenerator : public Generator {
       mov(r9, ptr[r12 + 8]);
       add(r9, rbp);
     }
-    for (int dd = 0; dd < dims; ++dd) {
-      if (contiguous_) {
-        vmovdqu32(zmm16, ptr[r8 + dd * v_row_]);
-      } else {
-        vmovdqu32(ymm16, ptr[r8 + dd * v_row_]);
-        vinserti64x4(zmm16, zmm16, ptr[r9 + dd * v_row_], 1);
-      }
-      vpslld(zmm17, zmm16, 16);
-      vpandd(zmm18, zmm16, zmm26);
+    if (row_pad >= 4) {
+      for (int dd = 0; dd < dims; ++dd) split_row(dd, Zmm(20 + 2 * dd), Zmm(21 + 2 * dd));
       for (int r = 0; r < rows; ++r) {
-        vfmadd231ps(acc(dd, r), zmm17, ptr[r15 + r * kRowBytes]);
-        vfmadd231ps(acc(dd, r), zmm18, ptr[r15 + r * kRowBytes + 64]);
+        vmovaps(zmm16, p_even(r));
+        vmovaps(zmm17, p_odd(r));
+        for (int dd = 0; dd < dims; ++dd) {
+          vfmadd231ps(acc(dd, r), Zmm(20 + 2 * dd), zmm16);
+          vfmadd231ps(acc(dd, r), Zmm(21 + 2 * dd), zmm17);
+        }
+      }
+    } else {
+      for (int r = 0; r < rows; ++r) {
+        vmovaps(Zmm(16 + 2 * r), p_even(r));
+        vmovaps(Zmm(17 + 2 * r), p_odd(r));
+      }
+      for (int dd = 0; dd < dims; ++dd) {
+        const Zmm even = Zmm(20 + 2 * (dd % 4)), odd = Zmm(21 + 2 * (dd % 4));
+        split_row(dd, even, odd);
+        for (int r = 0; r < rows; ++r) {
+          vfmadd231ps(acc(dd, r), even, Zmm(16 + 2 * r));
+          vfmadd231ps(acc(dd, r), odd, Zmm(17 + 2 * r));
+        }
       }
     }
     add(r12, 2 * 8);

@@ -46,8 +46,10 @@ using numeric::f32_to_f16;
 //   min_split  fewest keys in a KV split; 0 disables splitting.
 //   dpbf16     1 / 0: vdpbf16ps or the fp32 path where both serve (kDpbf16Knob; read by the
 //              generator, so it is part of the code, and checked there).
-//   chunk      paged_attention_v1/v2: keys per gathered chunk (kPagedChunkKnob; the kernel's
-//              block, so part of the code, and checked by the generator).
+//   chunk      paged_attention_v1/v2: keys per kernel call (kPagedChunkKnob; part of the code,
+//              and checked by the generator).
+//   direct     paged_attention_v1/v2: 1 / 0 the direct kernel or the gather (kPagedDirectKnob;
+//              part of the code, checked by the generator).
 constexpr std::string_view kThreads = "threads";
 constexpr std::string_view kKvTile = "kv_tile";
 constexpr std::string_view kQPasses = "q_passes";
@@ -579,12 +581,16 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
   space.push_back(Config{});  // heuristic default
   if (is_paged_attention_op(spec.op)) {
     for (int64_t threads : {1, 2}) space.push_back(Config().set(std::string(kThreads), threads));
-    // Keys per gathered chunk (kPagedChunkKnob; v2: those dividing the partition).
-    const int64_t partition = spec.get<ir::PagedAttentionParams>().partition_size;
-    for (int64_t chunk : {32, 64, 256}) {
-      if (partition == 0 || partition % chunk == 0) {
+    // Keys per chunk (kPagedChunkKnob; v2: those dividing the partition), and the gather
+    // where the direct kernel is the default (kPagedDirectKnob).
+    const auto& p = spec.get<ir::PagedAttentionParams>();
+    for (int64_t chunk : {32, 64, 128, 256}) {
+      if (p.partition_size == 0 || p.partition_size % chunk == 0) {
         space.push_back(Config().set(std::string(kPagedChunkKnob), chunk));
       }
+    }
+    if (paged_direct_serves(p, target.isa)) {
+      space.push_back(Config().set(std::string(kPagedDirectKnob), 0));
     }
     return space;
   }

@@ -1132,6 +1132,36 @@ TEST(X86AttentionConfig, BadPagedDirectKnobIsAClearError) {
   expect_compile_refused(served, Config().set("direct", 5), "direct=5");
 }
 
+// paged attention's tuning space: every entry generates (the chunks, the thread counts, and
+// direct=0 exactly where the direct kernel is the default).
+TEST(X86AttentionConfig, PagedTuningSpaceGenerates) {
+  struct Case {
+    OpSpec spec;
+    X86Isa isa;
+    bool direct_served;
+  };
+  for (const Case& c :
+       {Case{paged_spec(false, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, false),
+             X86Isa::kAvx512, true},
+        Case{paged_spec(true, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, false, 144),
+             X86Isa::kAvx512Fp16, true},
+        Case{paged_spec(false, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, false),
+             X86Isa::kAvx2, false},
+        Case{paged_spec(false, DType::kF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, false),
+             X86Isa::kAvx512, false}}) {
+    Target target = host_target(BackendKind::kX86);
+    target.isa = c.isa;
+    const std::vector<Config> space = codegen::x86::cpu_attention_configs(c.spec, target);
+    int direct_off = 0;
+    for (const Config& config : space) {
+      direct_off += config.get("direct", -1) == 0;
+      EXPECT_TRUE(codegen::x86::generate_paged_attention(c.spec, config, c.isa).is_ok())
+          << to_string(c.spec) << " at " << x86_isa_name(c.isa);
+    }
+    EXPECT_EQ(direct_off, c.direct_served ? 1 : 0) << to_string(c.spec);
+  }
+}
+
 TEST(X86AttentionConfig, BadPagedChunkKnobIsAClearError) {
   const OpSpec v1 = paged_spec(false, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, false);
   const OpSpec v2 =

@@ -193,7 +193,7 @@ class PagedAttentionExecutable final : public Executable {
   Status run(const KernelArgs& args) const override {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
     const bool v2 = spec_.op == OpKind::kPagedAttentionV2;
-    const int first = v2 ? 4 : 1;
+    const int first = query_arg();
     const Tensor& seq_lens = args.tensor(first + 4);
     const Tensor& tables = args.tensor(first + 3);
     const auto max_seq_len = int64_t(args.scalar(1));
@@ -333,7 +333,7 @@ class PagedAttentionExecutable final : public Executable {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
     Fp8Tables tables;
     if (p.kv == ir::KvCacheDtype::kAuto) return tables;
-    const int first = spec_.op == OpKind::kPagedAttentionV2 ? 4 : 1;
+    const int first = query_arg();
     const float k_scale = args.tensor(first + 6).data_as<const float>()[0];
     const float v_scale = args.tensor(first + 7).data_as<const float>()[0];
     const auto slab_bits = [&](uint8_t code, float scale) {
@@ -361,7 +361,7 @@ class PagedAttentionExecutable final : public Executable {
   void gather(const KernelArgs& args, int64_t s, int64_t g, int64_t c0, int64_t n, int64_t at,
               const Fp8Tables& fp8_values, Buffers& buf) const {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
-    const int first = spec_.op == OpKind::kPagedAttentionV2 ? 4 : 1;
+    const int first = query_arg();
     const Tensor& key_cache = args.tensor(first + 1);
     const Tensor& value_cache = args.tensor(first + 2);
     const Tensor& tables = args.tensor(first + 3);
@@ -643,21 +643,54 @@ class PagedAttentionExecutable final : public Executable {
     std::memset(v + a * dp * esize, 0, size_t((b - a) * dp * esize));
   }
 
+  // The query's argument index: v2's outputs exp_sums, max_logits and tmp_out come first.
+  int query_arg() const {
+    return spec_.op == OpKind::kPagedAttentionV2 ? 4 : 1;
+  }
+
+  // A task's query and ALiBi slopes tensors, its sequence length and its keys [t0, t1): the
+  // sequence's, or v2's partition `part`.
+  struct TaskInputs {
+    const Tensor& query;
+    const Tensor& slopes;
+    int64_t len, t0, t1;
+  };
+  TaskInputs task_inputs(const KernelArgs& args, int64_t s, int64_t part) const {
+    const auto& p = spec_.get<ir::PagedAttentionParams>();
+    const int first = query_arg();
+    const int64_t len = load_i32(args.tensor(first + 4), s);
+    if (spec_.op == OpKind::kPagedAttentionV1) {
+      return {args.tensor(first), args.tensor(first + 5), len, 0, len};
+    }
+    return {args.tensor(first), args.tensor(first + 5), len, part * p.partition_size,
+            std::min(len, (part + 1) * p.partition_size)};
+  }
+
+  // Writes a task's result for output row `row` (sequence · Hq + query head): v1 `normalised`
+  // (acc / (l + 1e-6)) into out; v2 the partition's exp sum `l`, max logit `m` and `normalised`
+  // into exp_sums, max_logits and tmp_out (reduced by finish()).
+  void write_row(const KernelArgs& args, int64_t row, int64_t part, int64_t parts, float l, float m,
+                 const float* normalised) const {
+    const auto& p = spec_.get<ir::PagedAttentionParams>();
+    const int64_t d = p.head_size;
+    if (spec_.op == OpKind::kPagedAttentionV1) {
+      store_row(p.dtype, args.tensor(0).data(), row * d, d, normalised);
+      return;
+    }
+    args.tensor(1).data_as<float>()[row * parts + part] = l;
+    args.tensor(2).data_as<float>()[row * parts + part] = m;
+    store_row(p.dtype, args.tensor(3).data(), (row * parts + part) * d, d, normalised);
+  }
+
   void run_task(const KernelArgs& args, int64_t s, int64_t g, int64_t part, int64_t parts,
                 const Fp8Tables& fp8_values, Buffers& buf) const {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
-    const bool v2 = spec_.op == OpKind::kPagedAttentionV2;
-    const int first = v2 ? 4 : 1;
-    const Tensor& query = args.tensor(first);
-    const Tensor& slopes = args.tensor(first + 5);
-    const int64_t len = load_i32(args.tensor(first + 4), s);
+    const auto [query, slopes, len, t0, t1] = task_inputs(args, s, part);
     const int64_t group = p.head_count_q / p.head_count_kv;
     const int64_t d = p.head_size;
     const int64_t dp = align_up(d, kHeadPad);
     const int64_t chunk = chunk_;
     const int64_t esize = int64_t(dtype_size(p.dtype));
-    const int64_t t0 = v2 ? part * p.partition_size : 0;
-    const int64_t t1 = v2 ? std::min(len, (part + 1) * p.partition_size) : len;
     // The slabs' padded head dims were zeroed when the buffers were made and are never
     // written; key slots past a chunk's end hold finite values of an earlier chunk (masked).
     std::fill(buf.q.begin(), buf.q.end(), 0.0f);
@@ -718,17 +751,11 @@ class PagedAttentionExecutable final : public Executable {
       const float inv = 1.0f / (c.l[k] + 1e-6f);
       float* acc = buf.acc.data() + i * dp;  // normalised in place: the task is done with it
       for (int64_t e = 0; e < d; ++e) acc[e] *= inv;
-      if (!v2) {
-        store_row(p.dtype, args.tensor(0).data(), row * d, d, acc);
-        continue;
-      }
-      // A partition that a row attends nowhere (block-sparse): every logit is −FLT_MAX = m, so
-      // vLLM's sum counts e^0 = 1 per token (§2.5); its output and max are the kernel's 0 and
-      // −FLT_MAX.
+      // A v2 partition that a row attends nowhere (block-sparse): every logit is −FLT_MAX = m,
+      // so vLLM's sum counts e^0 = 1 per token (§2.5); its output and max are the kernel's 0
+      // and −FLT_MAX.
       const bool masked = sparse.vert != 0 && !buf.any_attended[size_t(i)];
-      args.tensor(1).data_as<float>()[row * parts + part] = masked ? float(t1 - t0) : c.l[k];
-      args.tensor(2).data_as<float>()[row * parts + part] = c.m[k];
-      store_row(p.dtype, args.tensor(3).data(), (row * parts + part) * d, d, acc);
+      write_row(args, row, part, parts, masked ? float(t1 - t0) : c.l[k], c.m[k], acc);
     }
   }
 
@@ -770,7 +797,7 @@ class PagedAttentionExecutable final : public Executable {
   void point_halves(const KernelArgs& args, int64_t s, int64_t g, int64_t c0, int64_t n,
                     DirectBuffers& buf) const {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
-    const int first = spec_.op == OpKind::kPagedAttentionV2 ? 4 : 1;
+    const int first = query_arg();
     const Tensor& key_cache = args.tensor(first + 1);
     const Tensor& value_cache = args.tensor(first + 2);
     const Tensor& tables = args.tensor(first + 3);
@@ -822,15 +849,9 @@ class PagedAttentionExecutable final : public Executable {
   void run_direct_task(const KernelArgs& args, int64_t s, int64_t g, int64_t part, int64_t parts,
                        DirectBuffers& buf) const {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
-    const bool v2 = spec_.op == OpKind::kPagedAttentionV2;
-    const int first = v2 ? 4 : 1;
-    const Tensor& query = args.tensor(first);
-    const Tensor& slopes = args.tensor(first + 5);
-    const int64_t len = load_i32(args.tensor(first + 4), s);
+    const auto [query, slopes, len, t0, t1] = task_inputs(args, s, part);
     const int64_t group = p.head_count_q / p.head_count_kv;
     const int64_t d = p.head_size;
-    const int64_t t0 = v2 ? part * p.partition_size : 0;
-    const int64_t t1 = v2 ? std::min(len, (part + 1) * p.partition_size) : len;
     std::fill(buf.acc.begin(), buf.acc.end(), 0.0f);
     for (int64_t ps = 0; ps < buf.passes; ++ps) {
       PagedDirectArgs& c = buf.calls[size_t(ps)];
@@ -870,12 +891,7 @@ class PagedAttentionExecutable final : public Executable {
       const int64_t row = s * p.head_count_q + g * group + i;
       const float inv = 1.0f / (c.l[k] + 1e-6f);
       for (int64_t e = 0; e < d; ++e) buf.out[size_t(e)] = c.acc[e * row_pad + k] * inv;
-      store_row(p.dtype, (v2 ? args.tensor(3) : args.tensor(0)).data(),
-                v2 ? (row * parts + part) * d : row * d, d, buf.out.data());
-      if (v2) {
-        args.tensor(1).data_as<float>()[row * parts + part] = c.l[k];
-        args.tensor(2).data_as<float>()[row * parts + part] = c.m[k];
-      }
+      write_row(args, row, part, parts, c.l[k], c.m[k], buf.out.data());
     }
   }
 
@@ -883,7 +899,7 @@ class PagedAttentionExecutable final : public Executable {
   void finish(const KernelArgs& args, int64_t parts) const {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
     const bool v2 = spec_.op == OpKind::kPagedAttentionV2;
-    const Tensor& seq_lens = args.tensor(v2 ? 8 : 5);
+    const Tensor& seq_lens = args.tensor(query_arg() + 4);
     const int64_t d = p.head_size;
     void* out = args.tensor(0).data();
     std::vector<float> result(static_cast<size_t>(d)), part(result.size());

@@ -1050,22 +1050,6 @@ class AttentionGenerator : public Generator {
 
   // ---- online softmax ------------------------------------------------------------------------
 
-  // x (all lanes) = max over the lanes of x; vmm14 is scratch.
-  void broadcast_max(const Xmm& x) {
-    const int i = x.getIdx();
-    if (avx512()) {
-      vextractf64x4(Ymm(14), Zmm(i), 1);
-      vmaxps(Ymm(i), Ymm(i), Ymm(14));
-    }
-    vextractf128(Xmm(14), Ymm(i), 1);
-    vmaxps(Xmm(i), Xmm(i), Xmm(14));
-    vmovhlps(Xmm(14), Xmm(14), Xmm(i));
-    vmaxps(Xmm(i), Xmm(i), Xmm(14));
-    vmovshdup(Xmm(14), Xmm(i));
-    vmaxss(Xmm(i), Xmm(i), Xmm(14));
-    vbroadcastss(x, Xmm(i));
-  }
-
   // Row loop (rbp = r) over the logits in scratch: writes the probabilities (bf16 or fp32) to
   // the probability scratch, α[r], and updates m[r], l[r].
   void emit_softmax(int rows) {

@@ -131,8 +131,19 @@ inline constexpr std::string_view kPagedChunkKnob = "chunk";
 /// tile kernel's vec layout. Default 1.
 inline constexpr std::string_view kPagedDirectKnob = "direct";
 
-/// The arguments of one call of paged attention's direct kernel (paged_direct.cc): one chunk
-/// of `tokens` keys of one sequence and KV head against up to 8 query rows of its group.
+/// Paged attention's direct kernel (paged_direct.cc) walks a chunk in groups of two halves of
+/// kPagedDirectHalf keys (each half inside one block), against up to kPagedDirectRows query rows
+/// per call.
+inline constexpr int kPagedDirectHalf = 16;
+inline constexpr int kPagedDirectRows = 8;
+/// The rows of a direct-kernel call rounded up to 1, 2, 4 or 8: its accumulator rows (16
+/// accumulators are 16 / R' dims x R' rows).
+inline constexpr int64_t paged_direct_row_pad(int64_t rows) {
+  return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : 8;
+}
+
+/// The arguments of one call of paged attention's direct kernel: one chunk of `tokens` keys of
+/// one sequence and KV head against up to kPagedDirectRows query rows of its group.
 struct PagedDirectArgs {
   const float* q;  ///< rows x D fp32, unscaled
   float* acc;      ///< D x R' fp32 ([dim][row], R' = rows rounded up to 1, 2, 4 or 8)
@@ -146,10 +157,10 @@ struct PagedDirectArgs {
   int64_t rows;          ///< 1 .. 8, one of the generated row counts
   int32_t alibi_offset;  ///< j − (L − 1) of the chunk's first key (ALiBi)
   float scale;
-  float m[8];      ///< running max logit per row (−FLT_MAX before the first chunk)
-  float l[8];      ///< running exp sum per row
-  float slope[8];  ///< ALiBi slope per row
-  float alpha[8];  ///< kernel-internal: this chunk's rescale factor per row
+  float m[kPagedDirectRows];      ///< running max logit per row (−FLT_MAX before the first chunk)
+  float l[kPagedDirectRows];      ///< running exp sum per row
+  float slope[kPagedDirectRows];  ///< ALiBi slope per row
+  float alpha[kPagedDirectRows];  ///< kernel-internal: this chunk's rescale factor per row
 };
 /// Whether the direct kernel serves `p` at `isa`: AVX-512, bf16 caches (kv auto), dense (no
 /// block-sparse mode), block size and head size multiples of 16.

@@ -40,11 +40,11 @@
 namespace jit::codegen::x86 {
 namespace {
 
-constexpr int64_t kHeadPad = 16;       // the tile kernel's head unit (vec16)
-constexpr int64_t kGatherChunk = 128;  // keys per gathered chunk (v1; the v2 maximum)
-constexpr int64_t kDirectChunk = 512;  // keys per direct-kernel call (v1; the v2 maximum)
-constexpr int64_t kMaxChunk = 512;     // the chunk knob's largest value
-constexpr int64_t kDirectRows = 8;     // rows per direct-kernel pass
+constexpr int64_t kHeadPad = 16;         // the tile kernel's head unit (vec16)
+constexpr int64_t kGatherChunk = 128;    // keys per gathered chunk (v1; the v2 maximum)
+constexpr int64_t kDirectChunk = 512;    // keys per direct-kernel call (v1; the v2 maximum)
+constexpr int64_t kMaxChunk = 512;       // the chunk knob's largest value
+constexpr int64_t kPagedDirectRows = 8;  // rows per direct-kernel pass
 
 int64_t align_up(int64_t v, int64_t a) {
   return (v + a - 1) / a * a;
@@ -110,12 +110,13 @@ Result<int64_t> chunk_for(const OpSpec& spec, const Config& config, bool direct)
   return knob;
 }
 
-// The direct kernel's row counts: passes of kDirectRows rows over the GQA group, the last one
+// The direct kernel's row counts: passes of kPagedDirectRows rows over the GQA group, the last one
 // shorter.
 std::vector<int> direct_row_counts(const ir::PagedAttentionParams& p) {
   const int64_t group = p.head_count_q / p.head_count_kv;
-  std::vector<int> counts{int(std::min(group, kDirectRows))};
-  if (group > kDirectRows && group % kDirectRows != 0) counts.push_back(int(group % kDirectRows));
+  std::vector<int> counts{int(std::min(group, kPagedDirectRows))};
+  if (group > kPagedDirectRows && group % kPagedDirectRows != 0)
+    counts.push_back(int(group % kPagedDirectRows));
   return counts;
 }
 
@@ -162,6 +163,12 @@ void store_row(DType dtype, void* base, int64_t at, int64_t n, const float* src)
       break;
     default: std::memcpy(static_cast<float*>(base) + at, src, size_t(n) * 4); break;
   }
+}
+
+// p rounded up to a 64-byte boundary (the vectors' whole-line loads and stores; buffers
+// allocate 16 floats more).
+float* align64(float* p) {
+  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
 }
 
 int64_t load_i32(const Tensor& t, int64_t i) {
@@ -300,9 +307,6 @@ class PagedAttentionExecutable final : public Executable {
     // The slabs at 64-byte boundaries (whole-line stores and loads).
     float* k_slab() { return align64(k.data()); }
     float* v_slab() { return align64(v.data()); }
-    static float* align64(float* p) {
-      return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
-    }
     std::vector<float> k, v, q, acc, scratch;  // k, v, q hold 16-bit elements for f16/bf16
     std::vector<CpuAttnTileArgs> calls;        // one per pass (group / max_rows, rounded up)
     // `staged` (fp8_staged()): one run's keys and values decoded to 16-bit words (a run
@@ -707,7 +711,7 @@ class PagedAttentionExecutable final : public Executable {
     }
     const int64_t passes = (group + max_rows_ - 1) / max_rows_;
     const int32_t zero_block = 0;
-    float* scratch = Buffers::align64(buf.scratch.data());
+    float* scratch = align64(buf.scratch.data());
     for (int64_t ps = 0; ps < passes; ++ps) {
       CpuAttnTileArgs& c = buf.calls[size_t(ps)];
       const int64_t r0 = ps * max_rows_;
@@ -763,39 +767,38 @@ class PagedAttentionExecutable final : public Executable {
 
   // Per-thread working memory of the direct kernel.
   struct DirectBuffers {
+    static constexpr int64_t kHalf = kPagedDirectHalf, kGroup = 2 * kPagedDirectHalf;
     DirectBuffers(const ir::PagedAttentionParams& p, int64_t chunk)
-        : passes((p.head_count_q / p.head_count_kv + kDirectRows - 1) / kDirectRows),
-          q(static_cast<size_t>(passes * kDirectRows * p.head_size)),
-          acc(static_cast<size_t>(passes * kDirectRows * p.head_size)),
-          probs(static_cast<size_t>((chunk + 31) / 32 * kDirectRows * 32 + 16)),
-          // Two more halves (zeros): the kernel reads the group after the last one's
-          // pointers to prefetch them.
-          k_half(static_cast<size_t>(align_up(chunk, 32) / 16 + 2)),
+        : passes((p.head_count_q / p.head_count_kv + kPagedDirectRows - 1) / kPagedDirectRows),
+          q(static_cast<size_t>(passes * kPagedDirectRows * p.head_size)),
+          acc(q.size()),
+          probs(static_cast<size_t>(align_up(chunk, kGroup) * kPagedDirectRows + 16)),
+          // Two more halves (zeros): the kernel reads the pointers of the group after the last
+          // one to prefetch its keys.
+          k_half(static_cast<size_t>(align_up(chunk, kGroup) / kHalf + 2)),
           v_half(k_half.size()),
           zeros(static_cast<size_t>(p.head_size * p.block_size)),
-          v_stage(static_cast<size_t>(2 * p.head_size * p.block_size)),
+          v_stage(zeros.size()),
           out(static_cast<size_t>(p.head_size)),
           calls(static_cast<size_t>(passes)) {}
     int64_t passes;
-    std::vector<float> q, acc, probs;
+    std::vector<float> q, acc, probs;  // probs: 64-byte aligned by align64 (the kernel's vmovaps)
     std::vector<const uint16_t*> k_half, v_half;
-    // A block of zeros (the keys and values of halves past the chunk's keys) and two value
-    // blocks in which a partial half's keys are staged with zeros past them (slots past the
-    // sequence may hold anything, and p = 0 times a NaN is NaN).
+    // A block of zeros (the keys and values of halves past the chunk's keys) and a value block
+    // in which the chunk's last keys are staged with zeros past them (slots past the sequence
+    // may hold anything, and p = 0 times a NaN is NaN).
     std::vector<uint16_t> zeros, v_stage;
     std::vector<float> out;              // one output row before rounding
     std::vector<PagedDirectArgs> calls;  // one per pass, holding its softmax state
-    float* aligned_probs() {
-      return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(probs.data()) + 63) &
-                                      ~uintptr_t(63));
-    }
   };
 
-  // Points the direct kernel's halves at chunk [c0, c0 + n) of sequence s, KV head g. A half
-  // holding the chunk's last keys but not 16 of them gets its values staged (the whole group
-  // when its value rows are read as one line); halves past the chunk point at zeros.
+  // Points the direct kernel's halves at chunk [c0, c0 + n) of sequence s, KV head g; halves
+  // past the chunk point at zeros. When the chunk ends inside a half, the values of that half
+  // (of its whole group where a group's value rows are read as one line) are staged with zeros
+  // past the chunk's keys. Keys are read in place: the kernel masks the logits past `tokens`.
   void point_halves(const KernelArgs& args, int64_t s, int64_t g, int64_t c0, int64_t n,
                     DirectBuffers& buf) const {
+    constexpr int64_t kHalf = DirectBuffers::kHalf, kGroup = DirectBuffers::kGroup;
     const auto& p = spec_.get<ir::PagedAttentionParams>();
     const int first = query_arg();
     const Tensor& key_cache = args.tensor(first + 1);
@@ -807,43 +810,32 @@ class PagedAttentionExecutable final : public Executable {
     const bool contiguous = direct_contiguous(p, chunk_);
     const auto* k_src = static_cast<const uint16_t*>(key_cache.data());
     const auto* v_src = static_cast<const uint16_t*>(value_cache.data());
-    const int64_t halves = align_up(n, 32) / 16;
-    for (int64_t h = halves; h < halves + 2; ++h) {
-      buf.k_half[size_t(h)] = buf.zeros.data();
-      buf.v_half[size_t(h)] = buf.zeros.data();
-    }
-    for (int64_t h = 0; h < halves; ++h) {
-      const int64_t j = 16 * h;  // the half's first key in the chunk
-      if (j >= n) {
+    const int64_t halves = align_up(n, kGroup) / kHalf;
+    for (int64_t h = 0; h < halves + 2; ++h) {
+      const int64_t token = c0 + kHalf * h;  // the half's first key
+      if (token >= c0 + n) {
         buf.k_half[size_t(h)] = buf.zeros.data();
         buf.v_half[size_t(h)] = buf.zeros.data();
         continue;
       }
-      const int64_t token = c0 + j;
       const int64_t block = load_i32(tables, s * width + token / bs);
-      const int64_t base = block * key_cache.stride(0) + g * key_cache.stride(1);
-      buf.k_half[size_t(h)] = k_src + base + token % bs * 8;
+      buf.k_half[size_t(h)] =
+          k_src + block * key_cache.stride(0) + g * key_cache.stride(1) + token % bs * 8;
       buf.v_half[size_t(h)] =
           v_src + block * value_cache.stride(0) + g * value_cache.stride(1) + token % bs;
     }
-    if (n % 32 == 0) return;
-    // The last group: stage the values of its keys (its first half when the second is past
-    // the chunk and the halves are read apart).
-    const int64_t last = (halves - 2) * 16;  // the group's first key in the chunk
-    const int64_t staged_halves = contiguous || n - last > 16 ? 2 : 1;
-    for (int64_t h = 0; h < staged_halves; ++h) {
-      const int64_t j = last + 16 * h;
-      const int64_t keys = std::clamp<int64_t>(n - j, 0, 16);
-      const int64_t offset = (c0 + last) % bs + (contiguous ? 16 * h : 0);
-      uint16_t* stage = buf.v_stage.data() + (contiguous ? 0 : h) * d * bs;
-      const uint16_t* src = keys > 0 ? buf.v_half[size_t(last / 16 + h)] : nullptr;
-      for (int64_t e = 0; e < d; ++e) {
-        uint16_t* row = stage + e * bs + offset;
-        std::fill(row, row + 16, uint16_t(0));
-        if (keys > 0) std::copy(src + e * bs, src + e * bs + keys, row);
-      }
-      buf.v_half[size_t(last / 16 + h)] = stage + offset;
+    const int64_t unit = contiguous ? kGroup : kHalf;  // keys per value read
+    if (n % unit == 0) return;
+    const int64_t first_half = (n - 1) / unit * unit / kHalf;  // of the staged unit
+    const int64_t offset = (c0 + kHalf * first_half) % bs;
+    const int64_t keys = n - kHalf * first_half;
+    const uint16_t* src = buf.v_half[size_t(first_half)];
+    for (int64_t e = 0; e < d; ++e) {
+      uint16_t* row = buf.v_stage.data() + e * bs + offset;
+      std::fill(row, row + unit, uint16_t(0));
+      std::copy(src + e * bs, src + e * bs + keys, row);
     }
+    buf.v_half[size_t(first_half)] = buf.v_stage.data() + offset;
   }
 
   void run_direct_task(const KernelArgs& args, int64_t s, int64_t g, int64_t part, int64_t parts,
@@ -855,14 +847,14 @@ class PagedAttentionExecutable final : public Executable {
     std::fill(buf.acc.begin(), buf.acc.end(), 0.0f);
     for (int64_t ps = 0; ps < buf.passes; ++ps) {
       PagedDirectArgs& c = buf.calls[size_t(ps)];
-      const int64_t r0 = ps * kDirectRows;
+      const int64_t r0 = ps * kPagedDirectRows;
       c = PagedDirectArgs{};
-      c.rows = std::min(kDirectRows, group - r0);
+      c.rows = std::min<int64_t>(kPagedDirectRows, group - r0);
       c.q = buf.q.data() + r0 * d;
       c.acc = buf.acc.data() + r0 * d;
       c.k_half = buf.k_half.data();
       c.v_half = buf.v_half.data();
-      c.probs = buf.aligned_probs();
+      c.probs = align64(buf.probs.data());
       c.scale = float(args.scalar(0));
       for (int64_t i = 0; i < c.rows; ++i) {
         const int64_t h = g * group + r0 + i;
@@ -885,9 +877,9 @@ class PagedAttentionExecutable final : public Executable {
     // out (v1) or the partition's max logit, exp sum and rnd_T(acc / (S + 1e-6)) (v2); acc is
     // [dim][row] per pass, rows rounded up to 1, 2, 4 or 8.
     for (int64_t i = 0; i < group; ++i) {
-      const PagedDirectArgs& c = buf.calls[size_t(i / kDirectRows)];
-      const int64_t k = i % kDirectRows;
-      const int64_t row_pad = c.rows <= 1 ? 1 : c.rows <= 2 ? 2 : c.rows <= 4 ? 4 : 8;
+      const PagedDirectArgs& c = buf.calls[size_t(i / kPagedDirectRows)];
+      const int64_t k = i % kPagedDirectRows;
+      const int64_t row_pad = paged_direct_row_pad(c.rows);
       const int64_t row = s * p.head_count_q + g * group + i;
       const float inv = 1.0f / (c.l[k] + 1e-6f);
       for (int64_t e = 0; e < d; ++e) buf.out[size_t(e)] = c.acc[e * row_pad + k] * inv;
@@ -902,7 +894,7 @@ class PagedAttentionExecutable final : public Executable {
     const Tensor& seq_lens = args.tensor(query_arg() + 4);
     const int64_t d = p.head_size;
     void* out = args.tensor(0).data();
-    std::vector<float> result(static_cast<size_t>(d)), part(result.size());
+    std::vector<float> result(static_cast<size_t>(d)), partial(result.size());
     for (int64_t s = 0; s < seq_lens.size(0); ++s) {
       const int64_t len = load_i32(seq_lens, s);
       if (len > 0 && !v2) continue;
@@ -922,8 +914,8 @@ class PagedAttentionExecutable final : public Executable {
           for (int64_t pi = 0; pi < n; ++pi) {
             const float w = sums[pi] * std::exp(maxes[pi] - max_all);
             weight_sum += w;
-            load_row(p.dtype, tmp, (row * parts + pi) * d, d, part.data());
-            for (int64_t e = 0; e < d; ++e) result[size_t(e)] += w * part[size_t(e)];
+            load_row(p.dtype, tmp, (row * parts + pi) * d, d, partial.data());
+            for (int64_t e = 0; e < d; ++e) result[size_t(e)] += w * partial[size_t(e)];
           }
           for (float& v : result) v /= weight_sum + 1e-6f;
         }

@@ -434,6 +434,21 @@ void Generator::reduce_sum(const Xmm& x) {
   vaddss(Xmm(i), Xmm(i), Xmm(14));
 }
 
+void Generator::broadcast_max(const Xmm& x) {
+  const int i = x.getIdx();
+  if (avx512()) {
+    vextractf64x4(Ymm(14), Zmm(i), 1);
+    vmaxps(Ymm(i), Ymm(i), Ymm(14));
+  }
+  vextractf128(Xmm(14), Ymm(i), 1);
+  vmaxps(Xmm(i), Xmm(i), Xmm(14));
+  vmovhlps(Xmm(14), Xmm(14), Xmm(i));
+  vmaxps(Xmm(i), Xmm(i), Xmm(14));
+  vmovshdup(Xmm(14), Xmm(i));
+  vmaxss(Xmm(i), Xmm(i), Xmm(14));
+  vbroadcastss(x, Xmm(i));
+}
+
 void Generator::uni_vpand(const Xmm& d, const Xmm& a, const Operand& b) {
   if (avx512_) {
     vpandd(d, a, b);

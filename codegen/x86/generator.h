@@ -128,6 +128,8 @@ class Generator : public Xbyak::CodeGenerator {
 
   /// Sums the lanes of `x` into lane 0 of x's xmm.
   void reduce_sum(const Xmm& x);
+  /// x (every lane) = the max over x's lanes; vmm14 is scratch.
+  void broadcast_max(const Xmm& x);
 
   /// A full vector of the fp32 value `value` (or the int32 bits): the register it is pinned
   /// to (pin_constants), else a memory operand of the constant pool.

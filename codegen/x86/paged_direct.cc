@@ -17,9 +17,10 @@
 // are stored per group and row.
 //
 // Softmax, per row over the whole chunk (the chunk's logits are in memory): m' = max(m, max s),
-// α = e^(m − m'), p = e^(max(s − m', −150) − m'·0) (e^−150 is 0 in fp32: masked keys give
-// p = 0 without a mask), l = α·l + Σ p, m = m'. The probabilities are written back in place
-// as P_e / P_o: the 32 keys' even and odd ones in order (one vpermi2ps each).
+// α = e^(m − m'), p = e^(s − m') (exp_ps clamps its argument at −104, where e^x is 0 in fp32,
+// NaN passing: masked keys give p = 0 without a mask), l = α·l + Σ p, m = m'. The
+// probabilities are written back in place as P_e / P_o: the 32 keys' even and odd ones in
+// order (one vpermi2ps each).
 //
 // P·V, keys in lanes too. A value row of 32 keys (two 32-byte half rows, or one 64-byte line when
 // the group lies in one block) taken apart by parity gives V[d][even keys] and V[d][odd keys],
@@ -50,10 +51,12 @@ using namespace Xbyak::util;
 
 #define ARG(field) (rdi + int(offsetof(PagedDirectArgs, field)))
 
-constexpr int kHalf = 16;   // keys per half group
-constexpr int kGroup = 32;  // keys per group
+constexpr int kHalf = kPagedDirectHalf;
+constexpr int kGroup = 2 * kHalf;
+static_assert(kGroup == 32, "a group's logits are two zmm, and groups = (tokens + 31) >> 5");
 // Bytes of one row's logits (then probabilities) per group: two vectors.
 constexpr int kRowBytes = kGroup * 4;
+constexpr uint8_t kNotLess = 5;  // vpcmpd predicate: a >= b
 
 // Lane 4l + k of a transposed half holds token 4k + l (and the reduction tree's lane 4q + k
 // holds accumulator 4k + q): the 4 x 4 transpose of 16 indices.
@@ -74,9 +77,11 @@ class PagedDirectGenerator : public Generator {
 
   void generate() {
     prologue();
+    Label l_done;
+    cmp(qword[ARG(tokens)], 0);  // nothing to do (the loops below run at least once)
+    jle(l_done, T_NEAR);
     mov(rax, ptr[ARG(rows)]);
     std::vector<Label> variants(row_counts_.size());
-    Label l_done;
     for (size_t i = 0; i < row_counts_.size(); ++i) {
       cmp(rax, row_counts_[i]);
       je(variants[i], T_NEAR);
@@ -96,14 +101,16 @@ class PagedDirectGenerator : public Generator {
  private:
   // ---- Q·Kᵀ ----------------------------------------------------------------------------------
   // GPRs: r12 half-pointer cursor, r13 tokens, r14 first key of the group, r15 logits cursor,
-  // r8 / r9 the halves' key runs, r10 query cursor, r11 dim-run counter.
+  // r8 / r9 the halves' key runs, r10 query cursor, r11 dim-run counter, rax / rcx the next
+  // group's key runs (prefetch), rsi / rdx this group's value rows (prefetch).
   // zmm: S[r][h] = zmm(2r + h); 16..19 / 24..27 the halves' key rows, then their dim pairs;
   // 20..23 the first round, then the even and odd dims of both halves; 28 the odd mask
   // 0xFFFF0000; 29 a query element.
   void emit_qk(int rows) {
     const int d = int(p_.head_size);
-    const Zmm odd_mask = zmm28;
-    vmovups(odd_mask, cst_bits(0xFFFF0000u));
+    const std::array<uint32_t, 1> odd_mask{0xFFFF0000u};  // split_bf16_pairs' constant
+    const std::array<int, 1> odd_mask_reg{28};
+    pin_constants(odd_mask, odd_mask_reg);
     mov(r12, ptr[ARG(k_half)]);
     mov(r13, ptr[ARG(tokens)]);
     xor_(r14, r14);
@@ -156,10 +163,7 @@ class PagedDirectGenerator : public Generator {
     // Each query element is broadcast once for both halves: even dims (zmm20 / 22), odd dims
     // (zmm21 / 23), the query in zmm29.
     for (int j = 0; j < 4; ++j) {
-      for (int h = 0; h < 2; ++h) {
-        vpslld(u[2 * h], w[h][j], 16);
-        vpandd(u[2 * h + 1], w[h][j], odd_mask);
-      }
+      for (int h = 0; h < 2; ++h) split_bf16_pairs(u[2 * h], u[2 * h + 1], w[h][j]);
       for (int r = 0; r < rows; ++r) {
         for (int parity = 0; parity < 2; ++parity) {
           vbroadcastss(zmm29, ptr[r10 + ((r * d + 2 * j + parity) * 4)]);
@@ -195,8 +199,8 @@ class PagedDirectGenerator : public Generator {
     cmp(rax, r13);
     jle(l_full, T_NEAR);
     vpbroadcastd(zmm18, r13d);
-    vpcmpd(k2, zmm16, zmm18, 5);  // j >= tokens
-    vpcmpd(k3, zmm17, zmm18, 5);
+    vpcmpd(k2, zmm16, zmm18, kNotLess);  // j >= tokens
+    vpcmpd(k3, zmm17, zmm18, kNotLess);
     vmovups(zmm19, cst(-std::numeric_limits<float>::infinity()));
     for (int r = 0; r < rows; ++r) {
       vmovaps(Zmm(2 * r) | k2, zmm19);
@@ -212,6 +216,7 @@ class PagedDirectGenerator : public Generator {
     add(r14, kGroup);
     cmp(r14, r13);
     jl(l_group, T_NEAR);
+    unpin_constants();
   }
 
   // ---- softmax ------------------------------------------------------------------------------
@@ -221,10 +226,9 @@ class PagedDirectGenerator : public Generator {
     add(rbx, kGroup - 1);
     shr(rbx, 5);
     const Zmm m_new = zmm0, alpha = zmm1, sum = zmm2, x0 = zmm3, x1 = zmm4;
-    const Zmm idx_even = zmm28, idx_odd = zmm29, floor = zmm30;
+    const Zmm idx_even = zmm28, idx_odd = zmm29;
     vmovdqu32(idx_even, probability_index(0));
     vmovdqu32(idx_odd, probability_index(1));
-    vmovups(floor, cst(-150.0f));
     for (int r = 0; r < rows; ++r) {
       Label l_max, l_exp;
       // m' = max(m, max s).
@@ -238,26 +242,23 @@ class PagedDirectGenerator : public Generator {
       add(r12, rows * kRowBytes);
       dec(r11);
       jnz(l_max, T_NEAR);
-      broadcast_max(m_new, zmm5);
+      broadcast_max(m_new);
       // α = e^(m − m').
       vbroadcastss(alpha, ptr[ARG(m) + r * 4]);
       vmovss(ptr[ARG(m) + r * 4], Xmm(m_new.getIdx()));
       vsubps(alpha, alpha, m_new);
-      vmaxps(alpha, floor, alpha);
       exp_ps({alpha}, {zmm5}, {zmm6}, /*bounded=*/true);
       vmovss(ptr[ARG(alpha) + r * 4], Xmm(alpha.getIdx()));
-      // p = e^(max(s − m', −150)); P_e / P_o in place.
+      // p = e^(s − m'); P_e / P_o in place.
       vpxord(sum, sum, sum);
       mov(r12, ptr[ARG(probs)]);
       add(r12, r * kRowBytes);
       mov(r11, rbx);
       L(l_exp);
-      vsubps(x0, m_new, ptr[r12]);  // m' − s, negated below: keeps a NaN s NaN
-      vsubps(x1, m_new, ptr[r12 + 64]);
-      vxorps(x0, x0, cst_bits(0x80000000u));
-      vxorps(x1, x1, cst_bits(0x80000000u));
-      vmaxps(x0, floor, x0);
-      vmaxps(x1, floor, x1);
+      vmovaps(x0, ptr[r12]);
+      vmovaps(x1, ptr[r12 + 64]);
+      vsubps(x0, x0, m_new);
+      vsubps(x1, x1, m_new);
       exp_ps({x0, x1}, {zmm5, zmm6}, {zmm7, zmm8}, /*bounded=*/true);
       vaddps(sum, sum, x0);
       vaddps(sum, sum, x1);
@@ -276,18 +277,6 @@ class PagedDirectGenerator : public Generator {
       vfmadd231ss(Xmm(sum.getIdx()), xmm5, Xmm(alpha.getIdx()));
       vmovss(ptr[ARG(l) + r * 4], Xmm(sum.getIdx()));
     }
-  }
-
-  // x = max over its 16 lanes, in every lane. t: a temporary.
-  void broadcast_max(const Zmm& x, const Zmm& t) {
-    vshuff32x4(t, x, x, 0x4E);  // swap 256-bit halves
-    vmaxps(x, x, t);
-    vshuff32x4(t, x, x, 0xB1);  // swap 128-bit quarters in each half
-    vmaxps(x, x, t);
-    vpermilps(t, x, 0x4E);  // swap 64-bit pairs
-    vmaxps(x, x, t);
-    vpermilps(t, x, 0xB1);  // swap neighbours
-    vmaxps(x, x, t);
   }
 
   // P_e (parity 0) or P_o (parity 1) from the halves' probabilities [x0 | x1] (lane sigma(t)
@@ -312,16 +301,19 @@ class PagedDirectGenerator : public Generator {
   // GPRs: rbx groups, rbp the set's first value row in bytes (dd0 · BS · 2), r14 acc cursor,
   // r12 half-pointer cursor, r15 probabilities cursor, r11 group counter, r8 / r9 the halves'
   // value rows. zmm0..15 the accumulators; 16..19 probabilities; 20..27 the value rows' even
-  // and odd keys; 30 the odd mask; 31 the α of each accumulator lane. Every probability and
-  // value vector is loaded once per group and set: with 4 or more rows the set's (at most 4)
-  // value rows are split first and each row's P_e / P_o meets them all; with 1 or 2 rows the
-  // rows' probabilities stay in registers while the (up to 16) value rows pass.
+  // and odd keys; 30 the odd mask (pinned); 31 the α of each accumulator lane. Every
+  // probability and value vector is loaded once per group and set: with 3 or more rows (padded
+  // to 4 or 8) the set's (at most 4) value rows are split first and each row's P_e / P_o meets
+  // them all; with 1 or 2 rows the rows' probabilities stay in registers while the (up to 16)
+  // value rows pass.
   void emit_pv(int rows) {
     const int d = int(p_.head_size);
-    const int row_pad = rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : 8;
+    const int row_pad = int(paged_direct_row_pad(rows));
     const int dims = 16 / row_pad;  // dims per set of 16 accumulators
-    const Zmm odd_mask = zmm30, alpha_lanes = zmm31;
-    vmovups(odd_mask, cst_bits(0xFFFF0000u));
+    const Zmm alpha_lanes = zmm31;
+    const std::array<uint32_t, 1> odd_mask{0xFFFF0000u};  // split_bf16_pairs' constant
+    const std::array<int, 1> odd_mask_reg{30};
+    pin_constants(odd_mask, odd_mask_reg);
     {
       std::array<uint32_t, 16> idx{};
       for (int i = 0; i < 16; ++i) idx[size_t(i)] = uint32_t(i % row_pad);
@@ -338,8 +330,7 @@ class PagedDirectGenerator : public Generator {
         vmovdqu32(Ymm(odd.getIdx()), ptr[r8 + dd * v_row_]);
         vinserti64x4(odd, odd, ptr[r9 + dd * v_row_], 1);
       }
-      vpslld(even, odd, 16);
-      vpandd(odd, odd, odd_mask);
+      split_bf16_pairs(even, odd, odd);
     };
     const auto p_even = [&](int r) { return ptr[r15 + r * kRowBytes]; };
     const auto p_odd = [&](int r) { return ptr[r15 + r * kRowBytes + 64]; };
@@ -395,6 +386,7 @@ class PagedDirectGenerator : public Generator {
     add(rbp, dims * v_row_);
     cmp(rbp, d * v_row_);
     jl(l_set, T_NEAR);
+    unpin_constants();
   }
 
   // zmm0 lane sigma(i) = the sum of zmm(i)'s 16 lanes, i < 16 (zmm0..15 clobbered; ta, tb

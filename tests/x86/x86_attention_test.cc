@@ -1044,28 +1044,32 @@ TEST(X86AttentionConfig, BadDpbf16KnobIsAClearError) {
   expect_compile_refused(bf16, Config().set("dpbf16", 7), "dpbf16=7");
 }
 
-// paged_attention's chunk knob (keys per gathered chunk, the tile kernel's block): every allowed
-// value matches ref on v1 and on v2 (whose partitions the chunk divides), with block-sparse
-// runs across chunk edges; other values are refused through the generator and jit::compile,
-// naming the knob and the allowed values.
+// paged_attention's chunk knob (here for the gather: keys per gathered chunk, the tile kernel's
+// block): every allowed value matches ref on v1 and on v2 (whose partitions the chunk divides),
+// with block-sparse runs across chunk edges; other values are refused through the generator and
+// jit::compile, naming the knob and the allowed values.
 TEST_P(X86AttentionTest, PagedChunkKnobMatchesRef) {
-  for (int64_t chunk : {16, 32, 64, 128, 256}) {
+  for (int64_t chunk : {16, 32, 64, 128, 256, 512}) {
     const Config config = Config().set("chunk", chunk);
+    // bf16 through the gather (direct=0; the direct kernel's chunks: PagedDirectKernelMatchesRef).
     check(paged_spec(false, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, true), GetParam(),
-          6, config, {InputKind::kNormal});
-    check(paged_spec(true, DType::kF16, ir::KvCacheDtype::kFp8E4m3, 80, 16, 8, 2, false, 256, true),
+          6, Config(config).set("direct", 0), {InputKind::kNormal});
+    if (chunk <= 256) {  // dividing the partition
+      check(
+          paged_spec(true, DType::kF16, ir::KvCacheDtype::kFp8E4m3, 80, 16, 8, 2, false, 256, true),
           GetParam(), 5, config, {InputKind::kNormal});
+    }
   }
 }
 
 // The direct kernel (bf16 caches read in place, no gather) against ref where it serves, forced
 // by its knob: every row count of a pass (GQA 1 .. 8, and 12 = 8 + 4, 16 = 8 + 8), rows that
-// pad to 2, 4 or 8 (3, 5, 6, 7), block sizes 16 (groups of two blocks' halves), 32 and 64
-// (groups inside one block: value rows read as one line), v1 and v2 with partitions of 512 and
-// of three blocks (144 at block 16: chunks of 16, halves of a group apart), chunks of 16 .. 512
-// keys, ALiBi, and the
-// sequences' partial last groups (their values staged, NaN in the slots past them). Then
-// direct=0 (the gather) on the same specs.
+// pad to 2, 4 or 8 (3, 5, 6, 7), block sizes 16 and 48 (groups of halves read apart), 32, 64
+// and 128 (groups inside one block: value rows read as one line), head sizes 16 .. 256, v1 and
+// v2 with partitions of 512 and of three blocks (144 at block 16: chunks of 16), ALiBi, and the
+// sequences' partial last groups (their values staged, NaN in the slots past them); the
+// harness's other input kinds (ties, small integers, ...) on the shapes of 6 and 8 query
+// heads. Then direct=0 (the gather) on the same specs; chunks of 16 .. 512 keys.
 TEST_P(X86AttentionTest, PagedDirectKernelMatchesRef) {
   if (GetParam() < X86Isa::kAvx512) {
     GTEST_SKIP() << "the direct kernel needs AVX-512; AVX2 serves paged attention by the gather "
@@ -1079,21 +1083,28 @@ TEST_P(X86AttentionTest, PagedDirectKernelMatchesRef) {
     for (const Shape& sh :
          {Shape{64, 16, 8, 8, false}, Shape{128, 16, 8, 1, true}, Shape{80, 32, 6, 2, true},
           Shape{112, 64, 10, 2, false}, Shape{64, 32, 5, 1, true}, Shape{96, 16, 7, 1, false},
-          Shape{256, 16, 24, 2, true}, Shape{48, 32, 16, 1, false}, Shape{16, 16, 2, 1, true}}) {
-      // v2: 512 and three blocks (48 for block 16 is 144: chunks of 16 keys).
+          Shape{256, 16, 24, 2, true}, Shape{48, 32, 16, 1, false}, Shape{16, 16, 2, 1, true},
+          Shape{64, 48, 6, 1, false}, Shape{256, 128, 8, 1, true}}) {
+      // v2: 512 (480 = 10 blocks of 48) and three blocks (48 for block 16 is 144: chunks of 16
+      // keys).
+      const int64_t large = 512 / sh.block * sh.block;
       const int64_t small = sh.block == 16 ? 144 : 3 * sh.block;
-      for (int64_t partition : v2 ? std::vector<int64_t>{512, small} : std::vector<int64_t>{0}) {
+      for (int64_t partition : v2 ? std::vector<int64_t>{large, small} : std::vector<int64_t>{0}) {
         const OpSpec spec = paged_spec(v2, DType::kBF16, ir::KvCacheDtype::kAuto, sh.head, sh.block,
                                        sh.hq, sh.hkv, sh.alibi, partition);
         for (int64_t direct : {1, 0}) {
           check(spec, GetParam(), 6, Config().set("direct", direct), {InputKind::kNormal});
         }
+        if (sh.hq == 8 || sh.hq == 6) check(spec, GetParam(), 6, Config().set("direct", 1));
       }
     }
   }
+  // Chunks of 16 .. 512 keys: several chunks per sequence (the state rescaled between calls).
   for (int64_t chunk : {16, 32, 64, 128, 256, 512}) {
-    check(paged_spec(false, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 32, 8, 2, true), GetParam(),
-          6, Config().set("direct", 1).set("chunk", chunk), {InputKind::kNormal});
+    for (int64_t block : {16, 32}) {
+      check(paged_spec(false, DType::kBF16, ir::KvCacheDtype::kAuto, 64, block, 8, 2, true),
+            GetParam(), 6, Config().set("direct", 1).set("chunk", chunk), {InputKind::kNormal});
+    }
   }
 }
 

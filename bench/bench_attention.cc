@@ -603,23 +603,24 @@ void register_all() {
 // other vertical blocks, so every block is read, partly by one head) or per KV head (−1: the
 // group attends 18 of the 32 sparse blocks of a 2048-token context); GB/s counts the blocks
 // read. `config`: knobs beside the thread count (the kiln_gather rows: direct=0, the gather into
-// the tile kernel's layout that the direct kernel replaced for bf16 caches).
+// the tile kernel's layout that the direct kernel replaced for 16-bit caches). `dtype`: of the
+// query and the caches (bf16, or f16 for the kiln_f16 rows).
 void bm_paged(benchmark::State& state, bool v2, ir::KvCacheDtype kv, int64_t batch, int64_t context,
-              int threads, int sparse_step = 0, Config config = {}) {
+              int threads, int sparse_step = 0, Config config = {}, DType dtype = DType::kBF16) {
   constexpr int64_t kPagedBlock = 16, kPartition = 512;
   constexpr int64_t kSparseBlock = 64, kLocal = 16, kVert = 8;
-  const OpSpec spec = OpSpec::make(
-      v2 ? OpKind::kPagedAttentionV2 : OpKind::kPagedAttentionV1,
-      ir::PagedAttentionParams{DType::kBF16, kv, kHeadSize, kPagedBlock, kHeadsQ, kHeadsKv, false,
-                               sparse_step != 0, v2 ? kPartition : 0});
+  const OpSpec spec =
+      OpSpec::make(v2 ? OpKind::kPagedAttentionV2 : OpKind::kPagedAttentionV1,
+                   ir::PagedAttentionParams{dtype, kv, kHeadSize, kPagedBlock, kHeadsQ, kHeadsKv,
+                                            false, sparse_step != 0, v2 ? kPartition : 0});
   const bool fp8 = kv != ir::KvCacheDtype::kAuto;
-  const int64_t x = ir::paged_key_x(DType::kBF16, kv);
+  const int64_t x = ir::paged_key_x(dtype, kv);
   const int64_t width = (context + kPagedBlock - 1) / kPagedBlock;
   const int64_t blocks = batch * width;
   const int64_t cache_elems = blocks * kHeadsKv * kPagedBlock * kHeadSize;
-  auto query = bench::random_bf16(size_t(batch * kHeadsQ * kHeadSize));
-  auto key_cache = bench::random_bf16(size_t(fp8 ? 0 : cache_elems));
-  auto value_cache = bench::random_bf16(size_t(fp8 ? 0 : cache_elems));
+  auto query = bench::random_bf16(size_t(batch * kHeadsQ * kHeadSize), dtype == DType::kF16);
+  auto key_cache = bench::random_bf16(size_t(fp8 ? 0 : cache_elems), dtype == DType::kF16);
+  auto value_cache = bench::random_bf16(size_t(fp8 ? 0 : cache_elems), dtype == DType::kF16);
   std::vector<uint8_t> key_codes(size_t(fp8 ? cache_elems : 0)), value_codes(key_codes.size());
   std::mt19937 rng(7);
   for (auto* codes : {&key_codes, &value_codes}) {
@@ -633,21 +634,20 @@ void bm_paged(benchmark::State& state, bool v2, ir::KvCacheDtype kv, int64_t bat
   const int64_t parts = (context + kPartition - 1) / kPartition;
   std::vector<float> sums(static_cast<size_t>(batch * kHeadsQ * parts)), maxes(sums.size());
   std::vector<uint16_t> tmp(static_cast<size_t>(batch * kHeadsQ * parts * kHeadSize));
-  std::vector<Tensor> tensors = {Tensor(out.data(), DType::kBF16, {batch, kHeadsQ, kHeadSize})};
+  std::vector<Tensor> tensors = {Tensor(out.data(), dtype, {batch, kHeadsQ, kHeadSize})};
   if (v2) {
     tensors.push_back(Tensor(sums.data(), DType::kF32, {batch, kHeadsQ, parts}));
     tensors.push_back(Tensor(maxes.data(), DType::kF32, {batch, kHeadsQ, parts}));
-    tensors.push_back(Tensor(tmp.data(), DType::kBF16, {batch, kHeadsQ, parts, kHeadSize}));
+    tensors.push_back(Tensor(tmp.data(), dtype, {batch, kHeadsQ, parts, kHeadSize}));
   }
   float k_scale = fp8 ? 0.02f : 1.0f, v_scale = fp8 ? 0.03f : 1.0f;
   for (const Tensor& t :
-       {Tensor(query.data(), DType::kBF16, {batch, kHeadsQ, kHeadSize}),
+       {Tensor(query.data(), dtype, {batch, kHeadsQ, kHeadSize}),
         fp8 ? Tensor(key_codes.data(), DType::kU8,
                      {blocks, kHeadsKv, kHeadSize / x, kPagedBlock, x})
-            : Tensor(key_cache.data(), DType::kBF16,
-                     {blocks, kHeadsKv, kHeadSize / x, kPagedBlock, x}),
+            : Tensor(key_cache.data(), dtype, {blocks, kHeadsKv, kHeadSize / x, kPagedBlock, x}),
         fp8 ? Tensor(value_codes.data(), DType::kU8, {blocks, kHeadsKv, kHeadSize, kPagedBlock})
-            : Tensor(value_cache.data(), DType::kBF16, {blocks, kHeadsKv, kHeadSize, kPagedBlock}),
+            : Tensor(value_cache.data(), dtype, {blocks, kHeadsKv, kHeadSize, kPagedBlock}),
         Tensor(table.data(), DType::kI32, {batch, width}),
         Tensor(seq_lens.data(), DType::kI32, {batch}), Tensor{}, Tensor(&k_scale, DType::kF32, {1}),
         Tensor(&v_scale, DType::kF32, {1})}) {
@@ -701,6 +701,17 @@ void register_paged() {
               ->Unit(benchmark::kMicrosecond)
               ->MinTime(0.2);
         }
+      }
+      {  // f16 caches (and query), batch 8
+        benchmark::RegisterBenchmark(
+            fmt::format("paged_{}/kiln_f16/batch:8/context:2048/threads:{}", v2 ? "v2" : "v1",
+                        threads)
+                .c_str(),
+            [=](benchmark::State& s) {
+              bm_paged(s, v2, ir::KvCacheDtype::kAuto, 8, 2048, threads, 0, {}, DType::kF16);
+            })
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(0.2);
       }
       for (int64_t batch : {1, 8}) {
         benchmark::RegisterBenchmark(

@@ -71,13 +71,14 @@ inline void measure_copy_ceilings() {
   }
 }
 
-/// Deterministic bf16 values in [-1, 1].
-inline std::vector<uint16_t> random_bf16(size_t n) {
+/// Deterministic bf16 (or, with `f16`, fp16) values in [-1, 1].
+inline std::vector<uint16_t> random_bf16(size_t n, bool f16 = false) {
   std::vector<uint16_t> v(n);
   uint32_t state = 12345;
   for (auto& x : v) {
     state = state * 1664525u + 1013904223u;
-    x = numeric::f32_to_bf16(float(int(state >> 9) % 2001 - 1000) / 1000.0f);
+    const float value = float(int(state >> 9) % 2001 - 1000) / 1000.0f;
+    x = f16 ? numeric::f32_to_f16(value) : numeric::f32_to_bf16(value);
   }
   return v;
 }

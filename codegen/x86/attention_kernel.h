@@ -162,7 +162,7 @@ struct PagedDirectArgs {
   float slope[kPagedDirectRows];  ///< ALiBi slope per row
   float alpha[kPagedDirectRows];  ///< kernel-internal: this chunk's rescale factor per row
 };
-/// Whether the direct kernel serves `p` at `isa`: AVX-512, bf16 caches (kv auto), dense (no
+/// Whether the direct kernel serves `p` at `isa`: AVX-512, bf16 and f16 caches (kv auto), dense (no
 /// block-sparse mode), block size and head size multiples of 16.
 bool paged_direct_serves(const ir::PagedAttentionParams& p, X86Isa isa);
 /// Emits the direct kernel with a variant for each row count of `row_counts` (1..8).

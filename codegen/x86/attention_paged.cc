@@ -1,8 +1,14 @@
-// paged_attention_v1 / v2 on x86 (spec/attention_ops.md §2, §3) from the CPU-attention tile
-// kernel of attention_kernel.cc.
+// paged_attention_v1 / v2 on x86 (spec/attention_ops.md §2, §3): the runner of two kernels.
 //
-// The legacy cache stores keys as [NB, H, D/x, BS, x] and values as [NB, H, D, BS]; the tile
-// kernel reads the vec layout (keys [D, n] transposed, values [n, D] natural). Each task
+// The legacy cache stores keys as [NB, H, D/x, BS, x] and values as [NB, H, D, BS]. Where it
+// serves (bf16 and f16 caches, kv=auto, dense, block and head sizes multiples of 16, AVX-512; knob
+// `direct`), the direct kernel of paged_direct.cc reads that layout in place: each task walks
+// its keys in chunks of up to 512, points the kernel at each half group of 16 keys in its block,
+// stages the values of a chunk's last partial half (slots past a sequence may hold NaN), and
+// calls the kernel once per pass of up to 8 query rows, whose softmax state it keeps.
+//
+// Everything else goes through the CPU-attention tile kernel of attention_kernel.cc, which
+// reads the vec layout (keys [D, n] transposed, values [n, D] natural). Each task
 // (sequence, KV head[, v2 partition]) walks its keys in chunks of `chunk` tokens, gathers a
 // chunk through the block table into a thread-local slab of the vec layout (dequantising fp8 to
 // rnd_T(fp8 · scale) per §1.2, copying the exact bits otherwise, and padding the head to a
@@ -18,6 +24,7 @@
 //
 // Not served: a v2 partition size that is not a multiple of 16 (supports() says so).
 #include <fmt/format.h>
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -65,13 +72,14 @@ Result<bool> direct_for(const OpSpec& spec, const Config& config, X86Isa isa) {
                               kPagedDirectKnob, knob));
   }
   if (knob == 1 && !serves) {
-    return Status(StatusCode::kInvalidArgument,
-                  fmt::format("config knob {}=1: the direct kernel serves bf16 caches (kv=auto), "
-                              "dense, with block_size and head_size multiples of 16 at avx512 or "
-                              "higher; got dtype={} kv={} blocksparse={} block_size={} "
-                              "head_size={} at {}",
-                              kPagedDirectKnob, dtype_name(p.dtype), ir::enum_name(p.kv),
-                              p.blocksparse, p.block_size, p.head_size, x86_isa_name(isa)));
+    return Status(
+        StatusCode::kInvalidArgument,
+        fmt::format("config knob {}=1: the direct kernel serves bf16 and f16 caches (kv=auto), "
+                    "dense, with block_size and head_size multiples of 16 at avx512 or "
+                    "higher; got dtype={} kv={} blocksparse={} block_size={} "
+                    "head_size={} at {}",
+                    kPagedDirectKnob, dtype_name(p.dtype), ir::enum_name(p.kv), p.blocksparse,
+                    p.block_size, p.head_size, x86_isa_name(isa)));
   }
   return knob == 1;
 }
@@ -81,7 +89,8 @@ Result<bool> direct_for(const OpSpec& spec, const Config& config, X86Isa isa) {
 // The gather's 128 keys keep the slabs (64 KiB of bf16 K+V at D = 128) in L2 between the
 // gather and the kernel: v1 decode +7% against 256 (bench_attention
 // --benchmark_filter=paged, 1 thread); 32 and 64 ran level with 128 since the whole-line copies
-// (session 14). The direct kernel sums its P·V accumulators once per chunk, so it takes 512.
+// (session 14). The direct kernel sums its P·V accumulators once per chunk: 512 keys ran 3–6%
+// faster than 256 and ~10% faster than 128 (v1, batch 1 and 8, 1 thread, two runs, session 17).
 int64_t default_chunk(const ir::PagedAttentionParams& p, int64_t largest) {
   if (p.partition_size == 0) return largest;
   for (int64_t c = largest; c >= 16; c /= 2) {
@@ -137,17 +146,37 @@ OpSpec inner_spec(const OpSpec& spec, int64_t chunk) {
                                              p.head_count_kv, true, false, p.alibi, false, false});
 }
 
+// f16 rows by F16C, 8 elements per instruction (every level the x86 backend runs at has it,
+// kAvx2 included): exact widening, and narrowing rounded to nearest even with overflow to inf,
+// numeric::f32_to_f16's rounding (which the tails use; NaN stays NaN, its payload aside).
+__attribute__((target("avx,f16c"))) void load_f16_row(const uint16_t* bits, int64_t n, float* dst) {
+  int64_t e = 0;
+  for (; e + 8 <= n; e += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bits + e));
+    _mm256_storeu_ps(dst + e, _mm256_cvtph_ps(h));
+  }
+  for (; e < n; ++e) dst[e] = numeric::f16_to_f32(bits[e]);
+}
+
+__attribute__((target("avx,f16c"))) void store_f16_row(const float* src, int64_t n,
+                                                       uint16_t* bits) {
+  int64_t e = 0;
+  for (; e + 8 <= n; e += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + e), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(bits + e), h);
+  }
+  for (; e < n; ++e) bits[e] = numeric::f32_to_f16(src[e]);
+}
+
 // Elements [at, at + n) of a T array (f32/f16/bf16) as fp32 into dst, and back (rounded): the
-// type switch outside the loops, which the compiler vectorises.
+// type switch outside the loops (bf16's the compiler vectorises).
 void load_row(DType dtype, const void* base, int64_t at, int64_t n, float* dst) {
   const auto* bits = static_cast<const uint16_t*>(base) + at;
   switch (dtype) {
     case DType::kBF16:
       for (int64_t e = 0; e < n; ++e) dst[e] = numeric::bf16_to_f32(bits[e]);
       break;
-    case DType::kF16:
-      for (int64_t e = 0; e < n; ++e) dst[e] = numeric::f16_to_f32(bits[e]);
-      break;
+    case DType::kF16: load_f16_row(bits, n, dst); break;
     default: std::memcpy(dst, static_cast<const float*>(base) + at, size_t(n) * 4); break;
   }
 }
@@ -158,9 +187,7 @@ void store_row(DType dtype, void* base, int64_t at, int64_t n, const float* src)
     case DType::kBF16:
       for (int64_t e = 0; e < n; ++e) bits[e] = numeric::f32_to_bf16(src[e]);
       break;
-    case DType::kF16:
-      for (int64_t e = 0; e < n; ++e) bits[e] = numeric::f32_to_f16(src[e]);
-      break;
+    case DType::kF16: store_f16_row(src, n, bits); break;
     default: std::memcpy(static_cast<float*>(base) + at, src, size_t(n) * 4); break;
   }
 }

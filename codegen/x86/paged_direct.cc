@@ -71,6 +71,7 @@ class PagedDirectGenerator : public Generator {
       : Generator(isa),
         p_(p),
         contiguous_(contiguous),
+        f16_(p.dtype == DType::kF16),
         row_counts_(row_counts),
         k_step_(p.block_size * 8 * 2),
         v_row_(p.block_size * 2) {}
@@ -110,7 +111,11 @@ class PagedDirectGenerator : public Generator {
     const int d = int(p_.head_size);
     const std::array<uint32_t, 1> odd_mask{0xFFFF0000u};  // split_bf16_pairs' constant
     const std::array<int, 1> odd_mask_reg{28};
-    pin_constants(odd_mask, odd_mask_reg);
+    if (f16_) {
+      vmovdqu32(zmm28, word_split_index());
+    } else {
+      pin_constants(odd_mask, odd_mask_reg);
+    }
     mov(r12, ptr[ARG(k_half)]);
     mov(r13, ptr[ARG(tokens)]);
     xor_(r14, r14);
@@ -163,7 +168,17 @@ class PagedDirectGenerator : public Generator {
     // Each query element is broadcast once for both halves: even dims (zmm20 / 22), odd dims
     // (zmm21 / 23), the query in zmm29.
     for (int j = 0; j < 4; ++j) {
-      for (int h = 0; h < 2; ++h) split_bf16_pairs(u[2 * h], u[2 * h + 1], w[h][j]);
+      for (int h = 0; h < 2; ++h) {
+        if (f16_) {
+          // Even words (dim 2j) to the low half, odd ones to the high half, then converted.
+          vpermw(u[2 * h + 1], zmm28, w[h][j]);
+          vcvtph2ps(u[2 * h], Ymm(u[2 * h + 1].getIdx()));
+          vextracti64x4(Ymm(u[2 * h + 1].getIdx()), u[2 * h + 1], 1);
+          vcvtph2ps(u[2 * h + 1], Ymm(u[2 * h + 1].getIdx()));
+        } else {
+          split_bf16_pairs(u[2 * h], u[2 * h + 1], w[h][j]);
+        }
+      }
       for (int r = 0; r < rows; ++r) {
         for (int parity = 0; parity < 2; ++parity) {
           vbroadcastss(zmm29, ptr[r10 + ((r * d + 2 * j + parity) * 4)]);
@@ -216,7 +231,17 @@ class PagedDirectGenerator : public Generator {
     add(r14, kGroup);
     cmp(r14, r13);
     jl(l_group, T_NEAR);
-    unpin_constants();
+    if (!f16_) unpin_constants();
+  }
+
+  // vpermw index: words 2i to word i, words 2i + 1 to word 16 + i.
+  Address word_split_index() {
+    std::array<uint32_t, 16> idx{};
+    for (uint32_t i = 0; i < 16; ++i) {
+      const uint32_t lo = i < 8 ? 4 * i : 4 * (i - 8) + 1;  // the words of dword i
+      idx[i] = lo | (lo + 2) << 16;
+    }
+    return cst_table(idx);
   }
 
   // ---- softmax ------------------------------------------------------------------------------
@@ -279,12 +304,14 @@ class PagedDirectGenerator : public Generator {
     }
   }
 
-  // P_e (parity 0) or P_o (parity 1) from the halves' probabilities [x0 | x1] (lane sigma(t)
-  // = token t of the half): lane i takes key 2i + parity of the group.
-  Address probability_index(int parity) {
+  // The probabilities P·V multiplies the value vectors `which` = 0 and 1 with, from the
+  // halves' probabilities [x0 | x1] (lane sigma(t) = key t of the half): bf16 P_e / P_o, lane
+  // i key 2i + which of the group (the values split by parity); f16 the keys of half `which`
+  // in order (each half's values converted as they are).
+  Address probability_index(int which) {
     std::array<uint32_t, 16> idx{};
     for (int i = 0; i < 16; ++i) {
-      const int key = 2 * i + parity;
+      const int key = f16_ ? kHalf * which + i : 2 * i + which;
       idx[size_t(i)] = uint32_t(key < kHalf ? sigma(key) : kHalf + sigma(key - kHalf));
     }
     return cst_table(idx);
@@ -313,7 +340,7 @@ class PagedDirectGenerator : public Generator {
     const Zmm alpha_lanes = zmm31;
     const std::array<uint32_t, 1> odd_mask{0xFFFF0000u};  // split_bf16_pairs' constant
     const std::array<int, 1> odd_mask_reg{30};
-    pin_constants(odd_mask, odd_mask_reg);
+    if (!f16_) pin_constants(odd_mask, odd_mask_reg);
     {
       std::array<uint32_t, 16> idx{};
       for (int i = 0; i < 16; ++i) idx[size_t(i)] = uint32_t(i % row_pad);
@@ -322,8 +349,13 @@ class PagedDirectGenerator : public Generator {
       vpermps(alpha_lanes, zmm29, zmm28);
     }
     const auto acc = [&](int dd, int r) { return Zmm(sigma(dd * row_pad + r)); };
-    // Value row dd of the set split into its even and odd keys.
+    // Value row dd of the set as two fp32 vectors: bf16 its even and odd keys, f16 its halves.
     const auto split_row = [&](int dd, const Zmm& even, const Zmm& odd) {
+      if (f16_) {
+        vcvtph2ps(even, ptr[r8 + dd * v_row_]);
+        vcvtph2ps(odd, contiguous_ ? ptr[r8 + dd * v_row_ + 32] : ptr[r9 + dd * v_row_]);
+        return;
+      }
       if (contiguous_) {
         vmovdqu32(odd, ptr[r8 + dd * v_row_]);
       } else {
@@ -386,7 +418,7 @@ class PagedDirectGenerator : public Generator {
     add(rbp, dims * v_row_);
     cmp(rbp, d * v_row_);
     jl(l_set, T_NEAR);
-    unpin_constants();
+    if (!f16_) unpin_constants();
   }
 
   // zmm0 lane sigma(i) = the sum of zmm(i)'s 16 lanes, i < 16 (zmm0..15 clobbered; ta, tb
@@ -419,6 +451,7 @@ class PagedDirectGenerator : public Generator {
 
   const ir::PagedAttentionParams& p_;
   bool contiguous_;
+  bool f16_;  // f16 elements (converted by vcvtph2ps), else bf16 (widened by parity)
   std::vector<int> row_counts_;
   int k_step_;  // bytes between a half's key runs of consecutive 8-dim groups
   int v_row_;   // bytes between a block's value rows
@@ -429,8 +462,9 @@ class PagedDirectGenerator : public Generator {
 }  // namespace
 
 bool paged_direct_serves(const ir::PagedAttentionParams& p, X86Isa isa) {
-  return isa >= X86Isa::kAvx512 && p.dtype == DType::kBF16 && p.kv == ir::KvCacheDtype::kAuto &&
-         !p.blocksparse && p.block_size % 16 == 0 && p.head_size % 16 == 0;
+  return isa >= X86Isa::kAvx512 && (p.dtype == DType::kBF16 || p.dtype == DType::kF16) &&
+         p.kv == ir::KvCacheDtype::kAuto && !p.blocksparse && p.block_size % 16 == 0 &&
+         p.head_size % 16 == 0;
 }
 
 Result<std::vector<uint8_t>> generate_paged_direct(const ir::PagedAttentionParams& p,

@@ -1062,7 +1062,7 @@ TEST_P(X86AttentionTest, PagedChunkKnobMatchesRef) {
   }
 }
 
-// The direct kernel (bf16 caches read in place, no gather) against ref where it serves, forced
+// The direct kernel (16-bit caches read in place, no gather) against ref where it serves, forced
 // by its knob: every row count of a pass (GQA 1 .. 8, and 12 = 8 + 4, 16 = 8 + 8), rows that
 // pad to 2, 4 or 8 (3, 5, 6, 7), block sizes 16 and 48 (groups of halves read apart), 32, 64
 // and 128 (groups inside one block: value rows read as one line), head sizes 16 .. 256, v1 and
@@ -1096,6 +1096,12 @@ TEST_P(X86AttentionTest, PagedDirectKernelMatchesRef) {
           check(spec, GetParam(), 6, Config().set("direct", direct), {InputKind::kNormal});
         }
         if (sh.hq == 8 || sh.hq == 6) check(spec, GetParam(), 6, Config().set("direct", 1));
+        // f16 (converted by vcvtph2ps; its values as halves, not by parity) on every other shape.
+        if (sh.hq % 2 == 0) {
+          check(paged_spec(v2, DType::kF16, ir::KvCacheDtype::kAuto, sh.head, sh.block, sh.hq,
+                           sh.hkv, sh.alibi, partition),
+                GetParam(), 6, Config().set("direct", 1));
+        }
       }
     }
   }
@@ -1108,7 +1114,7 @@ TEST_P(X86AttentionTest, PagedDirectKernelMatchesRef) {
   }
 }
 
-// The direct knob: 0 or 1; 1 only where the direct kernel serves (bf16, kv=auto, dense, block
+// The direct knob: 0 or 1; 1 only where the direct kernel serves (bf16 / f16, kv=auto, dense, block
 // and head sizes multiples of 16, AVX-512), each refusal naming the knob and what is allowed.
 TEST(X86AttentionConfig, BadPagedDirectKnobIsAClearError) {
   const auto expect_refused = [](const OpSpec& spec, int64_t direct, X86Isa isa,
@@ -1125,8 +1131,8 @@ TEST(X86AttentionConfig, BadPagedDirectKnobIsAClearError) {
   const OpSpec served = spec(DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, false);
   expect_refused(served, 2, X86Isa::kAvx512, "allowed values are 1 (the direct kernel) and 0");
   expect_refused(served, 1, X86Isa::kAvx2, "at avx2");
-  expect_refused(spec(DType::kF16, ir::KvCacheDtype::kAuto, 64, 16, false), 1, X86Isa::kAvx512,
-                 "dtype=f16");
+  expect_refused(spec(DType::kF32, ir::KvCacheDtype::kAuto, 64, 16, false), 1, X86Isa::kAvx512,
+                 "dtype=f32");
   expect_refused(spec(DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, 16, false), 1, X86Isa::kAvx512,
                  "kv=fp8_e4m3");
   expect_refused(spec(DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, true), 1, X86Isa::kAvx512,
@@ -1159,6 +1165,8 @@ TEST(X86AttentionConfig, PagedTuningSpaceGenerates) {
         Case{paged_spec(false, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, false),
              X86Isa::kAvx2, false},
         Case{paged_spec(false, DType::kF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, false),
+             X86Isa::kAvx512, true},
+        Case{paged_spec(false, DType::kF32, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, false),
              X86Isa::kAvx512, false}}) {
     Target target = host_target(BackendKind::kX86);
     target.isa = c.isa;

@@ -1,6 +1,10 @@
 // The direct kernel of paged_attention_v1 / v2 on x86 (attention_kernel.h, PagedDirectArgs): Q·Kᵀ,
-// the softmax and P·V of one chunk of keys read straight from the legacy cache of 16-bit bf16
-// elements (key [NB, H, D/8, BS, 8], value [NB, H, D, BS]), with no gather into slabs.
+// the softmax and P·V of one chunk of keys read straight from the legacy cache of bf16 or f16
+// elements (key [NB, H, D/8, BS, 8], value [NB, H, D, BS]), with no gather into slabs. The text
+// below describes bf16; f16 differs only in its widening: a vpermw puts a transposed vector's
+// even words (dim 2j) in its low half and the odd ones in its high half for two vcvtph2ps, and
+// a value row's two halves are converted as they are (16 keys in order each), so the
+// probabilities are written by half instead of by parity.
 //
 // The chunk is walked in groups of 32 keys, two halves of 16 (each inside one block: BS and the
 // chunk's start are multiples of 16), one call per pass of up to 8 query rows of a GQA group.

@@ -110,7 +110,7 @@ class PagedDirectGenerator : public Generator {
   // group's key runs (prefetch), rsi / rdx this group's value rows (prefetch).
   // zmm: S[r][h] = zmm(2r + h); 16..19 / 24..27 the halves' key rows, then their dim pairs;
   // 20..23 the first round, then the even and odd dims of both halves; 28 the odd mask
-  // 0xFFFF0000; 29 a query element.
+  // 0xFFFF0000 (f16: the vpermw index); 29 a query element.
   void emit_qk(int rows) {
     const int d = int(p_.head_size);
     const std::array<uint32_t, 1> odd_mask{0xFFFF0000u};  // split_bf16_pairs' constant

@@ -420,33 +420,40 @@ void Generator::round_multiply_store(const Xmm& a, const Xmm& b, DType dtype, co
   store_f32(a, dtype, dst, count);
 }
 
-void Generator::reduce_sum(const Xmm& x) {
+// Halves x's live width down to lane 0 (256-bit halves, 128-bit halves, pairs, neighbours),
+// combining by add or max; vmm14 is scratch.
+void Generator::fold_lanes(const Xmm& x, bool max) {
   const int i = x.getIdx();
+  const auto op = [&](const Xmm& d, const Xmm& a, const Xmm& b) {
+    if (max) {
+      vmaxps(d, a, b);
+    } else {
+      vaddps(d, a, b);
+    }
+  };
   if (avx512_) {
     vextractf64x4(Ymm(14), Zmm(i), 1);
-    vaddps(Ymm(i), Ymm(i), Ymm(14));
+    op(Ymm(i), Ymm(i), Ymm(14));
   }
   vextractf128(Xmm(14), Ymm(i), 1);
-  vaddps(Xmm(i), Xmm(i), Xmm(14));
+  op(Xmm(i), Xmm(i), Xmm(14));
   vmovhlps(Xmm(14), Xmm(14), Xmm(i));
-  vaddps(Xmm(i), Xmm(i), Xmm(14));
+  op(Xmm(i), Xmm(i), Xmm(14));
   vmovshdup(Xmm(14), Xmm(i));
-  vaddss(Xmm(i), Xmm(i), Xmm(14));
+  if (max) {
+    vmaxss(Xmm(i), Xmm(i), Xmm(14));
+  } else {
+    vaddss(Xmm(i), Xmm(i), Xmm(14));
+  }
+}
+
+void Generator::reduce_sum(const Xmm& x) {
+  fold_lanes(x, false);
 }
 
 void Generator::broadcast_max(const Xmm& x) {
-  const int i = x.getIdx();
-  if (avx512()) {
-    vextractf64x4(Ymm(14), Zmm(i), 1);
-    vmaxps(Ymm(i), Ymm(i), Ymm(14));
-  }
-  vextractf128(Xmm(14), Ymm(i), 1);
-  vmaxps(Xmm(i), Xmm(i), Xmm(14));
-  vmovhlps(Xmm(14), Xmm(14), Xmm(i));
-  vmaxps(Xmm(i), Xmm(i), Xmm(14));
-  vmovshdup(Xmm(14), Xmm(i));
-  vmaxss(Xmm(i), Xmm(i), Xmm(14));
-  vbroadcastss(x, Xmm(i));
+  fold_lanes(x, true);
+  vbroadcastss(x, Xmm(x.getIdx()));
 }
 
 void Generator::uni_vpand(const Xmm& d, const Xmm& a, const Operand& b) {

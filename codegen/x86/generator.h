@@ -298,6 +298,7 @@ class Generator : public Xbyak::CodeGenerator {
 
  private:
   void set_tail_mask(int count);
+  void fold_lanes(const Xmm& x, bool max);
   void copy_bytes(const RegExp& dst, const RegExp& src, int bytes);
   void stage_zero();
   // Emits `fast` unless a lane of `x` is an fp32 denormal, then `exact` instead: the

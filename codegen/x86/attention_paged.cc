@@ -47,11 +47,10 @@
 namespace jit::codegen::x86 {
 namespace {
 
-constexpr int64_t kHeadPad = 16;         // the tile kernel's head unit (vec16)
-constexpr int64_t kGatherChunk = 128;    // keys per gathered chunk (v1; the v2 maximum)
-constexpr int64_t kDirectChunk = 512;    // keys per direct-kernel call (v1; the v2 maximum)
-constexpr int64_t kMaxChunk = 512;       // the chunk knob's largest value
-constexpr int64_t kPagedDirectRows = 8;  // rows per direct-kernel pass
+constexpr int64_t kHeadPad = 16;       // the tile kernel's head unit (vec16)
+constexpr int64_t kGatherChunk = 128;  // keys per gathered chunk (v1; the v2 maximum)
+constexpr int64_t kDirectChunk = 512;  // keys per direct-kernel call (v1; the v2 maximum)
+constexpr int64_t kMaxChunk = 512;     // the chunk knob's largest value
 
 int64_t align_up(int64_t v, int64_t a) {
   return (v + a - 1) / a * a;
@@ -123,9 +122,9 @@ Result<int64_t> chunk_for(const OpSpec& spec, const Config& config, bool direct)
 // shorter.
 std::vector<int> direct_row_counts(const ir::PagedAttentionParams& p) {
   const int64_t group = p.head_count_q / p.head_count_kv;
-  std::vector<int> counts{int(std::min(group, kPagedDirectRows))};
-  if (group > kPagedDirectRows && group % kPagedDirectRows != 0)
-    counts.push_back(int(group % kPagedDirectRows));
+  const int64_t rows = kPagedDirectRows;
+  std::vector<int> counts{int(std::min(group, rows))};
+  if (group > rows && group % rows != 0) counts.push_back(int(group % rows));
   return counts;
 }
 

@@ -127,8 +127,8 @@ std::shared_ptr<const Executable> make_cpu_attn_cache_write_executable(const OpS
 /// Generation refuses other values, naming the knob.
 inline constexpr std::string_view kPagedChunkKnob = "chunk";
 /// The config knob that picks paged attention's kernel where both serve (paged_direct_serves):
-/// 1 the direct kernel, which reads the legacy cache itself; 0 the gather of each chunk into the
-/// tile kernel's vec layout. Default 1.
+/// 1 the direct kernel, which reads the legacy cache itself (an fp8 cache through a per-chunk
+/// decoded stage); 0 the gather of each chunk into the tile kernel's vec layout. Default 1.
 inline constexpr std::string_view kPagedDirectKnob = "direct";
 
 /// Paged attention's direct kernel (paged_direct.cc) walks a chunk in groups of two halves of
@@ -149,7 +149,8 @@ struct PagedDirectArgs {
   float* acc;      ///< D x R' fp32 ([dim][row], R' = rows rounded up to 1, 2, 4 or 8)
   /// Per half group of 16 keys (the chunk's keys 16h .. 16h + 15, two per group of 32): its
   /// key run (key_cache element of dim 0 of its first key) and value rows (value_cache
-  /// element of dim 0 of its first key); halves past `tokens` point at zeros.
+  /// element of dim 0 of its first key), in the cache or in the stage of an fp8 cache; halves
+  /// past the chunk's groups point at zeros.
   const uint16_t* const* k_half;
   const uint16_t* const* v_half;
   float* probs;          ///< groups x rows x 32 fp32 (64-byte aligned): logits, then probabilities
@@ -162,12 +163,17 @@ struct PagedDirectArgs {
   float slope[kPagedDirectRows];  ///< ALiBi slope per row
   float alpha[kPagedDirectRows];  ///< kernel-internal: this chunk's rescale factor per row
 };
-/// Whether the direct kernel serves `p` at `isa`: AVX-512, bf16 and f16 caches (kv auto), dense (no
-/// block-sparse mode), block size and head size multiples of 16.
+/// Whether the direct kernel serves `p` at `isa`: bf16 and f16 queries, dense (no block-sparse
+/// mode), head size a multiple of 16; a cache of the query's type (kv auto) read in place at
+/// AVX-512 with block sizes multiples of 16, or an fp8 cache (any block size) at AVX512_VBMI,
+/// decoded chunk by chunk into a stage of the 16-bit layout that the kernel reads.
 bool paged_direct_serves(const ir::PagedAttentionParams& p, X86Isa isa);
-/// Emits the direct kernel with a variant for each row count of `row_counts` (1..8).
+/// Emits the direct kernel with a variant for each row count of `row_counts` (1..8) for the
+/// 16-bit legacy layout of `p` (its block_size: the tokens between a half's key runs of
+/// consecutive dim groups, the cache's or the stage's; its kv is not read).
 /// `contiguous`: every group of 32 keys lies in one block (block size a multiple of 32 and
-/// chunks starting at multiples of 32), so a value row of the group is one 64-byte load.
+/// chunks starting at multiples of 32, or the stage), so a value row of the group is one
+/// 64-byte load.
 Result<std::vector<uint8_t>> generate_paged_direct(const ir::PagedAttentionParams& p,
                                                    bool contiguous,
                                                    const std::vector<int>& row_counts, X86Isa isa);

@@ -1,11 +1,14 @@
 // paged_attention_v1 / v2 on x86 (spec/attention_ops.md §2, §3): the runner of two kernels.
 //
 // The legacy cache stores keys as [NB, H, D/x, BS, x] and values as [NB, H, D, BS]. Where it
-// serves (bf16 and f16 caches, kv=auto, dense, block and head sizes multiples of 16, AVX-512; knob
-// `direct`), the direct kernel of paged_direct.cc reads that layout in place: each task walks
-// its keys in chunks of up to 512, points the kernel at each half group of 16 keys in its block,
-// stages the values of a chunk's last partial half (slots past a sequence may hold NaN), and
-// calls the kernel once per pass of up to 8 query rows, whose softmax state it keeps.
+// serves (bf16 and f16, dense, head sizes multiples of 16; knob `direct`), the direct kernel of
+// paged_direct.cc computes from that layout: each task walks its keys in chunks of up to 512
+// and calls the kernel once per pass of up to 8 query rows, whose softmax state it keeps. A
+// cache of the query's type (kv=auto, block sizes multiples of 16, AVX-512) is read in place:
+// the kernel is pointed at each half group of 16 keys in its block, and the values of a chunk's
+// last partial half are staged (slots past a sequence may hold NaN). An fp8 cache (any block
+// size, AVX512_VBMI) is decoded chunk by chunk into a stage of the 16-bit layout, one block of
+// the chunk's tokens, by the gather's vpermi2b tables (rnd_T(fp8 · scale), §1.2).
 //
 // Everything else goes through the CPU-attention tile kernel of attention_kernel.cc, which
 // reads the vec layout (keys [D, n] transposed, values [n, D] natural). Each task
@@ -73,10 +76,11 @@ Result<bool> direct_for(const OpSpec& spec, const Config& config, X86Isa isa) {
   if (knob == 1 && !serves) {
     return Status(
         StatusCode::kInvalidArgument,
-        fmt::format("config knob {}=1: the direct kernel serves bf16 and f16 caches (kv=auto), "
-                    "dense, with block_size and head_size multiples of 16 at avx512 or "
-                    "higher; got dtype={} kv={} blocksparse={} block_size={} "
-                    "head_size={} at {}",
+        fmt::format("config knob {}=1: the direct kernel serves dtype bf16 and f16, dense, "
+                    "head_size a multiple of 16, with kv=auto at avx512 or higher and "
+                    "block_size a multiple of 16, or kv=fp8_e4m3 / fp8_e5m2 at avx512_vbmi "
+                    "or higher; got dtype={} kv={} blocksparse={} block_size={} head_size={} "
+                    "at {}",
                     kPagedDirectKnob, dtype_name(p.dtype), ir::enum_name(p.kv), p.blocksparse,
                     p.block_size, p.head_size, x86_isa_name(isa)));
   }
@@ -128,9 +132,25 @@ std::vector<int> direct_row_counts(const ir::PagedAttentionParams& p) {
   return counts;
 }
 
-// Whether every direct-kernel group of 32 keys lies in one block (value rows of 64 bytes).
-bool direct_contiguous(const ir::PagedAttentionParams& p, int64_t chunk) {
-  return p.block_size % 32 == 0 && chunk % 32 == 0;
+// What the direct kernel reads: a 16-bit cache in place, or (fp8 caches) a stage into which the
+// runner decodes each chunk, laid out as one block of the 16-bit legacy layout: keys
+// [D/8][block][8], values [D][block].
+struct DirectLayout {
+  bool staged;
+  // The kernel's block: the cache's, or the stage's tokens per key run and value row. The stage
+  // holds the chunk rounded up to its groups of 32 plus 32 tokens of padding, so its key runs
+  // lie (block · 16) bytes apart, not a multiple of 4 KiB: at 512 tokens unpadded, the 16 key
+  // runs of a half at D = 128 would share 4 of L1's 64 sets (12 ways).
+  int64_t block;
+  // Every group of 32 keys lies in one block (value rows of 64 bytes): the cache's block size
+  // and the chunks multiples of 32, or the stage.
+  bool contiguous;
+};
+DirectLayout direct_layout(const ir::PagedAttentionParams& p, int64_t chunk) {
+  if (p.kv == ir::KvCacheDtype::kAuto) {
+    return {false, p.block_size, p.block_size % 32 == 0 && chunk % 32 == 0};
+  }
+  return {true, align_up(chunk, 32) + 32, true};
 }
 
 // The CPU-attention spec of the tile kernel that serves `spec` (paged_attention_v1/v2) with
@@ -192,9 +212,10 @@ void store_row(DType dtype, void* base, int64_t at, int64_t n, const float* src)
 }
 
 // p rounded up to a 64-byte boundary (the vectors' whole-line loads and stores; buffers
-// allocate 16 floats more).
-float* align64(float* p) {
-  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
+// allocate 64 bytes more).
+template <class T>
+T* align64(T* p) {
+  return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
 }
 
 int64_t load_i32(const Tensor& t, int64_t i) {
@@ -252,20 +273,20 @@ class PagedAttentionExecutable final : public Executable {
     if (threads <= 0) threads = omp_get_max_threads();
     threads = int(std::clamp<int64_t>(int64_t(tasks.size()), 1, threads));
     const auto task_count = int64_t(tasks.size());
+    const Fp8Tables fp8_values = fp8_tables(args);
     if (direct_) {
 #pragma omp parallel num_threads(threads)
       {
-        DirectBuffers buf(p, chunk_);
+        DirectBuffers buf(p, chunk_, direct_layout(p, chunk_));
 #pragma omp for schedule(dynamic, 1)
         for (int64_t i = 0; i < task_count; ++i) {
           const Task& t = tasks[size_t(i)];
-          run_direct_task(args, t.seq, t.kv_head, t.part, parts, buf);
+          run_direct_task(args, t.seq, t.kv_head, t.part, parts, fp8_values, buf);
         }
       }
       finish(args, parts);
       return Status::ok();
     }
-    const Fp8Tables fp8_values = fp8_tables(args);
 #pragma omp parallel num_threads(threads)
     {
       Buffers buf(inner_.get<ir::CpuAttentionParams>(), p.head_count_q / p.head_count_kv,
@@ -354,7 +375,8 @@ class PagedAttentionExecutable final : public Executable {
     Fp8ByteTables k_bytes{}, v_bytes{};  // the 16-bit values' bytes (fp8_staged())
   };
   // fp8 caches of 16-bit slabs decoded by vector table lookups (AVX512_VBMI) into a 16-bit
-  // stage that the 16-bit copies read; else element by element.
+  // stage that the 16-bit copies read; else element by element. (The direct kernel's stage:
+  // DirectLayout.)
   bool fp8_staged() const {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
     return vbmi_ && p.kv != ir::KvCacheDtype::kAuto && dtype_size(p.dtype) == 2;
@@ -379,12 +401,34 @@ class PagedAttentionExecutable final : public Executable {
     for (int code = 0; code < 256; ++code) {
       tables.k[size_t(code)] = slab_bits(uint8_t(code), k_scale);
       tables.v[size_t(code)] = slab_bits(uint8_t(code), v_scale);
-      tables.k_bytes.lo[code] = uint8_t(tables.k[size_t(code)]);
-      tables.k_bytes.hi[code] = uint8_t(tables.k[size_t(code)] >> 8);
-      tables.v_bytes.lo[code] = uint8_t(tables.v[size_t(code)]);
-      tables.v_bytes.hi[code] = uint8_t(tables.v[size_t(code)] >> 8);
+    }
+    for (int m = 0; m < 128; ++m) {  // the magnitudes (Fp8ByteTables: the sign by the code)
+      tables.k_bytes.lo[m] = uint8_t(tables.k[size_t(m)]);
+      tables.k_bytes.hi[m] = uint8_t(tables.k[size_t(m)] >> 8);
+      tables.v_bytes.lo[m] = uint8_t(tables.v[size_t(m)]);
+      tables.v_bytes.hi[m] = uint8_t(tables.v[size_t(m)] >> 8);
     }
     return tables;
+  }
+
+  // Walks keys [c0, c0 + n) of sequence s, KV head g block by block: block_run(j0, t0, count,
+  // base) for each block's run of `count` tokens from slot t0 (position j0 of the keys, cache
+  // element offset `base` of the block and head, the same in key_cache and value_cache).
+  template <class BlockRun>
+  void for_each_block_run(const KernelArgs& args, int64_t s, int64_t g, int64_t c0, int64_t n,
+                          BlockRun block_run) const {
+    const int64_t bs = spec_.get<ir::PagedAttentionParams>().block_size;
+    const Tensor& key_cache = args.tensor(query_arg() + 1);
+    const Tensor& tables = args.tensor(query_arg() + 3);
+    const int64_t width = tables.size(1);
+    for (int64_t j0 = 0; j0 < n;) {
+      const int64_t token = c0 + j0;
+      const int64_t t0 = token % bs;
+      const int64_t count = std::min(bs - t0, n - j0);
+      const int64_t block = load_i32(tables, s * width + token / bs);
+      block_run(j0, t0, count, block * key_cache.stride(0) + g * key_cache.stride(1));
+      j0 += count;
+    }
   }
 
   // Gathers keys [c0, c0 + n) of sequence s, KV head g into slab positions [at, at + n).
@@ -401,18 +445,8 @@ class PagedAttentionExecutable final : public Executable {
     const int64_t dp = align_up(d, kHeadPad);
     const int64_t chunk = chunk_;
     const int64_t width = tables.size(1);
-    // Walk the chunk block by block: `block_runs(j0, t0, count, base)` for each block's run of
-    // `count` tokens from slot t0 (chunk position j0, cache element offset `base` of the block
-    // and head).
-    const auto for_each_run = [&](auto block_runs) {
-      for (int64_t j0 = 0; j0 < n;) {
-        const int64_t token = c0 + j0;
-        const int64_t t0 = token % bs;
-        const int64_t count = std::min(bs - t0, n - j0);
-        const int64_t block = load_i32(tables, s * width + token / bs);
-        block_runs(j0, t0, count, block * key_cache.stride(0) + g * key_cache.stride(1));
-        j0 += count;
-      }
+    const auto for_each_run = [&](auto block_run) {
+      for_each_block_run(args, s, g, c0, n, block_run);
     };
     const bool fp8 = p.kv != ir::KvCacheDtype::kAuto;
     if (dtype_size(p.dtype) == 2 && (!fp8 || fp8_staged())) {
@@ -484,10 +518,8 @@ class PagedAttentionExecutable final : public Executable {
           if (count == bs) {  // whole rows: the block's [D][bs] codes are contiguous
             fp8_to_words(v_codes + base, d * bs, fp8_values.v_bytes, v_stage);
           } else {
-            for (int64_t e = 0; e < d; ++e) {
-              fp8_to_words(v_codes + base + e * bs + t0, count, fp8_values.v_bytes,
-                           v_stage + e * count);
-            }
+            fp8_rows_to_words(v_codes + base + t0, bs, d, count, fp8_values.v_bytes, v_stage,
+                              count);
           }
           copy_run(j0, 0, count, k_stage, v_stage, count);
         });
@@ -791,11 +823,17 @@ class PagedAttentionExecutable final : public Executable {
 
   // ---- the direct kernel ----------------------------------------------------------------
 
+  // A block's run of a chunk's keys (for_each_block_run's arguments).
+  struct BlockRun {
+    int64_t j0, t0, count, base;
+  };
+
   // Per-thread working memory of the direct kernel.
   struct DirectBuffers {
     static constexpr int64_t kHalf = kPagedDirectHalf, kGroup = 2 * kPagedDirectHalf;
-    DirectBuffers(const ir::PagedAttentionParams& p, int64_t chunk)
-        : passes((p.head_count_q / p.head_count_kv + kPagedDirectRows - 1) / kPagedDirectRows),
+    DirectBuffers(const ir::PagedAttentionParams& p, int64_t chunk, DirectLayout layout)
+        : layout(layout),
+          passes((p.head_count_q / p.head_count_kv + kPagedDirectRows - 1) / kPagedDirectRows),
           q(static_cast<size_t>(passes * kPagedDirectRows * p.head_size)),
           acc(q.size()),
           probs(static_cast<size_t>(align_up(chunk, kGroup) * kPagedDirectRows + 16)),
@@ -803,17 +841,21 @@ class PagedAttentionExecutable final : public Executable {
           // one to prefetch its keys.
           k_half(static_cast<size_t>(align_up(chunk, kGroup) / kHalf + 2)),
           v_half(k_half.size()),
-          zeros(static_cast<size_t>(p.head_size * p.block_size)),
-          v_stage(zeros.size()),
+          zeros(static_cast<size_t>(p.head_size * layout.block)),
+          v_stage(zeros.size() + 32),
+          k_stage(layout.staged ? v_stage.size() : 0),
           out(static_cast<size_t>(p.head_size)),
           calls(static_cast<size_t>(passes)) {}
+    DirectLayout layout;
     int64_t passes;
     std::vector<float> q, acc, probs;  // probs: 64-byte aligned by align64 (the kernel's vmovaps)
     std::vector<const uint16_t*> k_half, v_half;
-    // A block of zeros (the keys and values of halves past the chunk's keys) and a value block
-    // in which the chunk's last keys are staged with zeros past them (slots past the sequence
-    // may hold anything, and p = 0 times a NaN is NaN).
-    std::vector<uint16_t> zeros, v_stage;
+    // A block of zeros (the keys and values of halves past the chunk's keys) and a value block:
+    // in place, the one in which the chunk's last keys are staged with zeros past them (slots
+    // past the sequence may hold anything, and p = 0 times a NaN is NaN); staged (fp8), with
+    // k_stage, the chunk's decoded keys and values (both 64-byte aligned by align64).
+    std::vector<uint16_t> zeros, v_stage, k_stage;
+    std::vector<BlockRun> runs;          // staged: the chunk's block runs
     std::vector<float> out;              // one output row before rounding
     std::vector<PagedDirectArgs> calls;  // one per pass, holding its softmax state
   };
@@ -833,7 +875,7 @@ class PagedAttentionExecutable final : public Executable {
     const int64_t bs = p.block_size;
     const int64_t d = p.head_size;
     const int64_t width = tables.size(1);
-    const bool contiguous = direct_contiguous(p, chunk_);
+    const bool contiguous = buf.layout.contiguous;
     const auto* k_src = static_cast<const uint16_t*>(key_cache.data());
     const auto* v_src = static_cast<const uint16_t*>(value_cache.data());
     const int64_t halves = align_up(n, kGroup) / kHalf;
@@ -864,8 +906,67 @@ class PagedAttentionExecutable final : public Executable {
     buf.v_half[size_t(first_half)] = buf.v_stage.data() + offset;
   }
 
+  // Decodes chunk [c0, c0 + n) of sequence s, KV head g of an fp8 cache into the stage (one
+  // block of buf.layout.block tokens in the 16-bit legacy layout: rnd_T(fp8 · scale) by the
+  // call's tables, the gather's values), zeroes its values past the chunk's keys up to their
+  // group's end (the stage's stale or NaN-decoded keys there are masked by the kernel, values
+  // weighed by p = 0 must be finite), and points the halves at it, those past the chunk's
+  // groups at zeros.
+  void stage_chunk(const KernelArgs& args, int64_t s, int64_t g, int64_t c0, int64_t n,
+                   const Fp8Tables& fp8_values, DirectBuffers& buf) const {
+    constexpr int64_t kHalf = DirectBuffers::kHalf, kGroup = DirectBuffers::kGroup;
+    const auto& p = spec_.get<ir::PagedAttentionParams>();
+    const int first = query_arg();
+    const auto* k_codes = static_cast<const uint8_t*>(args.tensor(first + 1).data());
+    const auto* v_codes = static_cast<const uint8_t*>(args.tensor(first + 2).data());
+    const int64_t bs = p.block_size;
+    const int64_t d = p.head_size;
+    const int64_t stride = buf.layout.block;
+    uint16_t* k_stage = align64(buf.k_stage.data());
+    uint16_t* v_stage = align64(buf.v_stage.data());
+    constexpr int64_t x = 16;  // an fp8 key run's dims
+    buf.runs.clear();
+    for_each_block_run(args, s, g, c0, n, [&](int64_t j0, int64_t t0, int64_t count, int64_t base) {
+      buf.runs.push_back({j0, t0, count, base});
+    });
+    // The codes of a block's run: keys from (slot t0, dims 0 .. 15) to (slot t0 + count − 1,
+    // dims D − 16 .. D − 1), values from (dim 0, slot t0) to (dim D − 1, slot t0 + count − 1).
+    const auto prefetch = [&](const BlockRun& run) {
+      const auto lines = [](const uint8_t* from, int64_t bytes) {
+        for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(from + i, _MM_HINT_T0);
+      };
+      lines(k_codes + run.base + run.t0 * x, (d / x - 1) * bs * x + run.count * x);
+      lines(v_codes + run.base + run.t0, (d - 1) * bs + run.count);
+    };
+    for (size_t i = 0; i < buf.runs.size(); ++i) {
+      // The next runs' codes stream in while this one is decoded: +2-4% (v1, block 16, 1
+      // thread, three runs each way); each block's first reads stalled the decode.
+      if (i == 0 && buf.runs.size() > 1) prefetch(buf.runs[1]);
+      if (i + 2 < buf.runs.size()) prefetch(buf.runs[i + 2]);
+      const auto [j0, t0, count, base] = buf.runs[i];
+      // Key run e0 / 16 ([bs][16] codes) to the stage's runs e0 / 8 and e0 / 8 + 1.
+      for (int64_t e0 = 0; e0 < d; e0 += x) {
+        fp8_key_run_to_words(k_codes + base + (e0 / x) * bs * x + t0 * x, count, fp8_values.k_bytes,
+                             k_stage + e0 * stride + j0 * 8, k_stage + (e0 + 8) * stride + j0 * 8);
+      }
+      fp8_rows_to_words(v_codes + base + t0, bs, d, count, fp8_values.v_bytes, v_stage + j0,
+                        stride);
+    }
+    const int64_t end = align_up(n, kGroup);
+    if (end != n) {
+      for (int64_t e = 0; e < d; ++e) {
+        std::fill(v_stage + e * stride + n, v_stage + e * stride + end, uint16_t(0));
+      }
+    }
+    for (int64_t h = 0; h < end / kHalf + 2; ++h) {
+      const bool inside = h < end / kHalf;
+      buf.k_half[size_t(h)] = inside ? k_stage + h * kHalf * 8 : buf.zeros.data();
+      buf.v_half[size_t(h)] = inside ? v_stage + h * kHalf : buf.zeros.data();
+    }
+  }
+
   void run_direct_task(const KernelArgs& args, int64_t s, int64_t g, int64_t part, int64_t parts,
-                       DirectBuffers& buf) const {
+                       const Fp8Tables& fp8_values, DirectBuffers& buf) const {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
     const auto [query, slopes, len, t0, t1] = task_inputs(args, s, part);
     const int64_t group = p.head_count_q / p.head_count_kv;
@@ -893,7 +994,11 @@ class PagedAttentionExecutable final : public Executable {
     const auto fn = reinterpret_cast<KernelFn>(const_cast<void*>(code_));
     for (int64_t c0 = t0; c0 < t1; c0 += chunk_) {
       const int64_t n = std::min(chunk_, t1 - c0);
-      point_halves(args, s, g, c0, n, buf);
+      if (buf.layout.staged) {
+        stage_chunk(args, s, g, c0, n, fp8_values, buf);
+      } else {
+        point_halves(args, s, g, c0, n, buf);
+      }
       for (PagedDirectArgs& c : buf.calls) {
         c.tokens = n;
         c.alibi_offset = int32_t(c0 - (len - 1));
@@ -988,7 +1093,11 @@ Result<std::vector<uint8_t>> generate_paged_attention(const OpSpec& spec, const 
   if (!chunk.is_ok()) return chunk.status();
   if (direct.value()) {
     const auto& p = spec.get<ir::PagedAttentionParams>();
-    return generate_paged_direct(p, direct_contiguous(p, chunk.value()), direct_row_counts(p), isa);
+    const DirectLayout layout = direct_layout(p, chunk.value());
+    ir::PagedAttentionParams read = p;  // the layout the kernel reads: the cache or the stage
+    read.block_size = layout.block;
+    read.kv = ir::KvCacheDtype::kAuto;
+    return generate_paged_direct(read, layout.contiguous, direct_row_counts(p), isa);
   }
   return generate_cpu_attention(inner_spec(spec, chunk.value()), config, isa);
 }

@@ -172,30 +172,46 @@ __attribute__((target("avx512f,avx512bw"))) void transpose_value_dims32(const ui
   }
 }
 
-// fp8 codes to 16-bit slab values by table (AVX512_VBMI): the value of code c is
-// lo[c] | hi[c] << 8 (Fp8ByteTables, made per call from the ref's rnd_T(fp8 · scale)). Each byte
-// plane is two 128-entry vpermi2b lookups (codes 0-127, 128-255) joined by the code's bit 7;
-// the planes are interleaved into words by vpunpckl/hbw, whose in-lane order the codes' qword
-// permute undoes beforehand. 64 codes -> words[0] (codes 0-31), words[1] (32-63).
+// fp8 codes to 16-bit values by table (AVX512_VBMI). fp8 is sign-magnitude and rounding to
+// nearest even is odd-symmetric (rnd_T(−x · s) = −rnd_T(x · s), NaN and ±0 included), so code
+// c's value is value(c & 127) with its sign bit flipped by c's bit 7 (Fp8ByteTables, made per
+// call from the ref's rnd_T(fp8 · scale) of the 128 magnitudes). Each byte plane is one
+// 128-entry vpermi2b lookup, which reads index bits 0-6 only; one vpternlogd flips the high
+// byte's sign by the code's bit 7; vpunpckl/hbw interleave the planes into words within each
+// 128-bit lane: lane k's codes 0-7 to words[0]'s lane k, codes 8-15 to words[1]'s lane k.
+// (vpermi2b occupies the shuffle port for two cycles on Sapphire / Emerald Rapids: one lookup per
+// plane instead of two halved the decode's shuffle-port time.)
 
-// One byte plane: table[c] for the 64 codes (`upper`: their bit 7).
-__attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) static inline __m512i
-fp8_byte_plane(__m512i codes, __mmask64 upper, const uint8_t* table) {
-  const __m512i low =
-      _mm512_permutex2var_epi8(_mm512_load_si512(table), codes, _mm512_load_si512(table + 64));
-  const __m512i high = _mm512_permutex2var_epi8(_mm512_load_si512(table + 128), codes,
-                                                _mm512_load_si512(table + 192));
-  return _mm512_mask_blend_epi8(upper, low, high);
+// The tables in registers, loaded once per function: the stores to 16-bit words may alias the
+// tables' bytes as far as the compiler knows, so lookups that read them from memory would reload
+// them after every store.
+struct Fp8Lut {
+  __m512i lo[2], hi[2];
+};
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) static inline Fp8Lut
+load_fp8_lut(const Fp8ByteTables& t) {
+  return {{_mm512_load_si512(t.lo), _mm512_load_si512(t.lo + 64)},
+          {_mm512_load_si512(t.hi), _mm512_load_si512(t.hi + 64)}};
 }
 
+// 64 codes to 64 words, in-lane order (above).
 __attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) static inline void
-fp8_to_words64(__m512i codes, const Fp8ByteTables& t, __m512i (&words)[2]) {
-  const __m512i order = _mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7);
-  codes = _mm512_permutexvar_epi64(order, codes);
-  const __mmask64 upper = _mm512_movepi8_mask(codes);  // bit 7: the second 128 entries
-  const __m512i lo = fp8_byte_plane(codes, upper, t.lo), hi = fp8_byte_plane(codes, upper, t.hi);
+fp8_to_words64_in_lanes(__m512i codes, const Fp8Lut& lut, __m512i (&words)[2]) {
+  const __m512i lo = _mm512_permutex2var_epi8(lut.lo[0], codes, lut.lo[1]);
+  __m512i hi = _mm512_permutex2var_epi8(lut.hi[0], codes, lut.hi[1]);
+  // hi ^= codes & 0x80 (ternary logic A ^ (B & C): 0x78).
+  hi = _mm512_ternarylogic_epi32(hi, codes, _mm512_set1_epi8(char(0x80)), 0x78);
   words[0] = _mm512_unpacklo_epi8(lo, hi);
   words[1] = _mm512_unpackhi_epi8(lo, hi);
+}
+
+// 64 codes to 64 words in order: words[0] codes 0-31, words[1] codes 32-63 (the qword permute
+// puts codes 8k .. 8k + 7 where the in-lane unpacks take them to words 8k .. 8k + 7).
+__attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) static inline void
+fp8_to_words64(__m512i codes, const Fp8Lut& lut, __m512i (&words)[2]) {
+  const __m512i order = _mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7);
+  fp8_to_words64_in_lanes(_mm512_permutexvar_epi64(order, codes), lut, words);
 }
 
 // n codes (contiguous) to n words (contiguous), the tail masked.
@@ -203,31 +219,70 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp8_to_words(const u
                                                                          int64_t n,
                                                                          const Fp8ByteTables& t,
                                                                          uint16_t* words) {
+  const Fp8Lut lut = load_fp8_lut(t);
   for (int64_t i = 0; i < n; i += 64) {
     const int64_t m = std::min<int64_t>(64, n - i);
     const __mmask64 in = m == 64 ? ~__mmask64(0) : (__mmask64(1) << m) - 1;
     __m512i w[2];
-    fp8_to_words64(_mm512_maskz_loadu_epi8(in, codes + i), t, w);
+    fp8_to_words64(_mm512_maskz_loadu_epi8(in, codes + i), lut, w);
     _mm512_mask_storeu_epi16(words + i, __mmask32(in), w[0]);
     _mm512_mask_storeu_epi16(words + i + 32, __mmask32(in >> 32), w[1]);
   }
 }
 
+// `rows` rows of `count` codes to rows of 16-bit values. Contiguous rows of a multiple of 16
+// codes (a whole value block's dim rows: src_stride == count) are decoded 64 codes at a time
+// across rows, so short rows (16 keys) fill whole vectors; each 16-code segment's words are a
+// masked store of its half of a decoded vector (at the segment's destination less the half's
+// offset: masked-off lanes are not accessed). Other rows (a block's partial run) go one by one.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp8_rows_to_words(
+    const uint8_t* codes, int64_t src_stride, int64_t rows, int64_t count, const Fp8ByteTables& t,
+    uint16_t* words, int64_t dst_stride) {
+  if (src_stride != count || count % 16 != 0) {
+    for (int64_t r = 0; r < rows; ++r) {
+      fp8_to_words(codes + r * src_stride, count, t, words + r * dst_stride);
+    }
+    return;
+  }
+  const Fp8Lut lut = load_fp8_lut(t);
+  const int64_t total = rows * count;
+  uint16_t* row = words;  // the next segment's row and column
+  int64_t column = 0;
+  for (int64_t i = 0; i < total; i += 64) {
+    const int64_t m = std::min<int64_t>(64, total - i);
+    __m512i w[2];  // codes i .. i + 31, i + 32 .. i + 63
+    fp8_to_words64(
+        _mm512_maskz_loadu_epi8(m == 64 ? ~__mmask64(0) : (__mmask64(1) << m) - 1, codes + i), lut,
+        w);
+    const __m256i segment[4] = {_mm512_castsi512_si256(w[0]), _mm512_extracti64x4_epi64(w[0], 1),
+                                _mm512_castsi512_si256(w[1]), _mm512_extracti64x4_epi64(w[1], 1)};
+    for (int64_t k = 0; k < m / 16; ++k) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + column), segment[k]);
+      column += 16;
+      if (column == count) {
+        column = 0;
+        row += dst_stride;
+      }
+    }
+  }
+}
+
 // A key run of an fp8 cache, `count` tokens of 16 dims ([count][16] codes), to two 16-bit runs
-// [count][8] (dims 0-7 to `run_lo`, 8-15 to `run_hi`): the layout of a 16-bit legacy cache,
-// which the 16-bit copies read. words[h] holds tokens 2h, 2h + 1 as 128-bit lanes (lo, hi, lo,
-// hi); vshufi64x2 gathers the even / odd lanes.
+// [count][8] (dims 0-7 to `run_lo`, 8-15 to `run_hi`): the layout of a 16-bit legacy cache.
+// Four tokens per vector, one per 128-bit lane, so the in-lane unpacks give run_lo's and
+// run_hi's four tokens as they are.
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp8_key_run_to_words(
     const uint8_t* codes, int64_t count, const Fp8ByteTables& t, uint16_t* run_lo,
     uint16_t* run_hi) {
+  const Fp8Lut lut = load_fp8_lut(t);
   for (int64_t i = 0; i < count; i += 4) {
     const int64_t m = std::min<int64_t>(4, count - i);
     const __mmask64 in = m == 4 ? ~__mmask64(0) : (__mmask64(1) << (16 * m)) - 1;
     const __mmask32 out = m == 4 ? ~__mmask32(0) : (__mmask32(1) << (8 * m)) - 1;
     __m512i w[2];
-    fp8_to_words64(_mm512_maskz_loadu_epi8(in, codes + 16 * i), t, w);
-    _mm512_mask_storeu_epi16(run_lo + 8 * i, out, _mm512_shuffle_i64x2(w[0], w[1], 0x88));
-    _mm512_mask_storeu_epi16(run_hi + 8 * i, out, _mm512_shuffle_i64x2(w[0], w[1], 0xDD));
+    fp8_to_words64_in_lanes(_mm512_maskz_loadu_epi8(in, codes + 16 * i), lut, w);
+    _mm512_mask_storeu_epi16(run_lo + 8 * i, out, w[0]);
+    _mm512_mask_storeu_epi16(run_hi + 8 * i, out, w[1]);
   }
 }
 

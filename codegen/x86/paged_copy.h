@@ -31,14 +31,21 @@ void transpose_value_dims8(const uint16_t* src, int64_t src_stride, uint16_t* ds
 void transpose_value_dims32(const uint16_t* src, int64_t src_stride, uint16_t* dst,
                             int64_t dst_stride);
 
-/// The 16-bit value of every fp8 code as two byte planes: value(c) = lo[c] | hi[c] << 8.
+/// The 16-bit value of every fp8 magnitude m (0..127) as two byte planes: value(m) = lo[m] |
+/// hi[m] << 8. Code c's value is value(c & 127) with the sign bit flipped by c's bit 7 (fp8 is
+/// sign-magnitude and rounding to nearest even odd-symmetric: rnd_T(−x · s) = −rnd_T(x · s)).
 struct Fp8ByteTables {
-  alignas(64) uint8_t lo[256];
-  alignas(64) uint8_t hi[256];
+  alignas(64) uint8_t lo[128];
+  alignas(64) uint8_t hi[128];
 };
 
 /// `n` contiguous fp8 codes to `n` contiguous 16-bit values by `tables` (AVX512_VBMI).
 void fp8_to_words(const uint8_t* codes, int64_t n, const Fp8ByteTables& tables, uint16_t* words);
+
+/// `rows` rows of `count` fp8 codes (row r at codes + r · src_stride) to 16-bit values (row r at
+/// words + r · dst_stride) by `tables` (AVX512_VBMI).
+void fp8_rows_to_words(const uint8_t* codes, int64_t src_stride, int64_t rows, int64_t count,
+                       const Fp8ByteTables& tables, uint16_t* words, int64_t dst_stride);
 
 /// A key run of an fp8 cache, `count` tokens of 16 dims ([count][16] codes), to two 16-bit
 /// runs [count][8]: dims 0-7 to `run_lo`, 8-15 to `run_hi` (AVX512_VBMI).

@@ -466,9 +466,12 @@ class PagedDirectGenerator : public Generator {
 }  // namespace
 
 bool paged_direct_serves(const ir::PagedAttentionParams& p, X86Isa isa) {
-  return isa >= X86Isa::kAvx512 && (p.dtype == DType::kBF16 || p.dtype == DType::kF16) &&
-         p.kv == ir::KvCacheDtype::kAuto && !p.blocksparse && p.block_size % 16 == 0 &&
-         p.head_size % 16 == 0;
+  if ((p.dtype != DType::kBF16 && p.dtype != DType::kF16) || p.blocksparse ||
+      p.head_size % 16 != 0) {
+    return false;
+  }
+  if (p.kv == ir::KvCacheDtype::kAuto) return isa >= X86Isa::kAvx512 && p.block_size % 16 == 0;
+  return isa >= X86Isa::kAvx512Vbmi;  // fp8: the runner's stage is decoded by vpermi2b tables
 }
 
 Result<std::vector<uint8_t>> generate_paged_direct(const ir::PagedAttentionParams& p,

@@ -1114,8 +1114,99 @@ TEST_P(X86AttentionTest, PagedDirectKernelMatchesRef) {
   }
 }
 
-// The direct knob: 0 or 1; 1 only where the direct kernel serves (bf16 / f16, kv=auto, dense, block
-// and head sizes multiples of 16, AVX-512), each refusal naming the knob and what is allowed.
+// The direct kernel on fp8 caches, each chunk decoded into the stage by the vpermi2b tables
+// (the magnitude's value, the sign by the code's bit 7), against ref: e4m3 and e5m2 (both signs,
+// and the NaN code in every slot no sequence owns, which the stage's masked keys and zeroed values
+// must keep out), bf16 and f16 queries; blocks of 1 and 8 (runs shorter than a decode vector,
+// row by row), 16, 48 (chunk edges inside blocks: partial runs) and 128 (a block larger than the
+// 64-key chunk); head sizes 16 .. 256; GQA 1 .. 12; v1 and v2; chunks of 16 .. 512 keys. Each
+// spec also through the gather (direct=0), which shares the tables.
+TEST_P(X86AttentionTest, PagedDirectFp8MatchesRef) {
+  if (GetParam() < X86Isa::kAvx512Vbmi) {
+    GTEST_SKIP() << "the direct kernel reads fp8 caches from AVX512_VBMI up (the stage's "
+                    "vpermi2b decode); below, fp8 takes the gather (PagedDtypesFp8GqaAlibi)";
+  }
+  struct Shape {
+    ir::KvCacheDtype kv;
+    DType dtype;
+    int64_t head, block, hq, hkv, chunk;
+    bool alibi;
+  };
+  constexpr auto e4m3 = ir::KvCacheDtype::kFp8E4m3, e5m2 = ir::KvCacheDtype::kFp8E5m2;
+  for (bool v2 : {false, true}) {
+    for (const Shape& sh : {Shape{e4m3, DType::kBF16, 128, 16, 8, 1, 0, false},
+                            Shape{e5m2, DType::kBF16, 64, 1, 4, 4, 0, true},
+                            Shape{e4m3, DType::kF16, 80, 8, 6, 2, 32, false},
+                            Shape{e5m2, DType::kF16, 256, 48, 8, 1, 0, true},
+                            Shape{e4m3, DType::kBF16, 16, 128, 12, 1, 64, false},
+                            Shape{e4m3, DType::kBF16, 96, 32, 5, 1, 16, true}}) {
+      // v2: partitions of about 512 (the shape's chunk, or the default) and small ones of a
+      // few blocks (chunks of 16).
+      const int64_t large = 512 / sh.block * sh.block;
+      const int64_t small = sh.block <= 16 ? 144 : sh.block == 128 ? 256 : 3 * sh.block;
+      for (int64_t partition : v2 ? std::vector<int64_t>{large, small} : std::vector<int64_t>{0}) {
+        const OpSpec spec =
+            paged_spec(v2, sh.dtype, sh.kv, sh.head, sh.block, sh.hq, sh.hkv, sh.alibi, partition);
+        Config config = Config().set("direct", 1);
+        if (partition == small) {
+          config.set("chunk", 16);
+        } else if (sh.chunk != 0) {
+          config.set("chunk", sh.chunk);
+        }
+        check(spec, GetParam(), 6, config, {InputKind::kNormal});
+        check(spec, GetParam(), 6, Config(config).set("direct", 0), {InputKind::kNormal});
+      }
+    }
+  }
+  // The harness's other input kinds (small integers, equal values) on two shapes.
+  check(paged_spec(false, DType::kBF16, e4m3, 64, 16, 8, 2, true), GetParam(), 6,
+        Config().set("direct", 1));
+  check(paged_spec(true, DType::kF16, e5m2, 128, 32, 8, 1, false), GetParam(), 6,
+        Config().set("direct", 1));
+}
+
+// The fp8 stage is reused from chunk to chunk and task to task: the values past a chunk's keys
+// up to its group's end are stale (an earlier chunk's), and a stale ±inf weighed by p = 0 would be
+// NaN. One thread runs sequence 2 (all values +inf: its output is +inf, as ref's) and then
+// sequence 4, cut to 5 tokens, whose group spans stage slots 5 .. 31 where sequence 2's values
+// were: it must match ref (the stage zeroes them).
+TEST_P(X86AttentionTest, PagedFp8StageHoldsNoStaleValues) {
+  if (GetParam() < X86Isa::kAvx512Vbmi) {
+    GTEST_SKIP() << "the fp8 stage is the direct kernel's, from AVX512_VBMI up";
+  }
+  for (bool v2 : {false, true}) {
+    const OpSpec spec =
+        paged_spec(v2, DType::kBF16, ir::KvCacheDtype::kFp8E5m2, 64, 16, 4, 1, false, 512);
+    const Kernel kernel =
+        compile_x86(spec, GetParam(), Config().set("direct", 1).set("threads", 1));
+    auto made = test::make_case(spec, 6, InputKind::kNormal, 31);
+    ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+    test::OpCase c = std::move(made).value();
+    const auto arg = [&](std::string_view name) -> test::HostTensor& {
+      const auto at = std::find(c.names.begin(), c.names.end(), name);
+      return c.tensors[size_t(at - c.names.begin())];
+    };
+    test::HostTensor& values = arg("value_cache");
+    const test::HostTensor& tables = arg("block_tables");
+    test::HostTensor& lens = arg("seq_lens");
+    const int64_t bs = 16, d = 64, width = tables.tensor().size(1);
+    const auto len2 = int64_t(lens.get(2));
+    ASSERT_GT(len2, 31);
+    for (int64_t j = 0; j < len2; j += bs) {
+      const auto block = int64_t(tables.get(2 * width + j / bs));
+      for (int64_t i = 0; i < d * bs; ++i) {
+        values.set_bits(block * d * bs + i, 0x7C);  // e5m2 +inf (set() would saturate)
+      }
+    }
+    lens.set(4, 5.0);  // its slots from 5 on become unowned: ref does not read them
+    const auto report = check_against_ref(kernel, c);
+    EXPECT_TRUE(report.ok) << to_string(spec) << "\n" << report.message;
+  }
+}
+
+// The direct knob: 0 or 1; 1 only where the direct kernel serves (bf16 / f16, dense, head sizes
+// multiples of 16; kv=auto at AVX-512 with block sizes multiples of 16, fp8 at AVX512_VBMI), each
+// refusal naming the knob and what is allowed.
 TEST(X86AttentionConfig, BadPagedDirectKnobIsAClearError) {
   const auto expect_refused = [](const OpSpec& spec, int64_t direct, X86Isa isa,
                                  std::string_view fragment) {
@@ -1133,8 +1224,17 @@ TEST(X86AttentionConfig, BadPagedDirectKnobIsAClearError) {
   expect_refused(served, 1, X86Isa::kAvx2, "at avx2");
   expect_refused(spec(DType::kF32, ir::KvCacheDtype::kAuto, 64, 16, false), 1, X86Isa::kAvx512,
                  "dtype=f32");
+  // fp8 caches from AVX512_VBMI up (the stage's decode), any block size.
   expect_refused(spec(DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, 16, false), 1, X86Isa::kAvx512,
                  "kv=fp8_e4m3");
+  expect_refused(spec(DType::kF32, ir::KvCacheDtype::kFp8E5m2, 64, 16, false), 1,
+                 X86Isa::kAvx512Vbmi, "dtype=f32");
+  expect_refused(spec(DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, 16, true), 1,
+                 X86Isa::kAvx512Vbmi, "blocksparse=true");
+  EXPECT_TRUE(codegen::x86::generate_paged_attention(
+                  spec(DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, 8, false),
+                  Config().set("direct", 1), X86Isa::kAvx512Vbmi)
+                  .is_ok());
   expect_refused(spec(DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, true), 1, X86Isa::kAvx512,
                  "blocksparse=true");
   expect_refused(spec(DType::kBF16, ir::KvCacheDtype::kAuto, 64, 8, false), 1, X86Isa::kAvx512,
@@ -1167,6 +1267,10 @@ TEST(X86AttentionConfig, PagedTuningSpaceGenerates) {
         Case{paged_spec(false, DType::kF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, false),
              X86Isa::kAvx512, true},
         Case{paged_spec(false, DType::kF32, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, false),
+             X86Isa::kAvx512, false},
+        Case{paged_spec(true, DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, 8, 8, 2, false),
+             X86Isa::kAvx512Vbmi, true},
+        Case{paged_spec(false, DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, 16, 8, 2, false),
              X86Isa::kAvx512, false}}) {
     Target target = host_target(BackendKind::kX86);
     target.isa = c.isa;

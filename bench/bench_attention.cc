@@ -603,7 +603,7 @@ void register_all() {
 // other vertical blocks, so every block is read, partly by one head) or per KV head (−1: the
 // group attends 18 of the 32 sparse blocks of a 2048-token context); GB/s counts the blocks
 // read. `config`: knobs beside the thread count (the kiln_gather rows: direct=0, the gather into
-// the tile kernel's layout that the direct kernel replaced for 16-bit caches). `dtype`: of the
+// the tile kernel's layout that the direct kernel replaced). `dtype`: of the
 // query and the caches (bf16, or f16 for the kiln_f16 rows).
 void bm_paged(benchmark::State& state, bool v2, ir::KvCacheDtype kv, int64_t batch, int64_t context,
               int threads, int sparse_step = 0, Config config = {}, DType dtype = DType::kBF16) {
@@ -720,6 +720,18 @@ void register_paged() {
                 .c_str(),
             [=](benchmark::State& s) {
               bm_paged(s, v2, ir::KvCacheDtype::kAuto, batch, 2048, threads, 0,
+                       Config().set("direct", 0));
+            })
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(0.2);
+      }
+      {  // fp8 through the gather (the direct kernel's stage replaced it at AVX512_VBMI)
+        benchmark::RegisterBenchmark(
+            fmt::format("paged_{}/kiln_fp8_e4m3_gather/batch:8/context:2048/threads:{}",
+                        v2 ? "v2" : "v1", threads)
+                .c_str(),
+            [=](benchmark::State& s) {
+              bm_paged(s, v2, ir::KvCacheDtype::kFp8E4m3, 8, 2048, threads, 0,
                        Config().set("direct", 0));
             })
             ->Unit(benchmark::kMicrosecond)

@@ -595,8 +595,8 @@ void register_all() {
   }
 }
 
-// paged_attention_v1/v2 decode (legacy cache [NB, Hkv, D/x, 16, x] / [NB, Hkv, D, 16], bf16
-// query, D 128, GQA 8, block 16, v2 partitions of 512; bf16 KV (x = 8) or fp8 e4m3 codes
+// paged_attention_v1/v2 decode (legacy cache [NB, Hkv, D/x, BS, x] / [NB, Hkv, D, BS], bf16
+// query, D 128, GQA 8, BS 16 unless given, v2 partitions of 512; bf16 KV (x = 8) or fp8 e4m3 codes
 // (x = 16)): GB/s of KV read per second of CPU time.
 // `sparse_step` != 0: block-sparse mode with Phi-3-small's pattern (sparse blocks of 64 tokens,
 // 16 local ones, vertical stride 8) sliding per query head (+1: each head of a KV group attends
@@ -604,20 +604,22 @@ void register_all() {
 // group attends 18 of the 32 sparse blocks of a 2048-token context); GB/s counts the blocks
 // read. `config`: knobs beside the thread count (the kiln_gather rows: direct=0, the gather into
 // the tile kernel's layout that the direct kernel replaced). `dtype`: of the
-// query and the caches (bf16, or f16 for the kiln_f16 rows).
+// query and the caches (bf16, or f16 for the kiln_f16 rows). `block_size`: the cache's (8 for the
+// kiln_block8 rows, which the direct kernel reads through its stage).
 void bm_paged(benchmark::State& state, bool v2, ir::KvCacheDtype kv, int64_t batch, int64_t context,
-              int threads, int sparse_step = 0, Config config = {}, DType dtype = DType::kBF16) {
-  constexpr int64_t kPagedBlock = 16, kPartition = 512;
+              int threads, int sparse_step = 0, Config config = {}, DType dtype = DType::kBF16,
+              int64_t block_size = 16) {
+  constexpr int64_t kPartition = 512;
   constexpr int64_t kSparseBlock = 64, kLocal = 16, kVert = 8;
   const OpSpec spec =
       OpSpec::make(v2 ? OpKind::kPagedAttentionV2 : OpKind::kPagedAttentionV1,
-                   ir::PagedAttentionParams{dtype, kv, kHeadSize, kPagedBlock, kHeadsQ, kHeadsKv,
+                   ir::PagedAttentionParams{dtype, kv, kHeadSize, block_size, kHeadsQ, kHeadsKv,
                                             false, sparse_step != 0, v2 ? kPartition : 0});
   const bool fp8 = kv != ir::KvCacheDtype::kAuto;
   const int64_t x = ir::paged_key_x(dtype, kv);
-  const int64_t width = (context + kPagedBlock - 1) / kPagedBlock;
+  const int64_t width = (context + block_size - 1) / block_size;
   const int64_t blocks = batch * width;
-  const int64_t cache_elems = blocks * kHeadsKv * kPagedBlock * kHeadSize;
+  const int64_t cache_elems = blocks * kHeadsKv * block_size * kHeadSize;
   auto query = bench::random_bf16(size_t(batch * kHeadsQ * kHeadSize), dtype == DType::kF16);
   auto key_cache = bench::random_bf16(size_t(fp8 ? 0 : cache_elems), dtype == DType::kF16);
   auto value_cache = bench::random_bf16(size_t(fp8 ? 0 : cache_elems), dtype == DType::kF16);
@@ -643,11 +645,10 @@ void bm_paged(benchmark::State& state, bool v2, ir::KvCacheDtype kv, int64_t bat
   float k_scale = fp8 ? 0.02f : 1.0f, v_scale = fp8 ? 0.03f : 1.0f;
   for (const Tensor& t :
        {Tensor(query.data(), dtype, {batch, kHeadsQ, kHeadSize}),
-        fp8 ? Tensor(key_codes.data(), DType::kU8,
-                     {blocks, kHeadsKv, kHeadSize / x, kPagedBlock, x})
-            : Tensor(key_cache.data(), dtype, {blocks, kHeadsKv, kHeadSize / x, kPagedBlock, x}),
-        fp8 ? Tensor(value_codes.data(), DType::kU8, {blocks, kHeadsKv, kHeadSize, kPagedBlock})
-            : Tensor(value_cache.data(), dtype, {blocks, kHeadsKv, kHeadSize, kPagedBlock}),
+        fp8 ? Tensor(key_codes.data(), DType::kU8, {blocks, kHeadsKv, kHeadSize / x, block_size, x})
+            : Tensor(key_cache.data(), dtype, {blocks, kHeadsKv, kHeadSize / x, block_size, x}),
+        fp8 ? Tensor(value_codes.data(), DType::kU8, {blocks, kHeadsKv, kHeadSize, block_size})
+            : Tensor(value_cache.data(), dtype, {blocks, kHeadsKv, kHeadSize, block_size}),
         Tensor(table.data(), DType::kI32, {batch, width}),
         Tensor(seq_lens.data(), DType::kI32, {batch}), Tensor{}, Tensor(&k_scale, DType::kF32, {1}),
         Tensor(&v_scale, DType::kF32, {1})}) {
@@ -721,6 +722,18 @@ void register_paged() {
             [=](benchmark::State& s) {
               bm_paged(s, v2, ir::KvCacheDtype::kAuto, batch, 2048, threads, 0,
                        Config().set("direct", 0));
+            })
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(0.2);
+      }
+      for (bool gather : {false, true}) {  // block 8: the direct kernel's copied stage, or not
+        benchmark::RegisterBenchmark(
+            fmt::format("paged_{}/kiln_block8{}/batch:8/context:2048/threads:{}", v2 ? "v2" : "v1",
+                        gather ? "_gather" : "", threads)
+                .c_str(),
+            [=](benchmark::State& s) {
+              bm_paged(s, v2, ir::KvCacheDtype::kAuto, 8, 2048, threads, 0,
+                       Config().set("direct", gather ? 0 : 1), DType::kBF16, 8);
             })
             ->Unit(benchmark::kMicrosecond)
             ->MinTime(0.2);

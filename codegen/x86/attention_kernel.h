@@ -127,8 +127,8 @@ std::shared_ptr<const Executable> make_cpu_attn_cache_write_executable(const OpS
 /// Generation refuses other values, naming the knob.
 inline constexpr std::string_view kPagedChunkKnob = "chunk";
 /// The config knob that picks paged attention's kernel where both serve (paged_direct_serves):
-/// 1 the direct kernel, which reads the legacy cache itself (an fp8 cache through a per-chunk
-/// decoded stage); 0 the gather of each chunk into the tile kernel's vec layout. Default 1.
+/// 1 the direct kernel, which reads the legacy layout (in place, or through a per-chunk stage);
+/// 0 the gather of each chunk into the tile kernel's vec layout. Default: paged_direct_default.
 inline constexpr std::string_view kPagedDirectKnob = "direct";
 
 /// Paged attention's direct kernel (paged_direct.cc) walks a chunk in groups of two halves of
@@ -164,10 +164,16 @@ struct PagedDirectArgs {
   float alpha[kPagedDirectRows];  ///< kernel-internal: this chunk's rescale factor per row
 };
 /// Whether the direct kernel serves `p` at `isa`: bf16 and f16 queries, dense (no block-sparse
-/// mode), head size a multiple of 16; a cache of the query's type (kv auto) read in place at
-/// AVX-512 with block sizes multiples of 16, or an fp8 cache (any block size) at AVX512_VBMI,
-/// decoded chunk by chunk into a stage of the 16-bit layout that the kernel reads.
+/// mode); a cache of the query's type (kv auto) at AVX-512, read in place where block and head
+/// sizes are multiples of 16 and else copied chunk by chunk into a stage of the 16-bit layout
+/// (the head padded to a multiple of 16), or an fp8 cache at AVX512_VBMI, decoded into such a
+/// stage.
 bool paged_direct_serves(const ir::PagedAttentionParams& p, X86Isa isa);
+/// Whether the direct kernel is the default (knob `direct` unset): where it serves, except 16-bit
+/// caches with blocks of fewer than 8 keys, whose stage copies a value row of fewer than 8 keys
+/// at a time (block 1: 0.95 GB/s against the gather's 1.25-1.29; block 8: 5.7-6.6 against
+/// 4.7-5.8).
+bool paged_direct_default(const ir::PagedAttentionParams& p, X86Isa isa);
 /// Emits the direct kernel with a variant for each row count of `row_counts` (1..8) for the
 /// 16-bit legacy layout of `p` (its block_size: the tokens between a half's key runs of
 /// consecutive dim groups, the cache's or the stage's; its kv is not read).

@@ -1,14 +1,15 @@
 // paged_attention_v1 / v2 on x86 (spec/attention_ops.md §2, §3): the runner of two kernels.
 //
 // The legacy cache stores keys as [NB, H, D/x, BS, x] and values as [NB, H, D, BS]. Where it
-// serves (bf16 and f16, dense, head sizes multiples of 16; knob `direct`), the direct kernel of
-// paged_direct.cc computes from that layout: each task walks its keys in chunks of up to 512
-// and calls the kernel once per pass of up to 8 query rows, whose softmax state it keeps. A
-// cache of the query's type (kv=auto, block sizes multiples of 16, AVX-512) is read in place:
-// the kernel is pointed at each half group of 16 keys in its block, and the values of a chunk's
-// last partial half are staged (slots past a sequence may hold NaN). An fp8 cache (any block
-// size, AVX512_VBMI) is decoded chunk by chunk into a stage of the 16-bit layout, one block of
-// the chunk's tokens, by the gather's vpermi2b tables (rnd_T(fp8 · scale), §1.2).
+// serves (bf16 and f16 queries, dense; knob `direct`), the direct kernel of paged_direct.cc
+// computes from that layout: each task walks its keys in chunks of up to 512 and calls the
+// kernel once per pass of up to 8 query rows, whose softmax state it keeps. A cache of the
+// query's type with block and head sizes multiples of 16 (AVX-512) is read in place: the kernel
+// is pointed at each half group of 16 keys in its block, and the values of a chunk's last partial
+// half are staged (slots past a sequence may hold NaN). Other 16-bit caches (AVX-512) are copied,
+// and fp8 caches (AVX512_VBMI) decoded by the gather's vpermi2b tables (rnd_T(fp8 · scale),
+// §1.2), chunk by chunk into a stage that is one block of the 16-bit layout holding the chunk's
+// tokens, its head padded to a multiple of 16 with zero dims.
 //
 // Everything else goes through the CPU-attention tile kernel of attention_kernel.cc, which
 // reads the vec layout (keys [D, n] transposed, values [n, D] natural). Each task
@@ -59,14 +60,14 @@ int64_t align_up(int64_t v, int64_t a) {
   return (v + a - 1) / a * a;
 }
 
-// Whether `config` (knob kPagedDirectKnob, default 1) picks the direct kernel, which must
-// serve `spec` at `isa` when the knob asks for it; an error names the knob and the allowed
-// values.
+// Whether `config` (knob kPagedDirectKnob, default paged_direct_default) picks the direct
+// kernel, which must serve `spec` at `isa` when the knob asks for it; an error names the knob
+// and the allowed values.
 Result<bool> direct_for(const OpSpec& spec, const Config& config, X86Isa isa) {
   const auto& p = spec.get<ir::PagedAttentionParams>();
   const bool serves = paged_direct_serves(p, isa);
   const int64_t knob = config.get(kPagedDirectKnob, -1);
-  if (knob == -1) return serves;
+  if (knob == -1) return paged_direct_default(p, isa);
   if (knob != 0 && knob != 1) {
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("config knob {}={}: allowed values are 1 (the direct kernel) and 0 "
@@ -77,10 +78,9 @@ Result<bool> direct_for(const OpSpec& spec, const Config& config, X86Isa isa) {
     return Status(
         StatusCode::kInvalidArgument,
         fmt::format("config knob {}=1: the direct kernel serves dtype bf16 and f16, dense, "
-                    "head_size a multiple of 16, with kv=auto at avx512 or higher and "
-                    "block_size a multiple of 16, or kv=fp8_e4m3 / fp8_e5m2 at avx512_vbmi "
-                    "or higher; got dtype={} kv={} blocksparse={} block_size={} head_size={} "
-                    "at {}",
+                    "with kv=auto at avx512 or higher, or kv=fp8_e4m3 / fp8_e5m2 at "
+                    "avx512_vbmi or higher; got dtype={} kv={} blocksparse={} block_size={} "
+                    "head_size={} at {}",
                     kPagedDirectKnob, dtype_name(p.dtype), ir::enum_name(p.kv), p.blocksparse,
                     p.block_size, p.head_size, x86_isa_name(isa)));
   }
@@ -132,11 +132,13 @@ std::vector<int> direct_row_counts(const ir::PagedAttentionParams& p) {
   return counts;
 }
 
-// What the direct kernel reads: a 16-bit cache in place, or (fp8 caches) a stage into which the
-// runner decodes each chunk, laid out as one block of the 16-bit legacy layout: keys
-// [D/8][block][8], values [D][block].
+// What the direct kernel reads: a 16-bit cache in place (block and head sizes multiples of 16),
+// or a stage into which the runner decodes (fp8) or copies (other 16-bit caches) each chunk, laid
+// out as one block of the 16-bit legacy layout with the head padded to a multiple of 16: keys
+// [head/8][block][8], values [head][block], the padding dims zero.
 struct DirectLayout {
   bool staged;
+  int64_t head;  // the kernel's head size: the cache's, or padded to a multiple of 16
   // The kernel's block: the cache's, or the stage's tokens per key run and value row. The stage
   // holds the chunk rounded up to its groups of 32 plus 32 tokens of padding, so its key runs
   // lie (block · 16) bytes apart, not a multiple of 4 KiB: at 512 tokens unpadded, the 16 key
@@ -147,10 +149,10 @@ struct DirectLayout {
   bool contiguous;
 };
 DirectLayout direct_layout(const ir::PagedAttentionParams& p, int64_t chunk) {
-  if (p.kv == ir::KvCacheDtype::kAuto) {
-    return {false, p.block_size, p.block_size % 32 == 0 && chunk % 32 == 0};
+  if (p.kv == ir::KvCacheDtype::kAuto && p.block_size % 16 == 0 && p.head_size % 16 == 0) {
+    return {false, p.head_size, p.block_size, p.block_size % 32 == 0 && chunk % 32 == 0};
   }
-  return {true, align_up(chunk, 32) + 32, true};
+  return {true, align_up(p.head_size, 16), align_up(chunk, 32) + 32, true};
 }
 
 // The CPU-attention spec of the tile kernel that serves `spec` (paged_attention_v1/v2) with
@@ -834,14 +836,14 @@ class PagedAttentionExecutable final : public Executable {
     DirectBuffers(const ir::PagedAttentionParams& p, int64_t chunk, DirectLayout layout)
         : layout(layout),
           passes((p.head_count_q / p.head_count_kv + kPagedDirectRows - 1) / kPagedDirectRows),
-          q(static_cast<size_t>(passes * kPagedDirectRows * p.head_size)),
+          q(static_cast<size_t>(passes * kPagedDirectRows * layout.head)),
           acc(q.size()),
           probs(static_cast<size_t>(align_up(chunk, kGroup) * kPagedDirectRows + 16)),
           // Two more halves (zeros): the kernel reads the pointers of the group after the last
           // one to prefetch its keys.
           k_half(static_cast<size_t>(align_up(chunk, kGroup) / kHalf + 2)),
           v_half(k_half.size()),
-          zeros(static_cast<size_t>(p.head_size * layout.block)),
+          zeros(static_cast<size_t>(layout.head * layout.block)),
           v_stage(zeros.size() + 32),
           k_stage(layout.staged ? v_stage.size() : 0),
           out(static_cast<size_t>(p.head_size)),
@@ -852,8 +854,8 @@ class PagedAttentionExecutable final : public Executable {
     std::vector<const uint16_t*> k_half, v_half;
     // A block of zeros (the keys and values of halves past the chunk's keys) and a value block:
     // in place, the one in which the chunk's last keys are staged with zeros past them (slots
-    // past the sequence may hold anything, and p = 0 times a NaN is NaN); staged (fp8), with
-    // k_stage, the chunk's decoded keys and values (both 64-byte aligned by align64).
+    // past the sequence may hold anything, and p = 0 times a NaN is NaN); staged, with k_stage,
+    // the chunk's decoded or copied keys and values (both 64-byte aligned by align64).
     std::vector<uint16_t> zeros, v_stage, k_stage;
     std::vector<BlockRun> runs;          // staged: the chunk's block runs
     std::vector<float> out;              // one output row before rounding
@@ -906,51 +908,63 @@ class PagedAttentionExecutable final : public Executable {
     buf.v_half[size_t(first_half)] = buf.v_stage.data() + offset;
   }
 
-  // Decodes chunk [c0, c0 + n) of sequence s, KV head g of an fp8 cache into the stage (one
-  // block of buf.layout.block tokens in the 16-bit legacy layout: rnd_T(fp8 · scale) by the
-  // call's tables, the gather's values), zeroes its values past the chunk's keys up to their
-  // group's end (the stage's stale or NaN-decoded keys there are masked by the kernel, values
-  // weighed by p = 0 must be finite), and points the halves at it, those past the chunk's
-  // groups at zeros.
+  // Decodes (fp8) or copies (16-bit) chunk [c0, c0 + n) of sequence s, KV head g into the stage
+  // (one block of buf.layout.block tokens in the 16-bit legacy layout, the head padded with zero
+  // dims that are never written; fp8 as rnd_T(fp8 · scale) by the call's tables, the gather's
+  // values), zeroes its values past the chunk's keys up to their group's end (the stage's stale
+  // keys there are masked by the kernel, values weighed by p = 0 must be finite), and points the
+  // halves at it, those past the chunk's groups at zeros.
   void stage_chunk(const KernelArgs& args, int64_t s, int64_t g, int64_t c0, int64_t n,
                    const Fp8Tables& fp8_values, DirectBuffers& buf) const {
     constexpr int64_t kHalf = DirectBuffers::kHalf, kGroup = DirectBuffers::kGroup;
     const auto& p = spec_.get<ir::PagedAttentionParams>();
     const int first = query_arg();
-    const auto* k_codes = static_cast<const uint8_t*>(args.tensor(first + 1).data());
-    const auto* v_codes = static_cast<const uint8_t*>(args.tensor(first + 2).data());
+    const auto* k_cache = static_cast<const uint8_t*>(args.tensor(first + 1).data());
+    const auto* v_cache = static_cast<const uint8_t*>(args.tensor(first + 2).data());
+    const bool fp8 = p.kv != ir::KvCacheDtype::kAuto;
+    const int64_t esize = fp8 ? 1 : 2;  // cache bytes per element
+    const int64_t x = fp8 ? 16 : 8;     // a key run's dims
     const int64_t bs = p.block_size;
     const int64_t d = p.head_size;
     const int64_t stride = buf.layout.block;
     uint16_t* k_stage = align64(buf.k_stage.data());
     uint16_t* v_stage = align64(buf.v_stage.data());
-    constexpr int64_t x = 16;  // an fp8 key run's dims
     buf.runs.clear();
     for_each_block_run(args, s, g, c0, n, [&](int64_t j0, int64_t t0, int64_t count, int64_t base) {
       buf.runs.push_back({j0, t0, count, base});
     });
-    // The codes of a block's run: keys from (slot t0, dims 0 .. 15) to (slot t0 + count − 1,
-    // dims D − 16 .. D − 1), values from (dim 0, slot t0) to (dim D − 1, slot t0 + count − 1).
+    // The bytes of a block's run: keys from (slot t0, dims 0 .. x − 1) to (slot t0 + count − 1,
+    // dims D − x .. D − 1), values from (dim 0, slot t0) to (dim D − 1, slot t0 + count − 1).
     const auto prefetch = [&](const BlockRun& run) {
       const auto lines = [](const uint8_t* from, int64_t bytes) {
         for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(from + i, _MM_HINT_T0);
       };
-      lines(k_codes + run.base + run.t0 * x, (d / x - 1) * bs * x + run.count * x);
-      lines(v_codes + run.base + run.t0, (d - 1) * bs + run.count);
+      lines(k_cache + (run.base + run.t0 * x) * esize,
+            ((d / x - 1) * bs * x + run.count * x) * esize);
+      lines(v_cache + (run.base + run.t0) * esize, ((d - 1) * bs + run.count) * esize);
     };
     for (size_t i = 0; i < buf.runs.size(); ++i) {
-      // The next runs' codes stream in while this one is decoded: +2-4% (v1, block 16, 1
-      // thread, three runs each way); each block's first reads stalled the decode.
+      // The next runs' bytes stream in while this one is staged: +2-4% for fp8 (v1, block 16,
+      // 1 thread, three runs each way); each block's first reads stalled the decode.
       if (i == 0 && buf.runs.size() > 1) prefetch(buf.runs[1]);
       if (i + 2 < buf.runs.size()) prefetch(buf.runs[i + 2]);
       const auto [j0, t0, count, base] = buf.runs[i];
-      // Key run e0 / 16 ([bs][16] codes) to the stage's runs e0 / 8 and e0 / 8 + 1.
-      for (int64_t e0 = 0; e0 < d; e0 += x) {
-        fp8_key_run_to_words(k_codes + base + (e0 / x) * bs * x + t0 * x, count, fp8_values.k_bytes,
-                             k_stage + e0 * stride + j0 * 8, k_stage + (e0 + 8) * stride + j0 * 8);
+      if (fp8) {
+        // Key run e0 / 16 ([bs][16] codes) to the stage's runs e0 / 8 and e0 / 8 + 1.
+        for (int64_t e0 = 0; e0 < d; e0 += x) {
+          fp8_key_run_to_words(k_cache + base + (e0 / x) * bs * x + t0 * x, count,
+                               fp8_values.k_bytes, k_stage + e0 * stride + j0 * 8,
+                               k_stage + (e0 + 8) * stride + j0 * 8);
+        }
+        fp8_rows_to_words(v_cache + base + t0, bs, d, count, fp8_values.v_bytes, v_stage + j0,
+                          stride);
+        continue;
       }
-      fp8_rows_to_words(v_codes + base + t0, bs, d, count, fp8_values.v_bytes, v_stage + j0,
-                        stride);
+      const auto* k_src = reinterpret_cast<const uint16_t*>(k_cache) + base;
+      const auto* v_src = reinterpret_cast<const uint16_t*>(v_cache) + base;
+      // Key runs e0 / 8 ([count][8] words each, bs · 8 apart) to the stage's (stride · 8 apart).
+      copy_rows_u16(k_src + t0 * x, bs * x, d / x, count * x, k_stage + j0 * x, stride * x);
+      copy_rows_u16(v_src + t0, bs, d, count, v_stage + j0, stride);
     }
     const int64_t end = align_up(n, kGroup);
     if (end != n) {
@@ -971,14 +985,15 @@ class PagedAttentionExecutable final : public Executable {
     const auto [query, slopes, len, t0, t1] = task_inputs(args, s, part);
     const int64_t group = p.head_count_q / p.head_count_kv;
     const int64_t d = p.head_size;
+    const int64_t head = buf.layout.head;  // the kernel's: d, or padded (its q dims past d zero)
     std::fill(buf.acc.begin(), buf.acc.end(), 0.0f);
     for (int64_t ps = 0; ps < buf.passes; ++ps) {
       PagedDirectArgs& c = buf.calls[size_t(ps)];
       const int64_t r0 = ps * kPagedDirectRows;
       c = PagedDirectArgs{};
       c.rows = std::min<int64_t>(kPagedDirectRows, group - r0);
-      c.q = buf.q.data() + r0 * d;
-      c.acc = buf.acc.data() + r0 * d;
+      c.q = buf.q.data() + r0 * head;
+      c.acc = buf.acc.data() + r0 * head;
       c.k_half = buf.k_half.data();
       c.v_half = buf.v_half.data();
       c.probs = align64(buf.probs.data());
@@ -988,7 +1003,7 @@ class PagedAttentionExecutable final : public Executable {
         c.m[i] = -FLT_MAX;
         c.slope[i] = p.alibi ? slopes.data_as<const float>()[h] : 0.0f;
         load_row(p.dtype, query.data(), s * query.stride(0) + h * query.stride(1), d,
-                 buf.q.data() + (r0 + i) * d);
+                 buf.q.data() + (r0 + i) * head);
       }
     }
     const auto fn = reinterpret_cast<KernelFn>(const_cast<void*>(code_));
@@ -1095,6 +1110,7 @@ Result<std::vector<uint8_t>> generate_paged_attention(const OpSpec& spec, const 
     const auto& p = spec.get<ir::PagedAttentionParams>();
     const DirectLayout layout = direct_layout(p, chunk.value());
     ir::PagedAttentionParams read = p;  // the layout the kernel reads: the cache or the stage
+    read.head_size = layout.head;
     read.block_size = layout.block;
     read.kv = ir::KvCacheDtype::kAuto;
     return generate_paged_direct(read, layout.contiguous, direct_row_counts(p), isa);

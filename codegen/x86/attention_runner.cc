@@ -581,8 +581,8 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
   space.push_back(Config{});  // heuristic default
   if (is_paged_attention_op(spec.op)) {
     for (int64_t threads : {1, 2}) space.push_back(Config().set(std::string(kThreads), threads));
-    // Keys per chunk (kPagedChunkKnob; v2: those dividing the partition), and the gather
-    // where the direct kernel is the default (kPagedDirectKnob).
+    // Keys per chunk (kPagedChunkKnob; v2: those dividing the partition), and the kernel that
+    // is not the default where both serve (kPagedDirectKnob).
     const auto& p = spec.get<ir::PagedAttentionParams>();
     for (int64_t chunk : {32, 64, 128, 256}) {
       if (p.partition_size == 0 || p.partition_size % chunk == 0) {
@@ -590,7 +590,8 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
       }
     }
     if (paged_direct_serves(p, target.isa)) {
-      space.push_back(Config().set(std::string(kPagedDirectKnob), 0));
+      const int64_t other = paged_direct_default(p, target.isa) ? 0 : 1;
+      space.push_back(Config().set(std::string(kPagedDirectKnob), other));
     }
     return space;
   }

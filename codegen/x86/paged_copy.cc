@@ -172,6 +172,49 @@ __attribute__((target("avx512f,avx512bw"))) void transpose_value_dims32(const ui
   }
 }
 
+// `n` words copied by zmm loads and stores, the tail masked.
+__attribute__((target("avx512f,avx512bw"), always_inline)) static inline void copy_words(
+    const uint16_t* src, int64_t n, uint16_t* dst) {
+  for (int64_t i = 0; i < n; i += 32) {
+    const int64_t m = std::min<int64_t>(32, n - i);
+    const __mmask32 mask = m == 32 ? ~__mmask32(0) : (__mmask32(1) << m) - 1;
+    _mm512_mask_storeu_epi16(dst + i, mask, _mm512_maskz_loadu_epi16(mask, src + i));
+  }
+}
+
+// Contiguous rows of a multiple of 8 words (a whole value block's dim rows, src_stride == count)
+// are copied 32 words at a time across rows, each 8-word segment stored from its 128-bit lane (a
+// block of 8 keys: four rows per load instead of a load and a store per row); other rows one
+// by one.
+__attribute__((target("avx512f,avx512bw"))) void copy_rows_u16(const uint16_t* src,
+                                                               int64_t src_stride, int64_t rows,
+                                                               int64_t count, uint16_t* dst,
+                                                               int64_t dst_stride) {
+  if (src_stride != count || count % 8 != 0) {
+    for (int64_t r = 0; r < rows; ++r)
+      copy_words(src + r * src_stride, count, dst + r * dst_stride);
+    return;
+  }
+  const int64_t total = rows * count;
+  uint16_t* row = dst;  // the next segment's row and column
+  int64_t column = 0;
+  for (int64_t i = 0; i < total; i += 32) {
+    const int64_t m = std::min<int64_t>(32, total - i);
+    const __m512i v =
+        _mm512_maskz_loadu_epi16(m == 32 ? ~__mmask32(0) : (__mmask32(1) << m) - 1, src + i);
+    const __m128i segment[4] = {_mm512_castsi512_si128(v), _mm512_extracti32x4_epi32(v, 1),
+                                _mm512_extracti32x4_epi32(v, 2), _mm512_extracti32x4_epi32(v, 3)};
+    for (int64_t k = 0; k < m / 8; ++k) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(row + column), segment[k]);
+      column += 8;
+      if (column == count) {
+        column = 0;
+        row += dst_stride;
+      }
+    }
+  }
+}
+
 // fp8 codes to 16-bit values by table (AVX512_VBMI). fp8 is sign-magnitude and rounding to
 // nearest even is odd-symmetric (rnd_T(−x · s) = −rnd_T(x · s), NaN and ±0 included), so code
 // c's value is value(c & 127) with its sign bit flipped by c's bit 7 (Fp8ByteTables, made per

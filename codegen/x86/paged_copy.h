@@ -31,6 +31,11 @@ void transpose_value_dims8(const uint16_t* src, int64_t src_stride, uint16_t* ds
 void transpose_value_dims32(const uint16_t* src, int64_t src_stride, uint16_t* dst,
                             int64_t dst_stride);
 
+/// `rows` rows of `count` 16-bit elements (row r at src + r · src_stride) copied to dst + r ·
+/// dst_stride (AVX-512).
+void copy_rows_u16(const uint16_t* src, int64_t src_stride, int64_t rows, int64_t count,
+                   uint16_t* dst, int64_t dst_stride);
+
 /// The 16-bit value of every fp8 magnitude m (0..127) as two byte planes: value(m) = lo[m] |
 /// hi[m] << 8. Code c's value is value(c & 127) with the sign bit flipped by c's bit 7 (fp8 is
 /// sign-magnitude and rounding to nearest even odd-symmetric: rnd_T(−x · s) = −rnd_T(x · s)).

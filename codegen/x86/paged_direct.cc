@@ -466,12 +466,13 @@ class PagedDirectGenerator : public Generator {
 }  // namespace
 
 bool paged_direct_serves(const ir::PagedAttentionParams& p, X86Isa isa) {
-  if ((p.dtype != DType::kBF16 && p.dtype != DType::kF16) || p.blocksparse ||
-      p.head_size % 16 != 0) {
-    return false;
-  }
-  if (p.kv == ir::KvCacheDtype::kAuto) return isa >= X86Isa::kAvx512 && p.block_size % 16 == 0;
+  if ((p.dtype != DType::kBF16 && p.dtype != DType::kF16) || p.blocksparse) return false;
+  if (p.kv == ir::KvCacheDtype::kAuto) return isa >= X86Isa::kAvx512;
   return isa >= X86Isa::kAvx512Vbmi;  // fp8: the runner's stage is decoded by vpermi2b tables
+}
+
+bool paged_direct_default(const ir::PagedAttentionParams& p, X86Isa isa) {
+  return paged_direct_serves(p, isa) && (p.kv != ir::KvCacheDtype::kAuto || p.block_size >= 8);
 }
 
 Result<std::vector<uint8_t>> generate_paged_direct(const ir::PagedAttentionParams& p,

@@ -1114,6 +1114,46 @@ TEST_P(X86AttentionTest, PagedDirectKernelMatchesRef) {
   }
 }
 
+// The direct kernel on 16-bit caches whose block or head size is off the 16 grid, each chunk
+// copied into the stage (one block of the chunk's tokens, the head padded with zero dims), against
+// ref and through the gather: blocks 1 (a run per token), 8 and 24 (chunk edges inside blocks),
+// heads 40, 72, 120 and 200 (padded to 48, 80, 128, 208) at blocks 16 and 32, GQA 1 .. 12, v1 and
+// v2 with partitions of about 512 and of a few blocks (chunks of 16 and 32), bf16 and f16.
+TEST_P(X86AttentionTest, PagedDirectStagedCopyMatchesRef) {
+  if (GetParam() < X86Isa::kAvx512) {
+    GTEST_SKIP() << "the direct kernel needs AVX-512; AVX2 serves paged attention by the gather "
+                    "(PagedHeadSizesAndBlocks and the others run it)";
+  }
+  struct Shape {
+    DType dtype;
+    int64_t head, block, hq, hkv, small_partition;
+    bool alibi;
+  };
+  for (bool v2 : {false, true}) {
+    for (const Shape& sh :
+         {Shape{DType::kBF16, 64, 1, 8, 1, 48, true}, Shape{DType::kF16, 128, 8, 6, 2, 64, false},
+          Shape{DType::kBF16, 96, 24, 5, 1, 96, false},
+          Shape{DType::kBF16, 40, 16, 8, 2, 144, true},
+          Shape{DType::kF16, 72, 32, 12, 1, 96, false},
+          Shape{DType::kBF16, 120, 16, 4, 4, 144, true},
+          Shape{DType::kBF16, 200, 32, 8, 1, 96, false}}) {
+      // The x86 backend's partitions are multiples of 16 (and of the block).
+      const int64_t unit = std::lcm(sh.block, int64_t(16));
+      const int64_t large = 512 / unit * unit;
+      for (int64_t partition :
+           v2 ? std::vector<int64_t>{large, sh.small_partition} : std::vector<int64_t>{0}) {
+        const OpSpec spec = paged_spec(v2, sh.dtype, ir::KvCacheDtype::kAuto, sh.head, sh.block,
+                                       sh.hq, sh.hkv, sh.alibi, partition);
+        for (int64_t direct : {1, 0}) {
+          check(spec, GetParam(), 6, Config().set("direct", direct), {InputKind::kNormal});
+        }
+      }
+    }
+  }
+  check(paged_spec(false, DType::kBF16, ir::KvCacheDtype::kAuto, 72, 8, 8, 2, true), GetParam(), 6,
+        Config().set("direct", 1));
+}
+
 // The direct kernel on fp8 caches, each chunk decoded into the stage by the vpermi2b tables
 // (the magnitude's value, the sign by the code's bit 7), against ref: e4m3 and e5m2 (both signs,
 // and the NaN code in every slot no sequence owns, which the stage's masked keys and zeroed values
@@ -1204,9 +1244,8 @@ TEST_P(X86AttentionTest, PagedFp8StageHoldsNoStaleValues) {
   }
 }
 
-// The direct knob: 0 or 1; 1 only where the direct kernel serves (bf16 / f16, dense, head sizes
-// multiples of 16; kv=auto at AVX-512 with block sizes multiples of 16, fp8 at AVX512_VBMI), each
-// refusal naming the knob and what is allowed.
+// The direct knob: 0 or 1; 1 only where the direct kernel serves (bf16 / f16, dense; kv=auto at
+// AVX-512, fp8 at AVX512_VBMI), each refusal naming the knob and what is allowed.
 TEST(X86AttentionConfig, BadPagedDirectKnobIsAClearError) {
   const auto expect_refused = [](const OpSpec& spec, int64_t direct, X86Isa isa,
                                  std::string_view fragment) {
@@ -1237,10 +1276,14 @@ TEST(X86AttentionConfig, BadPagedDirectKnobIsAClearError) {
                   .is_ok());
   expect_refused(spec(DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, true), 1, X86Isa::kAvx512,
                  "blocksparse=true");
-  expect_refused(spec(DType::kBF16, ir::KvCacheDtype::kAuto, 64, 8, false), 1, X86Isa::kAvx512,
-                 "block_size=8");
-  expect_refused(spec(DType::kBF16, ir::KvCacheDtype::kAuto, 72, 16, false), 1, X86Isa::kAvx512,
-                 "head_size=72");
+  // Block and head sizes off the 16 grid are served through the stage.
+  for (const auto& [head, block] : {std::pair<int64_t, int64_t>{64, 8}, {72, 16}, {40, 1}}) {
+    EXPECT_TRUE(codegen::x86::generate_paged_attention(
+                    spec(DType::kBF16, ir::KvCacheDtype::kAuto, head, block, false),
+                    Config().set("direct", 1), X86Isa::kAvx512)
+                    .is_ok())
+        << head << " " << block;
+  }
   for (int64_t direct : {0, 1}) {
     EXPECT_TRUE(codegen::x86::generate_paged_attention(served, Config().set("direct", direct),
                                                        X86Isa::kAvx512)
@@ -1249,8 +1292,9 @@ TEST(X86AttentionConfig, BadPagedDirectKnobIsAClearError) {
   expect_compile_refused(served, Config().set("direct", 5), "direct=5");
 }
 
-// paged attention's tuning space: every entry generates (the chunks, the thread counts, and
-// direct=0 exactly where the direct kernel is the default).
+// paged attention's tuning space: every entry generates (the chunks, the thread counts, and the
+// kernel that is not the default exactly where both serve: direct=0, or direct=1 for 16-bit
+// caches with blocks of fewer than 8 keys, where the gather is the default).
 TEST(X86AttentionConfig, PagedTuningSpaceGenerates) {
   struct Case {
     OpSpec spec;
@@ -1271,17 +1315,25 @@ TEST(X86AttentionConfig, PagedTuningSpaceGenerates) {
         Case{paged_spec(true, DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, 8, 8, 2, false),
              X86Isa::kAvx512Vbmi, true},
         Case{paged_spec(false, DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, 16, 8, 2, false),
-             X86Isa::kAvx512, false}}) {
+             X86Isa::kAvx512, false},
+        Case{paged_spec(false, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 1, 8, 2, false),
+             X86Isa::kAvx512, true}}) {
     Target target = host_target(BackendKind::kX86);
     target.isa = c.isa;
     const std::vector<Config> space = codegen::x86::cpu_attention_configs(c.spec, target);
-    int direct_off = 0;
+    const int64_t not_default =
+        codegen::x86::paged_direct_default(c.spec.get<ir::PagedAttentionParams>(), c.isa) ? 0 : 1;
+    int direct_entries = 0;
     for (const Config& config : space) {
-      direct_off += config.get("direct", -1) == 0;
+      const int64_t knob = config.get("direct", -1);
+      if (knob != -1) {
+        ++direct_entries;
+        EXPECT_EQ(knob, not_default) << to_string(c.spec);
+      }
       EXPECT_TRUE(codegen::x86::generate_paged_attention(c.spec, config, c.isa).is_ok())
           << to_string(c.spec) << " at " << x86_isa_name(c.isa);
     }
-    EXPECT_EQ(direct_off, c.direct_served ? 1 : 0) << to_string(c.spec);
+    EXPECT_EQ(direct_entries, c.direct_served ? 1 : 0) << to_string(c.spec);
   }
 }
 

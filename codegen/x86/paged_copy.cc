@@ -172,6 +172,25 @@ __attribute__((target("avx512f,avx512bw"))) void transpose_value_dims32(const ui
   }
 }
 
+// The destinations of consecutive segments of rows of `count` elements (count a multiple of the
+// segments' width), the rows `stride` elements apart: the rows-to-rows copies below read rows that
+// lie back to back and store each segment where its row goes.
+struct SegmentCursor {
+  uint16_t* row;
+  int64_t count, stride;
+  int64_t column = 0;
+  // The next segment's destination; moves past its `width` elements.
+  uint16_t* next(int64_t width) {
+    uint16_t* at = row + column;
+    column += width;
+    if (column == count) {
+      column = 0;
+      row += stride;
+    }
+    return at;
+  }
+};
+
 // `n` words copied by zmm loads and stores, the tail masked.
 __attribute__((target("avx512f,avx512bw"), always_inline)) static inline void copy_words(
     const uint16_t* src, int64_t n, uint16_t* dst) {
@@ -196,8 +215,7 @@ __attribute__((target("avx512f,avx512bw"))) void copy_rows_u16(const uint16_t* s
     return;
   }
   const int64_t total = rows * count;
-  uint16_t* row = dst;  // the next segment's row and column
-  int64_t column = 0;
+  SegmentCursor to{dst, count, dst_stride};
   for (int64_t i = 0; i < total; i += 32) {
     const int64_t m = std::min<int64_t>(32, total - i);
     const __m512i v =
@@ -205,12 +223,7 @@ __attribute__((target("avx512f,avx512bw"))) void copy_rows_u16(const uint16_t* s
     const __m128i segment[4] = {_mm512_castsi512_si128(v), _mm512_extracti32x4_epi32(v, 1),
                                 _mm512_extracti32x4_epi32(v, 2), _mm512_extracti32x4_epi32(v, 3)};
     for (int64_t k = 0; k < m / 8; ++k) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(row + column), segment[k]);
-      column += 8;
-      if (column == count) {
-        column = 0;
-        row += dst_stride;
-      }
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(to.next(8)), segment[k]);
     }
   }
 }
@@ -289,8 +302,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp8_rows_to_words(
   }
   const Fp8Lut lut = load_fp8_lut(t);
   const int64_t total = rows * count;
-  uint16_t* row = words;  // the next segment's row and column
-  int64_t column = 0;
+  SegmentCursor to{words, count, dst_stride};
   for (int64_t i = 0; i < total; i += 64) {
     const int64_t m = std::min<int64_t>(64, total - i);
     __m512i w[2];  // codes i .. i + 31, i + 32 .. i + 63
@@ -300,12 +312,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp8_rows_to_words(
     const __m256i segment[4] = {_mm512_castsi512_si256(w[0]), _mm512_extracti64x4_epi64(w[0], 1),
                                 _mm512_castsi512_si256(w[1]), _mm512_extracti64x4_epi64(w[1], 1)};
     for (int64_t k = 0; k < m / 16; ++k) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + column), segment[k]);
-      column += 16;
-      if (column == count) {
-        column = 0;
-        row += dst_stride;
-      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(to.next(16)), segment[k]);
     }
   }
 }

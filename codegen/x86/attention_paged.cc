@@ -374,14 +374,17 @@ class PagedAttentionExecutable final : public Executable {
   // a multiply and a rounding.
   struct Fp8Tables {
     std::array<uint32_t, 256> k{}, v{};
-    Fp8ByteTables k_bytes{}, v_bytes{};  // the 16-bit values' bytes (fp8_staged())
+    Fp8Tables16 k16{}, v16{};  // the 16-bit values of the magnitudes (fp8_staged())
   };
-  // fp8 caches of 16-bit slabs decoded by vector table lookups (AVX512_VBMI) into a 16-bit
-  // stage that the 16-bit copies read; else element by element. (The direct kernel's stage:
-  // DirectLayout.)
+  // fp8 caches of 16-bit slabs decoded by vector table lookups (AVX-512; fp8_decoder()) into a
+  // 16-bit stage that the 16-bit copies read; else (AVX2, f32) element by element. (The direct
+  // kernel's stage: DirectLayout.)
   bool fp8_staged() const {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
-    return vbmi_ && p.kv != ir::KvCacheDtype::kAuto && dtype_size(p.dtype) == 2;
+    return avx512_ && p.kv != ir::KvCacheDtype::kAuto && dtype_size(p.dtype) == 2;
+  }
+  Fp8Decoder fp8_decoder() const {
+    return vbmi_ ? Fp8Decoder::kVbmi : Fp8Decoder::kAvx512Bw;
   }
   Fp8Tables fp8_tables(const KernelArgs& args) const {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
@@ -404,11 +407,13 @@ class PagedAttentionExecutable final : public Executable {
       tables.k[size_t(code)] = slab_bits(uint8_t(code), k_scale);
       tables.v[size_t(code)] = slab_bits(uint8_t(code), v_scale);
     }
-    for (int m = 0; m < 128; ++m) {  // the magnitudes (Fp8ByteTables: the sign by the code)
-      tables.k_bytes.lo[m] = uint8_t(tables.k[size_t(m)]);
-      tables.k_bytes.hi[m] = uint8_t(tables.k[size_t(m)] >> 8);
-      tables.v_bytes.lo[m] = uint8_t(tables.v[size_t(m)]);
-      tables.v_bytes.hi[m] = uint8_t(tables.v[size_t(m)] >> 8);
+    for (int m = 0; m < 128; ++m) {  // the magnitudes (Fp8Tables16: the sign by the code)
+      for (const auto& [bits, to] : {std::pair{tables.k[size_t(m)], &tables.k16},
+                                     std::pair{tables.v[size_t(m)], &tables.v16}}) {
+        to->words[m] = uint16_t(bits);
+        to->lo[m] = uint8_t(bits);
+        to->hi[m] = uint8_t(bits >> 8);
+      }
     }
     return tables;
   }
@@ -513,15 +518,14 @@ class PagedAttentionExecutable final : public Executable {
         uint16_t* v_stage = buf.v_stage.data();
         for_each_run([&](int64_t j0, int64_t t0, int64_t count, int64_t base) {
           for (int64_t e0 = 0; e0 < d; e0 += x) {  // x = 16 dims per fp8 key run
-            fp8_key_run_to_words(k_codes + base + (e0 / x) * bs * x + t0 * x, count,
-                                 fp8_values.k_bytes, k_stage + e0 * count,
-                                 k_stage + (e0 + kx) * count);
+            fp8_key_run_to_words(fp8_decoder(), k_codes + base + (e0 / x) * bs * x + t0 * x, count,
+                                 fp8_values.k16, k_stage + e0 * count, k_stage + (e0 + kx) * count);
           }
           if (count == bs) {  // whole rows: the block's [D][bs] codes are contiguous
-            fp8_to_words(v_codes + base, d * bs, fp8_values.v_bytes, v_stage);
+            fp8_to_words(fp8_decoder(), v_codes + base, d * bs, fp8_values.v16, v_stage);
           } else {
-            fp8_rows_to_words(v_codes + base + t0, bs, d, count, fp8_values.v_bytes, v_stage,
-                              count);
+            fp8_rows_to_words(fp8_decoder(), v_codes + base + t0, bs, d, count, fp8_values.v16,
+                              v_stage, count);
           }
           copy_run(j0, 0, count, k_stage, v_stage, count);
         });
@@ -952,12 +956,12 @@ class PagedAttentionExecutable final : public Executable {
       if (fp8) {
         // Key run e0 / 16 ([bs][16] codes) to the stage's runs e0 / 8 and e0 / 8 + 1.
         for (int64_t e0 = 0; e0 < d; e0 += x) {
-          fp8_key_run_to_words(k_cache + base + (e0 / x) * bs * x + t0 * x, count,
-                               fp8_values.k_bytes, k_stage + e0 * stride + j0 * 8,
+          fp8_key_run_to_words(fp8_decoder(), k_cache + base + (e0 / x) * bs * x + t0 * x, count,
+                               fp8_values.k16, k_stage + e0 * stride + j0 * 8,
                                k_stage + (e0 + 8) * stride + j0 * 8);
         }
-        fp8_rows_to_words(v_cache + base + t0, bs, d, count, fp8_values.v_bytes, v_stage + j0,
-                          stride);
+        fp8_rows_to_words(fp8_decoder(), v_cache + base + t0, bs, d, count, fp8_values.v16,
+                          v_stage + j0, stride);
         continue;
       }
       const auto* k_src = reinterpret_cast<const uint16_t*>(k_cache) + base;
@@ -1079,7 +1083,7 @@ class PagedAttentionExecutable final : public Executable {
   size_t size_;
   bool dpbf16_;
   bool avx512_;  // the gather's 16-token transposes
-  bool vbmi_;    // its fp8 table lookups
+  bool vbmi_;    // its fp8 decoder (fp8_decoder())
   int max_rows_;
   int token_group_;  // the kernel's keys per step: kv_begin's unit
 };

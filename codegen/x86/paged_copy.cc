@@ -228,15 +228,22 @@ __attribute__((target("avx512f,avx512bw"))) void copy_rows_u16(const uint16_t* s
   }
 }
 
-// fp8 codes to 16-bit values by table (AVX512_VBMI). fp8 is sign-magnitude and rounding to
-// nearest even is odd-symmetric (rnd_T(−x · s) = −rnd_T(x · s), NaN and ±0 included), so code
-// c's value is value(c & 127) with its sign bit flipped by c's bit 7 (Fp8ByteTables, made per
-// call from the ref's rnd_T(fp8 · scale) of the 128 magnitudes). Each byte plane is one
-// 128-entry vpermi2b lookup, which reads index bits 0-6 only; one vpternlogd flips the high
-// byte's sign by the code's bit 7; vpunpckl/hbw interleave the planes into words within each
-// 128-bit lane: lane k's codes 0-7 to words[0]'s lane k, codes 8-15 to words[1]'s lane k.
-// (vpermi2b occupies the shuffle port for two cycles on Sapphire / Emerald Rapids: one lookup per
-// plane instead of two halved the decode's shuffle-port time.)
+// fp8 codes to 16-bit values by table. fp8 is sign-magnitude and rounding to nearest even is
+// odd-symmetric (rnd_T(−x · s) = −rnd_T(x · s), NaN and ±0 included), so code c's value is
+// value(c & 127) with its sign bit flipped by c's bit 7 (Fp8Tables16, made per call from the
+// ref's rnd_T(fp8 · scale) of the 128 magnitudes). Two decoders:
+//
+// AVX512_VBMI, 64 codes per step: each byte plane is one 128-entry vpermi2b lookup, which reads
+// index bits 0-6 only; one vpternlogd flips the high byte's sign by the code's bit 7;
+// vpunpckl/hbw interleave the planes into words within each 128-bit lane: lane k's codes 0-7
+// to words[0]'s lane k, codes 8-15 to words[1]'s lane k. (vpermi2b occupies the shuffle port for
+// two cycles on Sapphire / Emerald Rapids: one lookup per plane instead of two halved the
+// decode's shuffle-port time.)
+//
+// AVX512BW (Skylake-SP, Cascade Lake), 32 codes per step: the codes widened to words index two
+// 64-entry vpermi2w lookups of the word table (magnitudes 0-63 and 64-127, index bits 0-5),
+// joined by bit 6; one vpternlogd flips the sign by bit 7 moved to bit 15. The words come out in
+// order.
 
 // The tables in registers, loaded once per function: the stores to 16-bit words may alias the
 // tables' bytes as far as the compiler knows, so lookups that read them from memory would reload
@@ -246,7 +253,7 @@ struct Fp8Lut {
 };
 
 __attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) static inline Fp8Lut
-load_fp8_lut(const Fp8ByteTables& t) {
+load_fp8_lut(const Fp8Tables16& t) {
   return {{_mm512_load_si512(t.lo), _mm512_load_si512(t.lo + 64)},
           {_mm512_load_si512(t.hi), _mm512_load_si512(t.hi + 64)}};
 }
@@ -271,10 +278,8 @@ fp8_to_words64(__m512i codes, const Fp8Lut& lut, __m512i (&words)[2]) {
 }
 
 // n codes (contiguous) to n words (contiguous), the tail masked.
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp8_to_words(const uint8_t* codes,
-                                                                         int64_t n,
-                                                                         const Fp8ByteTables& t,
-                                                                         uint16_t* words) {
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static void vbmi_to_words(
+    const uint8_t* codes, int64_t n, const Fp8Tables16& t, uint16_t* words) {
   const Fp8Lut lut = load_fp8_lut(t);
   for (int64_t i = 0; i < n; i += 64) {
     const int64_t m = std::min<int64_t>(64, n - i);
@@ -291,12 +296,12 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp8_to_words(const u
 // across rows, so short rows (16 keys) fill whole vectors; each 16-code segment's words are a
 // masked store of its half of a decoded vector (at the segment's destination less the half's
 // offset: masked-off lanes are not accessed). Other rows (a block's partial run) go one by one.
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp8_rows_to_words(
-    const uint8_t* codes, int64_t src_stride, int64_t rows, int64_t count, const Fp8ByteTables& t,
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static void vbmi_rows_to_words(
+    const uint8_t* codes, int64_t src_stride, int64_t rows, int64_t count, const Fp8Tables16& t,
     uint16_t* words, int64_t dst_stride) {
   if (src_stride != count || count % 16 != 0) {
     for (int64_t r = 0; r < rows; ++r) {
-      fp8_to_words(codes + r * src_stride, count, t, words + r * dst_stride);
+      vbmi_to_words(codes + r * src_stride, count, t, words + r * dst_stride);
     }
     return;
   }
@@ -321,9 +326,8 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp8_rows_to_words(
 // [count][8] (dims 0-7 to `run_lo`, 8-15 to `run_hi`): the layout of a 16-bit legacy cache.
 // Four tokens per vector, one per 128-bit lane, so the in-lane unpacks give run_lo's and
 // run_hi's four tokens as they are.
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp8_key_run_to_words(
-    const uint8_t* codes, int64_t count, const Fp8ByteTables& t, uint16_t* run_lo,
-    uint16_t* run_hi) {
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static void vbmi_key_run_to_words(
+    const uint8_t* codes, int64_t count, const Fp8Tables16& t, uint16_t* run_lo, uint16_t* run_hi) {
   const Fp8Lut lut = load_fp8_lut(t);
   for (int64_t i = 0; i < count; i += 4) {
     const int64_t m = std::min<int64_t>(4, count - i);
@@ -336,6 +340,112 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp8_key_run_to_words
   }
 }
 
+// The word table in registers (as Fp8Lut).
+struct Fp8WordLut {
+  __m512i w[4];  // magnitudes 0-31, 32-63, 64-95, 96-127
+};
+
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline Fp8WordLut
+load_fp8_word_lut(const Fp8Tables16& t) {
+  return {{_mm512_load_si512(t.words), _mm512_load_si512(t.words + 32),
+           _mm512_load_si512(t.words + 64), _mm512_load_si512(t.words + 96)}};
+}
+
+// 32 codes to 32 words in order.
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline __m512i
+bw_to_words32(__m256i codes, const Fp8WordLut& lut) {
+  const __m512i w = _mm512_cvtepu8_epi16(codes);
+  const __m512i low = _mm512_permutex2var_epi16(lut.w[0], w, lut.w[1]);
+  const __m512i high = _mm512_permutex2var_epi16(lut.w[2], w, lut.w[3]);
+  const __m512i value =
+      _mm512_mask_blend_epi16(_mm512_test_epi16_mask(w, _mm512_set1_epi16(0x40)), low, high);
+  // value ^= (w << 8) & 0x8000 (ternary logic A ^ (B & C): 0x78).
+  return _mm512_ternarylogic_epi32(value, _mm512_slli_epi16(w, 8),
+                                   _mm512_set1_epi16(int16_t(0x8000)), 0x78);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void bw_to_words(const uint8_t* codes,
+                                                                             int64_t n,
+                                                                             const Fp8Tables16& t,
+                                                                             uint16_t* words) {
+  const Fp8WordLut lut = load_fp8_word_lut(t);
+  for (int64_t i = 0; i < n; i += 32) {
+    const int64_t m = std::min<int64_t>(32, n - i);
+    const __mmask32 mask = m == 32 ? ~__mmask32(0) : (__mmask32(1) << m) - 1;
+    _mm512_mask_storeu_epi16(words + i, mask,
+                             bw_to_words32(_mm256_maskz_loadu_epi8(mask, codes + i), lut));
+  }
+}
+
+// As vbmi_rows_to_words, 32 codes (two 16-code segments) per step.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void bw_rows_to_words(
+    const uint8_t* codes, int64_t src_stride, int64_t rows, int64_t count, const Fp8Tables16& t,
+    uint16_t* words, int64_t dst_stride) {
+  if (src_stride != count || count % 16 != 0) {
+    for (int64_t r = 0; r < rows; ++r) {
+      bw_to_words(codes + r * src_stride, count, t, words + r * dst_stride);
+    }
+    return;
+  }
+  const Fp8WordLut lut = load_fp8_word_lut(t);
+  const int64_t total = rows * count;
+  SegmentCursor to{words, count, dst_stride};
+  for (int64_t i = 0; i < total; i += 32) {  // total is a multiple of 16
+    const bool both = i + 32 <= total;
+    const __m512i w =
+        bw_to_words32(_mm256_maskz_loadu_epi8(both ? ~__mmask32(0) : 0xFFFFu, codes + i), lut);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(to.next(16)), _mm512_castsi512_si256(w));
+    if (both) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(to.next(16)), _mm512_extracti64x4_epi64(w, 1));
+    }
+  }
+}
+
+// As vbmi_key_run_to_words: two tokens per 32-code step, their lanes (t lo, t hi, t' lo, t' hi)
+// regrouped by vshufi64x2 into four tokens' run_lo and run_hi.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void bw_key_run_to_words(
+    const uint8_t* codes, int64_t count, const Fp8Tables16& t, uint16_t* run_lo, uint16_t* run_hi) {
+  const Fp8WordLut lut = load_fp8_word_lut(t);
+  for (int64_t i = 0; i < count; i += 4) {
+    const int64_t m = std::min<int64_t>(4, count - i);
+    const __mmask64 in = m == 4 ? ~__mmask64(0) : (__mmask64(1) << (16 * m)) - 1;
+    const __mmask32 out = m == 4 ? ~__mmask32(0) : (__mmask32(1) << (8 * m)) - 1;
+    const __m512i a = bw_to_words32(_mm256_maskz_loadu_epi8(__mmask32(in), codes + 16 * i), lut);
+    const __m512i b =
+        bw_to_words32(_mm256_maskz_loadu_epi8(__mmask32(in >> 32), codes + 16 * i + 32), lut);
+    _mm512_mask_storeu_epi16(run_lo + 8 * i, out, _mm512_shuffle_i64x2(a, b, 0x88));
+    _mm512_mask_storeu_epi16(run_hi + 8 * i, out, _mm512_shuffle_i64x2(a, b, 0xDD));
+  }
+}
+
 #pragma GCC diagnostic pop
+
+void fp8_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t n, const Fp8Tables16& tables,
+                  uint16_t* words) {
+  if (decoder == Fp8Decoder::kVbmi) {
+    vbmi_to_words(codes, n, tables, words);
+  } else {
+    bw_to_words(codes, n, tables, words);
+  }
+}
+
+void fp8_rows_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t src_stride, int64_t rows,
+                       int64_t count, const Fp8Tables16& tables, uint16_t* words,
+                       int64_t dst_stride) {
+  if (decoder == Fp8Decoder::kVbmi) {
+    vbmi_rows_to_words(codes, src_stride, rows, count, tables, words, dst_stride);
+  } else {
+    bw_rows_to_words(codes, src_stride, rows, count, tables, words, dst_stride);
+  }
+}
+
+void fp8_key_run_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t count,
+                          const Fp8Tables16& tables, uint16_t* run_lo, uint16_t* run_hi) {
+  if (decoder == Fp8Decoder::kVbmi) {
+    vbmi_key_run_to_words(codes, count, tables, run_lo, run_hi);
+  } else {
+    bw_key_run_to_words(codes, count, tables, run_lo, run_hi);
+  }
+}
 
 }  // namespace jit::codegen::x86

@@ -1,9 +1,9 @@
 // The paged gather's copies (paged_attention_v1/v2 on x86, attention_paged.cc): tiles of a
 // 16-bit legacy cache (keys [.., D/8, BS, 8], values [.., D, BS]) transposed into the tile
 // kernel's slabs (keys as dim rows of the chunk's tokens, values as token rows of the padded
-// head), and fp8 codes turned into the slabs' 16-bit values by per-call byte tables. Strides
-// are in elements. The AVX-512 functions need AVX512F/BW, the fp8 ones also AVX512_VBMI: the
-// caller checks the ISA level.
+// head), and fp8 codes turned into the slabs' 16-bit values by per-call tables. Strides are in
+// elements. The AVX-512 functions need AVX512F/BW, the fp8 ones' VBMI decoder also AVX512_VBMI:
+// the caller checks the ISA level.
 #pragma once
 
 #include <cstdint>
@@ -36,25 +36,34 @@ void transpose_value_dims32(const uint16_t* src, int64_t src_stride, uint16_t* d
 void copy_rows_u16(const uint16_t* src, int64_t src_stride, int64_t rows, int64_t count,
                    uint16_t* dst, int64_t dst_stride);
 
-/// The 16-bit value of every fp8 magnitude m (0..127) as two byte planes: value(m) = lo[m] |
-/// hi[m] << 8. Code c's value is value(c & 127) with the sign bit flipped by c's bit 7 (fp8 is
-/// sign-magnitude and rounding to nearest even odd-symmetric: rnd_T(−x · s) = −rnd_T(x · s)).
-struct Fp8ByteTables {
+/// The 16-bit value of every fp8 magnitude m (0..127), value(m); code c's value is
+/// value(c & 127) with the sign bit flipped by c's bit 7 (fp8 is sign-magnitude and rounding to
+/// nearest even odd-symmetric: rnd_T(−x · s) = −rnd_T(x · s)). Held as words (the AVX512BW
+/// decoder's) and as two byte planes, value(m) = lo[m] | hi[m] << 8 (the AVX512_VBMI decoder's).
+struct Fp8Tables16 {
+  alignas(64) uint16_t words[128];
   alignas(64) uint8_t lo[128];
   alignas(64) uint8_t hi[128];
 };
 
-/// `n` contiguous fp8 codes to `n` contiguous 16-bit values by `tables` (AVX512_VBMI).
-void fp8_to_words(const uint8_t* codes, int64_t n, const Fp8ByteTables& tables, uint16_t* words);
+/// How the fp8 functions below look the values up: vpermi2b on the byte planes (AVX512_VBMI, 64
+/// codes per step) or vpermi2w on the words (AVX512BW, 32 codes per step); the caller checks the
+/// ISA level.
+enum class Fp8Decoder : uint8_t { kVbmi, kAvx512Bw };
+
+/// `n` contiguous fp8 codes to `n` contiguous 16-bit values by `tables`.
+void fp8_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t n, const Fp8Tables16& tables,
+                  uint16_t* words);
 
 /// `rows` rows of `count` fp8 codes (row r at codes + r · src_stride) to 16-bit values (row r at
-/// words + r · dst_stride) by `tables` (AVX512_VBMI).
-void fp8_rows_to_words(const uint8_t* codes, int64_t src_stride, int64_t rows, int64_t count,
-                       const Fp8ByteTables& tables, uint16_t* words, int64_t dst_stride);
+/// words + r · dst_stride) by `tables`.
+void fp8_rows_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t src_stride, int64_t rows,
+                       int64_t count, const Fp8Tables16& tables, uint16_t* words,
+                       int64_t dst_stride);
 
 /// A key run of an fp8 cache, `count` tokens of 16 dims ([count][16] codes), to two 16-bit
-/// runs [count][8]: dims 0-7 to `run_lo`, 8-15 to `run_hi` (AVX512_VBMI).
-void fp8_key_run_to_words(const uint8_t* codes, int64_t count, const Fp8ByteTables& tables,
-                          uint16_t* run_lo, uint16_t* run_hi);
+/// runs [count][8]: dims 0-7 to `run_lo`, 8-15 to `run_hi`.
+void fp8_key_run_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t count,
+                          const Fp8Tables16& tables, uint16_t* run_lo, uint16_t* run_hi);
 
 }  // namespace jit::codegen::x86

@@ -468,7 +468,7 @@ class PagedDirectGenerator : public Generator {
 bool paged_direct_serves(const ir::PagedAttentionParams& p, X86Isa isa) {
   if ((p.dtype != DType::kBF16 && p.dtype != DType::kF16) || p.blocksparse) return false;
   if (p.kv == ir::KvCacheDtype::kAuto) return isa >= X86Isa::kAvx512;
-  return isa >= X86Isa::kAvx512Vbmi;  // fp8: the runner's stage is decoded by vpermi2b tables
+  return isa >= X86Isa::kAvx512;  // fp8: the runner's stage is decoded by vpermi2b / vpermi2w
 }
 
 bool paged_direct_default(const ir::PagedAttentionParams& p, X86Isa isa) {

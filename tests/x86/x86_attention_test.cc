@@ -1154,17 +1154,18 @@ TEST_P(X86AttentionTest, PagedDirectStagedCopyMatchesRef) {
         Config().set("direct", 1));
 }
 
-// The direct kernel on fp8 caches, each chunk decoded into the stage by the vpermi2b tables
-// (the magnitude's value, the sign by the code's bit 7), against ref: e4m3 and e5m2 (both signs,
+// The direct kernel on fp8 caches, each chunk decoded into the stage by the tables (the magnitude's
+// value, the sign by the code's bit 7; vpermi2b byte planes from AVX512_VBMI, vpermi2w words at
+// avx512 and avx512_bf16), against ref: e4m3 and e5m2 (both signs,
 // and the NaN code in every slot no sequence owns, which the stage's masked keys and zeroed values
 // must keep out), bf16 and f16 queries; blocks of 1 and 8 (runs shorter than a decode vector,
 // row by row), 16, 48 (chunk edges inside blocks: partial runs) and 128 (a block larger than the
 // 64-key chunk); head sizes 16 .. 256; GQA 1 .. 12; v1 and v2; chunks of 16 .. 512 keys. Each
 // spec also through the gather (direct=0), which shares the tables.
 TEST_P(X86AttentionTest, PagedDirectFp8MatchesRef) {
-  if (GetParam() < X86Isa::kAvx512Vbmi) {
-    GTEST_SKIP() << "the direct kernel reads fp8 caches from AVX512_VBMI up (the stage's "
-                    "vpermi2b decode); below, fp8 takes the gather (PagedDtypesFp8GqaAlibi)";
+  if (GetParam() < X86Isa::kAvx512) {
+    GTEST_SKIP() << "the direct kernel needs AVX-512; AVX2 serves fp8 paged attention by the "
+                    "gather (PagedDtypesFp8GqaAlibi)";
   }
   struct Shape {
     ir::KvCacheDtype kv;
@@ -1211,8 +1212,8 @@ TEST_P(X86AttentionTest, PagedDirectFp8MatchesRef) {
 // sequence 4, cut to 5 tokens, whose group spans stage slots 5 .. 31 where sequence 2's values
 // were: it must match ref (the stage zeroes them).
 TEST_P(X86AttentionTest, PagedFp8StageHoldsNoStaleValues) {
-  if (GetParam() < X86Isa::kAvx512Vbmi) {
-    GTEST_SKIP() << "the fp8 stage is the direct kernel's, from AVX512_VBMI up";
+  if (GetParam() < X86Isa::kAvx512) {
+    GTEST_SKIP() << "the fp8 stage is the direct kernel's, which needs AVX-512";
   }
   for (bool v2 : {false, true}) {
     const OpSpec spec =
@@ -1263,17 +1264,19 @@ TEST(X86AttentionConfig, BadPagedDirectKnobIsAClearError) {
   expect_refused(served, 1, X86Isa::kAvx2, "at avx2");
   expect_refused(spec(DType::kF32, ir::KvCacheDtype::kAuto, 64, 16, false), 1, X86Isa::kAvx512,
                  "dtype=f32");
-  // fp8 caches from AVX512_VBMI up (the stage's decode), any block size.
-  expect_refused(spec(DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, 16, false), 1, X86Isa::kAvx512,
-                 "kv=fp8_e4m3");
+  // fp8 caches at AVX-512 (the stage's decode), any block size.
+  expect_refused(spec(DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, 16, false), 1, X86Isa::kAvx2,
+                 "at avx2");
   expect_refused(spec(DType::kF32, ir::KvCacheDtype::kFp8E5m2, 64, 16, false), 1,
                  X86Isa::kAvx512Vbmi, "dtype=f32");
   expect_refused(spec(DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, 16, true), 1,
                  X86Isa::kAvx512Vbmi, "blocksparse=true");
-  EXPECT_TRUE(codegen::x86::generate_paged_attention(
-                  spec(DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, 8, false),
-                  Config().set("direct", 1), X86Isa::kAvx512Vbmi)
-                  .is_ok());
+  for (X86Isa isa : {X86Isa::kAvx512, X86Isa::kAvx512Vbmi}) {
+    EXPECT_TRUE(codegen::x86::generate_paged_attention(
+                    spec(DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, 8, false),
+                    Config().set("direct", 1), isa)
+                    .is_ok());
+  }
   expect_refused(spec(DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, true), 1, X86Isa::kAvx512,
                  "blocksparse=true");
   // Block and head sizes off the 16 grid are served through the stage.
@@ -1315,7 +1318,9 @@ TEST(X86AttentionConfig, PagedTuningSpaceGenerates) {
         Case{paged_spec(true, DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, 8, 8, 2, false),
              X86Isa::kAvx512Vbmi, true},
         Case{paged_spec(false, DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, 16, 8, 2, false),
-             X86Isa::kAvx512, false},
+             X86Isa::kAvx512, true},
+        Case{paged_spec(false, DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, 16, 8, 2, false),
+             X86Isa::kAvx2, false},
         Case{paged_spec(false, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 1, 8, 2, false),
              X86Isa::kAvx512, true}}) {
     Target target = host_target(BackendKind::kX86);

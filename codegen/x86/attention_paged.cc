@@ -376,15 +376,15 @@ class PagedAttentionExecutable final : public Executable {
     std::array<uint32_t, 256> k{}, v{};
     Fp8Tables16 k16{}, v16{};  // the 16-bit values of the magnitudes (fp8_staged())
   };
-  // fp8 caches of 16-bit slabs decoded by vector table lookups (AVX-512; fp8_decoder()) into a
-  // 16-bit stage that the 16-bit copies read; else (AVX2, f32) element by element. (The direct
-  // kernel's stage: DirectLayout.)
+  // fp8 caches of 16-bit slabs decoded by vector table lookups (fp8_decoder()) into a 16-bit
+  // stage that the 16-bit copies read; f32 slabs element by element. (The direct kernel's
+  // stage: DirectLayout.)
   bool fp8_staged() const {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
-    return avx512_ && p.kv != ir::KvCacheDtype::kAuto && dtype_size(p.dtype) == 2;
+    return p.kv != ir::KvCacheDtype::kAuto && dtype_size(p.dtype) == 2;
   }
   Fp8Decoder fp8_decoder() const {
-    return vbmi_ ? Fp8Decoder::kVbmi : Fp8Decoder::kAvx512Bw;
+    return vbmi_ ? Fp8Decoder::kVbmi : avx512_ ? Fp8Decoder::kAvx512Bw : Fp8Decoder::kAvx2;
   }
   Fp8Tables fp8_tables(const KernelArgs& args) const {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
@@ -415,6 +415,8 @@ class PagedAttentionExecutable final : public Executable {
         to->hi[m] = uint8_t(bits >> 8);
       }
     }
+    std::copy(tables.k.begin(), tables.k.end(), tables.k16.by_code);
+    std::copy(tables.v.begin(), tables.v.end(), tables.v16.by_code);
     return tables;
   }
 
@@ -1082,7 +1084,7 @@ class PagedAttentionExecutable final : public Executable {
   const void* code_;
   size_t size_;
   bool dpbf16_;
-  bool avx512_;  // the gather's 16-token transposes
+  bool avx512_;  // the gather's 16-token transposes, the fp8 decoder (fp8_decoder())
   bool vbmi_;    // its fp8 decoder (fp8_decoder())
   int max_rows_;
   int token_group_;  // the kernel's keys per step: kv_begin's unit

@@ -244,6 +244,10 @@ __attribute__((target("avx512f,avx512bw"))) void copy_rows_u16(const uint16_t* s
 // 64-entry vpermi2w lookups of the word table (magnitudes 0-63 and 64-127, index bits 0-5),
 // joined by bit 6; one vpternlogd flips the sign by bit 7 moved to bit 15. The words come out in
 // order.
+//
+// AVX2 (Zen 2/3, Haswell to Alder Lake), 8 codes per step: no variable permute of 16-bit lanes,
+// so vpgatherdd reads each code's value from the 256-entry dword table, and vpackusdw narrows
+// the dwords to words.
 
 // The tables in registers, loaded once per function: the stores to 16-bit words may alias the
 // tables' bytes as far as the compiler knows, so lookups that read them from memory would reload
@@ -418,33 +422,68 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void bw_key_run_to_w
   }
 }
 
+// 8 codes to 8 words in order.
+__attribute__((target("avx2"), always_inline)) static inline __m128i avx2_to_words8(
+    const uint8_t* codes, const Fp8Tables16& t) {
+  const __m256i index =
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+  const __m256i values = _mm256_i32gather_epi32(reinterpret_cast<const int*>(t.by_code), index, 4);
+  return _mm_packus_epi32(_mm256_castsi256_si128(values), _mm256_extracti128_si256(values, 1));
+}
+
+__attribute__((target("avx2"))) static void avx2_to_words(const uint8_t* codes, int64_t n,
+                                                          const Fp8Tables16& t, uint16_t* words) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(words + i), avx2_to_words8(codes + i, t));
+  }
+  for (; i < n; ++i) words[i] = uint16_t(t.by_code[codes[i]]);
+}
+
+__attribute__((target("avx2"))) static void avx2_key_run_to_words(
+    const uint8_t* codes, int64_t count, const Fp8Tables16& t, uint16_t* run_lo, uint16_t* run_hi) {
+  for (int64_t i = 0; i < count; ++i) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(run_lo + 8 * i), avx2_to_words8(codes + 16 * i, t));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(run_hi + 8 * i),
+                     avx2_to_words8(codes + 16 * i + 8, t));
+  }
+}
+
 #pragma GCC diagnostic pop
 
 void fp8_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t n, const Fp8Tables16& tables,
                   uint16_t* words) {
-  if (decoder == Fp8Decoder::kVbmi) {
-    vbmi_to_words(codes, n, tables, words);
-  } else {
-    bw_to_words(codes, n, tables, words);
+  switch (decoder) {
+    case Fp8Decoder::kVbmi: vbmi_to_words(codes, n, tables, words); break;
+    case Fp8Decoder::kAvx512Bw: bw_to_words(codes, n, tables, words); break;
+    case Fp8Decoder::kAvx2: avx2_to_words(codes, n, tables, words); break;
   }
 }
 
 void fp8_rows_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t src_stride, int64_t rows,
                        int64_t count, const Fp8Tables16& tables, uint16_t* words,
                        int64_t dst_stride) {
-  if (decoder == Fp8Decoder::kVbmi) {
-    vbmi_rows_to_words(codes, src_stride, rows, count, tables, words, dst_stride);
-  } else {
-    bw_rows_to_words(codes, src_stride, rows, count, tables, words, dst_stride);
+  switch (decoder) {
+    case Fp8Decoder::kVbmi:
+      vbmi_rows_to_words(codes, src_stride, rows, count, tables, words, dst_stride);
+      break;
+    case Fp8Decoder::kAvx512Bw:
+      bw_rows_to_words(codes, src_stride, rows, count, tables, words, dst_stride);
+      break;
+    case Fp8Decoder::kAvx2:
+      for (int64_t r = 0; r < rows; ++r) {
+        avx2_to_words(codes + r * src_stride, count, tables, words + r * dst_stride);
+      }
+      break;
   }
 }
 
 void fp8_key_run_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t count,
                           const Fp8Tables16& tables, uint16_t* run_lo, uint16_t* run_hi) {
-  if (decoder == Fp8Decoder::kVbmi) {
-    vbmi_key_run_to_words(codes, count, tables, run_lo, run_hi);
-  } else {
-    bw_key_run_to_words(codes, count, tables, run_lo, run_hi);
+  switch (decoder) {
+    case Fp8Decoder::kVbmi: vbmi_key_run_to_words(codes, count, tables, run_lo, run_hi); break;
+    case Fp8Decoder::kAvx512Bw: bw_key_run_to_words(codes, count, tables, run_lo, run_hi); break;
+    case Fp8Decoder::kAvx2: avx2_key_run_to_words(codes, count, tables, run_lo, run_hi); break;
   }
 }
 

@@ -2,8 +2,8 @@
 // 16-bit legacy cache (keys [.., D/8, BS, 8], values [.., D, BS]) transposed into the tile
 // kernel's slabs (keys as dim rows of the chunk's tokens, values as token rows of the padded
 // head), and fp8 codes turned into the slabs' 16-bit values by per-call tables. Strides are in
-// elements. The AVX-512 functions need AVX512F/BW, the fp8 ones' VBMI decoder also AVX512_VBMI:
-// the caller checks the ISA level.
+// elements. The AVX-512 functions need AVX512F/BW, the fp8 ones their decoder's level: the
+// caller checks the ISA level.
 #pragma once
 
 #include <cstdint>
@@ -39,17 +39,19 @@ void copy_rows_u16(const uint16_t* src, int64_t src_stride, int64_t rows, int64_
 /// The 16-bit value of every fp8 magnitude m (0..127), value(m); code c's value is
 /// value(c & 127) with the sign bit flipped by c's bit 7 (fp8 is sign-magnitude and rounding to
 /// nearest even odd-symmetric: rnd_T(−x · s) = −rnd_T(x · s)). Held as words (the AVX512BW
-/// decoder's) and as two byte planes, value(m) = lo[m] | hi[m] << 8 (the AVX512_VBMI decoder's).
+/// decoder's), as two byte planes, value(m) = lo[m] | hi[m] << 8 (the AVX512_VBMI decoder's),
+/// and per code, sign included, in the low half of a dword (the AVX2 decoder's).
 struct Fp8Tables16 {
   alignas(64) uint16_t words[128];
   alignas(64) uint8_t lo[128];
   alignas(64) uint8_t hi[128];
+  alignas(64) uint32_t by_code[256];
 };
 
 /// How the fp8 functions below look the values up: vpermi2b on the byte planes (AVX512_VBMI, 64
-/// codes per step) or vpermi2w on the words (AVX512BW, 32 codes per step); the caller checks the
-/// ISA level.
-enum class Fp8Decoder : uint8_t { kVbmi, kAvx512Bw };
+/// codes per step), vpermi2w on the words (AVX512BW, 32 codes per step) or vpgatherdd on the
+/// dwords (AVX2, 8 codes per step); the caller checks the ISA level.
+enum class Fp8Decoder : uint8_t { kVbmi, kAvx512Bw, kAvx2 };
 
 /// `n` contiguous fp8 codes to `n` contiguous 16-bit values by `tables`.
 void fp8_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t n, const Fp8Tables16& tables,

@@ -149,8 +149,8 @@ struct PagedDirectArgs {
   float* acc;      ///< D x R' fp32 ([dim][row], R' = rows rounded up to 1, 2, 4 or 8)
   /// Per half group of 16 keys (the chunk's keys 16h .. 16h + 15, two per group of 32): its
   /// key run (key_cache element of dim 0 of its first key) and value rows (value_cache
-  /// element of dim 0 of its first key), in the cache or in the stage of an fp8 cache; halves
-  /// past the chunk's groups point at zeros.
+  /// element of dim 0 of its first key), in the cache or in the stage; halves past the
+  /// chunk's groups point at zeros.
   const uint16_t* const* k_half;
   const uint16_t* const* v_half;
   float* probs;          ///< groups x rows x 32 fp32 (64-byte aligned): logits, then probabilities
@@ -164,15 +164,14 @@ struct PagedDirectArgs {
   float alpha[kPagedDirectRows];  ///< kernel-internal: this chunk's rescale factor per row
 };
 /// Whether the direct kernel serves `p` at `isa`: bf16 and f16 queries, dense (no block-sparse
-/// mode); a cache of the query's type (kv auto) at AVX-512, read in place where block and head
+/// mode), AVX-512; a cache of the query's type (kv auto) is read in place where block and head
 /// sizes are multiples of 16 and else copied chunk by chunk into a stage of the 16-bit layout
-/// (the head padded to a multiple of 16), or an fp8 cache at AVX512_VBMI, decoded into such a
-/// stage.
+/// (the head padded to a multiple of 16), an fp8 cache decoded into such a stage.
 bool paged_direct_serves(const ir::PagedAttentionParams& p, X86Isa isa);
-/// Whether the direct kernel is the default (knob `direct` unset): where it serves, except 16-bit
-/// caches with blocks of fewer than 8 keys, whose stage copies a value row of fewer than 8 keys
-/// at a time (block 1: 0.95 GB/s against the gather's 1.25-1.29; block 8: 5.7-6.6 against
-/// 4.7-5.8).
+/// Whether the direct kernel is the default (knob `direct` unset): where it serves, except blocks
+/// of fewer than 8 keys, whose stage copies or decodes a value row of fewer than 8 keys at a
+/// time (block 1: 16-bit 0.95 GB/s against the gather's 1.25-1.29, fp8 0.34 against 0.57;
+/// block 8: 16-bit 5.7-6.6 against 4.7-5.8, fp8 3.3-3.4 against 2.5-2.6).
 bool paged_direct_default(const ir::PagedAttentionParams& p, X86Isa isa);
 /// Emits the direct kernel with a variant for each row count of `row_counts` (1..8) for the
 /// 16-bit legacy layout of `p` (its block_size: the tokens between a half's key runs of

@@ -6,10 +6,10 @@
 // kernel once per pass of up to 8 query rows, whose softmax state it keeps. A cache of the
 // query's type with block and head sizes multiples of 16 (AVX-512) is read in place: the kernel
 // is pointed at each half group of 16 keys in its block, and the values of a chunk's last partial
-// half are staged (slots past a sequence may hold NaN). Other 16-bit caches (AVX-512) are copied,
-// and fp8 caches (AVX512_VBMI) decoded by the gather's vpermi2b tables (rnd_T(fp8 · scale),
-// §1.2), chunk by chunk into a stage that is one block of the 16-bit layout holding the chunk's
-// tokens, its head padded to a multiple of 16 with zero dims.
+// half are staged (slots past a sequence may hold NaN). Other 16-bit caches are copied, and fp8
+// caches decoded by the gather's tables (rnd_T(fp8 · scale), §1.2; paged_copy.h), chunk by chunk
+// into a stage that is one block of the 16-bit layout holding the chunk's tokens, its head
+// padded to a multiple of 16 with zero dims. Below 8 keys per block the gather is the default.
 //
 // Everything else goes through the CPU-attention tile kernel of attention_kernel.cc, which
 // reads the vec layout (keys [D, n] transposed, values [n, D] natural). Each task
@@ -78,8 +78,8 @@ Result<bool> direct_for(const OpSpec& spec, const Config& config, X86Isa isa) {
     return Status(
         StatusCode::kInvalidArgument,
         fmt::format("config knob {}=1: the direct kernel serves dtype bf16 and f16, dense, "
-                    "with kv=auto at avx512 or higher, or kv=fp8_e4m3 / fp8_e5m2 at "
-                    "avx512_vbmi or higher; got dtype={} kv={} blocksparse={} block_size={} "
+                    "with kv=auto, fp8_e4m3 or fp8_e5m2, at avx512 or higher; got dtype={} kv={} "
+                    "blocksparse={} block_size={} "
                     "head_size={} at {}",
                     kPagedDirectKnob, dtype_name(p.dtype), ir::enum_name(p.kv), p.blocksparse,
                     p.block_size, p.head_size, x86_isa_name(isa)));
@@ -422,20 +422,50 @@ class PagedAttentionExecutable final : public Executable {
 
   // Walks keys [c0, c0 + n) of sequence s, KV head g block by block: block_run(j0, t0, count,
   // base) for each block's run of `count` tokens from slot t0 (position j0 of the keys, cache
-  // element offset `base` of the block and head, the same in key_cache and value_cache).
-  template <class BlockRun>
+  // element offset `base` of the block and head, the same in key_cache and value_cache). The
+  // cache lines of the run two ahead are prefetched meanwhile: the stage's and the gather's
+  // copies stall on each block's first reads (fp8 stage +2-4%; the gathers within the noise).
+  template <class Visit>
   void for_each_block_run(const KernelArgs& args, int64_t s, int64_t g, int64_t c0, int64_t n,
-                          BlockRun block_run) const {
-    const int64_t bs = spec_.get<ir::PagedAttentionParams>().block_size;
+                          Visit block_run) const {
+    const auto& p = spec_.get<ir::PagedAttentionParams>();
+    const int64_t bs = p.block_size;
+    const int64_t d = p.head_size;
     const Tensor& key_cache = args.tensor(query_arg() + 1);
     const Tensor& tables = args.tensor(query_arg() + 3);
+    const auto* k_bytes = static_cast<const uint8_t*>(key_cache.data());
+    const auto* v_bytes = static_cast<const uint8_t*>(args.tensor(query_arg() + 2).data());
+    const int64_t esize = int64_t(key_cache.element_size());
+    const int64_t x = ir::paged_key_x(p.dtype, p.kv);
     const int64_t width = tables.size(1);
-    for (int64_t j0 = 0; j0 < n;) {
+    // The run starting at position j0: its slot, length and element offset.
+    const auto run_at = [&](int64_t j0) {
       const int64_t token = c0 + j0;
       const int64_t t0 = token % bs;
-      const int64_t count = std::min(bs - t0, n - j0);
       const int64_t block = load_i32(tables, s * width + token / bs);
-      block_run(j0, t0, count, block * key_cache.stride(0) + g * key_cache.stride(1));
+      return std::array<int64_t, 3>{t0, std::min(bs - t0, n - j0),
+                                    block * key_cache.stride(0) + g * key_cache.stride(1)};
+    };
+    // Keys from (slot t0, dims 0 .. x − 1) to (slot t0 + count − 1, dims D − x .. D − 1), values
+    // from (dim 0, slot t0) to (dim D − 1, slot t0 + count − 1).
+    const auto prefetch = [&](int64_t j0) {
+      const auto [t0, count, base] = run_at(j0);
+      const auto lines = [](const uint8_t* from, int64_t bytes) {
+        for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(from + i, _MM_HINT_T0);
+      };
+      lines(k_bytes + (base + t0 * x) * esize, ((d / x - 1) * bs * x + count * x) * esize);
+      lines(v_bytes + (base + t0) * esize, ((d - 1) * bs + count) * esize);
+      return count;
+    };
+    int64_t ahead = n;  // the start of the run two ahead of the current one
+    if (n > 0) {
+      const int64_t first = run_at(0)[1];
+      ahead = first < n ? first + prefetch(first) : n;
+    }
+    for (int64_t j0 = 0; j0 < n;) {
+      if (ahead < n) ahead += prefetch(ahead);
+      const auto [t0, count, base] = run_at(j0);
+      block_run(j0, t0, count, base);
       j0 += count;
     }
   }
@@ -463,7 +493,7 @@ class PagedAttentionExecutable final : public Executable {
       // [16 tokens, 8 dims] of a group of 8 dims into those dim rows, 8 V dim rows into the
       // token rows; tails element-wise. At AVX-512, whole 64-byte slab rows where they fit: K
       // 32 tokens at a time (two 16-token runs, each in one block when c0 and bs are
-      // multiples of 16), V 32 dims at a time. An fp8 cache (AVX512_VBMI)
+      // multiples of 16), V 32 dims at a time. An fp8 cache
       // is first decoded run by run into a 16-bit legacy-layout stage by the call's tables.
       auto* k_dst = reinterpret_cast<uint16_t*>(buf.k_slab()) + at;
       auto* v_dst = reinterpret_cast<uint16_t*>(buf.v_slab()) + at * dp;
@@ -479,6 +509,9 @@ class PagedAttentionExecutable final : public Executable {
           int64_t t = first;
           if (avx512_) {
             for (; t + 16 <= count; t += 16) transpose_key_run16(run + t * kx, rows + t, chunk);
+          }
+          for (; t + 16 <= count; t += 16) {  // AVX2: tokens t .. t + 7 and t + 8 .. t + 15
+            transpose8x8x2_u16(run + t * kx, kx, 8 * kx, rows + t, chunk, 8);
           }
           for (; t + 8 <= count; t += 8) transpose8x8_u16(run + t * kx, kx, rows + t, chunk);
           for (; t < count; ++t) {
@@ -503,6 +536,9 @@ class PagedAttentionExecutable final : public Executable {
               for (; t + 16 <= count; t += 16) {
                 transpose_value_dims8(src + t, stride, tokens + t * dp, dp);
               }
+            }
+            for (; t + 16 <= count; t += 16) {  // AVX2
+              transpose8x8x2_u16(src + t, stride, 8, tokens + t * dp, dp, 8 * dp);
             }
             for (; t + 8 <= count; t += 8) transpose8x8_u16(src + t, stride, tokens + t * dp, dp);
             for (; t < count; ++t) {
@@ -556,9 +592,9 @@ class PagedAttentionExecutable final : public Executable {
       });
       return;
     }
-    // Element by element: K a [bs, x] run per group of x dims, V a [bs] run per dim, read
-    // contiguously and scattered into the slabs. `convert` maps one cache element (by index)
-    // to the slab's element type.
+    // f32 slabs element by element: K a [bs, x] run per group of x dims, V a [bs] run per dim,
+    // read contiguously and scattered into the slabs. `convert` maps one cache element (by index)
+    // to the slab's element type (every 16-bit slab took the copies above).
     const auto walk = [&](auto* k_dst, auto* v_dst, auto convert_k, auto convert_v) {
       for_each_run([&](int64_t j0, int64_t t0, int64_t count, int64_t base) {
         for (int64_t e0 = 0; e0 < d; e0 += x) {
@@ -578,18 +614,11 @@ class PagedAttentionExecutable final : public Executable {
     if (p.kv != ir::KvCacheDtype::kAuto) {
       const auto* k_src = static_cast<const uint8_t*>(key_cache.data());
       const auto* v_src = static_cast<const uint8_t*>(value_cache.data());
-      const auto k_of = [&](int64_t i) { return fp8_values.k[k_src[i]]; };
-      const auto v_of = [&](int64_t i) { return fp8_values.v[v_src[i]]; };
-      if (p.dtype == DType::kF32) {
-        walk(reinterpret_cast<uint32_t*>(buf.k_slab()) + at,
-             reinterpret_cast<uint32_t*>(buf.v_slab()) + at * dp, k_of, v_of);
-      } else {
-        walk(
-            reinterpret_cast<uint16_t*>(buf.k_slab()) + at,
-            reinterpret_cast<uint16_t*>(buf.v_slab()) + at * dp,
-            [&](int64_t i) { return uint16_t(k_of(i)); },
-            [&](int64_t i) { return uint16_t(v_of(i)); });
-      }
+      walk(
+          reinterpret_cast<uint32_t*>(buf.k_slab()) + at,
+          reinterpret_cast<uint32_t*>(buf.v_slab()) + at * dp,
+          [&](int64_t i) { return fp8_values.k[k_src[i]]; },
+          [&](int64_t i) { return fp8_values.v[v_src[i]]; });
     } else {
       const auto* k_src = static_cast<const uint32_t*>(key_cache.data());
       const auto* v_src = static_cast<const uint32_t*>(value_cache.data());
@@ -831,11 +860,6 @@ class PagedAttentionExecutable final : public Executable {
 
   // ---- the direct kernel ----------------------------------------------------------------
 
-  // A block's run of a chunk's keys (for_each_block_run's arguments).
-  struct BlockRun {
-    int64_t j0, t0, count, base;
-  };
-
   // Per-thread working memory of the direct kernel.
   struct DirectBuffers {
     static constexpr int64_t kHalf = kPagedDirectHalf, kGroup = 2 * kPagedDirectHalf;
@@ -863,7 +887,6 @@ class PagedAttentionExecutable final : public Executable {
     // past the sequence may hold anything, and p = 0 times a NaN is NaN); staged, with k_stage,
     // the chunk's decoded or copied keys and values (both 64-byte aligned by align64).
     std::vector<uint16_t> zeros, v_stage, k_stage;
-    std::vector<BlockRun> runs;          // staged: the chunk's block runs
     std::vector<float> out;              // one output row before rounding
     std::vector<PagedDirectArgs> calls;  // one per pass, holding its softmax state
   };
@@ -928,33 +951,13 @@ class PagedAttentionExecutable final : public Executable {
     const auto* k_cache = static_cast<const uint8_t*>(args.tensor(first + 1).data());
     const auto* v_cache = static_cast<const uint8_t*>(args.tensor(first + 2).data());
     const bool fp8 = p.kv != ir::KvCacheDtype::kAuto;
-    const int64_t esize = fp8 ? 1 : 2;  // cache bytes per element
-    const int64_t x = fp8 ? 16 : 8;     // a key run's dims
+    const int64_t x = fp8 ? 16 : 8;  // a key run's dims
     const int64_t bs = p.block_size;
     const int64_t d = p.head_size;
     const int64_t stride = buf.layout.block;
     uint16_t* k_stage = align64(buf.k_stage.data());
     uint16_t* v_stage = align64(buf.v_stage.data());
-    buf.runs.clear();
     for_each_block_run(args, s, g, c0, n, [&](int64_t j0, int64_t t0, int64_t count, int64_t base) {
-      buf.runs.push_back({j0, t0, count, base});
-    });
-    // The bytes of a block's run: keys from (slot t0, dims 0 .. x − 1) to (slot t0 + count − 1,
-    // dims D − x .. D − 1), values from (dim 0, slot t0) to (dim D − 1, slot t0 + count − 1).
-    const auto prefetch = [&](const BlockRun& run) {
-      const auto lines = [](const uint8_t* from, int64_t bytes) {
-        for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(from + i, _MM_HINT_T0);
-      };
-      lines(k_cache + (run.base + run.t0 * x) * esize,
-            ((d / x - 1) * bs * x + run.count * x) * esize);
-      lines(v_cache + (run.base + run.t0) * esize, ((d - 1) * bs + run.count) * esize);
-    };
-    for (size_t i = 0; i < buf.runs.size(); ++i) {
-      // The next runs' bytes stream in while this one is staged: +2-4% for fp8 (v1, block 16,
-      // 1 thread, three runs each way); each block's first reads stalled the decode.
-      if (i == 0 && buf.runs.size() > 1) prefetch(buf.runs[1]);
-      if (i + 2 < buf.runs.size()) prefetch(buf.runs[i + 2]);
-      const auto [j0, t0, count, base] = buf.runs[i];
       if (fp8) {
         // Key run e0 / 16 ([bs][16] codes) to the stage's runs e0 / 8 and e0 / 8 + 1.
         for (int64_t e0 = 0; e0 < d; e0 += x) {
@@ -964,14 +967,14 @@ class PagedAttentionExecutable final : public Executable {
         }
         fp8_rows_to_words(fp8_decoder(), v_cache + base + t0, bs, d, count, fp8_values.v16,
                           v_stage + j0, stride);
-        continue;
+        return;
       }
       const auto* k_src = reinterpret_cast<const uint16_t*>(k_cache) + base;
       const auto* v_src = reinterpret_cast<const uint16_t*>(v_cache) + base;
       // Key runs e0 / 8 ([count][8] words each, bs · 8 apart) to the stage's (stride · 8 apart).
       copy_rows_u16(k_src + t0 * x, bs * x, d / x, count * x, k_stage + j0 * x, stride * x);
       copy_rows_u16(v_src + t0, bs, d, count, v_stage + j0, stride);
-    }
+    });
     const int64_t end = align_up(n, kGroup);
     if (end != n) {
       for (int64_t e = 0; e < d; ++e) {

@@ -1,7 +1,8 @@
-// The paged gather's copies (paged_copy.h): SSE2 and AVX-512 transposes of 16-bit tiles between
-// the legacy cache layout and the tile kernel's slabs, and fp8 codes to 16-bit values by byte
-// tables (AVX512_VBMI). Host code: each function carries the target it needs; the caller picks
-// by the ISA level.
+// The paged gather's and stage's copies (paged_copy.h): SSE2, AVX2 and AVX-512 transposes and
+// copies of 16-bit tiles between the legacy cache layout and the tile kernel's slabs or the
+// direct kernel's stage, and fp8 codes to 16-bit values by per-call tables (AVX512_VBMI,
+// AVX512BW and AVX2 decoders). Host code: each function carries the target it needs; the caller
+// picks by the ISA level.
 #include "codegen/x86/paged_copy.h"
 
 #include <immintrin.h>
@@ -33,6 +34,42 @@ void transpose8x8_u16(const uint16_t* src, int64_t src_stride, uint16_t* dst, in
     _mm_storeu_si128(out, _mm_unpacklo_epi64(b[e / 2], b[4 + e / 2]));
     out = reinterpret_cast<__m128i*>(dst + (e + 1) * dst_stride);
     _mm_storeu_si128(out, _mm_unpackhi_epi64(b[e / 2], b[4 + e / 2]));
+  }
+}
+
+// Two 8 x 8 tiles transposed at once, one per 128-bit lane, by the SSE2 tile's three rounds of
+// unpacks on ymm (AVX2: half the unpacks and stores per element): tile k's source rows at
+// src + k · src_tile + j · src_stride, its output row i at dst + k · dst_tile + i · dst_stride;
+// where the tiles' output rows are adjacent (dst_tile == 8), one 32-byte store per row.
+__attribute__((target("avx2"))) void transpose8x8x2_u16(const uint16_t* src, int64_t src_stride,
+                                                        int64_t src_tile, uint16_t* dst,
+                                                        int64_t dst_stride, int64_t dst_tile) {
+  __m256i r[8], a[8], b[8];
+  for (int j = 0; j < 8; ++j) {
+    const uint16_t* row = src + j * src_stride;
+    r[j] = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(row + src_tile),
+                               reinterpret_cast<const __m128i*>(row));
+  }
+  for (int j = 0; j < 8; j += 2) {
+    a[j] = _mm256_unpacklo_epi16(r[j], r[j + 1]);
+    a[j + 1] = _mm256_unpackhi_epi16(r[j], r[j + 1]);
+  }
+  for (int j = 0; j < 8; j += 4) {
+    b[j] = _mm256_unpacklo_epi32(a[j], a[j + 2]);
+    b[j + 1] = _mm256_unpackhi_epi32(a[j], a[j + 2]);
+    b[j + 2] = _mm256_unpacklo_epi32(a[j + 1], a[j + 3]);
+    b[j + 3] = _mm256_unpackhi_epi32(a[j + 1], a[j + 3]);
+  }
+  for (int e = 0; e < 8; ++e) {
+    const __m256i row = e % 2 == 0 ? _mm256_unpacklo_epi64(b[e / 2], b[4 + e / 2])
+                                   : _mm256_unpackhi_epi64(b[e / 2], b[4 + e / 2]);
+    uint16_t* out = dst + e * dst_stride;
+    if (dst_tile == 8) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), row);
+    } else {
+      _mm256_storeu2_m128i(reinterpret_cast<__m128i*>(out + dst_tile),
+                           reinterpret_cast<__m128i*>(out), row);
+    }
   }
 }
 
@@ -229,7 +266,8 @@ __attribute__((target("avx512f,avx512bw"))) void copy_rows_u16(const uint16_t* s
 }
 
 // fp8 codes to 16-bit values by table. fp8 is sign-magnitude and rounding to nearest even is
-// odd-symmetric (rnd_T(−x · s) = −rnd_T(x · s), NaN and ±0 included), so code c's value is
+// odd-symmetric (rnd_T(−x · s) = −rnd_T(x · s), ±0 and ±inf included; a NaN stays a NaN,
+// though its sign bit may differ from the ref's), so code c's value is
 // value(c & 127) with its sign bit flipped by c's bit 7 (Fp8Tables16, made per call from the
 // ref's rnd_T(fp8 · scale) of the 128 magnitudes). Two decoders:
 //
@@ -297,9 +335,9 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) static void vbmi_to_words
 
 // `rows` rows of `count` codes to rows of 16-bit values. Contiguous rows of a multiple of 16
 // codes (a whole value block's dim rows: src_stride == count) are decoded 64 codes at a time
-// across rows, so short rows (16 keys) fill whole vectors; each 16-code segment's words are a
-// masked store of its half of a decoded vector (at the segment's destination less the half's
-// offset: masked-off lanes are not accessed). Other rows (a block's partial run) go one by one.
+// across rows, so short rows (16 keys) fill whole vectors; each 16-code segment's words are one
+// 32-byte store where its row goes (SegmentCursor; masked 64-byte stores at an offset ran 1.8x
+// slower). Other rows (a block's partial run) go one by one.
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) static void vbmi_rows_to_words(
     const uint8_t* codes, int64_t src_stride, int64_t rows, int64_t count, const Fp8Tables16& t,
     uint16_t* words, int64_t dst_stride) {
@@ -463,6 +501,21 @@ void fp8_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t n, const Fp8
 void fp8_rows_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t src_stride, int64_t rows,
                        int64_t count, const Fp8Tables16& tables, uint16_t* words,
                        int64_t dst_stride) {
+  constexpr int64_t kWords = 2048;
+  if (decoder != Fp8Decoder::kAvx2 && src_stride == count && count % 16 != 0 && count % 8 == 0 &&
+      count <= kWords) {
+    // Contiguous rows of 8 + 16k codes (a whole block of 8 or 24 keys): decoded as one run into a
+    // buffer of whole rows, then copied 8 words at a time (copy_rows_u16); row by row, a block of
+    // 8 keys spent a masked decode step per 8 codes.
+    alignas(64) uint16_t buffer[kWords];
+    const int64_t per = kWords / count;  // rows per piece
+    for (int64_t r = 0; r < rows; r += per) {
+      const int64_t n = std::min(per, rows - r);
+      fp8_to_words(decoder, codes + r * count, n * count, tables, buffer);
+      copy_rows_u16(buffer, count, n, count, words + r * dst_stride, dst_stride);
+    }
+    return;
+  }
   switch (decoder) {
     case Fp8Decoder::kVbmi:
       vbmi_rows_to_words(codes, src_stride, rows, count, tables, words, dst_stride);

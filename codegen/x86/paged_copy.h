@@ -14,6 +14,11 @@ namespace jit::codegen::x86 {
 /// element i.
 void transpose8x8_u16(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride);
 
+/// Two 8 x 8 tiles transposed at once (AVX2): tile k (0, 1) reads rows src + k · src_tile +
+/// j · src_stride and writes its row i to dst + k · dst_tile + i · dst_stride.
+void transpose8x8x2_u16(const uint16_t* src, int64_t src_stride, int64_t src_tile, uint16_t* dst,
+                        int64_t dst_stride, int64_t dst_tile);
+
 /// A key run [16 tokens][8 dims] (256 contiguous bytes) into 8 dim rows of 16 tokens (AVX-512).
 void transpose_key_run16(const uint16_t* run, uint16_t* dst, int64_t dst_stride);
 
@@ -38,7 +43,8 @@ void copy_rows_u16(const uint16_t* src, int64_t src_stride, int64_t rows, int64_
 
 /// The 16-bit value of every fp8 magnitude m (0..127), value(m); code c's value is
 /// value(c & 127) with the sign bit flipped by c's bit 7 (fp8 is sign-magnitude and rounding to
-/// nearest even odd-symmetric: rnd_T(−x · s) = −rnd_T(x · s)). Held as words (the AVX512BW
+/// nearest even odd-symmetric: rnd_T(−x · s) = −rnd_T(x · s); a NaN stays a NaN, its sign bit
+/// aside). Held as words (the AVX512BW
 /// decoder's), as two byte planes, value(m) = lo[m] | hi[m] << 8 (the AVX512_VBMI decoder's),
 /// and per code, sign included, in the low half of a dword (the AVX2 decoder's).
 struct Fp8Tables16 {

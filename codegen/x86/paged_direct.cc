@@ -466,13 +466,13 @@ class PagedDirectGenerator : public Generator {
 }  // namespace
 
 bool paged_direct_serves(const ir::PagedAttentionParams& p, X86Isa isa) {
-  if ((p.dtype != DType::kBF16 && p.dtype != DType::kF16) || p.blocksparse) return false;
-  if (p.kv == ir::KvCacheDtype::kAuto) return isa >= X86Isa::kAvx512;
-  return isa >= X86Isa::kAvx512;  // fp8: the runner's stage is decoded by vpermi2b / vpermi2w
+  // Any kv: fp8 and off-grid 16-bit caches go through the runner's stage.
+  return (p.dtype == DType::kBF16 || p.dtype == DType::kF16) && !p.blocksparse &&
+         isa >= X86Isa::kAvx512;
 }
 
 bool paged_direct_default(const ir::PagedAttentionParams& p, X86Isa isa) {
-  return paged_direct_serves(p, isa) && (p.kv != ir::KvCacheDtype::kAuto || p.block_size >= 8);
+  return paged_direct_serves(p, isa) && p.block_size >= 8;
 }
 
 Result<std::vector<uint8_t>> generate_paged_direct(const ir::PagedAttentionParams& p,

@@ -19,6 +19,7 @@
 
 #include "codegen/ref/ref.h"
 #include "codegen/x86/attention_kernel.h"
+#include "codegen/x86/paged_copy.h"
 #include "codegen/x86/x86_backend.h"
 #include "ir/numeric.h"
 #include "ir/params_attention.h"
@@ -1156,12 +1157,12 @@ TEST_P(X86AttentionTest, PagedDirectStagedCopyMatchesRef) {
 
 // The direct kernel on fp8 caches, each chunk decoded into the stage by the tables (the magnitude's
 // value, the sign by the code's bit 7; vpermi2b byte planes from AVX512_VBMI, vpermi2w words at
-// avx512 and avx512_bf16), against ref: e4m3 and e5m2 (both signs,
-// and the NaN code in every slot no sequence owns, which the stage's masked keys and zeroed values
-// must keep out), bf16 and f16 queries; blocks of 1 and 8 (runs shorter than a decode vector,
-// row by row), 16, 48 (chunk edges inside blocks: partial runs) and 128 (a block larger than the
-// 64-key chunk); head sizes 16 .. 256; GQA 1 .. 12; v1 and v2; chunks of 16 .. 512 keys. Each
-// spec also through the gather (direct=0), which shares the tables.
+// avx512 and avx512_bf16), against ref: e4m3 and e5m2 (both signs; the NaN code in every slot no
+// sequence owns, which the stage never decodes), bf16 and f16 queries; blocks of 1 (runs shorter
+// than a decode vector, row by row), 8 (whole blocks decoded as one run, then copied), 16, 48
+// (chunk edges inside blocks: partial runs) and 128 (a block larger than the 64-key chunk); head
+// sizes 16 .. 256; GQA 1 .. 12; v1 and v2; chunks of 16 .. 512 keys. Each spec also through the
+// gather (direct=0), which shares the tables. (Every code and scale: Fp8StageDecodersMatchTables.)
 TEST_P(X86AttentionTest, PagedDirectFp8MatchesRef) {
   if (GetParam() < X86Isa::kAvx512) {
     GTEST_SKIP() << "the direct kernel needs AVX-512; AVX2 serves fp8 paged attention by the "
@@ -1206,6 +1207,98 @@ TEST_P(X86AttentionTest, PagedDirectFp8MatchesRef) {
         Config().set("direct", 1));
 }
 
+// The stage's fp8 decoders (paged_copy.h) against rnd_T(fp8(c) · scale) computed directly, for
+// every code of e4m3 and e5m2, bf16 and f16 values, scales 0.5, 0.02, −0.25 (the sign flip is an
+// XOR) and 0 (±0, and NaN for inf codes), on every decoder the host runs: contiguous runs of 1 ..
+// 300 codes (tails), rows of 16 / 24 / 8 codes that lie back to back (the segment and buffered
+// paths) and apart (row by row), and key runs of 1 .. 7 and 16 tokens. NaN matches any NaN (the
+// sign of a NaN is not kept).
+TEST(X86AttentionPaged, Fp8StageDecodersMatchTables) {
+  using codegen::x86::Fp8Decoder;
+  const std::vector<X86Isa> paths = test::isa_paths();
+  const auto host_has = [&](X86Isa isa) {
+    return std::find(paths.begin(), paths.end(), isa) != paths.end() ||
+           std::any_of(paths.begin(), paths.end(), [&](X86Isa p) { return p > isa; });
+  };
+  std::vector<Fp8Decoder> decoders{Fp8Decoder::kAvx2};
+  if (host_has(X86Isa::kAvx512)) decoders.push_back(Fp8Decoder::kAvx512Bw);
+  if (host_has(X86Isa::kAvx512Vbmi)) decoders.push_back(Fp8Decoder::kVbmi);
+  std::vector<uint8_t> codes(600);
+  std::mt19937 rng(3);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = i < 256 ? uint8_t(i) : uint8_t(rng());
+  for (bool e5m2 : {false, true}) {
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      for (float scale : {0.5f, 0.02f, -0.25f, 0.0f}) {
+        SCOPED_TRACE(
+            fmt::format("{} {} scale {}", e5m2 ? "e5m2" : "e4m3", dtype_name(dtype), scale));
+        const auto value = [&](uint8_t c) {
+          const float f =
+              (e5m2 ? numeric::fp8_e5m2_to_f32(c) : numeric::fp8_e4m3_to_f32(c)) * scale;
+          return dtype == DType::kBF16 ? numeric::f32_to_bf16(f) : numeric::f32_to_f16(f);
+        };
+        const auto is_nan = [&](uint16_t bits) {
+          return dtype == DType::kBF16 ? std::isnan(numeric::bf16_to_f32(bits))
+                                       : std::isnan(numeric::f16_to_f32(bits));
+        };
+        const auto same = [&](uint16_t got, uint8_t c) {
+          const uint16_t want = value(c);
+          return got == want || (is_nan(got) && is_nan(want));
+        };
+        alignas(64) codegen::x86::Fp8Tables16 tables{};
+        for (int m = 0; m < 128; ++m) {
+          tables.words[m] = value(uint8_t(m));
+          tables.lo[m] = uint8_t(tables.words[m]);
+          tables.hi[m] = uint8_t(tables.words[m] >> 8);
+        }
+        for (int c = 0; c < 256; ++c) tables.by_code[c] = value(uint8_t(c));
+        for (Fp8Decoder decoder : decoders) {
+          SCOPED_TRACE(fmt::format("decoder {}", int(decoder)));
+          for (int64_t n : {1, 7, 8, 9, 31, 32, 33, 63, 64, 65, 100, 256, 300}) {
+            std::vector<uint16_t> words(size_t(n) + 1, 0xBEEF);
+            codegen::x86::fp8_to_words(decoder, codes.data(), n, tables, words.data());
+            for (int64_t i = 0; i < n; ++i)
+              ASSERT_TRUE(same(words[size_t(i)], codes[size_t(i)])) << i;
+            ASSERT_EQ(words[size_t(n)], 0xBEEF) << "wrote past " << n;
+          }
+          struct Rows {
+            int64_t rows, count, src_stride;
+          };
+          for (const Rows& r : {Rows{9, 16, 16}, Rows{5, 24, 24}, Rows{7, 8, 8}, Rows{4, 16, 20},
+                                Rows{3, 5, 9}, Rows{2, 48, 48}}) {
+            const int64_t dst_stride = r.count + 13;
+            std::vector<uint16_t> words(size_t(r.rows * dst_stride), 0xBEEF);
+            codegen::x86::fp8_rows_to_words(decoder, codes.data(), r.src_stride, r.rows, r.count,
+                                            tables, words.data(), dst_stride);
+            for (int64_t row = 0; row < r.rows; ++row) {
+              for (int64_t i = 0; i < dst_stride; ++i) {
+                const uint16_t got = words[size_t(row * dst_stride + i)];
+                if (i < r.count) {
+                  ASSERT_TRUE(same(got, codes[size_t(row * r.src_stride + i)])) << row << " " << i;
+                } else {
+                  ASSERT_EQ(got, 0xBEEF) << "row " << row << " written past " << r.count;
+                }
+              }
+            }
+          }
+          for (int64_t count : {1, 2, 3, 4, 5, 7, 16}) {
+            std::vector<uint16_t> lo(size_t(count * 8) + 1, 0xBEEF), hi(lo.size(), 0xBEEF);
+            codegen::x86::fp8_key_run_to_words(decoder, codes.data(), count, tables, lo.data(),
+                                               hi.data());
+            for (int64_t t = 0; t < count; ++t) {
+              for (int64_t e = 0; e < 8; ++e) {
+                ASSERT_TRUE(same(lo[size_t(t * 8 + e)], codes[size_t(t * 16 + e)]));
+                ASSERT_TRUE(same(hi[size_t(t * 8 + e)], codes[size_t(t * 16 + 8 + e)]));
+              }
+            }
+            ASSERT_EQ(lo[size_t(count * 8)], 0xBEEF);
+            ASSERT_EQ(hi[size_t(count * 8)], 0xBEEF);
+          }
+        }
+      }
+    }
+  }
+}
+
 // The fp8 stage is reused from chunk to chunk and task to task: the values past a chunk's keys
 // up to its group's end are stale (an earlier chunk's), and a stale ±inf weighed by p = 0 would be
 // NaN. One thread runs sequence 2 (all values +inf: its output is +inf, as ref's) and then
@@ -1239,6 +1332,8 @@ TEST_P(X86AttentionTest, PagedFp8StageHoldsNoStaleValues) {
         values.set_bits(block * d * bs + i, 0x7C);  // e5m2 +inf (set() would saturate)
       }
     }
+    // Sequence 3 is empty (the harness's), so sequence 4 follows sequence 2 on the thread.
+    ASSERT_EQ(int64_t(lens.get(3)), 0);
     lens.set(4, 5.0);  // its slots from 5 on become unowned: ref does not read them
     const auto report = check_against_ref(kernel, c);
     EXPECT_TRUE(report.ok) << to_string(spec) << "\n" << report.message;

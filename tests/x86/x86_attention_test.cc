@@ -1392,7 +1392,7 @@ TEST(X86AttentionConfig, BadPagedDirectKnobIsAClearError) {
 
 // paged attention's tuning space: every entry generates (the chunks, the thread counts, and the
 // kernel that is not the default exactly where both serve: direct=0, or direct=1 for 16-bit
-// caches with blocks of fewer than 8 keys, where the gather is the default).
+// caches with blocks of fewer than 8 keys, where the gather is the default, as for fp8).
 TEST(X86AttentionConfig, PagedTuningSpaceGenerates) {
   struct Case {
     OpSpec spec;

@@ -333,20 +333,13 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) static void vbmi_to_words
   }
 }
 
-// `rows` rows of `count` codes to rows of 16-bit values. Contiguous rows of a multiple of 16
-// codes (a whole value block's dim rows: src_stride == count) are decoded 64 codes at a time
-// across rows, so short rows (16 keys) fill whole vectors; each 16-code segment's words are one
-// 32-byte store where its row goes (SegmentCursor; masked 64-byte stores at an offset ran 1.8x
-// slower). Other rows (a block's partial run) go one by one.
+// `rows` rows of `count` codes (a multiple of 16) that lie back to back (a whole value block's
+// dim rows) to rows of 16-bit values `dst_stride` apart: decoded 64 codes at a time across rows,
+// so short rows (16 keys) fill whole vectors; each 16-code segment's words are one 32-byte store
+// where its row goes (SegmentCursor; masked 64-byte stores at an offset ran 1.8x slower).
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) static void vbmi_rows_to_words(
-    const uint8_t* codes, int64_t src_stride, int64_t rows, int64_t count, const Fp8Tables16& t,
-    uint16_t* words, int64_t dst_stride) {
-  if (src_stride != count || count % 16 != 0) {
-    for (int64_t r = 0; r < rows; ++r) {
-      vbmi_to_words(codes + r * src_stride, count, t, words + r * dst_stride);
-    }
-    return;
-  }
+    const uint8_t* codes, int64_t rows, int64_t count, const Fp8Tables16& t, uint16_t* words,
+    int64_t dst_stride) {
   const Fp8Lut lut = load_fp8_lut(t);
   const int64_t total = rows * count;
   SegmentCursor to{words, count, dst_stride};
@@ -421,14 +414,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void bw_to_words(con
 
 // As vbmi_rows_to_words, 32 codes (two 16-code segments) per step.
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void bw_rows_to_words(
-    const uint8_t* codes, int64_t src_stride, int64_t rows, int64_t count, const Fp8Tables16& t,
-    uint16_t* words, int64_t dst_stride) {
-  if (src_stride != count || count % 16 != 0) {
-    for (int64_t r = 0; r < rows; ++r) {
-      bw_to_words(codes + r * src_stride, count, t, words + r * dst_stride);
-    }
-    return;
-  }
+    const uint8_t* codes, int64_t rows, int64_t count, const Fp8Tables16& t, uint16_t* words,
+    int64_t dst_stride) {
   const Fp8WordLut lut = load_fp8_word_lut(t);
   const int64_t total = rows * count;
   SegmentCursor to{words, count, dst_stride};
@@ -501,12 +488,20 @@ void fp8_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t n, const Fp8
 void fp8_rows_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t src_stride, int64_t rows,
                        int64_t count, const Fp8Tables16& tables, uint16_t* words,
                        int64_t dst_stride) {
+  const bool back_to_back = src_stride == count && decoder != Fp8Decoder::kAvx2;
+  if (back_to_back && count % 16 == 0) {
+    if (decoder == Fp8Decoder::kVbmi) {
+      vbmi_rows_to_words(codes, rows, count, tables, words, dst_stride);
+    } else {
+      bw_rows_to_words(codes, rows, count, tables, words, dst_stride);
+    }
+    return;
+  }
   constexpr int64_t kWords = 2048;
-  if (decoder != Fp8Decoder::kAvx2 && src_stride == count && count % 16 != 0 && count % 8 == 0 &&
-      count <= kWords) {
-    // Contiguous rows of 8 + 16k codes (a whole block of 8 or 24 keys): decoded as one run into a
-    // buffer of whole rows, then copied 8 words at a time (copy_rows_u16); row by row, a block of
-    // 8 keys spent a masked decode step per 8 codes.
+  if (back_to_back && count % 8 == 0 && count <= kWords) {
+    // Rows of 8 + 16k codes (a whole block of 8 or 24 keys): decoded as one run into a buffer of
+    // whole rows, then copied 8 words at a time (copy_rows_u16); row by row, a block of 8 keys
+    // spent a masked decode step per 8 codes.
     alignas(64) uint16_t buffer[kWords];
     const int64_t per = kWords / count;  // rows per piece
     for (int64_t r = 0; r < rows; r += per) {
@@ -516,18 +511,9 @@ void fp8_rows_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t src_str
     }
     return;
   }
-  switch (decoder) {
-    case Fp8Decoder::kVbmi:
-      vbmi_rows_to_words(codes, src_stride, rows, count, tables, words, dst_stride);
-      break;
-    case Fp8Decoder::kAvx512Bw:
-      bw_rows_to_words(codes, src_stride, rows, count, tables, words, dst_stride);
-      break;
-    case Fp8Decoder::kAvx2:
-      for (int64_t r = 0; r < rows; ++r) {
-        avx2_to_words(codes + r * src_stride, count, tables, words + r * dst_stride);
-      }
-      break;
+  // Rows apart (a block's partial run), or AVX2: row by row.
+  for (int64_t r = 0; r < rows; ++r) {
+    fp8_to_words(decoder, codes + r * src_stride, count, tables, words + r * dst_stride);
   }
 }
 

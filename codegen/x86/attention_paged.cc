@@ -79,8 +79,7 @@ Result<bool> direct_for(const OpSpec& spec, const Config& config, X86Isa isa) {
         StatusCode::kInvalidArgument,
         fmt::format("config knob {}=1: the direct kernel serves dtype bf16 and f16, dense, "
                     "with kv=auto, fp8_e4m3 or fp8_e5m2, at avx512 or higher; got dtype={} kv={} "
-                    "blocksparse={} block_size={} "
-                    "head_size={} at {}",
+                    "blocksparse={} block_size={} head_size={} at {}",
                     kPagedDirectKnob, dtype_name(p.dtype), ir::enum_name(p.kv), p.blocksparse,
                     p.block_size, p.head_size, x86_isa_name(isa)));
   }
@@ -559,12 +558,9 @@ class PagedAttentionExecutable final : public Executable {
             fp8_key_run_to_words(fp8_decoder(), k_codes + base + (e0 / x) * bs * x + t0 * x, count,
                                  fp8_values.k16, k_stage + e0 * count, k_stage + (e0 + kx) * count);
           }
-          if (count == bs) {  // whole rows: the block's [D][bs] codes are contiguous
-            fp8_to_words(fp8_decoder(), v_codes + base, d * bs, fp8_values.v16, v_stage);
-          } else {
-            fp8_rows_to_words(fp8_decoder(), v_codes + base + t0, bs, d, count, fp8_values.v16,
-                              v_stage, count);
-          }
+          // A whole block's [D][bs] codes are one contiguous run (fp8_rows_to_words sees it).
+          fp8_rows_to_words(fp8_decoder(), v_codes + base + t0, bs, d, count, fp8_values.v16,
+                            v_stage, count);
           copy_run(j0, 0, count, k_stage, v_stage, count);
         });
         return;
@@ -951,7 +947,7 @@ class PagedAttentionExecutable final : public Executable {
     const auto* k_cache = static_cast<const uint8_t*>(args.tensor(first + 1).data());
     const auto* v_cache = static_cast<const uint8_t*>(args.tensor(first + 2).data());
     const bool fp8 = p.kv != ir::KvCacheDtype::kAuto;
-    const int64_t x = fp8 ? 16 : 8;  // a key run's dims
+    const int64_t x = ir::paged_key_x(p.dtype, p.kv);  // a key run's dims: 16 (fp8) or 8
     const int64_t bs = p.block_size;
     const int64_t d = p.head_size;
     const int64_t stride = buf.layout.block;

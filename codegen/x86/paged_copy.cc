@@ -269,7 +269,7 @@ __attribute__((target("avx512f,avx512bw"))) void copy_rows_u16(const uint16_t* s
 // odd-symmetric (rnd_T(−x · s) = −rnd_T(x · s), ±0 and ±inf included; a NaN stays a NaN,
 // though its sign bit may differ from the ref's), so code c's value is
 // value(c & 127) with its sign bit flipped by c's bit 7 (Fp8Tables16, made per call from the
-// ref's rnd_T(fp8 · scale) of the 128 magnitudes). Two decoders:
+// ref's rnd_T(fp8 · scale) of the 128 magnitudes). Three decoders:
 //
 // AVX512_VBMI, 64 codes per step: each byte plane is one 128-entry vpermi2b lookup, which reads
 // index bits 0-6 only; one vpternlogd flips the high byte's sign by the code's bit 7;
@@ -488,6 +488,10 @@ void fp8_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t n, const Fp8
 void fp8_rows_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t src_stride, int64_t rows,
                        int64_t count, const Fp8Tables16& tables, uint16_t* words,
                        int64_t dst_stride) {
+  if (src_stride == count && dst_stride == count) {  // one contiguous run on both sides
+    fp8_to_words(decoder, codes, rows * count, tables, words);
+    return;
+  }
   const bool back_to_back = src_stride == count && decoder != Fp8Decoder::kAvx2;
   if (back_to_back && count % 16 == 0) {
     if (decoder == Fp8Decoder::kVbmi) {

@@ -605,21 +605,22 @@ void register_all() {
 // read. `config`: knobs beside the thread count (the kiln_gather rows: direct=0, the gather into
 // the tile kernel's layout that the direct kernel replaced). `dtype`: of the
 // query and the caches (bf16, or f16 for the kiln_f16 rows). `block_size`: the cache's (8 for the
-// kiln_block8 rows, which the direct kernel reads through its stage).
+// kiln_block8 rows, which the direct kernel reads through its stage). `heads_kv`: KV heads of the
+// 32 query heads (4 = GQA 8 unless given).
 void bm_paged(benchmark::State& state, bool v2, ir::KvCacheDtype kv, int64_t batch, int64_t context,
               int threads, int sparse_step = 0, Config config = {}, DType dtype = DType::kBF16,
-              int64_t block_size = 16) {
+              int64_t block_size = 16, int64_t heads_kv = kHeadsKv) {
   constexpr int64_t kPartition = 512;
   constexpr int64_t kSparseBlock = 64, kLocal = 16, kVert = 8;
   const OpSpec spec =
       OpSpec::make(v2 ? OpKind::kPagedAttentionV2 : OpKind::kPagedAttentionV1,
-                   ir::PagedAttentionParams{dtype, kv, kHeadSize, block_size, kHeadsQ, kHeadsKv,
+                   ir::PagedAttentionParams{dtype, kv, kHeadSize, block_size, kHeadsQ, heads_kv,
                                             false, sparse_step != 0, v2 ? kPartition : 0});
   const bool fp8 = kv != ir::KvCacheDtype::kAuto;
   const int64_t x = ir::paged_key_x(dtype, kv);
   const int64_t width = (context + block_size - 1) / block_size;
   const int64_t blocks = batch * width;
-  const int64_t cache_elems = blocks * kHeadsKv * block_size * kHeadSize;
+  const int64_t cache_elems = blocks * heads_kv * block_size * kHeadSize;
   auto query = bench::random_bf16(size_t(batch * kHeadsQ * kHeadSize), dtype == DType::kF16);
   auto key_cache = bench::random_bf16(size_t(fp8 ? 0 : cache_elems), dtype == DType::kF16);
   auto value_cache = bench::random_bf16(size_t(fp8 ? 0 : cache_elems), dtype == DType::kF16);
@@ -645,10 +646,10 @@ void bm_paged(benchmark::State& state, bool v2, ir::KvCacheDtype kv, int64_t bat
   float k_scale = fp8 ? 0.02f : 1.0f, v_scale = fp8 ? 0.03f : 1.0f;
   for (const Tensor& t :
        {Tensor(query.data(), dtype, {batch, kHeadsQ, kHeadSize}),
-        fp8 ? Tensor(key_codes.data(), DType::kU8, {blocks, kHeadsKv, kHeadSize / x, block_size, x})
-            : Tensor(key_cache.data(), dtype, {blocks, kHeadsKv, kHeadSize / x, block_size, x}),
-        fp8 ? Tensor(value_codes.data(), DType::kU8, {blocks, kHeadsKv, kHeadSize, block_size})
-            : Tensor(value_cache.data(), dtype, {blocks, kHeadsKv, kHeadSize, block_size}),
+        fp8 ? Tensor(key_codes.data(), DType::kU8, {blocks, heads_kv, kHeadSize / x, block_size, x})
+            : Tensor(key_cache.data(), dtype, {blocks, heads_kv, kHeadSize / x, block_size, x}),
+        fp8 ? Tensor(value_codes.data(), DType::kU8, {blocks, heads_kv, kHeadSize, block_size})
+            : Tensor(value_cache.data(), dtype, {blocks, heads_kv, kHeadSize, block_size}),
         Tensor(table.data(), DType::kI32, {batch, width}),
         Tensor(seq_lens.data(), DType::kI32, {batch}), Tensor{}, Tensor(&k_scale, DType::kF32, {1}),
         Tensor(&v_scale, DType::kF32, {1})}) {
@@ -673,10 +674,10 @@ void bm_paged(benchmark::State& state, bool v2, ir::KvCacheDtype kv, int64_t bat
   const double cpu = (process_cpu_seconds() - cpu_start) / double(threads) / calls;
   // Tokens read per KV head: those of the sparse blocks some head of its group attends.
   int64_t read_tokens = 0;
-  for (int64_t g = 0; g < kHeadsKv; ++g) {
+  for (int64_t g = 0; g < heads_kv; ++g) {
     for (int64_t kb = 0; kb * kSparseBlock < context; ++kb) {
       bool read = sparse_step == 0 || kb > (context - 1) / kSparseBlock - kLocal;
-      for (int64_t h = g * (kHeadsQ / kHeadsKv); !read && h < (g + 1) * (kHeadsQ / kHeadsKv); ++h) {
+      for (int64_t h = g * (kHeadsQ / heads_kv); !read && h < (g + 1) * (kHeadsQ / heads_kv); ++h) {
         const int64_t off = sparse_step > 0 ? h * sparse_step + 1 : g * -sparse_step + 1;
         read = (kb + off) % kVert == 0;
       }
@@ -737,6 +738,22 @@ void register_paged() {
             })
             ->Unit(benchmark::kMicrosecond)
             ->MinTime(0.2);
+      }
+      // Smaller groups (GQA 1 = MHA: 32 KV heads, GQA 4: 8), batch 1 (32 / 8 MiB of KV), the
+      // default kernel and the gather.
+      for (int64_t heads_kv : {int64_t(kHeadsQ), int64_t(kHeadsQ / 4)}) {
+        for (bool gather : {false, true}) {
+          benchmark::RegisterBenchmark(
+              fmt::format("paged_{}/kiln_gqa{}{}/batch:1/context:2048/threads:{}", v2 ? "v2" : "v1",
+                          kHeadsQ / heads_kv, gather ? "_gather" : "", threads)
+                  .c_str(),
+              [=](benchmark::State& s) {
+                bm_paged(s, v2, ir::KvCacheDtype::kAuto, 1, 2048, threads, 0,
+                         gather ? Config().set("direct", 0) : Config(), DType::kBF16, 16, heads_kv);
+              })
+              ->Unit(benchmark::kMicrosecond)
+              ->MinTime(0.2);
+        }
       }
       {  // fp8 through the gather (the direct kernel's stage replaced it at AVX512_VBMI)
         benchmark::RegisterBenchmark(

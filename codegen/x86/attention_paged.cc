@@ -77,9 +77,9 @@ Result<bool> direct_for(const OpSpec& spec, const Config& config, X86Isa isa) {
   if (knob == 1 && !serves) {
     return Status(
         StatusCode::kInvalidArgument,
-        fmt::format("config knob {}=1: the direct kernel serves dtype bf16 and f16, dense, "
-                    "with kv=auto, fp8_e4m3 or fp8_e5m2, at avx512 or higher; got dtype={} kv={} "
-                    "blocksparse={} block_size={} head_size={} at {}",
+        fmt::format("config knob {}=1: the direct kernel serves dtype bf16 (at avx2 or higher) "
+                    "and f16 (at avx512 or higher), dense, with kv=auto, fp8_e4m3 or fp8_e5m2; "
+                    "got dtype={} kv={} blocksparse={} block_size={} head_size={} at {}",
                     kPagedDirectKnob, dtype_name(p.dtype), ir::enum_name(p.kv), p.blocksparse,
                     p.block_size, p.head_size, x86_isa_name(isa)));
   }
@@ -931,6 +931,9 @@ class PagedAttentionExecutable final : public Executable {
       std::copy(src + e * bs, src + e * bs + keys, row);
     }
     buf.v_half[size_t(first_half)] = buf.v_stage.data() + offset;
+    if (unit == kGroup) {  // the AVX2 kernel reads a group's second half by its own pointer
+      buf.v_half[size_t(first_half + 1)] = buf.v_stage.data() + offset + kHalf;
+    }
   }
 
   // Decodes (fp8) or copies (16-bit) chunk [c0, c0 + n) of sequence s, KV head g into the stage
@@ -968,8 +971,8 @@ class PagedAttentionExecutable final : public Executable {
       const auto* k_src = reinterpret_cast<const uint16_t*>(k_cache) + base;
       const auto* v_src = reinterpret_cast<const uint16_t*>(v_cache) + base;
       // Key runs e0 / 8 ([count][8] words each, bs · 8 apart) to the stage's (stride · 8 apart).
-      copy_rows_u16(k_src + t0 * x, bs * x, d / x, count * x, k_stage + j0 * x, stride * x);
-      copy_rows_u16(v_src + t0, bs, d, count, v_stage + j0, stride);
+      copy_stage_rows(k_src + t0 * x, bs * x, d / x, count * x, k_stage + j0 * x, stride * x);
+      copy_stage_rows(v_src + t0, bs, d, count, v_stage + j0, stride);
     });
     const int64_t end = align_up(n, kGroup);
     if (end != n) {
@@ -981,6 +984,18 @@ class PagedAttentionExecutable final : public Executable {
       const bool inside = h < end / kHalf;
       buf.k_half[size_t(h)] = inside ? k_stage + h * kHalf * 8 : buf.zeros.data();
       buf.v_half[size_t(h)] = inside ? v_stage + h * kHalf : buf.zeros.data();
+    }
+  }
+
+  // copy_rows_u16 at AVX-512; at AVX2 row by row.
+  void copy_stage_rows(const uint16_t* src, int64_t src_stride, int64_t rows, int64_t count,
+                       uint16_t* dst, int64_t dst_stride) const {
+    if (avx512_) {
+      copy_rows_u16(src, src_stride, rows, count, dst, dst_stride);
+      return;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(dst + r * dst_stride, src + r * src_stride, size_t(count) * 2);
     }
   }
 
@@ -1083,7 +1098,8 @@ class PagedAttentionExecutable final : public Executable {
   const void* code_;
   size_t size_;
   bool dpbf16_;
-  bool avx512_;  // the gather's 16-token transposes, the fp8 decoder (fp8_decoder())
+  bool avx512_;  // the gather's 16-token transposes, the fp8 decoder (fp8_decoder()), the stage's
+                 // copies
   bool vbmi_;    // its fp8 decoder (fp8_decoder())
   int max_rows_;
   int token_group_;  // the kernel's keys per step: kv_begin's unit

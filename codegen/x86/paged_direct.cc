@@ -467,8 +467,9 @@ class PagedDirectGenerator : public Generator {
 
 bool paged_direct_serves(const ir::PagedAttentionParams& p, X86Isa isa) {
   // Any kv: fp8 and off-grid 16-bit caches go through the runner's stage.
-  return (p.dtype == DType::kBF16 || p.dtype == DType::kF16) && !p.blocksparse &&
-         isa >= X86Isa::kAvx512;
+  if (p.blocksparse) return false;
+  if (isa >= X86Isa::kAvx512) return p.dtype == DType::kBF16 || p.dtype == DType::kF16;
+  return p.dtype == DType::kBF16;
 }
 
 bool paged_direct_default(const ir::PagedAttentionParams& p, X86Isa isa) {
@@ -478,6 +479,7 @@ bool paged_direct_default(const ir::PagedAttentionParams& p, X86Isa isa) {
 Result<std::vector<uint8_t>> generate_paged_direct(const ir::PagedAttentionParams& p,
                                                    bool contiguous,
                                                    const std::vector<int>& row_counts, X86Isa isa) {
+  if (isa < X86Isa::kAvx512) return generate_paged_direct_avx2(p, contiguous, row_counts, isa);
   PagedDirectGenerator gen(p, contiguous, row_counts, isa);
   gen.generate();
   return gen.finish();

@@ -1,0 +1,413 @@
+// The direct kernel of paged_attention_v1 / v2 at the AVX2 level (attention_kernel.h,
+// PagedDirectArgs): the AVX-512 kernel's plan (paged_direct.cc) on 16 ymm registers, for bf16
+// elements read from the legacy layout (key [NB, H, D/8, BS, 8], value [NB, H, D, BS]) or from
+// the runner's stage. Same arguments, same probabilities buffer (groups x rows x 32 fp32) and
+// accumulator layout (acc[dim][R'], R' the rows rounded up to 1, 2, 4 or 8), so the runner is
+// shared; only the register tiles differ.
+//
+// Q·Kᵀ, keys in lanes, a quarter (8 keys) at a time. A quarter's key run of 8 dims is
+// [8 tokens][8 dims]: four 32-byte rows of 2 tokens, one per 128-bit lane, each 4 dwords (dims
+// 2i, 2i + 1). Two rounds of in-lane unpacks (vpunpckl/hdq, then vpunpckl/hqdq) transpose the
+// 4 x 4 dwords of both lanes, so vector j holds dword j of the 8 tokens, lane i token tau(i) =
+// 0, 2, 4, 6, 1, 3, 5, 7: dims 2j and 2j + 1, taken apart by parity (word << 16 and
+// word & 0xFFFF0000). Each dim vector meets every row's query by a broadcast and an FMA:
+//   S[r][quarter] += K[d][8 keys] * q[r][d]
+// Accumulators R' x Q <= 8 (Q quarters per pass over the dims: 4 for 1 or 2 rows, 2 for 4, 1 for
+// 8); a group of 32 keys takes 4 / Q passes, each reading its quarters' key runs.
+//
+// Softmax as at AVX-512, over the chunk's logits in memory; the probabilities of a half are
+// written as P_e (its 8 even keys in order: the low lanes of its two quarters, one vperm2f128)
+// and P_o (the high lanes).
+//
+// P·V, keys in lanes: a value row of a half (16 keys, one 32-byte load) taken apart by parity
+// gives V[d][even keys] and V[d][odd keys], which meet P_e[r] and P_o[r] in 8-lane partial
+// sums: A[d][r] += V_e·P_e + V_o·P_o. Eight accumulators (8 / R' dims x R' rows) walk the whole
+// chunk, then three rounds of unpacks and adds (21 ops) sum each to one lane, in order, and
+// acc[d][r] = α_r·acc[d][r] + Σ.
+#include <fmt/format.h>
+#include <xbyak/xbyak.h>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <limits>
+
+#include "codegen/x86/attention_kernel.h"
+#include "codegen/x86/generator.h"
+#include "ir/params_attention.h"
+
+namespace jit::codegen::x86 {
+namespace {
+
+using namespace Xbyak;
+using namespace Xbyak::util;
+
+#define ARG(field) (rdi + int(offsetof(PagedDirectArgs, field)))
+
+constexpr int kHalf = kPagedDirectHalf;
+constexpr int kGroup = 2 * kHalf;
+constexpr int kQuarter = 8;  // keys per ymm of logits
+static_assert(kGroup == 32, "a group is 4 quarters, and groups = (tokens + 31) >> 5");
+constexpr int kRowBytes = kGroup * 4;  // one row's logits (then probabilities) per group
+constexpr int kQuarterRunBytes = kQuarter * 8 * 2;  // a quarter's 8 tokens x 8 dims of bf16
+
+// Lane i of a transposed quarter holds token tau(i) of the quarter.
+constexpr int tau(int i) {
+  return i < 4 ? 2 * i : 2 * (i - 4) + 1;
+}
+
+class PagedDirectAvx2Generator : public Generator {
+ public:
+  PagedDirectAvx2Generator(const ir::PagedAttentionParams& p, bool contiguous,
+                           const std::vector<int>& row_counts, X86Isa isa)
+      : Generator(isa),
+        p_(p),
+        contiguous_(contiguous),
+        row_counts_(row_counts),
+        k_step_(p.block_size * 8 * 2),
+        v_row_(p.block_size * 2) {}
+
+  void generate() {
+    prologue();
+    Label l_done;
+    cmp(qword[ARG(tokens)], 0);  // nothing to do (the loops below run at least once)
+    jle(l_done, T_NEAR);
+    mov(rax, ptr[ARG(rows)]);
+    std::vector<Label> variants(row_counts_.size());
+    for (size_t i = 0; i < row_counts_.size(); ++i) {
+      cmp(rax, row_counts_[i]);
+      je(variants[i], T_NEAR);
+    }
+    jmp(l_done, T_NEAR);
+    const std::array<uint32_t, 1> odd_mask{0xFFFF0000u};  // split_bf16_pairs' constant
+    const std::array<int, 1> odd_mask_reg{15};
+    for (size_t i = 0; i < row_counts_.size(); ++i) {
+      L(variants[i]);
+      pin_constants(odd_mask, odd_mask_reg);
+      emit_qk(row_counts_[i]);
+      unpin_constants();  // the softmax's exp reads its own constants
+      emit_softmax(row_counts_[i]);
+      pin_constants(odd_mask, odd_mask_reg);
+      emit_pv(row_counts_[i]);
+      unpin_constants();
+      jmp(l_done, T_NEAR);
+    }
+    L(l_done);
+    epilogue();
+  }
+
+ private:
+  // ---- Q·Kᵀ ----------------------------------------------------------------------------------
+  // GPRs: r12 half-pointer cursor, r13 tokens, r14 first key of the group, r15 logits cursor,
+  // r8 / r9 the halves' key runs, r10 query cursor, r11 dim-run counter, rax / rcx the next
+  // group's key runs (prefetch), rsi / rdx this group's value rows (prefetch).
+  // ymm: S[r][i] = ymm(r · Q + i) (0..7); 8..13 a quarter's key rows, transposed in place, and
+  // its even and odd dims; 14 a query element; 15 the odd mask (pinned).
+  void emit_qk(int rows) {
+    const int d = int(p_.head_size);
+    const int row_pad = int(paged_direct_row_pad(rows));
+    const int per_pass = std::min(4, 8 / row_pad);  // quarters per pass over the dims (Q)
+    const auto s_reg = [&](int r, int i) { return Ymm(r * per_pass + i); };
+    mov(r12, ptr[ARG(k_half)]);
+    mov(r13, ptr[ARG(tokens)]);
+    xor_(r14, r14);
+    mov(r15, ptr[ARG(probs)]);
+    Label l_group;
+    L(l_group);
+    // The next group's key runs (prefetched into L1) and this group's value rows (into L2, for
+    // P·V, which walks them a few dims at a time), by the first pass.
+    mov(rax, ptr[r12 + 16]);
+    mov(rcx, ptr[r12 + 24]);
+    mov(rdx, ptr[ARG(v_half)]);
+    sub(rdx, ptr[ARG(k_half)]);
+    mov(rsi, ptr[r12 + rdx]);
+    mov(rdx, ptr[r12 + rdx + 8]);
+    for (int pass = 0; pass < 4 / per_pass; ++pass) {
+      Label l_dims, l_full;
+      mov(r8, ptr[r12]);
+      mov(r9, ptr[r12 + 8]);
+      mov(r10, ptr[ARG(q)]);
+      for (int r = 0; r < rows; ++r) {
+        for (int i = 0; i < per_pass; ++i) vxorps(s_reg(r, i), s_reg(r, i), s_reg(r, i));
+      }
+      mov(r11, d / 8);
+      L(l_dims);
+      for (int i = 0; i < per_pass; ++i) {
+        const int quarter = pass * per_pass + i;
+        const Reg64& run = quarter < 2 ? r8 : r9;
+        const int offset = (quarter % 2) * kQuarterRunBytes;
+        for (int k = 0; k < 4; ++k) vmovdqu(Ymm(8 + k), ptr[run + offset + k * 32]);
+        // ymm8..11 = tokens (0, 1), (2, 3), (4, 5), (6, 7); w[j] = dword j of the 8 tokens.
+        vpunpckldq(ymm12, ymm8, ymm9);
+        vpunpckhdq(ymm13, ymm8, ymm9);
+        vpunpckldq(ymm8, ymm10, ymm11);
+        vpunpckhdq(ymm9, ymm10, ymm11);
+        vpunpcklqdq(ymm10, ymm12, ymm8);
+        vpunpckhqdq(ymm11, ymm12, ymm8);
+        vpunpcklqdq(ymm12, ymm13, ymm9);
+        vpunpckhqdq(ymm8, ymm13, ymm9);
+        const Ymm w[4] = {ymm10, ymm11, ymm12, ymm8};
+        for (int j = 0; j < 4; ++j) {
+          split_bf16_pairs(ymm13, ymm9, w[j]);  // dim 2j to ymm13, dim 2j + 1 to ymm9
+          for (int r = 0; r < rows; ++r) {
+            vbroadcastss(ymm14, ptr[r10 + (r * d + 2 * j) * 4]);
+            vfmadd231ps(s_reg(r, i), ymm13, ymm14);
+            vbroadcastss(ymm14, ptr[r10 + (r * d + 2 * j + 1) * 4]);
+            vfmadd231ps(s_reg(r, i), ymm9, ymm14);
+          }
+        }
+      }
+      add(r8, k_step_);
+      add(r9, k_step_);
+      if (pass == 0) {
+        for (int h = 0; h < 2; ++h) {
+          const Reg64& next = h == 0 ? rax : rcx;
+          for (int line = 0; line < 4; ++line) prefetcht0(ptr[next + line * 64]);
+          add(next, k_step_);
+          // Value rows 8c .. 8c + 7 of this half: one prefetch per line (a group in one block
+          // shares its lines between the halves).
+          if (h == 0 || !contiguous_) {
+            const Reg64& values = h == 0 ? rsi : rdx;
+            for (int row = 0; row < 8; row += std::max(1, 64 / v_row_)) {
+              prefetcht1(ptr[values + row * v_row_]);
+            }
+            add(values, 8 * v_row_);
+          }
+        }
+      }
+      add(r10, 8 * 4);
+      dec(r11);
+      jnz(l_dims, T_NEAR);
+
+      // s = scale·S (+ slope·(j − L + 1)); −inf at keys >= tokens.
+      vbroadcastss(ymm14, ptr[ARG(scale)]);
+      for (int r = 0; r < rows; ++r) {
+        for (int i = 0; i < per_pass; ++i) vmulps(s_reg(r, i), s_reg(r, i), ymm14);
+      }
+      vmovd(xmm8, r14d);
+      vpbroadcastd(ymm8, xmm8);                              // the group's first key
+      const auto key_indices = [&](const Ymm& dst, int i) {  // in the chunk, lane order
+        vpaddd(dst, ymm8, key_table(pass * per_pass + i));
+      };
+      if (p_.alibi) {
+        vpbroadcastd(ymm10, ptr[ARG(alibi_offset)]);
+        for (int i = 0; i < per_pass; ++i) {
+          key_indices(ymm9, i);
+          vpaddd(ymm9, ymm9, ymm10);
+          vcvtdq2ps(ymm9, ymm9);
+          for (int r = 0; r < rows; ++r) {
+            vbroadcastss(ymm14, ptr[ARG(slope) + r * 4]);
+            vfmadd231ps(s_reg(r, i), ymm9, ymm14);
+          }
+        }
+      }
+      lea(rax, ptr[r14 + kGroup]);
+      cmp(rax, r13);
+      jle(l_full, T_NEAR);
+      vmovd(xmm10, r13d);
+      vpbroadcastd(ymm10, xmm10);
+      vmovups(ymm11, cst(-std::numeric_limits<float>::infinity()));
+      for (int i = 0; i < per_pass; ++i) {
+        key_indices(ymm9, i);
+        vpcmpgtd(ymm9, ymm10, ymm9);  // tokens > j: the key is in the chunk
+        for (int r = 0; r < rows; ++r) vblendvps(s_reg(r, i), ymm11, s_reg(r, i), ymm9);
+      }
+      L(l_full);
+      for (int r = 0; r < rows; ++r) {
+        for (int i = 0; i < per_pass; ++i) {
+          const int quarter = pass * per_pass + i;
+          vmovaps(ptr[r15 + r * kRowBytes + quarter * kQuarter * 4], s_reg(r, i));
+        }
+      }
+    }
+    add(r12, 2 * 8);
+    add(r15, rows * kRowBytes);
+    add(r14, kGroup);
+    cmp(r14, r13);
+    jl(l_group, T_NEAR);
+  }
+
+  // The key index of each lane of quarter `quarter` of a group: 8 · quarter + tau(lane).
+  Address key_table(int quarter) {
+    std::array<uint32_t, 16> idx{};
+    for (int i = 0; i < 8; ++i) idx[size_t(i)] = uint32_t(kQuarter * quarter + tau(i));
+    return cst_table(idx);
+  }
+
+  // ---- softmax ------------------------------------------------------------------------------
+  // GPRs: rbx groups, r12 the row's logits cursor, r11 group counter. ymm0 m', 1 α, 2 Σ p,
+  // 3..6 a group's four quarters, 7..10 and 11..13, 15 exp's temporaries (14: fold_lanes').
+  void emit_softmax(int rows) {
+    mov(rbx, ptr[ARG(tokens)]);
+    add(rbx, kGroup - 1);
+    shr(rbx, 5);
+    const Ymm m_new = ymm0, alpha = ymm1, sum = ymm2;
+    const Ymm x[4] = {ymm3, ymm4, ymm5, ymm6};
+    for (int r = 0; r < rows; ++r) {
+      Label l_max, l_exp;
+      // m' = max(m, max s).
+      vbroadcastss(m_new, ptr[ARG(m) + r * 4]);
+      mov(r12, ptr[ARG(probs)]);
+      add(r12, r * kRowBytes);
+      mov(r11, rbx);
+      L(l_max);
+      for (int i = 0; i < 4; ++i) vmaxps(m_new, m_new, ptr[r12 + i * 32]);
+      add(r12, rows * kRowBytes);
+      dec(r11);
+      jnz(l_max, T_NEAR);
+      broadcast_max(m_new);
+      // α = e^(m − m').
+      vbroadcastss(alpha, ptr[ARG(m) + r * 4]);
+      vmovss(ptr[ARG(m) + r * 4], Xmm(m_new.getIdx()));
+      vsubps(alpha, alpha, m_new);
+      exp_ps({alpha}, {ymm7}, {ymm8}, /*bounded=*/true);
+      vmovss(ptr[ARG(alpha) + r * 4], Xmm(alpha.getIdx()));
+      // p = e^(s − m'); P_e / P_o of each half in place.
+      vxorps(sum, sum, sum);
+      mov(r12, ptr[ARG(probs)]);
+      add(r12, r * kRowBytes);
+      mov(r11, rbx);
+      L(l_exp);
+      for (int i = 0; i < 4; ++i) {
+        vmovaps(x[i], ptr[r12 + i * 32]);
+        vsubps(x[i], x[i], m_new);
+      }
+      exp_ps({x[0], x[1], x[2], x[3]}, {ymm7, ymm8, ymm9, ymm10}, {ymm11, ymm12, ymm13, ymm15},
+             /*bounded=*/true);
+      for (int h = 0; h < 2; ++h) {
+        const Ymm& a = x[2 * h];
+        const Ymm& b = x[2 * h + 1];
+        vaddps(sum, sum, a);
+        vaddps(sum, sum, b);
+        vperm2f128(ymm7, a, b, 0x20);  // keys 0, 2, .., 14 of the half
+        vperm2f128(ymm8, a, b, 0x31);  // keys 1, 3, .., 15
+        vmovaps(ptr[r12 + h * 64], ymm7);
+        vmovaps(ptr[r12 + h * 64 + 32], ymm8);
+      }
+      add(r12, rows * kRowBytes);
+      dec(r11);
+      jnz(l_exp, T_NEAR);
+      // l = α·l + Σ p.
+      reduce_sum(sum);
+      vmovss(xmm7, ptr[ARG(l) + r * 4]);
+      vfmadd231ss(Xmm(sum.getIdx()), xmm7, Xmm(alpha.getIdx()));
+      vmovss(ptr[ARG(l) + r * 4], Xmm(sum.getIdx()));
+    }
+  }
+
+  // ---- P·V ----------------------------------------------------------------------------------
+  // GPRs: rbx groups, rbp the set's first value row in bytes (dd0 · BS · 2), r14 acc cursor,
+  // r12 half-pointer cursor, r15 probabilities cursor, r11 group counter, r8 a half's value
+  // rows. ymm0..7 the accumulators (ymm(dd · R' + r)); with 1 or 2 rows 8..11 the half's
+  // P_e / P_o of each row and 12 / 13 a value row's even and odd keys; with 4 or 8 rows 8..11
+  // the set's (1 or 2) value rows split, the probabilities read as memory operands; 14 the α
+  // of each accumulator lane; 15 the odd mask (pinned).
+  void emit_pv(int rows) {
+    const int d = int(p_.head_size);
+    const int row_pad = int(paged_direct_row_pad(rows));
+    const int dims = 8 / row_pad;  // dims per set of 8 accumulators
+    const Ymm alpha_lanes = ymm14;
+    {
+      std::array<uint32_t, 16> idx{};
+      for (int i = 0; i < 8; ++i) idx[size_t(i)] = uint32_t(i % row_pad);
+      vmovups(ymm8, cst_table(idx));
+      vpermps(alpha_lanes, ymm8, ptr[ARG(alpha)]);
+    }
+    const auto acc = [&](int dd, int r) { return Ymm(dd * row_pad + r); };
+    const auto p_even = [&](int h, int r) { return ptr[r15 + r * kRowBytes + h * 64]; };
+    const auto p_odd = [&](int h, int r) { return ptr[r15 + r * kRowBytes + h * 64 + 32]; };
+    mov(r14, ptr[ARG(acc)]);
+    xor_(ebp, ebp);
+    Label l_set, l_group;
+    L(l_set);
+    for (int i = 0; i < 8; ++i) vxorps(Ymm(i), Ymm(i), Ymm(i));
+    mov(r12, ptr[ARG(v_half)]);
+    mov(r15, ptr[ARG(probs)]);
+    mov(r11, rbx);
+    L(l_group);
+    for (int h = 0; h < 2; ++h) {
+      mov(r8, ptr[r12 + h * 8]);
+      add(r8, rbp);
+      if (row_pad >= 4) {
+        for (int dd = 0; dd < dims; ++dd) {
+          const Ymm even = Ymm(8 + 2 * dd), odd = Ymm(9 + 2 * dd);
+          vmovdqu(odd, ptr[r8 + dd * v_row_]);
+          split_bf16_pairs(even, odd, odd);
+        }
+        for (int r = 0; r < rows; ++r) {
+          for (int dd = 0; dd < dims; ++dd) {
+            vfmadd231ps(acc(dd, r), Ymm(8 + 2 * dd), p_even(h, r));
+            vfmadd231ps(acc(dd, r), Ymm(9 + 2 * dd), p_odd(h, r));
+          }
+        }
+      } else {
+        for (int r = 0; r < rows; ++r) {
+          vmovaps(Ymm(8 + 2 * r), p_even(h, r));
+          vmovaps(Ymm(9 + 2 * r), p_odd(h, r));
+        }
+        for (int dd = 0; dd < dims; ++dd) {
+          vmovdqu(ymm13, ptr[r8 + dd * v_row_]);
+          split_bf16_pairs(ymm12, ymm13, ymm13);
+          for (int r = 0; r < rows; ++r) {
+            vfmadd231ps(acc(dd, r), ymm12, Ymm(8 + 2 * r));
+            vfmadd231ps(acc(dd, r), ymm13, Ymm(9 + 2 * r));
+          }
+        }
+      }
+    }
+    add(r12, 2 * 8);
+    add(r15, rows * kRowBytes);
+    dec(r11);
+    jnz(l_group, T_NEAR);
+    reduce8();
+    // acc = α·acc + Σ, lanes [dd][r].
+    vmovups(ymm8, ptr[r14]);
+    vfmadd231ps(ymm0, ymm8, alpha_lanes);
+    vmovups(ptr[r14], ymm0);
+    add(r14, 32);
+    add(rbp, dims * v_row_);
+    cmp(rbp, d * v_row_);
+    jl(l_set, T_NEAR);
+  }
+
+  // ymm0 lane i = the sum of ymm(i)'s 8 lanes, i < 8 (ymm0..13 clobbered). Rounds: element pairs
+  // of pairs, quadword pairs of quads, then the 128-bit lanes.
+  void reduce8() {
+    // ymm(i), i < 4: per lane [a0+a2, b0+b2, a1+a3, b1+b3] of a = ymm(2i), b = ymm(2i + 1).
+    for (int i = 0; i < 4; ++i) {
+      vunpcklps(ymm12, Ymm(2 * i), Ymm(2 * i + 1));
+      vunpckhps(ymm13, Ymm(2 * i), Ymm(2 * i + 1));
+      vaddps(Ymm(i), ymm12, ymm13);
+    }
+    // ymm(i), i < 2: per lane the 4 partials of ymm(4i) .. ymm(4i + 3), in order.
+    for (int i = 0; i < 2; ++i) {
+      vunpcklpd(ymm12, Ymm(2 * i), Ymm(2 * i + 1));
+      vunpckhpd(ymm13, Ymm(2 * i), Ymm(2 * i + 1));
+      vaddps(Ymm(i), ymm12, ymm13);
+    }
+    vperm2f128(ymm12, ymm0, ymm1, 0x20);
+    vperm2f128(ymm13, ymm0, ymm1, 0x31);
+    vaddps(ymm0, ymm12, ymm13);
+  }
+
+  const ir::PagedAttentionParams& p_;
+  bool contiguous_;
+  std::vector<int> row_counts_;
+  int k_step_;  // bytes between a half's key runs of consecutive 8-dim groups
+  int v_row_;   // bytes between a block's value rows
+};
+
+#undef ARG
+
+}  // namespace
+
+Result<std::vector<uint8_t>> generate_paged_direct_avx2(const ir::PagedAttentionParams& p,
+                                                        bool contiguous,
+                                                        const std::vector<int>& row_counts,
+                                                        X86Isa isa) {
+  PagedDirectAvx2Generator gen(p, contiguous, row_counts, isa);
+  gen.generate();
+  return gen.finish();
+}
+
+}  // namespace jit::codegen::x86

@@ -704,13 +704,14 @@ void register_paged() {
               ->MinTime(0.2);
         }
       }
-      {  // f16 caches (and query), batch 8
+      for (bool gather : {false, true}) {  // f16 caches (and query), batch 8
         benchmark::RegisterBenchmark(
-            fmt::format("paged_{}/kiln_f16/batch:8/context:2048/threads:{}", v2 ? "v2" : "v1",
-                        threads)
+            fmt::format("paged_{}/kiln_f16{}/batch:8/context:2048/threads:{}", v2 ? "v2" : "v1",
+                        gather ? "_gather" : "", threads)
                 .c_str(),
             [=](benchmark::State& s) {
-              bm_paged(s, v2, ir::KvCacheDtype::kAuto, 8, 2048, threads, 0, {}, DType::kF16);
+              bm_paged(s, v2, ir::KvCacheDtype::kAuto, 8, 2048, threads, 0,
+                       gather ? Config().set("direct", 0) : Config(), DType::kF16);
             })
             ->Unit(benchmark::kMicrosecond)
             ->MinTime(0.2);

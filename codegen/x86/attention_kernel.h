@@ -163,12 +163,11 @@ struct PagedDirectArgs {
   float slope[kPagedDirectRows];  ///< ALiBi slope per row
   float alpha[kPagedDirectRows];  ///< kernel-internal: this chunk's rescale factor per row
 };
-/// Whether the direct kernel serves `p` at `isa`: dense (no block-sparse mode), bf16 and f16
-/// queries at AVX-512, bf16 at AVX2 (paged_direct_avx2.cc; f16 there would need a word
-/// transpose per key vector, and keeps the gather); a cache of the query's type (kv auto) is
-/// read in place where block and head sizes are multiples of 16 and else copied chunk by chunk
-/// into a stage of the 16-bit layout (the head padded to a multiple of 16), an fp8 cache
-/// decoded into such a stage.
+/// Whether the direct kernel serves `p` at `isa`: bf16 and f16 queries, dense (no block-sparse
+/// mode), any level (AVX2: paged_direct_avx2.cc); a cache of the query's type (kv auto) is read
+/// in place where block and head sizes are multiples of 16 and else copied chunk by chunk into a
+/// stage of the 16-bit layout (the head padded to a multiple of 16), an fp8 cache decoded into
+/// such a stage.
 bool paged_direct_serves(const ir::PagedAttentionParams& p, X86Isa isa);
 /// Whether the direct kernel is the default (knob `direct` unset): where it serves, except blocks
 /// of fewer than 8 keys, whose stage copies or decodes a value row of fewer than 8 keys at a
@@ -184,7 +183,7 @@ bool paged_direct_default(const ir::PagedAttentionParams& p, X86Isa isa);
 Result<std::vector<uint8_t>> generate_paged_direct(const ir::PagedAttentionParams& p,
                                                    bool contiguous,
                                                    const std::vector<int>& row_counts, X86Isa isa);
-/// The AVX2 form of generate_paged_direct (bf16 only), which calls it below AVX-512.
+/// The AVX2 form of generate_paged_direct, which calls it below AVX-512.
 Result<std::vector<uint8_t>> generate_paged_direct_avx2(const ir::PagedAttentionParams& p,
                                                         bool contiguous,
                                                         const std::vector<int>& row_counts,

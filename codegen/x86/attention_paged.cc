@@ -77,9 +77,9 @@ Result<bool> direct_for(const OpSpec& spec, const Config& config, X86Isa isa) {
   if (knob == 1 && !serves) {
     return Status(
         StatusCode::kInvalidArgument,
-        fmt::format("config knob {}=1: the direct kernel serves dtype bf16 (at avx2 or higher) "
-                    "and f16 (at avx512 or higher), dense, with kv=auto, fp8_e4m3 or fp8_e5m2; "
-                    "got dtype={} kv={} blocksparse={} block_size={} head_size={} at {}",
+        fmt::format("config knob {}=1: the direct kernel serves dtype bf16 and f16, dense, "
+                    "with kv=auto, fp8_e4m3 or fp8_e5m2; got dtype={} kv={} blocksparse={} "
+                    "block_size={} head_size={} at {}",
                     kPagedDirectKnob, dtype_name(p.dtype), ir::enum_name(p.kv), p.blocksparse,
                     p.block_size, p.head_size, x86_isa_name(isa)));
   }

@@ -467,9 +467,8 @@ class PagedDirectGenerator : public Generator {
 
 bool paged_direct_serves(const ir::PagedAttentionParams& p, X86Isa isa) {
   // Any kv: fp8 and off-grid 16-bit caches go through the runner's stage.
-  if (p.blocksparse) return false;
-  if (isa >= X86Isa::kAvx512) return p.dtype == DType::kBF16 || p.dtype == DType::kF16;
-  return p.dtype == DType::kBF16;
+  return (p.dtype == DType::kBF16 || p.dtype == DType::kF16) && !p.blocksparse &&
+         isa >= X86Isa::kAvx2;
 }
 
 bool paged_direct_default(const ir::PagedAttentionParams& p, X86Isa isa) {

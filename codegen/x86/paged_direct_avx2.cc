@@ -1,7 +1,8 @@
 // The direct kernel of paged_attention_v1 / v2 at the AVX2 level (attention_kernel.h,
 // PagedDirectArgs): the AVX-512 kernel's plan (paged_direct.cc) on 16 ymm registers, for bf16
-// elements read from the legacy layout (key [NB, H, D/8, BS, 8], value [NB, H, D, BS]) or from
-// the runner's stage. Same arguments, same probabilities buffer (groups x rows x 32 fp32) and
+// and f16 elements read from the legacy layout (key [NB, H, D/8, BS, 8], value [NB, H, D, BS])
+// or from the runner's stage. The text below describes bf16; f16 differs in its widening (see
+// "f16" at the end). Same arguments, same probabilities buffer (groups x rows x 32 fp32) and
 // accumulator layout (acc[dim][R'], R' the rows rounded up to 1, 2, 4 or 8), so the runner is
 // shared; only the register tiles differ.
 //
@@ -24,6 +25,13 @@
 // sums: A[d][r] += V_e·P_e + V_o·P_o. Eight accumulators (8 / R' dims x R' rows) walk the whole
 // chunk, then three rounds of unpacks and adds (21 ops) sum each to one lane, in order, and
 // acc[d][r] = α_r·acc[d][r] + Σ.
+//
+// f16. The key rows are transposed by words instead (vpunpckl/hwd, then vpunpckl/hdq): vector j
+// then holds, per 128-bit lane, dim 2j of that lane's 4 tokens in its low quadword and dim
+// 2j + 1 in its high one; a vpermq gathers each dim's two quadwords into one 128-bit half (lane
+// order tau again) for vcvtph2ps. A value row's two 8-key halves are converted as they are, so
+// the probabilities of a half are written in key order (one vpermps per quarter) instead of by
+// parity.
 #include <fmt/format.h>
 #include <xbyak/xbyak.h>
 
@@ -49,7 +57,7 @@ constexpr int kGroup = 2 * kHalf;
 constexpr int kQuarter = 8;  // keys per ymm of logits
 static_assert(kGroup == 32, "a group is 4 quarters, and groups = (tokens + 31) >> 5");
 constexpr int kRowBytes = kGroup * 4;  // one row's logits (then probabilities) per group
-constexpr int kQuarterRunBytes = kQuarter * 8 * 2;  // a quarter's 8 tokens x 8 dims of bf16
+constexpr int kQuarterRunBytes = kQuarter * 8 * 2;  // a quarter's 8 tokens x 8 16-bit dims
 
 // Lane i of a transposed quarter holds token tau(i) of the quarter.
 constexpr int tau(int i) {
@@ -63,6 +71,7 @@ class PagedDirectAvx2Generator : public Generator {
       : Generator(isa),
         p_(p),
         contiguous_(contiguous),
+        f16_(p.dtype == DType::kF16),
         row_counts_(row_counts),
         k_step_(p.block_size * 8 * 2),
         v_row_(p.block_size * 2) {}
@@ -83,11 +92,11 @@ class PagedDirectAvx2Generator : public Generator {
     const std::array<int, 1> odd_mask_reg{15};
     for (size_t i = 0; i < row_counts_.size(); ++i) {
       L(variants[i]);
-      pin_constants(odd_mask, odd_mask_reg);
+      if (!f16_) pin_constants(odd_mask, odd_mask_reg);
       emit_qk(row_counts_[i]);
       unpin_constants();  // the softmax's exp reads its own constants
       emit_softmax(row_counts_[i]);
-      pin_constants(odd_mask, odd_mask_reg);
+      if (!f16_) pin_constants(odd_mask, odd_mask_reg);
       emit_pv(row_counts_[i]);
       unpin_constants();
       jmp(l_done, T_NEAR);
@@ -137,23 +146,44 @@ class PagedDirectAvx2Generator : public Generator {
         const Reg64& run = quarter < 2 ? r8 : r9;
         const int offset = (quarter % 2) * kQuarterRunBytes;
         for (int k = 0; k < 4; ++k) vmovdqu(Ymm(8 + k), ptr[run + offset + k * 32]);
-        // ymm8..11 = tokens (0, 1), (2, 3), (4, 5), (6, 7); w[j] = dword j of the 8 tokens.
-        vpunpckldq(ymm12, ymm8, ymm9);
-        vpunpckhdq(ymm13, ymm8, ymm9);
-        vpunpckldq(ymm8, ymm10, ymm11);
-        vpunpckhdq(ymm9, ymm10, ymm11);
-        vpunpcklqdq(ymm10, ymm12, ymm8);
-        vpunpckhqdq(ymm11, ymm12, ymm8);
-        vpunpcklqdq(ymm12, ymm13, ymm9);
-        vpunpckhqdq(ymm8, ymm13, ymm9);
+        // ymm8..11 = tokens (0, 1), (2, 3), (4, 5), (6, 7). bf16: w[j] = dword j of the 8
+        // tokens; f16: dims 2j and 2j + 1 of each lane's 4 tokens.
+        if (f16_) {
+          vpunpcklwd(ymm12, ymm8, ymm9);
+          vpunpckhwd(ymm13, ymm8, ymm9);
+          vpunpcklwd(ymm8, ymm10, ymm11);
+          vpunpckhwd(ymm9, ymm10, ymm11);
+          vpunpckldq(ymm10, ymm12, ymm8);
+          vpunpckhdq(ymm11, ymm12, ymm8);
+          vpunpckldq(ymm12, ymm13, ymm9);
+          vpunpckhdq(ymm8, ymm13, ymm9);
+        } else {
+          vpunpckldq(ymm12, ymm8, ymm9);
+          vpunpckhdq(ymm13, ymm8, ymm9);
+          vpunpckldq(ymm8, ymm10, ymm11);
+          vpunpckhdq(ymm9, ymm10, ymm11);
+          vpunpcklqdq(ymm10, ymm12, ymm8);
+          vpunpckhqdq(ymm11, ymm12, ymm8);
+          vpunpcklqdq(ymm12, ymm13, ymm9);
+          vpunpckhqdq(ymm8, ymm13, ymm9);
+        }
         const Ymm w[4] = {ymm10, ymm11, ymm12, ymm8};
         for (int j = 0; j < 4; ++j) {
-          split_bf16_pairs(ymm13, ymm9, w[j]);  // dim 2j to ymm13, dim 2j + 1 to ymm9
+          // Dim 2j to `even`, dim 2j + 1 to `odd`, fp32 of the 8 tokens in lane order.
+          const Ymm even = f16_ ? ymm9 : ymm13, odd = f16_ ? ymm13 : ymm9;
+          if (f16_) {
+            vpermq(ymm13, w[j], 0xD8);  // quadwords 0, 2, 1, 3: dim 2j low, 2j + 1 high
+            vcvtph2ps(even, xmm13);
+            vextracti128(xmm13, ymm13, 1);
+            vcvtph2ps(odd, xmm13);
+          } else {
+            split_bf16_pairs(even, odd, w[j]);
+          }
           for (int r = 0; r < rows; ++r) {
             vbroadcastss(ymm14, ptr[r10 + (r * d + 2 * j) * 4]);
-            vfmadd231ps(s_reg(r, i), ymm13, ymm14);
+            vfmadd231ps(s_reg(r, i), even, ymm14);
             vbroadcastss(ymm14, ptr[r10 + (r * d + 2 * j + 1) * 4]);
-            vfmadd231ps(s_reg(r, i), ymm9, ymm14);
+            vfmadd231ps(s_reg(r, i), odd, ymm14);
           }
         }
       }
@@ -274,13 +304,19 @@ class PagedDirectAvx2Generator : public Generator {
       }
       exp_ps({x[0], x[1], x[2], x[3]}, {ymm7, ymm8, ymm9, ymm10}, {ymm11, ymm12, ymm13, ymm15},
              /*bounded=*/true);
+      if (f16_) vmovups(ymm9, key_order_index());
       for (int h = 0; h < 2; ++h) {
         const Ymm& a = x[2 * h];
         const Ymm& b = x[2 * h + 1];
         vaddps(sum, sum, a);
         vaddps(sum, sum, b);
-        vperm2f128(ymm7, a, b, 0x20);  // keys 0, 2, .., 14 of the half
-        vperm2f128(ymm8, a, b, 0x31);  // keys 1, 3, .., 15
+        if (f16_) {
+          vpermps(ymm7, ymm9, a);  // keys 0 .. 7 of the half in order
+          vpermps(ymm8, ymm9, b);  // keys 8 .. 15
+        } else {
+          vperm2f128(ymm7, a, b, 0x20);  // keys 0, 2, .., 14 of the half
+          vperm2f128(ymm8, a, b, 0x31);  // keys 1, 3, .., 15
+        }
         vmovaps(ptr[r12 + h * 64], ymm7);
         vmovaps(ptr[r12 + h * 64 + 32], ymm8);
       }
@@ -295,13 +331,21 @@ class PagedDirectAvx2Generator : public Generator {
     }
   }
 
+  // vpermps index: lane t takes the lane of a transposed quarter that holds token t.
+  Address key_order_index() {
+    std::array<uint32_t, 16> idx{};
+    for (int lane = 0; lane < 8; ++lane) idx[size_t(tau(lane))] = uint32_t(lane);
+    return cst_table(idx);
+  }
+
   // ---- P·V ----------------------------------------------------------------------------------
   // GPRs: rbx groups, rbp the set's first value row in bytes (dd0 · BS · 2), r14 acc cursor,
   // r12 half-pointer cursor, r15 probabilities cursor, r11 group counter, r8 a half's value
   // rows. ymm0..7 the accumulators (ymm(dd · R' + r)); with 1 or 2 rows 8..11 the half's
   // P_e / P_o of each row and 12 / 13 a value row's even and odd keys; with 4 or 8 rows 8..11
   // the set's (1 or 2) value rows split, the probabilities read as memory operands; 14 the α
-  // of each accumulator lane; 15 the odd mask (pinned).
+  // of each accumulator lane; 15 the odd mask (pinned). f16: "even" and "odd" are the half's
+  // keys 0 .. 7 and 8 .. 15, and so are P_e and P_o.
   void emit_pv(int rows) {
     const int d = int(p_.head_size);
     const int row_pad = int(paged_direct_row_pad(rows));
@@ -316,6 +360,16 @@ class PagedDirectAvx2Generator : public Generator {
     const auto acc = [&](int dd, int r) { return Ymm(dd * row_pad + r); };
     const auto p_even = [&](int h, int r) { return ptr[r15 + r * kRowBytes + h * 64]; };
     const auto p_odd = [&](int h, int r) { return ptr[r15 + r * kRowBytes + h * 64 + 32]; };
+    // Value row dd of the set (16 keys of a half) as two fp32 vectors.
+    const auto split_row = [&](int dd, const Ymm& even, const Ymm& odd) {
+      if (f16_) {
+        vcvtph2ps(even, ptr[r8 + dd * v_row_]);
+        vcvtph2ps(odd, ptr[r8 + dd * v_row_ + 16]);
+        return;
+      }
+      vmovdqu(odd, ptr[r8 + dd * v_row_]);
+      split_bf16_pairs(even, odd, odd);
+    };
     mov(r14, ptr[ARG(acc)]);
     xor_(ebp, ebp);
     Label l_set, l_group;
@@ -330,9 +384,7 @@ class PagedDirectAvx2Generator : public Generator {
       add(r8, rbp);
       if (row_pad >= 4) {
         for (int dd = 0; dd < dims; ++dd) {
-          const Ymm even = Ymm(8 + 2 * dd), odd = Ymm(9 + 2 * dd);
-          vmovdqu(odd, ptr[r8 + dd * v_row_]);
-          split_bf16_pairs(even, odd, odd);
+          split_row(dd, Ymm(8 + 2 * dd), Ymm(9 + 2 * dd));
         }
         for (int r = 0; r < rows; ++r) {
           for (int dd = 0; dd < dims; ++dd) {
@@ -346,8 +398,7 @@ class PagedDirectAvx2Generator : public Generator {
           vmovaps(Ymm(9 + 2 * r), p_odd(h, r));
         }
         for (int dd = 0; dd < dims; ++dd) {
-          vmovdqu(ymm13, ptr[r8 + dd * v_row_]);
-          split_bf16_pairs(ymm12, ymm13, ymm13);
+          split_row(dd, ymm12, ymm13);
           for (int r = 0; r < rows; ++r) {
             vfmadd231ps(acc(dd, r), ymm12, Ymm(8 + 2 * r));
             vfmadd231ps(acc(dd, r), ymm13, Ymm(9 + 2 * r));
@@ -392,6 +443,7 @@ class PagedDirectAvx2Generator : public Generator {
 
   const ir::PagedAttentionParams& p_;
   bool contiguous_;
+  bool f16_;  // f16 elements (converted by vcvtph2ps), else bf16 (widened by parity)
   std::vector<int> row_counts_;
   int k_step_;  // bytes between a half's key runs of consecutive 8-dim groups
   int v_row_;   // bytes between a block's value rows

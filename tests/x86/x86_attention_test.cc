@@ -1070,11 +1070,9 @@ TEST_P(X86AttentionTest, PagedChunkKnobMatchesRef) {
 // v2 with partitions of 512 and of three blocks (144 at block 16: chunks of 16), ALiBi, and the
 // sequences' partial last groups (their values staged, NaN in the slots past them); the
 // harness's other input kinds (ties, small integers, ...) on the shapes of 6 and 8 query
-// heads. Then direct=0 (the gather) on the same specs; chunks of 16 .. 512 keys. At AVX2 (its
-// own generator, paged_direct_avx2.cc: 1, 2 or 4 quarters of 8 keys per pass over the dims) bf16
-// only.
+// heads. Then direct=0 (the gather) on the same specs; chunks of 16 .. 512 keys. AVX2 runs its
+// own generator (paged_direct_avx2.cc: 1, 2 or 4 quarters of 8 keys per pass over the dims).
 TEST_P(X86AttentionTest, PagedDirectKernelMatchesRef) {
-  const bool f16_direct = GetParam() >= X86Isa::kAvx512;  // AVX2's direct kernel is bf16's
   struct Shape {
     int64_t head, block, hq, hkv;
     bool alibi;
@@ -1097,7 +1095,7 @@ TEST_P(X86AttentionTest, PagedDirectKernelMatchesRef) {
         }
         if (sh.hq == 8 || sh.hq == 6) check(spec, GetParam(), 6, Config().set("direct", 1));
         // f16 (converted by vcvtph2ps; its values as halves, not by parity) on every other shape.
-        if (sh.hq % 2 == 0 && f16_direct) {
+        if (sh.hq % 2 == 0) {
           check(paged_spec(v2, DType::kF16, ir::KvCacheDtype::kAuto, sh.head, sh.block, sh.hq,
                            sh.hkv, sh.alibi, partition),
                 GetParam(), 6, Config().set("direct", 1));
@@ -1118,10 +1116,8 @@ TEST_P(X86AttentionTest, PagedDirectKernelMatchesRef) {
 // copied into the stage (one block of the chunk's tokens, the head padded with zero dims), against
 // ref and through the gather: blocks 1 (a run per token), 8 and 24 (chunk edges inside blocks),
 // heads 40, 72, 120 and 200 (padded to 48, 80, 128, 208) at blocks 16 and 32, GQA 1 .. 12, v1 and
-// v2 with partitions of about 512 and of a few blocks (chunks of 16 and 32), bf16 and f16 (f16
-// through the direct kernel from AVX-512).
+// v2 with partitions of about 512 and of a few blocks (chunks of 16 and 32), bf16 and f16.
 TEST_P(X86AttentionTest, PagedDirectStagedCopyMatchesRef) {
-  const bool f16_direct = GetParam() >= X86Isa::kAvx512;  // AVX2's direct kernel is bf16's
   struct Shape {
     DType dtype;
     int64_t head, block, hq, hkv, small_partition;
@@ -1143,7 +1139,6 @@ TEST_P(X86AttentionTest, PagedDirectStagedCopyMatchesRef) {
         const OpSpec spec = paged_spec(v2, sh.dtype, ir::KvCacheDtype::kAuto, sh.head, sh.block,
                                        sh.hq, sh.hkv, sh.alibi, partition);
         for (int64_t direct : {1, 0}) {
-          if (direct == 1 && sh.dtype == DType::kF16 && !f16_direct) continue;
           check(spec, GetParam(), 6, Config().set("direct", direct), {InputKind::kNormal});
         }
       }
@@ -1156,14 +1151,13 @@ TEST_P(X86AttentionTest, PagedDirectStagedCopyMatchesRef) {
 // The direct kernel on fp8 caches, each chunk decoded into the stage by the tables (the magnitude's
 // value, the sign by the code's bit 7; vpermi2b byte planes from AVX512_VBMI, vpermi2w words at
 // avx512 and avx512_bf16, vpgatherdd dwords at avx2), against ref: e4m3 and e5m2 (both signs; the
-// NaN code in every slot no sequence owns, which the stage never decodes), bf16 and f16 queries
-// (f16 through the direct kernel from AVX-512); blocks of 1 (runs shorter
+// NaN code in every slot no sequence owns, which the stage never decodes), bf16 and f16 queries;
+// blocks of 1 (runs shorter
 // than a decode vector, row by row), 8 (whole blocks decoded as one run, then copied), 16, 48
 // (chunk edges inside blocks: partial runs) and 128 (a block larger than the 64-key chunk); head
 // sizes 16 .. 256; GQA 1 .. 12; v1 and v2; chunks of 16 .. 512 keys. Each spec also through the
 // gather (direct=0), which shares the tables. (Every code and scale: Fp8StageDecodersMatchTables.)
 TEST_P(X86AttentionTest, PagedDirectFp8MatchesRef) {
-  const bool f16_direct = GetParam() >= X86Isa::kAvx512;  // AVX2's direct kernel is bf16's
   struct Shape {
     ir::KvCacheDtype kv;
     DType dtype;
@@ -1191,9 +1185,7 @@ TEST_P(X86AttentionTest, PagedDirectFp8MatchesRef) {
         } else if (sh.chunk != 0) {
           config.set("chunk", sh.chunk);
         }
-        if (sh.dtype == DType::kBF16 || f16_direct) {
-          check(spec, GetParam(), 6, config, {InputKind::kNormal});
-        }
+        check(spec, GetParam(), 6, config, {InputKind::kNormal});
         check(spec, GetParam(), 6, Config(config).set("direct", 0), {InputKind::kNormal});
       }
     }
@@ -1202,7 +1194,7 @@ TEST_P(X86AttentionTest, PagedDirectFp8MatchesRef) {
   check(paged_spec(false, DType::kBF16, e4m3, 64, 16, 8, 2, true), GetParam(), 6,
         Config().set("direct", 1));
   check(paged_spec(true, DType::kF16, e5m2, 128, 32, 8, 1, false), GetParam(), 6,
-        Config().set("direct", f16_direct ? 1 : 0));
+        Config().set("direct", 1));
 }
 
 // The stage's fp8 decoders (paged_copy.h) against rnd_T(fp8(c) · scale) computed directly, for
@@ -1335,8 +1327,8 @@ TEST_P(X86AttentionTest, PagedFp8StageHoldsNoStaleValues) {
   }
 }
 
-// The direct knob: 0 or 1; 1 only where the direct kernel serves (dense; bf16 from AVX2, f16 from
-// AVX-512; any kv), each refusal naming the knob and what is allowed.
+// The direct knob: 0 or 1; 1 only where the direct kernel serves (bf16 / f16, dense, any kv),
+// each refusal naming the knob and what is allowed.
 TEST(X86AttentionConfig, BadPagedDirectKnobIsAClearError) {
   const auto expect_refused = [](const OpSpec& spec, int64_t direct, X86Isa isa,
                                  std::string_view fragment) {
@@ -1351,13 +1343,9 @@ TEST(X86AttentionConfig, BadPagedDirectKnobIsAClearError) {
   };
   const OpSpec served = spec(DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, false);
   expect_refused(served, 2, X86Isa::kAvx512, "allowed values are 1 (the direct kernel) and 0");
-  expect_refused(spec(DType::kF16, ir::KvCacheDtype::kAuto, 64, 16, false), 1, X86Isa::kAvx2,
-                 "dtype=f16 kv=auto blocksparse=false block_size=16 head_size=64 at avx2");
-  expect_refused(spec(DType::kF32, ir::KvCacheDtype::kAuto, 64, 16, false), 1, X86Isa::kAvx512,
-                 "dtype=f32");
-  // fp8 caches (the stage's decode), any block size; f16 queries from AVX-512.
-  expect_refused(spec(DType::kF16, ir::KvCacheDtype::kFp8E4m3, 64, 16, false), 1, X86Isa::kAvx2,
-                 "and f16 (at avx512 or higher)");
+  expect_refused(spec(DType::kF32, ir::KvCacheDtype::kAuto, 64, 16, false), 1, X86Isa::kAvx2,
+                 "dtype=f32 kv=auto blocksparse=false block_size=16 head_size=64 at avx2");
+  // fp8 caches (the stage's decode), any block size.
   expect_refused(spec(DType::kF32, ir::KvCacheDtype::kFp8E5m2, 64, 16, false), 1,
                  X86Isa::kAvx512Vbmi, "dtype=f32");
   expect_refused(spec(DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, 16, true), 1,
@@ -1405,7 +1393,7 @@ TEST(X86AttentionConfig, PagedTuningSpaceGenerates) {
         Case{paged_spec(false, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, false),
              X86Isa::kAvx2, true},
         Case{paged_spec(false, DType::kF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, false),
-             X86Isa::kAvx2, false},
+             X86Isa::kAvx2, true},
         Case{paged_spec(false, DType::kF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, false),
              X86Isa::kAvx512, true},
         Case{paged_spec(false, DType::kF32, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, false),

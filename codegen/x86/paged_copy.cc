@@ -283,9 +283,16 @@ __attribute__((target("avx512f,avx512bw"))) void copy_rows_u16(const uint16_t* s
 // joined by bit 6; one vpternlogd flips the sign by bit 7 moved to bit 15. The words come out in
 // order.
 //
-// AVX2 (Zen 2/3, Haswell to Alder Lake), 8 codes per step: no variable permute of 16-bit lanes,
-// so vpgatherdd reads each code's value from the 256-entry dword table, and vpackusdw narrows
-// the dwords to words.
+// AVX2 (Zen 2/3, Haswell to Alder Lake) has no variable permute of 16-bit lanes, and vpshufb
+// looks up 16 bytes. But the values of the normal magnitudes are one row's shifted: x = 2^(e−1) ·
+// x(1, f), and rnd_T(2^k · y) = 2^k · rnd_T(y) wherever the result is a normal T, so value(e, f)
+// = normal[f] + ((e − 1) << shift) as 16-bit integers (the exponent field moves). With the
+// subnormal row (e = 0) and the top row (e = 15 / 31: NaN, inf) as tables of their own, 16 codes
+// per step are a widening, three vpshufb of 8-word tables, two compares and blends and the sign's
+// XOR (prepare_fp8_exponent_steps checks every magnitude against the exact table; a call whose
+// scale breaks the identity, e.g. a product that overflows or is subnormal in f16, takes the
+// fallback). The fallback, 8 codes per step: vpgatherdd reads each code's value from the
+// 256-entry dword table, and vpackusdw narrows the dwords to words.
 
 // The tables in registers, loaded once per function: the stores to 16-bit words may alias the
 // tables' bytes as far as the compiler knows, so lookups that read them from memory would reload
@@ -447,7 +454,44 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void bw_key_run_to_w
   }
 }
 
-// 8 codes to 8 words in order.
+// The exponent steps' tables and constants in registers.
+struct Fp8Steps {
+  __m256i normal, subnormal, top_row, top, mantissa_mask, exponent_one;
+  __m128i mantissa_bits, shift;
+};
+
+__attribute__((target("avx2"), always_inline)) static inline Fp8Steps load_fp8_steps(
+    const Fp8Tables16& t) {
+  return {_mm256_load_si256(reinterpret_cast<const __m256i*>(t.normal)),
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(t.subnormal)),
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(t.top_row)),
+          _mm256_set1_epi16(int16_t(t.top)),
+          _mm256_set1_epi16(int16_t((1 << t.mantissa_bits) - 1)),
+          _mm256_set1_epi16(int16_t(1 << t.exponent_shift)),
+          _mm_cvtsi32_si128(t.mantissa_bits),
+          _mm_cvtsi32_si128(t.exponent_shift)};
+}
+
+// 16 codes to 16 words in order (the exponent steps).
+__attribute__((target("avx2"), always_inline)) static inline __m256i avx2_step16(
+    const uint8_t* codes, const Fp8Steps& s) {
+  const __m256i c = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  const __m256i sign = _mm256_and_si256(_mm256_slli_epi16(c, 8), _mm256_set1_epi16(-0x8000));
+  const __m256i m = _mm256_and_si256(c, _mm256_set1_epi16(0x7F));
+  const __m256i e = _mm256_srl_epi16(m, s.mantissa_bits);
+  const __m256i f = _mm256_and_si256(m, s.mantissa_mask);
+  // vpshufb index of word f of a table: bytes 2f and 2f + 1.
+  const __m256i index =
+      _mm256_add_epi16(_mm256_mullo_epi16(f, _mm256_set1_epi16(0x0202)), _mm256_set1_epi16(0x0100));
+  const __m256i exponent = _mm256_sub_epi16(_mm256_sll_epi16(e, s.shift), s.exponent_one);
+  __m256i v = _mm256_add_epi16(_mm256_shuffle_epi8(s.normal, index), exponent);
+  v = _mm256_blendv_epi8(v, _mm256_shuffle_epi8(s.subnormal, index),
+                         _mm256_cmpeq_epi16(e, _mm256_setzero_si256()));
+  v = _mm256_blendv_epi8(v, _mm256_shuffle_epi8(s.top_row, index), _mm256_cmpeq_epi16(e, s.top));
+  return _mm256_xor_si256(v, sign);
+}
+
+// 8 codes to 8 words in order (the fallback).
 __attribute__((target("avx2"), always_inline)) static inline __m128i avx2_to_words8(
     const uint8_t* codes, const Fp8Tables16& t) {
   const __m256i index =
@@ -459,14 +503,50 @@ __attribute__((target("avx2"), always_inline)) static inline __m128i avx2_to_wor
 __attribute__((target("avx2"))) static void avx2_to_words(const uint8_t* codes, int64_t n,
                                                           const Fp8Tables16& t, uint16_t* words) {
   int64_t i = 0;
+  if (t.exponent_steps) {
+    const Fp8Steps steps = load_fp8_steps(t);
+    for (; i + 16 <= n; i += 16) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(words + i), avx2_step16(codes + i, steps));
+    }
+  }
   for (; i + 8 <= n; i += 8) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(words + i), avx2_to_words8(codes + i, t));
   }
   for (; i < n; ++i) words[i] = uint16_t(t.by_code[codes[i]]);
 }
 
+// Rows of codes by the exponent steps, the tables loaded once (a block's value rows are often
+// a single step each); a row's last count % 16 codes by the fallback.
+__attribute__((target("avx2"))) static void avx2_step_rows_to_words(
+    const uint8_t* codes, int64_t src_stride, int64_t rows, int64_t count, const Fp8Tables16& t,
+    uint16_t* words, int64_t dst_stride) {
+  const Fp8Steps steps = load_fp8_steps(t);
+  const int64_t stepped = count / 16 * 16;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* row = codes + r * src_stride;
+    uint16_t* out = words + r * dst_stride;
+    for (int64_t i = 0; i < stepped; i += 16) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), avx2_step16(row + i, steps));
+    }
+    int64_t i = stepped;
+    for (; i + 8 <= count; i += 8) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), avx2_to_words8(row + i, t));
+    }
+    for (; i < count; ++i) out[i] = uint16_t(t.by_code[row[i]]);
+  }
+}
+
 __attribute__((target("avx2"))) static void avx2_key_run_to_words(
     const uint8_t* codes, int64_t count, const Fp8Tables16& t, uint16_t* run_lo, uint16_t* run_hi) {
+  if (t.exponent_steps) {
+    const Fp8Steps steps = load_fp8_steps(t);
+    for (int64_t i = 0; i < count; ++i) {
+      const __m256i v = avx2_step16(codes + 16 * i, steps);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(run_lo + 8 * i), _mm256_castsi256_si128(v));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(run_hi + 8 * i), _mm256_extracti128_si256(v, 1));
+    }
+    return;
+  }
   for (int64_t i = 0; i < count; ++i) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(run_lo + 8 * i), avx2_to_words8(codes + 16 * i, t));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(run_hi + 8 * i),
@@ -475,6 +555,26 @@ __attribute__((target("avx2"))) static void avx2_key_run_to_words(
 }
 
 #pragma GCC diagnostic pop
+
+void prepare_fp8_exponent_steps(Fp8Tables16& tables, int mantissa_bits, int exponent_shift) {
+  const int fields = 1 << mantissa_bits;  // mantissa values per exponent
+  const int top = 128 / fields - 1;
+  tables.mantissa_bits = uint8_t(mantissa_bits);
+  tables.top = uint8_t(top);
+  tables.exponent_shift = uint8_t(exponent_shift);
+  for (int i = 0; i < 16; ++i) {
+    const int f = i % fields;  // words past the format's fields repeat (never indexed)
+    tables.normal[i] = tables.words[fields + f];
+    tables.subnormal[i] = tables.words[f];
+    tables.top_row[i] = tables.words[top * fields + f];
+  }
+  tables.exponent_steps = true;
+  for (int m = fields; m < top * fields; ++m) {
+    const int e = m / fields, f = m % fields;
+    const auto stepped = uint16_t(tables.normal[f] + ((e - 1) << exponent_shift));
+    if (stepped != tables.words[m]) tables.exponent_steps = false;
+  }
+}
 
 void fp8_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t n, const Fp8Tables16& tables,
                   uint16_t* words) {
@@ -515,7 +615,11 @@ void fp8_rows_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t src_str
     }
     return;
   }
-  // Rows apart (a block's partial run), or AVX2: row by row.
+  if (decoder == Fp8Decoder::kAvx2 && tables.exponent_steps) {
+    avx2_step_rows_to_words(codes, src_stride, rows, count, tables, words, dst_stride);
+    return;
+  }
+  // Rows apart (a block's partial run), or AVX2's fallback: row by row.
   for (int64_t r = 0; r < rows; ++r) {
     fp8_to_words(decoder, codes + r * src_stride, count, tables, words + r * dst_stride);
   }

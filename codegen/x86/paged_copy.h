@@ -52,11 +52,31 @@ struct Fp8Tables16 {
   alignas(64) uint8_t lo[128];
   alignas(64) uint8_t hi[128];
   alignas(64) uint32_t by_code[256];
+  /// The AVX2 decoder's exponent steps (prepare_fp8_exponent_steps), valid where
+  /// `exponent_steps`: a magnitude m = (e, f) (e its exponent field, f its mantissa field) has
+  /// value(m) = normal[f] + ((e − 1) << shift) for 0 < e < top, subnormal[f] for e = 0 and
+  /// top_row[f] for e = top; each table 8 words, repeated in both 128-bit lanes (vpshufb).
+  alignas(32) uint16_t normal[16];
+  alignas(32) uint16_t subnormal[16];
+  alignas(32) uint16_t top_row[16];
+  bool exponent_steps;
+  uint8_t mantissa_bits;   ///< 3 (e4m3) or 2 (e5m2)
+  uint8_t top;             ///< the largest exponent field: 15 or 31
+  uint8_t exponent_shift;  ///< the 16-bit type's mantissa width: 7 (bf16) or 10 (f16)
 };
 
+/// Fills `tables`' exponent steps from its `words` for an fp8 format of `mantissa_bits` (3:
+/// e4m3, 2: e5m2) decoding to a 16-bit type of `exponent_shift` mantissa bits (7: bf16, 10: f16),
+/// and sets exponent_steps where they give every magnitude's word exactly. They do wherever
+/// rnd_T(x · scale) = 2^k · rnd_T(2^-k · x · scale) for the normal values: no result
+/// overflows, is subnormal in T, or is zero (a scale of 0, or one so small that T flushes).
+/// Checked value by value, not assumed.
+void prepare_fp8_exponent_steps(Fp8Tables16& tables, int mantissa_bits, int exponent_shift);
+
 /// How the fp8 functions below look the values up: vpermi2b on the byte planes (AVX512_VBMI, 64
-/// codes per step), vpermi2w on the words (AVX512BW, 32 codes per step) or vpgatherdd on the
-/// dwords (AVX2, 8 codes per step); the caller checks the ISA level.
+/// codes per step), vpermi2w on the words (AVX512BW, 32 codes per step) or, at AVX2, the exponent
+/// steps where the tables allow them (16 codes per step), else vpgatherdd on the dwords (8 codes
+/// per step); the caller checks the ISA level.
 enum class Fp8Decoder : uint8_t { kVbmi, kAvx512Bw, kAvx2 };
 
 /// `n` contiguous fp8 codes to `n` contiguous 16-bit values by `tables`.

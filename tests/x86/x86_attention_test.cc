@@ -1150,13 +1150,13 @@ TEST_P(X86AttentionTest, PagedDirectStagedCopyMatchesRef) {
 
 // The direct kernel on fp8 caches, each chunk decoded into the stage by the tables (the magnitude's
 // value, the sign by the code's bit 7; vpermi2b byte planes from AVX512_VBMI, vpermi2w words at
-// avx512 and avx512_bf16, vpgatherdd dwords at avx2), against ref: e4m3 and e5m2 (both signs; the
-// NaN code in every slot no sequence owns, which the stage never decodes), bf16 and f16 queries;
-// blocks of 1 (runs shorter
-// than a decode vector, row by row), 8 (whole blocks decoded as one run, then copied), 16, 48
-// (chunk edges inside blocks: partial runs) and 128 (a block larger than the 64-key chunk); head
-// sizes 16 .. 256; GQA 1 .. 12; v1 and v2; chunks of 16 .. 512 keys. Each spec also through the
-// gather (direct=0), which shares the tables. (Every code and scale: Fp8StageDecodersMatchTables.)
+// avx512 and avx512_bf16, the exponent steps at avx2), against ref: e4m3 and e5m2 (both signs;
+// the NaN code in every slot no sequence owns, which the stage never decodes), bf16 and f16
+// queries; blocks of 1 (runs shorter than a decode vector, row by row), 8 (whole blocks decoded
+// as one run, then copied), 16, 48 (chunk edges inside blocks: partial runs) and 128 (a block
+// larger than the 64-key chunk); head sizes 16 .. 256; GQA 1 .. 12; v1 and v2; chunks of 16 ..
+// 512 keys. Each spec also through the gather (direct=0), which shares the tables. (Every code
+// and scale: Fp8StageDecodersMatchTables.)
 TEST_P(X86AttentionTest, PagedDirectFp8MatchesRef) {
   struct Shape {
     ir::KvCacheDtype kv;
@@ -1199,10 +1199,11 @@ TEST_P(X86AttentionTest, PagedDirectFp8MatchesRef) {
 
 // The stage's fp8 decoders (paged_copy.h) against rnd_T(fp8(c) · scale) computed directly, for
 // every code of e4m3 and e5m2, bf16 and f16 values, scales 0.5, 0.02, −0.25 (the sign flip is an
-// XOR) and 0 (±0, and NaN for inf codes), on every decoder the host runs: contiguous runs of 1 ..
-// 300 codes (tails), rows of 16 / 24 / 8 codes that lie back to back (the segment and buffered
-// paths) and apart (row by row), and key runs of 1 .. 7 and 16 tokens. NaN matches any NaN (the
-// sign of a NaN is not kept).
+// XOR), 0 (±0, and NaN for inf codes), 1e-30 and 3e4 (f16 flushes or overflows: AVX2's exponent
+// steps refused), on every decoder the host runs, AVX2's with and without its exponent steps:
+// contiguous runs of 1 .. 300 codes (tails), rows of 16 / 24 / 8 codes that lie back to back (the
+// segment and buffered paths) and apart (row by row), and key runs of 1 .. 7 and 16 tokens. NaN
+// matches any NaN (the sign of a NaN is not kept).
 TEST(X86AttentionPaged, Fp8StageDecodersMatchTables) {
   using codegen::x86::Fp8Decoder;
   const std::vector<X86Isa> paths = test::isa_paths();
@@ -1218,7 +1219,7 @@ TEST(X86AttentionPaged, Fp8StageDecodersMatchTables) {
   for (size_t i = 0; i < codes.size(); ++i) codes[i] = i < 256 ? uint8_t(i) : uint8_t(rng());
   for (bool e5m2 : {false, true}) {
     for (DType dtype : {DType::kBF16, DType::kF16}) {
-      for (float scale : {0.5f, 0.02f, -0.25f, 0.0f}) {
+      for (float scale : {0.5f, 0.02f, -0.25f, 0.0f, 1e-30f, 3e4f}) {
         SCOPED_TRACE(
             fmt::format("{} {} scale {}", e5m2 ? "e5m2" : "e4m3", dtype_name(dtype), scale));
         const auto value = [&](uint8_t c) {
@@ -1241,8 +1242,20 @@ TEST(X86AttentionPaged, Fp8StageDecodersMatchTables) {
           tables.hi[m] = uint8_t(tables.words[m] >> 8);
         }
         for (int c = 0; c < 256; ++c) tables.by_code[c] = value(uint8_t(c));
-        for (Fp8Decoder decoder : decoders) {
-          SCOPED_TRACE(fmt::format("decoder {}", int(decoder)));
+        codegen::x86::prepare_fp8_exponent_steps(tables, e5m2 ? 2 : 3,
+                                                 dtype == DType::kBF16 ? 7 : 10);
+        // bf16 has fp32's exponent range: the steps hold at every nonzero scale here; 0 (every
+        // value ±0) and, in f16, results that overflow or are subnormal take the fallback.
+        if (dtype == DType::kBF16) EXPECT_EQ(tables.exponent_steps, scale != 0.0f);
+        if (dtype == DType::kF16 && (scale == 1e-30f || scale == 3e4f)) {
+          EXPECT_FALSE(tables.exponent_steps);
+        }
+        std::vector<std::pair<Fp8Decoder, bool>> runs;  // (decoder, exponent steps)
+        for (Fp8Decoder decoder : decoders) runs.emplace_back(decoder, tables.exponent_steps);
+        if (tables.exponent_steps) runs.emplace_back(Fp8Decoder::kAvx2, false);  // the fallback
+        for (const auto& [decoder, steps] : runs) {
+          SCOPED_TRACE(fmt::format("decoder {} steps {}", int(decoder), steps));
+          tables.exponent_steps = steps;
           for (int64_t n : {1, 7, 8, 9, 31, 32, 33, 63, 64, 65, 100, 256, 300}) {
             std::vector<uint16_t> words(size_t(n) + 1, 0xBEEF);
             codegen::x86::fp8_to_words(decoder, codes.data(), n, tables, words.data());

@@ -45,21 +45,164 @@
 
 #include "codegen/x86/attention_kernel.h"
 #include "codegen/x86/generator.h"
+#include "codegen/x86/paged_direct_generator.h"
 #include "ir/params_attention.h"
 
 namespace jit::codegen::x86 {
-namespace {
 
 using namespace Xbyak;
 using namespace Xbyak::util;
 
 #define ARG(field) (rdi + int(offsetof(PagedDirectArgs, field)))
 
+namespace {
 constexpr int kHalf = kPagedDirectHalf;
-constexpr int kGroup = 2 * kHalf;
-static_assert(kGroup == 32, "a group's logits are two zmm, and groups = (tokens + 31) >> 5");
-// Bytes of one row's logits (then probabilities) per group: two vectors.
-constexpr int kRowBytes = kGroup * 4;
+constexpr int kGroup = kPagedDirectGroup;
+constexpr int kRowBytes = kPagedDirectRowBytes;  // two zmm
+}  // namespace
+
+PagedDirectGeneratorBase::PagedDirectGeneratorBase(const ir::PagedAttentionParams& p,
+                                                   bool contiguous,
+                                                   const std::vector<int>& row_counts, X86Isa isa)
+    : Generator(isa),
+      p_(p),
+      contiguous_(contiguous),
+      f16_(p.dtype == DType::kF16),
+      row_counts_(row_counts),
+      k_step_(int(p.block_size) * 8 * 2),
+      v_row_(int(p.block_size) * 2) {}
+
+void PagedDirectGeneratorBase::generate() {
+  prologue();
+  Label l_done;
+  cmp(qword[ARG(tokens)], 0);  // nothing to do (the loops below run at least once)
+  jle(l_done, T_NEAR);
+  mov(rax, ptr[ARG(rows)]);
+  std::vector<Label> variants(row_counts_.size());
+  for (size_t i = 0; i < row_counts_.size(); ++i) {
+    cmp(rax, row_counts_[i]);
+    je(variants[i], T_NEAR);
+  }
+  jmp(l_done, T_NEAR);
+  for (size_t i = 0; i < row_counts_.size(); ++i) {
+    L(variants[i]);
+    emit_variant(row_counts_[i]);
+    jmp(l_done, T_NEAR);
+  }
+  L(l_done);
+  epilogue();
+}
+
+void PagedDirectGeneratorBase::begin_group_walk() {
+  mov(r12, ptr[ARG(k_half)]);
+  mov(r13, ptr[ARG(tokens)]);
+  xor_(r14, r14);
+  mov(r15, ptr[ARG(probs)]);
+}
+
+void PagedDirectGeneratorBase::load_prefetch_cursors() {
+  mov(rax, ptr[r12 + 16]);
+  mov(rcx, ptr[r12 + 24]);
+  mov(rdx, ptr[ARG(v_half)]);
+  sub(rdx, ptr[ARG(k_half)]);
+  mov(rsi, ptr[r12 + rdx]);
+  mov(rdx, ptr[r12 + rdx + 8]);
+}
+
+void PagedDirectGeneratorBase::prefetch_half(int h) {
+  const Reg64& next = h == 0 ? rax : rcx;
+  for (int line = 0; line < 4; ++line) prefetcht0(ptr[next + line * 64]);
+  add(next, k_step_);
+  // Value rows 8c .. 8c + 7 of this half: one prefetch per line.
+  if (h == 0 || !contiguous_) {
+    const Reg64& values = h == 0 ? rsi : rdx;
+    for (int row = 0; row < 8; row += std::max(1, 64 / v_row_)) {
+      prefetcht1(ptr[values + row * v_row_]);
+    }
+    add(values, 8 * v_row_);
+  }
+}
+
+void PagedDirectGeneratorBase::next_group(int rows, const Label& l_group) {
+  add(r12, 2 * 8);
+  add(r15, rows * kRowBytes);
+  add(r14, kGroup);
+  cmp(r14, r13);
+  jl(l_group, T_NEAR);
+}
+
+void PagedDirectGeneratorBase::count_groups() {
+  mov(rbx, ptr[ARG(tokens)]);
+  add(rbx, kGroup - 1);
+  shr(rbx, 5);
+}
+
+void PagedDirectGeneratorBase::start_row(int r) {
+  mov(r12, ptr[ARG(probs)]);
+  add(r12, r * kRowBytes);
+  mov(r11, rbx);
+}
+
+void PagedDirectGeneratorBase::update_row_max(int r, int rows, const Xmm& m_new, const Xmm& alpha,
+                                              const Xmm& t0, const Xmm& t1) {
+  Label l_max;
+  vbroadcastss(m_new, ptr[ARG(m) + r * 4]);
+  start_row(r);
+  L(l_max);
+  for (int offset = 0; offset < kRowBytes; offset += lanes() * 4) {
+    vmaxps(m_new, m_new, ptr[r12 + offset]);
+  }
+  add(r12, rows * kRowBytes);
+  dec(r11);
+  jnz(l_max, T_NEAR);
+  broadcast_max(m_new);
+  vbroadcastss(alpha, ptr[ARG(m) + r * 4]);
+  vmovss(ptr[ARG(m) + r * 4], Xmm(m_new.getIdx()));
+  vsubps(alpha, alpha, m_new);
+  exp_ps({alpha}, {t0}, {t1}, /*bounded=*/true);
+  vmovss(ptr[ARG(alpha) + r * 4], Xmm(alpha.getIdx()));
+}
+
+void PagedDirectGeneratorBase::update_row_sum(int r, const Xmm& sum, const Xmm& alpha,
+                                              const Xmm& tmp) {
+  reduce_sum(sum);
+  vmovss(tmp, ptr[ARG(l) + r * 4]);
+  vfmadd231ss(Xmm(sum.getIdx()), tmp, Xmm(alpha.getIdx()));
+  vmovss(ptr[ARG(l) + r * 4], Xmm(sum.getIdx()));
+}
+
+void PagedDirectGeneratorBase::walk_value_sets(int rows, int accumulators, int dims,
+                                               const Xmm& alpha_lanes, const Xmm& tmp,
+                                               const std::function<void()>& group_body,
+                                               const std::function<void()>& reduce) {
+  const int d = int(p_.head_size);
+  mov(r14, ptr[ARG(acc)]);
+  xor_(ebp, ebp);
+  Label l_set, l_group;
+  L(l_set);
+  for (int i = 0; i < accumulators; ++i) uni_vpxor(vmm(i), vmm(i), vmm(i));
+  mov(r12, ptr[ARG(v_half)]);
+  mov(r15, ptr[ARG(probs)]);
+  mov(r11, rbx);
+  L(l_group);
+  group_body();
+  add(r12, 2 * 8);
+  add(r15, rows * kRowBytes);
+  dec(r11);
+  jnz(l_group, T_NEAR);
+  reduce();
+  // acc = α·acc + Σ, lanes [dd][r].
+  vmovups(tmp, ptr[r14]);
+  vfmadd231ps(vmm(0), tmp, alpha_lanes);
+  vmovups(ptr[r14], vmm(0));
+  add(r14, lanes() * 4);
+  add(rbp, dims * v_row_);
+  cmp(rbp, d * v_row_);
+  jl(l_set, T_NEAR);
+}
+
+namespace {
+
 constexpr uint8_t kNotLess = 5;  // vpcmpd predicate: a >= b
 
 // Lane 4l + k of a transposed half holds token 4k + l (and the reduction tree's lane 4q + k
@@ -68,42 +211,19 @@ constexpr int sigma(int i) {
   return 4 * (i % 4) + i / 4;
 }
 
-class PagedDirectGenerator : public Generator {
+class PagedDirectGenerator : public PagedDirectGeneratorBase {
  public:
   PagedDirectGenerator(const ir::PagedAttentionParams& p, bool contiguous,
                        const std::vector<int>& row_counts, X86Isa isa)
-      : Generator(isa),
-        p_(p),
-        contiguous_(contiguous),
-        f16_(p.dtype == DType::kF16),
-        row_counts_(row_counts),
-        k_step_(p.block_size * 8 * 2),
-        v_row_(p.block_size * 2) {}
-
-  void generate() {
-    prologue();
-    Label l_done;
-    cmp(qword[ARG(tokens)], 0);  // nothing to do (the loops below run at least once)
-    jle(l_done, T_NEAR);
-    mov(rax, ptr[ARG(rows)]);
-    std::vector<Label> variants(row_counts_.size());
-    for (size_t i = 0; i < row_counts_.size(); ++i) {
-      cmp(rax, row_counts_[i]);
-      je(variants[i], T_NEAR);
-    }
-    jmp(l_done, T_NEAR);
-    for (size_t i = 0; i < row_counts_.size(); ++i) {
-      L(variants[i]);
-      emit_qk(row_counts_[i]);
-      emit_softmax(row_counts_[i]);
-      emit_pv(row_counts_[i]);
-      jmp(l_done, T_NEAR);
-    }
-    L(l_done);
-    epilogue();
-  }
+      : PagedDirectGeneratorBase(p, contiguous, row_counts, isa) {}
 
  private:
+  void emit_variant(int rows) override {
+    emit_qk(rows);
+    emit_softmax(rows);
+    emit_pv(rows);
+  }
+
   // ---- Q·Kᵀ ----------------------------------------------------------------------------------
   // GPRs: r12 half-pointer cursor, r13 tokens, r14 first key of the group, r15 logits cursor,
   // r8 / r9 the halves' key runs, r10 query cursor, r11 dim-run counter, rax / rcx the next
@@ -120,22 +240,14 @@ class PagedDirectGenerator : public Generator {
     } else {
       pin_constants(odd_mask, odd_mask_reg);
     }
-    mov(r12, ptr[ARG(k_half)]);
-    mov(r13, ptr[ARG(tokens)]);
-    xor_(r14, r14);
-    mov(r15, ptr[ARG(probs)]);
+    begin_group_walk();
     Label l_group, l_dims, l_full;
     L(l_group);
     mov(r8, ptr[r12]);
     mov(r9, ptr[r12 + 8]);
     // The next group's key runs (prefetched into L1) and this group's value rows (into L2,
     // for P·V, which walks them a few dims at a time).
-    mov(rax, ptr[r12 + 16]);
-    mov(rcx, ptr[r12 + 24]);
-    mov(rdx, ptr[ARG(v_half)]);
-    sub(rdx, ptr[ARG(k_half)]);
-    mov(rsi, ptr[r12 + rdx]);
-    mov(rdx, ptr[r12 + rdx + 8]);
+    load_prefetch_cursors();
     mov(r10, ptr[ARG(q)]);
     for (int i = 0; i < 2 * rows; ++i) vpxord(Zmm(i), Zmm(i), Zmm(i));
     mov(r11, d / 8);
@@ -156,18 +268,7 @@ class PagedDirectGenerator : public Generator {
       vpunpcklqdq(w[h][2], u[1], u[3]);
       vpunpckhqdq(w[h][3], u[1], u[3]);
       add(run, k_step_);
-      const Reg64& next = h == 0 ? rax : rcx;
-      for (int line = 0; line < 4; ++line) prefetcht0(ptr[next + line * 64]);
-      add(next, k_step_);
-      // Value rows 8c .. 8c + 7 of this half: one prefetch per line (a group in one block
-      // shares its lines between the halves).
-      if (h == 0 || !contiguous_) {
-        const Reg64& values = h == 0 ? rsi : rdx;
-        for (int row = 0; row < 8; row += std::max(1, 64 / v_row_)) {
-          prefetcht1(ptr[values + row * v_row_]);
-        }
-        add(values, 8 * v_row_);
-      }
+      prefetch_half(h);
     }
     // Each query element is broadcast once for both halves: even dims (zmm20 / 22), odd dims
     // (zmm21 / 23), the query in zmm29.
@@ -230,11 +331,7 @@ class PagedDirectGenerator : public Generator {
       vmovaps(ptr[r15 + r * kRowBytes], Zmm(2 * r));
       vmovaps(ptr[r15 + r * kRowBytes + 64], Zmm(2 * r + 1));
     }
-    add(r12, 2 * 8);
-    add(r15, rows * kRowBytes);
-    add(r14, kGroup);
-    cmp(r14, r13);
-    jl(l_group, T_NEAR);
+    next_group(rows, l_group);
     if (!f16_) unpin_constants();
   }
 
@@ -251,38 +348,17 @@ class PagedDirectGenerator : public Generator {
   // ---- softmax ------------------------------------------------------------------------------
   // GPRs: rbx groups, r12 the row's logits cursor, r11 group counter.
   void emit_softmax(int rows) {
-    mov(rbx, ptr[ARG(tokens)]);
-    add(rbx, kGroup - 1);
-    shr(rbx, 5);
+    count_groups();
     const Zmm m_new = zmm0, alpha = zmm1, sum = zmm2, x0 = zmm3, x1 = zmm4;
     const Zmm idx_even = zmm28, idx_odd = zmm29;
     vmovdqu32(idx_even, probability_index(0));
     vmovdqu32(idx_odd, probability_index(1));
     for (int r = 0; r < rows; ++r) {
-      Label l_max, l_exp;
-      // m' = max(m, max s).
-      vbroadcastss(m_new, ptr[ARG(m) + r * 4]);
-      mov(r12, ptr[ARG(probs)]);
-      add(r12, r * kRowBytes);
-      mov(r11, rbx);
-      L(l_max);
-      vmaxps(m_new, m_new, ptr[r12]);
-      vmaxps(m_new, m_new, ptr[r12 + 64]);
-      add(r12, rows * kRowBytes);
-      dec(r11);
-      jnz(l_max, T_NEAR);
-      broadcast_max(m_new);
-      // α = e^(m − m').
-      vbroadcastss(alpha, ptr[ARG(m) + r * 4]);
-      vmovss(ptr[ARG(m) + r * 4], Xmm(m_new.getIdx()));
-      vsubps(alpha, alpha, m_new);
-      exp_ps({alpha}, {zmm5}, {zmm6}, /*bounded=*/true);
-      vmovss(ptr[ARG(alpha) + r * 4], Xmm(alpha.getIdx()));
+      Label l_exp;
+      update_row_max(r, rows, m_new, alpha, zmm5, zmm6);  // m' = max(m, max s), α = e^(m − m')
       // p = e^(s − m'); P_e / P_o in place.
       vpxord(sum, sum, sum);
-      mov(r12, ptr[ARG(probs)]);
-      add(r12, r * kRowBytes);
-      mov(r11, rbx);
+      start_row(r);
       L(l_exp);
       vmovaps(x0, ptr[r12]);
       vmovaps(x1, ptr[r12 + 64]);
@@ -300,11 +376,7 @@ class PagedDirectGenerator : public Generator {
       add(r12, rows * kRowBytes);
       dec(r11);
       jnz(l_exp, T_NEAR);
-      // l = α·l + Σ p.
-      reduce_sum(sum);
-      vmovss(xmm5, ptr[ARG(l) + r * 4]);
-      vfmadd231ss(Xmm(sum.getIdx()), xmm5, Xmm(alpha.getIdx()));
-      vmovss(ptr[ARG(l) + r * 4], Xmm(sum.getIdx()));
+      update_row_sum(r, sum, alpha, xmm5);  // l = α·l + Σ p
     }
   }
 
@@ -338,7 +410,6 @@ class PagedDirectGenerator : public Generator {
   // them all; with 1 or 2 rows the rows' probabilities stay in registers while the (up to 16)
   // value rows pass.
   void emit_pv(int rows) {
-    const int d = int(p_.head_size);
     const int row_pad = int(paged_direct_row_pad(rows));
     const int dims = 16 / row_pad;  // dims per set of 16 accumulators
     const Zmm alpha_lanes = zmm31;
@@ -370,58 +441,40 @@ class PagedDirectGenerator : public Generator {
     };
     const auto p_even = [&](int r) { return ptr[r15 + r * kRowBytes]; };
     const auto p_odd = [&](int r) { return ptr[r15 + r * kRowBytes + 64]; };
-    mov(r14, ptr[ARG(acc)]);
-    xor_(ebp, ebp);
-    Label l_set, l_group;
-    L(l_set);
-    for (int i = 0; i < 16; ++i) vpxord(Zmm(i), Zmm(i), Zmm(i));
-    mov(r12, ptr[ARG(v_half)]);
-    mov(r15, ptr[ARG(probs)]);
-    mov(r11, rbx);
-    L(l_group);
-    mov(r8, ptr[r12]);
-    add(r8, rbp);
-    if (!contiguous_) {
-      mov(r9, ptr[r12 + 8]);
-      add(r9, rbp);
-    }
-    if (row_pad >= 4) {
-      for (int dd = 0; dd < dims; ++dd) split_row(dd, Zmm(20 + 2 * dd), Zmm(21 + 2 * dd));
-      for (int r = 0; r < rows; ++r) {
-        vmovaps(zmm16, p_even(r));
-        vmovaps(zmm17, p_odd(r));
-        for (int dd = 0; dd < dims; ++dd) {
-          vfmadd231ps(acc(dd, r), Zmm(20 + 2 * dd), zmm16);
-          vfmadd231ps(acc(dd, r), Zmm(21 + 2 * dd), zmm17);
-        }
+    const auto group_body = [&] {
+      mov(r8, ptr[r12]);
+      add(r8, rbp);
+      if (!contiguous_) {
+        mov(r9, ptr[r12 + 8]);
+        add(r9, rbp);
       }
-    } else {
-      for (int r = 0; r < rows; ++r) {
-        vmovaps(Zmm(16 + 2 * r), p_even(r));
-        vmovaps(Zmm(17 + 2 * r), p_odd(r));
-      }
-      for (int dd = 0; dd < dims; ++dd) {
-        const Zmm even = Zmm(20 + 2 * (dd % 4)), odd = Zmm(21 + 2 * (dd % 4));
-        split_row(dd, even, odd);
+      if (row_pad >= 4) {
+        for (int dd = 0; dd < dims; ++dd) split_row(dd, Zmm(20 + 2 * dd), Zmm(21 + 2 * dd));
         for (int r = 0; r < rows; ++r) {
-          vfmadd231ps(acc(dd, r), even, Zmm(16 + 2 * r));
-          vfmadd231ps(acc(dd, r), odd, Zmm(17 + 2 * r));
+          vmovaps(zmm16, p_even(r));
+          vmovaps(zmm17, p_odd(r));
+          for (int dd = 0; dd < dims; ++dd) {
+            vfmadd231ps(acc(dd, r), Zmm(20 + 2 * dd), zmm16);
+            vfmadd231ps(acc(dd, r), Zmm(21 + 2 * dd), zmm17);
+          }
+        }
+      } else {
+        for (int r = 0; r < rows; ++r) {
+          vmovaps(Zmm(16 + 2 * r), p_even(r));
+          vmovaps(Zmm(17 + 2 * r), p_odd(r));
+        }
+        for (int dd = 0; dd < dims; ++dd) {
+          const Zmm even = Zmm(20 + 2 * (dd % 4)), odd = Zmm(21 + 2 * (dd % 4));
+          split_row(dd, even, odd);
+          for (int r = 0; r < rows; ++r) {
+            vfmadd231ps(acc(dd, r), even, Zmm(16 + 2 * r));
+            vfmadd231ps(acc(dd, r), odd, Zmm(17 + 2 * r));
+          }
         }
       }
-    }
-    add(r12, 2 * 8);
-    add(r15, rows * kRowBytes);
-    dec(r11);
-    jnz(l_group, T_NEAR);
-    reduce16(zmm16, zmm17);
-    // acc = α·acc + Σ, lanes [dd][r].
-    vmovups(zmm17, ptr[r14]);
-    vfmadd231ps(zmm0, zmm17, alpha_lanes);
-    vmovups(ptr[r14], zmm0);
-    add(r14, 64);
-    add(rbp, dims * v_row_);
-    cmp(rbp, d * v_row_);
-    jl(l_set, T_NEAR);
+    };
+    walk_value_sets(rows, 16, dims, alpha_lanes, zmm17, group_body,
+                    [&] { reduce16(zmm16, zmm17); });
     if (!f16_) unpin_constants();
   }
 
@@ -452,13 +505,6 @@ class PagedDirectGenerator : public Generator {
     vshufps(tb, zmm0, zmm1, 0xDD);
     vaddps(zmm0, ta, tb);
   }
-
-  const ir::PagedAttentionParams& p_;
-  bool contiguous_;
-  bool f16_;  // f16 elements (converted by vcvtph2ps), else bf16 (widened by parity)
-  std::vector<int> row_counts_;
-  int k_step_;  // bytes between a half's key runs of consecutive 8-dim groups
-  int v_row_;   // bytes between a block's value rows
 };
 
 #undef ARG

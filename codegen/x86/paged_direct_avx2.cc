@@ -42,6 +42,7 @@
 
 #include "codegen/x86/attention_kernel.h"
 #include "codegen/x86/generator.h"
+#include "codegen/x86/paged_direct_generator.h"
 #include "ir/params_attention.h"
 
 namespace jit::codegen::x86 {
@@ -52,11 +53,9 @@ using namespace Xbyak::util;
 
 #define ARG(field) (rdi + int(offsetof(PagedDirectArgs, field)))
 
-constexpr int kHalf = kPagedDirectHalf;
-constexpr int kGroup = 2 * kHalf;
-constexpr int kQuarter = 8;  // keys per ymm of logits
-static_assert(kGroup == 32, "a group is 4 quarters, and groups = (tokens + 31) >> 5");
-constexpr int kRowBytes = kGroup * 4;  // one row's logits (then probabilities) per group
+constexpr int kGroup = kPagedDirectGroup;  // 4 quarters
+constexpr int kQuarter = 8;                // keys per ymm of logits
+constexpr int kRowBytes = kPagedDirectRowBytes;
 constexpr int kQuarterRunBytes = kQuarter * 8 * 2;  // a quarter's 8 tokens x 8 16-bit dims
 
 // Lane i of a transposed quarter holds token tau(i) of the quarter.
@@ -64,48 +63,25 @@ constexpr int tau(int i) {
   return i < 4 ? 2 * i : 2 * (i - 4) + 1;
 }
 
-class PagedDirectAvx2Generator : public Generator {
+class PagedDirectAvx2Generator : public PagedDirectGeneratorBase {
  public:
   PagedDirectAvx2Generator(const ir::PagedAttentionParams& p, bool contiguous,
                            const std::vector<int>& row_counts, X86Isa isa)
-      : Generator(isa),
-        p_(p),
-        contiguous_(contiguous),
-        f16_(p.dtype == DType::kF16),
-        row_counts_(row_counts),
-        k_step_(p.block_size * 8 * 2),
-        v_row_(p.block_size * 2) {}
-
-  void generate() {
-    prologue();
-    Label l_done;
-    cmp(qword[ARG(tokens)], 0);  // nothing to do (the loops below run at least once)
-    jle(l_done, T_NEAR);
-    mov(rax, ptr[ARG(rows)]);
-    std::vector<Label> variants(row_counts_.size());
-    for (size_t i = 0; i < row_counts_.size(); ++i) {
-      cmp(rax, row_counts_[i]);
-      je(variants[i], T_NEAR);
-    }
-    jmp(l_done, T_NEAR);
-    const std::array<uint32_t, 1> odd_mask{0xFFFF0000u};  // split_bf16_pairs' constant
-    const std::array<int, 1> odd_mask_reg{15};
-    for (size_t i = 0; i < row_counts_.size(); ++i) {
-      L(variants[i]);
-      if (!f16_) pin_constants(odd_mask, odd_mask_reg);
-      emit_qk(row_counts_[i]);
-      unpin_constants();  // the softmax's exp reads its own constants
-      emit_softmax(row_counts_[i]);
-      if (!f16_) pin_constants(odd_mask, odd_mask_reg);
-      emit_pv(row_counts_[i]);
-      unpin_constants();
-      jmp(l_done, T_NEAR);
-    }
-    L(l_done);
-    epilogue();
-  }
+      : PagedDirectGeneratorBase(p, contiguous, row_counts, isa) {}
 
  private:
+  void emit_variant(int rows) override {
+    const std::array<uint32_t, 1> odd_mask{0xFFFF0000u};  // split_bf16_pairs' constant
+    const std::array<int, 1> odd_mask_reg{15};
+    if (!f16_) pin_constants(odd_mask, odd_mask_reg);
+    emit_qk(rows);
+    unpin_constants();  // the softmax's exp reads its own constants
+    emit_softmax(rows);
+    if (!f16_) pin_constants(odd_mask, odd_mask_reg);
+    emit_pv(rows);
+    unpin_constants();
+  }
+
   // ---- Q·Kᵀ ----------------------------------------------------------------------------------
   // GPRs: r12 half-pointer cursor, r13 tokens, r14 first key of the group, r15 logits cursor,
   // r8 / r9 the halves' key runs, r10 query cursor, r11 dim-run counter, rax / rcx the next
@@ -117,20 +93,12 @@ class PagedDirectAvx2Generator : public Generator {
     const int row_pad = int(paged_direct_row_pad(rows));
     const int per_pass = std::min(4, 8 / row_pad);  // quarters per pass over the dims (Q)
     const auto s_reg = [&](int r, int i) { return Ymm(r * per_pass + i); };
-    mov(r12, ptr[ARG(k_half)]);
-    mov(r13, ptr[ARG(tokens)]);
-    xor_(r14, r14);
-    mov(r15, ptr[ARG(probs)]);
+    begin_group_walk();
     Label l_group;
     L(l_group);
     // The next group's key runs (prefetched into L1) and this group's value rows (into L2, for
     // P·V, which walks them a few dims at a time), by the first pass.
-    mov(rax, ptr[r12 + 16]);
-    mov(rcx, ptr[r12 + 24]);
-    mov(rdx, ptr[ARG(v_half)]);
-    sub(rdx, ptr[ARG(k_half)]);
-    mov(rsi, ptr[r12 + rdx]);
-    mov(rdx, ptr[r12 + rdx + 8]);
+    load_prefetch_cursors();
     for (int pass = 0; pass < 4 / per_pass; ++pass) {
       Label l_dims, l_full;
       mov(r8, ptr[r12]);
@@ -190,20 +158,7 @@ class PagedDirectAvx2Generator : public Generator {
       add(r8, k_step_);
       add(r9, k_step_);
       if (pass == 0) {
-        for (int h = 0; h < 2; ++h) {
-          const Reg64& next = h == 0 ? rax : rcx;
-          for (int line = 0; line < 4; ++line) prefetcht0(ptr[next + line * 64]);
-          add(next, k_step_);
-          // Value rows 8c .. 8c + 7 of this half: one prefetch per line (a group in one block
-          // shares its lines between the halves).
-          if (h == 0 || !contiguous_) {
-            const Reg64& values = h == 0 ? rsi : rdx;
-            for (int row = 0; row < 8; row += std::max(1, 64 / v_row_)) {
-              prefetcht1(ptr[values + row * v_row_]);
-            }
-            add(values, 8 * v_row_);
-          }
-        }
+        for (int h = 0; h < 2; ++h) prefetch_half(h);
       }
       add(r10, 8 * 4);
       dec(r11);
@@ -250,11 +205,7 @@ class PagedDirectAvx2Generator : public Generator {
         }
       }
     }
-    add(r12, 2 * 8);
-    add(r15, rows * kRowBytes);
-    add(r14, kGroup);
-    cmp(r14, r13);
-    jl(l_group, T_NEAR);
+    next_group(rows, l_group);
   }
 
   // The key index of each lane of quarter `quarter` of a group: 8 · quarter + tau(lane).
@@ -268,35 +219,15 @@ class PagedDirectAvx2Generator : public Generator {
   // GPRs: rbx groups, r12 the row's logits cursor, r11 group counter. ymm0 m', 1 α, 2 Σ p,
   // 3..6 a group's four quarters, 7..10 and 11..13, 15 exp's temporaries (14: fold_lanes').
   void emit_softmax(int rows) {
-    mov(rbx, ptr[ARG(tokens)]);
-    add(rbx, kGroup - 1);
-    shr(rbx, 5);
+    count_groups();
     const Ymm m_new = ymm0, alpha = ymm1, sum = ymm2;
     const Ymm x[4] = {ymm3, ymm4, ymm5, ymm6};
     for (int r = 0; r < rows; ++r) {
-      Label l_max, l_exp;
-      // m' = max(m, max s).
-      vbroadcastss(m_new, ptr[ARG(m) + r * 4]);
-      mov(r12, ptr[ARG(probs)]);
-      add(r12, r * kRowBytes);
-      mov(r11, rbx);
-      L(l_max);
-      for (int i = 0; i < 4; ++i) vmaxps(m_new, m_new, ptr[r12 + i * 32]);
-      add(r12, rows * kRowBytes);
-      dec(r11);
-      jnz(l_max, T_NEAR);
-      broadcast_max(m_new);
-      // α = e^(m − m').
-      vbroadcastss(alpha, ptr[ARG(m) + r * 4]);
-      vmovss(ptr[ARG(m) + r * 4], Xmm(m_new.getIdx()));
-      vsubps(alpha, alpha, m_new);
-      exp_ps({alpha}, {ymm7}, {ymm8}, /*bounded=*/true);
-      vmovss(ptr[ARG(alpha) + r * 4], Xmm(alpha.getIdx()));
+      Label l_exp;
+      update_row_max(r, rows, m_new, alpha, ymm7, ymm8);  // m' = max(m, max s), α = e^(m − m')
       // p = e^(s − m'); P_e / P_o of each half in place.
       vxorps(sum, sum, sum);
-      mov(r12, ptr[ARG(probs)]);
-      add(r12, r * kRowBytes);
-      mov(r11, rbx);
+      start_row(r);
       L(l_exp);
       for (int i = 0; i < 4; ++i) {
         vmovaps(x[i], ptr[r12 + i * 32]);
@@ -323,11 +254,7 @@ class PagedDirectAvx2Generator : public Generator {
       add(r12, rows * kRowBytes);
       dec(r11);
       jnz(l_exp, T_NEAR);
-      // l = α·l + Σ p.
-      reduce_sum(sum);
-      vmovss(xmm7, ptr[ARG(l) + r * 4]);
-      vfmadd231ss(Xmm(sum.getIdx()), xmm7, Xmm(alpha.getIdx()));
-      vmovss(ptr[ARG(l) + r * 4], Xmm(sum.getIdx()));
+      update_row_sum(r, sum, alpha, xmm7);  // l = α·l + Σ p
     }
   }
 
@@ -347,7 +274,6 @@ class PagedDirectAvx2Generator : public Generator {
   // of each accumulator lane; 15 the odd mask (pinned). f16: "even" and "odd" are the half's
   // keys 0 .. 7 and 8 .. 15, and so are P_e and P_o.
   void emit_pv(int rows) {
-    const int d = int(p_.head_size);
     const int row_pad = int(paged_direct_row_pad(rows));
     const int dims = 8 / row_pad;  // dims per set of 8 accumulators
     const Ymm alpha_lanes = ymm14;
@@ -370,55 +296,36 @@ class PagedDirectAvx2Generator : public Generator {
       vmovdqu(odd, ptr[r8 + dd * v_row_]);
       split_bf16_pairs(even, odd, odd);
     };
-    mov(r14, ptr[ARG(acc)]);
-    xor_(ebp, ebp);
-    Label l_set, l_group;
-    L(l_set);
-    for (int i = 0; i < 8; ++i) vxorps(Ymm(i), Ymm(i), Ymm(i));
-    mov(r12, ptr[ARG(v_half)]);
-    mov(r15, ptr[ARG(probs)]);
-    mov(r11, rbx);
-    L(l_group);
-    for (int h = 0; h < 2; ++h) {
-      mov(r8, ptr[r12 + h * 8]);
-      add(r8, rbp);
-      if (row_pad >= 4) {
-        for (int dd = 0; dd < dims; ++dd) {
-          split_row(dd, Ymm(8 + 2 * dd), Ymm(9 + 2 * dd));
-        }
-        for (int r = 0; r < rows; ++r) {
+    const auto group_body = [&] {
+      for (int h = 0; h < 2; ++h) {
+        mov(r8, ptr[r12 + h * 8]);
+        add(r8, rbp);
+        if (row_pad >= 4) {
           for (int dd = 0; dd < dims; ++dd) {
-            vfmadd231ps(acc(dd, r), Ymm(8 + 2 * dd), p_even(h, r));
-            vfmadd231ps(acc(dd, r), Ymm(9 + 2 * dd), p_odd(h, r));
+            split_row(dd, Ymm(8 + 2 * dd), Ymm(9 + 2 * dd));
           }
-        }
-      } else {
-        for (int r = 0; r < rows; ++r) {
-          vmovaps(Ymm(8 + 2 * r), p_even(h, r));
-          vmovaps(Ymm(9 + 2 * r), p_odd(h, r));
-        }
-        for (int dd = 0; dd < dims; ++dd) {
-          split_row(dd, ymm12, ymm13);
           for (int r = 0; r < rows; ++r) {
-            vfmadd231ps(acc(dd, r), ymm12, Ymm(8 + 2 * r));
-            vfmadd231ps(acc(dd, r), ymm13, Ymm(9 + 2 * r));
+            for (int dd = 0; dd < dims; ++dd) {
+              vfmadd231ps(acc(dd, r), Ymm(8 + 2 * dd), p_even(h, r));
+              vfmadd231ps(acc(dd, r), Ymm(9 + 2 * dd), p_odd(h, r));
+            }
+          }
+        } else {
+          for (int r = 0; r < rows; ++r) {
+            vmovaps(Ymm(8 + 2 * r), p_even(h, r));
+            vmovaps(Ymm(9 + 2 * r), p_odd(h, r));
+          }
+          for (int dd = 0; dd < dims; ++dd) {
+            split_row(dd, ymm12, ymm13);
+            for (int r = 0; r < rows; ++r) {
+              vfmadd231ps(acc(dd, r), ymm12, Ymm(8 + 2 * r));
+              vfmadd231ps(acc(dd, r), ymm13, Ymm(9 + 2 * r));
+            }
           }
         }
       }
-    }
-    add(r12, 2 * 8);
-    add(r15, rows * kRowBytes);
-    dec(r11);
-    jnz(l_group, T_NEAR);
-    reduce8();
-    // acc = α·acc + Σ, lanes [dd][r].
-    vmovups(ymm8, ptr[r14]);
-    vfmadd231ps(ymm0, ymm8, alpha_lanes);
-    vmovups(ptr[r14], ymm0);
-    add(r14, 32);
-    add(rbp, dims * v_row_);
-    cmp(rbp, d * v_row_);
-    jl(l_set, T_NEAR);
+    };
+    walk_value_sets(rows, 8, dims, alpha_lanes, ymm8, group_body, [&] { reduce8(); });
   }
 
   // ymm0 lane i = the sum of ymm(i)'s 8 lanes, i < 8 (ymm0..13 clobbered). Rounds: element pairs
@@ -440,13 +347,6 @@ class PagedDirectAvx2Generator : public Generator {
     vperm2f128(ymm13, ymm0, ymm1, 0x31);
     vaddps(ymm0, ymm12, ymm13);
   }
-
-  const ir::PagedAttentionParams& p_;
-  bool contiguous_;
-  bool f16_;  // f16 elements (converted by vcvtph2ps), else bf16 (widened by parity)
-  std::vector<int> row_counts_;
-  int k_step_;  // bytes between a half's key runs of consecutive 8-dim groups
-  int v_row_;   // bytes between a block's value rows
 };
 
 #undef ARG

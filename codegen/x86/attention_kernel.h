@@ -136,8 +136,8 @@ inline constexpr std::string_view kPagedDirectKnob = "direct";
 /// per call.
 inline constexpr int kPagedDirectHalf = 16;
 inline constexpr int kPagedDirectRows = 8;
-/// The rows of a direct-kernel call rounded up to 1, 2, 4 or 8: its accumulator rows (16
-/// accumulators are 16 / R' dims x R' rows).
+/// The rows of a direct-kernel call rounded up to 1, 2, 4 or 8: its accumulator rows (AVX-512's
+/// 16 accumulators are 16 / R' dims x R' rows, AVX2's 8 are 8 / R' x R').
 inline constexpr int64_t paged_direct_row_pad(int64_t rows) {
   return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : 8;
 }
@@ -149,8 +149,8 @@ struct PagedDirectArgs {
   float* acc;      ///< D x R' fp32 ([dim][row], R' = rows rounded up to 1, 2, 4 or 8)
   /// Per half group of 16 keys (the chunk's keys 16h .. 16h + 15, two per group of 32): its
   /// key run (key_cache element of dim 0 of its first key) and value rows (value_cache
-  /// element of dim 0 of its first key), in the cache or in the stage; halves past the
-  /// chunk's groups point at zeros.
+  /// element of dim 0 of its first key), in the cache or in the stage (a sequence's partial
+  /// last group's values, point_halves'); halves past the chunk's groups point at zeros.
   const uint16_t* const* k_half;
   const uint16_t* const* v_half;
   float* probs;          ///< groups x rows x 32 fp32 (64-byte aligned): logits, then probabilities
@@ -179,7 +179,7 @@ bool paged_direct_default(const ir::PagedAttentionParams& p, X86Isa isa);
 /// consecutive dim groups, the cache's or the stage's; its kv is not read).
 /// `contiguous`: every group of 32 keys lies in one block (block size a multiple of 32 and
 /// chunks starting at multiples of 32, or the stage), so a value row of the group is one
-/// 64-byte load.
+/// 64-byte load (AVX-512; at AVX2 it only spares the second half's value prefetch).
 Result<std::vector<uint8_t>> generate_paged_direct(const ir::PagedAttentionParams& p,
                                                    bool contiguous,
                                                    const std::vector<int>& row_counts, X86Isa isa);

@@ -895,8 +895,9 @@ class PagedAttentionExecutable final : public Executable {
 
   // Points the direct kernel's halves at chunk [c0, c0 + n) of sequence s, KV head g; halves
   // past the chunk point at zeros. When the chunk ends inside a half, the values of that half
-  // (of its whole group where a group's value rows are read as one line) are staged with zeros
-  // past the chunk's keys. Keys are read in place: the kernel masks the logits past `tokens`.
+  // (of its whole group where a group's value rows are read as one line: both halves' pointers
+  // then move into the stage) are staged with zeros past the chunk's keys. Keys are read in
+  // place: the kernel masks the logits past `tokens`.
   void point_halves(const KernelArgs& args, int64_t s, int64_t g, int64_t c0, int64_t n,
                     DirectBuffers& buf) const {
     constexpr int64_t kHalf = DirectBuffers::kHalf, kGroup = DirectBuffers::kGroup;

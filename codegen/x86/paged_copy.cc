@@ -287,12 +287,13 @@ __attribute__((target("avx512f,avx512bw"))) void copy_rows_u16(const uint16_t* s
 // looks up 16 bytes. But the values of the normal magnitudes are one row's shifted: x = 2^(e−1) ·
 // x(1, f), and rnd_T(2^k · y) = 2^k · rnd_T(y) wherever the result is a normal T, so value(e, f)
 // = normal[f] + ((e − 1) << shift) as 16-bit integers (the exponent field moves). With the
-// subnormal row (e = 0) and the top row (e = 15 / 31: NaN, inf) as tables of their own, 16 codes
-// per step are a widening, three vpshufb of 8-word tables, two compares and blends and the sign's
-// XOR (prepare_fp8_exponent_steps checks every magnitude against the exact table; a call whose
-// scale breaks the identity, e.g. a product that overflows or is subnormal in f16, takes the
-// fallback). The fallback, 8 codes per step: vpgatherdd reads each code's value from the
-// 256-entry dword table, and vpackusdw narrows the dwords to words.
+// subnormal row (e = 0) and the top row (e = 15: the largest normals and NaN; e = 31: inf and
+// NaN) as tables of their own, 16 codes per step are a widening, three vpshufb of 8-word
+// tables, two compares and blends and the sign's XOR (prepare_fp8_exponent_steps checks every
+// magnitude against the exact table; a call whose scale breaks the identity, e.g. a product
+// that overflows or is subnormal in f16, takes the fallback). The fallback, 8 codes per step:
+// vpgatherdd reads each code's value from the 256-entry dword table, and vpackusdw narrows the
+// dwords to words.
 
 // The tables in registers, loaded once per function: the stores to 16-bit words may alias the
 // tables' bytes as far as the compiler knows, so lookups that read them from memory would reload

@@ -55,7 +55,8 @@ struct Fp8Tables16 {
   /// The AVX2 decoder's exponent steps (prepare_fp8_exponent_steps), valid where
   /// `exponent_steps`: a magnitude m = (e, f) (e its exponent field, f its mantissa field) has
   /// value(m) = normal[f] + ((e − 1) << shift) for 0 < e < top, subnormal[f] for e = 0 and
-  /// top_row[f] for e = top; each table 8 words, repeated in both 128-bit lanes (vpshufb).
+  /// top_row[f] for e = top; each table 8 words (e5m2: its 4, repeated), repeated in both
+  /// 128-bit lanes (vpshufb).
   alignas(32) uint16_t normal[16];
   alignas(32) uint16_t subnormal[16];
   alignas(32) uint16_t top_row[16];

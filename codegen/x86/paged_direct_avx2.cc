@@ -85,7 +85,8 @@ class PagedDirectAvx2Generator : public PagedDirectGeneratorBase {
   // ---- Q·Kᵀ ----------------------------------------------------------------------------------
   // GPRs: r12 half-pointer cursor, r13 tokens, r14 first key of the group, r15 logits cursor,
   // r8 / r9 the halves' key runs, r10 query cursor, r11 dim-run counter, rax / rcx the next
-  // group's key runs (prefetch), rsi / rdx this group's value rows (prefetch).
+  // group's key runs (prefetch), rsi / rdx this group's value rows (prefetch); the prefetches
+  // are the first pass's, and its mask check reuses rax after them.
   // ymm: S[r][i] = ymm(r · Q + i) (0..7); 8..13 a quarter's key rows, transposed in place, and
   // its even and odd dims; 14 a query element; 15 the odd mask (pinned).
   void emit_qk(int rows) {
@@ -217,7 +218,8 @@ class PagedDirectAvx2Generator : public PagedDirectGeneratorBase {
 
   // ---- softmax ------------------------------------------------------------------------------
   // GPRs: rbx groups, r12 the row's logits cursor, r11 group counter. ymm0 m', 1 α, 2 Σ p,
-  // 3..6 a group's four quarters, 7..10 and 11..13, 15 exp's temporaries (14: fold_lanes').
+  // 3..6 a group's four quarters, 7..10 exp's temporaries (13..15 are the Generator's), then 7..9
+  // the permutes.
   void emit_softmax(int rows) {
     count_groups();
     const Ymm m_new = ymm0, alpha = ymm1, sum = ymm2;
@@ -233,8 +235,9 @@ class PagedDirectAvx2Generator : public PagedDirectGeneratorBase {
         vmovaps(x[i], ptr[r12 + i * 32]);
         vsubps(x[i], x[i], m_new);
       }
-      exp_ps({x[0], x[1], x[2], x[3]}, {ymm7, ymm8, ymm9, ymm10}, {ymm11, ymm12, ymm13, ymm15},
-             /*bounded=*/true);
+      // Two quarters at a time: exp_ps's temporaries must avoid ymm13..15.
+      exp_ps({x[0], x[1]}, {ymm7, ymm8}, {ymm9, ymm10}, /*bounded=*/true);
+      exp_ps({x[2], x[3]}, {ymm7, ymm8}, {ymm9, ymm10}, /*bounded=*/true);
       if (f16_) vmovups(ymm9, key_order_index());
       for (int h = 0; h < 2; ++h) {
         const Ymm& a = x[2 * h];

@@ -1246,7 +1246,9 @@ TEST(X86AttentionPaged, Fp8StageDecodersMatchTables) {
                                                  dtype == DType::kBF16 ? 7 : 10);
         // bf16 has fp32's exponent range: the steps hold at every nonzero scale here; 0 (every
         // value ±0) and, in f16, results that overflow or are subnormal take the fallback.
-        if (dtype == DType::kBF16) EXPECT_EQ(tables.exponent_steps, scale != 0.0f);
+        if (dtype == DType::kBF16) {
+          EXPECT_EQ(tables.exponent_steps, scale != 0.0f);
+        }
         if (dtype == DType::kF16 && (scale == 1e-30f || scale == 3e4f)) {
           EXPECT_FALSE(tables.exponent_steps);
         }

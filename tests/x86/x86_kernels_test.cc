@@ -239,7 +239,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-100", 0x6f3155b8995439c8ull};
+constexpr PinnedCode kAllExampleCode{"x86-101", 0xce49d4ab4ef31204ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -689,95 +689,63 @@ void bm_paged(benchmark::State& state, bool v2, ir::KvCacheDtype kv, int64_t bat
   state.counters["pct_of_copy_cpu"] = 100.0 * bytes / cpu / 1e9 / copy_gbps_cpu(threads);
 }
 
+// Registers the row "paged_v1|v2/kiln<suffix>/batch:<batch>/context:2048/threads:<threads>".
+void add_paged_row(bool v2, std::string_view suffix, int64_t batch, int threads,
+                   std::function<void(benchmark::State&)> run) {
+  benchmark::RegisterBenchmark(fmt::format("paged_{}/kiln{}/batch:{}/context:2048/threads:{}",
+                                           v2 ? "v2" : "v1", suffix, batch, threads)
+                                   .c_str(),
+                               std::move(run))
+      ->Unit(benchmark::kMicrosecond)
+      ->MinTime(0.2);
+}
+
 void register_paged() {
+  constexpr auto kAuto = ir::KvCacheDtype::kAuto, kFp8 = ir::KvCacheDtype::kFp8E4m3;
+  const Config gather = Config().set("direct", 0);  // the `_gather` rows
   for (int threads : {1, 2}) {
     for (bool v2 : {false, true}) {
-      for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kAuto, ir::KvCacheDtype::kFp8E4m3}) {
+      for (ir::KvCacheDtype kv : {kAuto, kFp8}) {
         for (int64_t batch : {1, 8}) {
-          const bool fp8 = kv != ir::KvCacheDtype::kAuto;
-          benchmark::RegisterBenchmark(
-              fmt::format("paged_{}/kiln{}/batch:{}/context:2048/threads:{}", v2 ? "v2" : "v1",
-                          fp8 ? "_fp8_e4m3" : "", batch, threads)
-                  .c_str(),
-              [=](benchmark::State& s) { bm_paged(s, v2, kv, batch, 2048, threads); })
-              ->Unit(benchmark::kMicrosecond)
-              ->MinTime(0.2);
+          add_paged_row(v2, kv == kFp8 ? "_fp8_e4m3" : "", batch, threads,
+                        [=](benchmark::State& s) { bm_paged(s, v2, kv, batch, 2048, threads); });
         }
       }
-      for (bool gather : {false, true}) {  // f16 caches (and query), batch 8
-        benchmark::RegisterBenchmark(
-            fmt::format("paged_{}/kiln_f16{}/batch:8/context:2048/threads:{}", v2 ? "v2" : "v1",
-                        gather ? "_gather" : "", threads)
-                .c_str(),
-            [=](benchmark::State& s) {
-              bm_paged(s, v2, ir::KvCacheDtype::kAuto, 8, 2048, threads, 0,
-                       gather ? Config().set("direct", 0) : Config(), DType::kF16);
-            })
-            ->Unit(benchmark::kMicrosecond)
-            ->MinTime(0.2);
+      for (bool g : {false, true}) {  // f16 caches (and query), batch 8
+        add_paged_row(v2, g ? "_f16_gather" : "_f16", 8, threads, [=](benchmark::State& s) {
+          bm_paged(s, v2, kAuto, 8, 2048, threads, 0, g ? gather : Config(), DType::kF16);
+        });
       }
       for (int64_t batch : {1, 8}) {
-        benchmark::RegisterBenchmark(
-            fmt::format("paged_{}/kiln_gather/batch:{}/context:2048/threads:{}", v2 ? "v2" : "v1",
-                        batch, threads)
-                .c_str(),
-            [=](benchmark::State& s) {
-              bm_paged(s, v2, ir::KvCacheDtype::kAuto, batch, 2048, threads, 0,
-                       Config().set("direct", 0));
-            })
-            ->Unit(benchmark::kMicrosecond)
-            ->MinTime(0.2);
+        add_paged_row(v2, "_gather", batch, threads, [=](benchmark::State& s) {
+          bm_paged(s, v2, kAuto, batch, 2048, threads, 0, gather);
+        });
       }
-      for (bool gather : {false, true}) {  // block 8: the direct kernel's copied stage, or not
-        benchmark::RegisterBenchmark(
-            fmt::format("paged_{}/kiln_block8{}/batch:8/context:2048/threads:{}", v2 ? "v2" : "v1",
-                        gather ? "_gather" : "", threads)
-                .c_str(),
-            [=](benchmark::State& s) {
-              bm_paged(s, v2, ir::KvCacheDtype::kAuto, 8, 2048, threads, 0,
-                       Config().set("direct", gather ? 0 : 1), DType::kBF16, 8);
-            })
-            ->Unit(benchmark::kMicrosecond)
-            ->MinTime(0.2);
+      for (bool g : {false, true}) {  // block 8: the direct kernel's copied stage, or not
+        add_paged_row(v2, g ? "_block8_gather" : "_block8", 8, threads, [=](benchmark::State& s) {
+          bm_paged(s, v2, kAuto, 8, 2048, threads, 0, Config().set("direct", g ? 0 : 1),
+                   DType::kBF16, 8);
+        });
       }
       // Smaller groups (GQA 1 = MHA: 32 KV heads, GQA 4: 8), batch 1 (32 / 8 MiB of KV), the
       // default kernel and the gather.
       for (int64_t heads_kv : {int64_t(kHeadsQ), int64_t(kHeadsQ / 4)}) {
-        for (bool gather : {false, true}) {
-          benchmark::RegisterBenchmark(
-              fmt::format("paged_{}/kiln_gqa{}{}/batch:1/context:2048/threads:{}", v2 ? "v2" : "v1",
-                          kHeadsQ / heads_kv, gather ? "_gather" : "", threads)
-                  .c_str(),
-              [=](benchmark::State& s) {
-                bm_paged(s, v2, ir::KvCacheDtype::kAuto, 1, 2048, threads, 0,
-                         gather ? Config().set("direct", 0) : Config(), DType::kBF16, 16, heads_kv);
-              })
-              ->Unit(benchmark::kMicrosecond)
-              ->MinTime(0.2);
+        for (bool g : {false, true}) {
+          add_paged_row(v2, fmt::format("_gqa{}{}", kHeadsQ / heads_kv, g ? "_gather" : ""), 1,
+                        threads, [=](benchmark::State& s) {
+                          bm_paged(s, v2, kAuto, 1, 2048, threads, 0, g ? gather : Config(),
+                                   DType::kBF16, 16, heads_kv);
+                        });
         }
       }
-      {  // fp8 through the gather (the direct kernel's stage replaced it at AVX512_VBMI)
-        benchmark::RegisterBenchmark(
-            fmt::format("paged_{}/kiln_fp8_e4m3_gather/batch:8/context:2048/threads:{}",
-                        v2 ? "v2" : "v1", threads)
-                .c_str(),
-            [=](benchmark::State& s) {
-              bm_paged(s, v2, ir::KvCacheDtype::kFp8E4m3, 8, 2048, threads, 0,
-                       Config().set("direct", 0));
-            })
-            ->Unit(benchmark::kMicrosecond)
-            ->MinTime(0.2);
-      }
+      // fp8 through the gather (the direct kernel's stage replaced it at AVX512_VBMI)
+      add_paged_row(v2, "_fp8_e4m3_gather", 8, threads, [=](benchmark::State& s) {
+        bm_paged(s, v2, kFp8, 8, 2048, threads, 0, gather);
+      });
       for (int step : {1, -1}) {
-        benchmark::RegisterBenchmark(
-            fmt::format("paged_{}/kiln_blocksparse_per_{}_head/batch:8/context:2048/threads:{}",
-                        v2 ? "v2" : "v1", step > 0 ? "q" : "kv", threads)
-                .c_str(),
-            [=](benchmark::State& s) {
-              bm_paged(s, v2, ir::KvCacheDtype::kAuto, 8, 2048, threads, step);
-            })
-            ->Unit(benchmark::kMicrosecond)
-            ->MinTime(0.2);
+        add_paged_row(v2, step > 0 ? "_blocksparse_per_q_head" : "_blocksparse_per_kv_head", 8,
+                      threads,
+                      [=](benchmark::State& s) { bm_paged(s, v2, kAuto, 8, 2048, threads, step); });
       }
     }
   }

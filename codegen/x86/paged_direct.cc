@@ -35,7 +35,6 @@
 // accumulator sigma(m) holds natural element m = dd·R' + r and the sums come out in order.
 // Summing a chunk once per 16 accumulators, not once per group, is what makes keys-in-lanes
 // P·V cheap: 45 ops per 16 (dims, row) pairs per chunk of up to 512 keys.
-#include <fmt/format.h>
 #include <xbyak/xbyak.h>
 
 #include <algorithm>

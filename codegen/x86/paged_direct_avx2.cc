@@ -32,7 +32,6 @@
 // order tau again) for vcvtph2ps. A value row's two 8-key halves are converted as they are, so
 // the probabilities of a half are written in key order (one vpermps per quarter) instead of by
 // parity.
-#include <fmt/format.h>
 #include <xbyak/xbyak.h>
 
 #include <algorithm>

@@ -457,38 +457,42 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void bw_key_run_to_w
 
 // The exponent steps' tables and constants in registers.
 struct Fp8Steps {
-  __m256i normal, subnormal, top_row, top, mantissa_mask, exponent_one;
-  __m128i mantissa_bits, shift;
+  __m256i normal, subnormal, top_row;
+  __m256i mantissa_mask;   // f in both bytes of a word of (c, c)
+  __m256i exponent_mask;   // top << shift: e << shift from (c, c) << (shift − mantissa bits)
+  __m128i exponent_shift;  // shift − mantissa bits
 };
 
 __attribute__((target("avx2"), always_inline)) static inline Fp8Steps load_fp8_steps(
     const Fp8Tables16& t) {
+  const int fields = 1 << t.mantissa_bits;
   return {_mm256_load_si256(reinterpret_cast<const __m256i*>(t.normal)),
           _mm256_load_si256(reinterpret_cast<const __m256i*>(t.subnormal)),
           _mm256_load_si256(reinterpret_cast<const __m256i*>(t.top_row)),
-          _mm256_set1_epi16(int16_t(t.top)),
-          _mm256_set1_epi16(int16_t((1 << t.mantissa_bits) - 1)),
-          _mm256_set1_epi16(int16_t(1 << t.exponent_shift)),
-          _mm_cvtsi32_si128(t.mantissa_bits),
-          _mm_cvtsi32_si128(t.exponent_shift)};
+          _mm256_set1_epi16(int16_t((fields - 1) * 0x0101)),
+          _mm256_set1_epi16(int16_t(t.top << t.exponent_shift)),
+          _mm_cvtsi32_si128(t.exponent_shift - t.mantissa_bits)};
 }
 
-// 16 codes to 16 words in order (the exponent steps).
+// 16 codes to 16 words in order (the exponent steps). Each code c is widened to the word
+// (c, c): its bit 15 is the sign, (c, c) & (f mask in both bytes) + 0x0800 the table index
+// (f, f + 8), and ((c, c) << (shift − mantissa bits)) & (exponent mask) is e << shift (the high
+// byte's copy lands above the mask).
 __attribute__((target("avx2"), always_inline)) static inline __m256i avx2_step16(
     const uint8_t* codes, const Fp8Steps& s) {
-  const __m256i c = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
-  const __m256i sign = _mm256_and_si256(_mm256_slli_epi16(c, 8), _mm256_set1_epi16(-0x8000));
-  const __m256i m = _mm256_and_si256(c, _mm256_set1_epi16(0x7F));
-  const __m256i e = _mm256_srl_epi16(m, s.mantissa_bits);
-  const __m256i f = _mm256_and_si256(m, s.mantissa_mask);
-  // vpshufb index of word f of a table: bytes 2f and 2f + 1.
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
+  const __m256i halves = _mm256_permute4x64_epi64(_mm256_castsi128_si256(raw), 0x50);
+  const __m256i cc = _mm256_unpacklo_epi8(halves, halves);  // codes 0-7, then 8-15
+  const __m256i sign = _mm256_and_si256(cc, _mm256_set1_epi16(-0x8000));
   const __m256i index =
-      _mm256_add_epi16(_mm256_mullo_epi16(f, _mm256_set1_epi16(0x0202)), _mm256_set1_epi16(0x0100));
-  const __m256i exponent = _mm256_sub_epi16(_mm256_sll_epi16(e, s.shift), s.exponent_one);
+      _mm256_add_epi16(_mm256_and_si256(cc, s.mantissa_mask), _mm256_set1_epi16(0x0800));
+  const __m256i exponent =
+      _mm256_and_si256(_mm256_sll_epi16(cc, s.exponent_shift), s.exponent_mask);
   __m256i v = _mm256_add_epi16(_mm256_shuffle_epi8(s.normal, index), exponent);
   v = _mm256_blendv_epi8(v, _mm256_shuffle_epi8(s.subnormal, index),
-                         _mm256_cmpeq_epi16(e, _mm256_setzero_si256()));
-  v = _mm256_blendv_epi8(v, _mm256_shuffle_epi8(s.top_row, index), _mm256_cmpeq_epi16(e, s.top));
+                         _mm256_cmpeq_epi16(exponent, _mm256_setzero_si256()));
+  v = _mm256_blendv_epi8(v, _mm256_shuffle_epi8(s.top_row, index),
+                         _mm256_cmpeq_epi16(exponent, s.exponent_mask));  // e = top
   return _mm256_xor_si256(v, sign);
 }
 
@@ -563,16 +567,25 @@ void prepare_fp8_exponent_steps(Fp8Tables16& tables, int mantissa_bits, int expo
   tables.mantissa_bits = uint8_t(mantissa_bits);
   tables.top = uint8_t(top);
   tables.exponent_shift = uint8_t(exponent_shift);
-  for (int i = 0; i < 16; ++i) {
-    const int f = i % fields;  // words past the format's fields repeat (never indexed)
-    tables.normal[i] = tables.words[fields + f];
-    tables.subnormal[i] = tables.words[f];
-    tables.top_row[i] = tables.words[top * fields + f];
+  // value(1, f) − (1 << shift): the normal rows' value(e, f) is this + (e << shift).
+  const auto normal = [&](int f) {
+    return uint16_t(tables.words[fields + f] - (1 << exponent_shift));
+  };
+  for (int lane = 0; lane < 2; ++lane) {
+    for (int i = 0; i < 8; ++i) {
+      const int f = i % fields;  // entries past the format's fields repeat (never indexed)
+      const uint16_t words[3] = {normal(f), tables.words[f], tables.words[top * fields + f]};
+      uint8_t* planes[3] = {tables.normal, tables.subnormal, tables.top_row};
+      for (int t = 0; t < 3; ++t) {
+        planes[t][16 * lane + i] = uint8_t(words[t]);
+        planes[t][16 * lane + 8 + i] = uint8_t(words[t] >> 8);
+      }
+    }
   }
   tables.exponent_steps = true;
   for (int m = fields; m < top * fields; ++m) {
     const int e = m / fields, f = m % fields;
-    const auto stepped = uint16_t(tables.normal[f] + ((e - 1) << exponent_shift));
+    const auto stepped = uint16_t(normal(f) + (e << exponent_shift));
     if (stepped != tables.words[m]) tables.exponent_steps = false;
   }
 }

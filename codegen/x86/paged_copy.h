@@ -54,12 +54,13 @@ struct Fp8Tables16 {
   alignas(64) uint32_t by_code[256];
   /// The AVX2 decoder's exponent steps (prepare_fp8_exponent_steps), valid where
   /// `exponent_steps`: a magnitude m = (e, f) (e its exponent field, f its mantissa field) has
-  /// value(m) = normal[f] + ((e − 1) << shift) for 0 < e < top, subnormal[f] for e = 0 and
-  /// top_row[f] for e = top; each table 8 words (e5m2: its 4, repeated), repeated in both
-  /// 128-bit lanes (vpshufb).
-  alignas(32) uint16_t normal[16];
-  alignas(32) uint16_t subnormal[16];
-  alignas(32) uint16_t top_row[16];
+  /// value(m) = normal[f] + (e << shift) for 0 < e < top (normal[f] = value(1, f) − (1 <<
+  /// shift), 16-bit wrapping), subnormal[f] for e = 0 and top_row[f] for e = top. Each table is
+  /// vpshufb's: per 128-bit lane (both the same) the low bytes of the format's (up to) 8 entries
+  /// at bytes 0..7, their high bytes at 8..15, looked up by the index word (f, f + 8).
+  alignas(32) uint8_t normal[32];
+  alignas(32) uint8_t subnormal[32];
+  alignas(32) uint8_t top_row[32];
   bool exponent_steps;
   uint8_t mantissa_bits;   ///< 3 (e4m3) or 2 (e5m2)
   uint8_t top;             ///< the largest exponent field: 15 or 31

@@ -526,6 +526,13 @@ __attribute__((target("avx2"))) static void avx2_step_rows_to_words(
     const uint8_t* codes, int64_t src_stride, int64_t rows, int64_t count, const Fp8Tables16& t,
     uint16_t* words, int64_t dst_stride) {
   const Fp8Steps steps = load_fp8_steps(t);
+  if (count == 16) {  // a block of 16 keys: one step per row, no tail
+    for (int64_t r = 0; r < rows; ++r) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(words + r * dst_stride),
+                          avx2_step16(codes + r * src_stride, steps));
+    }
+    return;
+  }
   const int64_t stepped = count / 16 * 16;
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* row = codes + r * src_stride;

@@ -416,7 +416,7 @@ class PagedAttentionExecutable final : public Executable {
     }
     std::copy(tables.k.begin(), tables.k.end(), tables.k16.by_code);
     std::copy(tables.v.begin(), tables.v.end(), tables.v16.by_code);
-    if (dtype_size(p.dtype) == 2) {
+    if (dtype_size(p.dtype) == 2 && fp8_decoder() == Fp8Decoder::kAvx2) {  // its tables
       const int mantissa_bits = p.kv == ir::KvCacheDtype::kFp8E5m2 ? 2 : 3;
       const int shift = p.dtype == DType::kBF16 ? 7 : 10;
       prepare_fp8_exponent_steps(tables.k16, mantissa_bits, shift);

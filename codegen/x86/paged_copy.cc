@@ -505,19 +505,30 @@ __attribute__((target("avx2"), always_inline)) static inline __m128i avx2_to_wor
   return _mm_packus_epi32(_mm256_castsi256_si128(values), _mm256_extracti128_si256(values, 1));
 }
 
-__attribute__((target("avx2"))) static void avx2_to_words(const uint8_t* codes, int64_t n,
-                                                          const Fp8Tables16& t, uint16_t* words) {
+// `n` codes: 16 at a time by the exponent `steps` where given, the rest 8 at a time by the
+// fallback, the tail element by element.
+__attribute__((target("avx2"), always_inline)) static inline void avx2_codes_to_words(
+    const uint8_t* codes, int64_t n, const Fp8Steps* steps, const Fp8Tables16& t, uint16_t* words) {
   int64_t i = 0;
-  if (t.exponent_steps) {
-    const Fp8Steps steps = load_fp8_steps(t);
+  if (steps != nullptr) {
     for (; i + 16 <= n; i += 16) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(words + i), avx2_step16(codes + i, steps));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(words + i), avx2_step16(codes + i, *steps));
     }
   }
   for (; i + 8 <= n; i += 8) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(words + i), avx2_to_words8(codes + i, t));
   }
   for (; i < n; ++i) words[i] = uint16_t(t.by_code[codes[i]]);
+}
+
+__attribute__((target("avx2"))) static void avx2_to_words(const uint8_t* codes, int64_t n,
+                                                          const Fp8Tables16& t, uint16_t* words) {
+  if (!t.exponent_steps) {
+    avx2_codes_to_words(codes, n, nullptr, t, words);
+    return;
+  }
+  const Fp8Steps steps = load_fp8_steps(t);
+  avx2_codes_to_words(codes, n, &steps, t, words);
 }
 
 // Rows of codes by the exponent steps, the tables loaded once (a block's value rows are often
@@ -533,18 +544,8 @@ __attribute__((target("avx2"))) static void avx2_step_rows_to_words(
     }
     return;
   }
-  const int64_t stepped = count / 16 * 16;
   for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* row = codes + r * src_stride;
-    uint16_t* out = words + r * dst_stride;
-    for (int64_t i = 0; i < stepped; i += 16) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), avx2_step16(row + i, steps));
-    }
-    int64_t i = stepped;
-    for (; i + 8 <= count; i += 8) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), avx2_to_words8(row + i, t));
-    }
-    for (; i < count; ++i) out[i] = uint16_t(t.by_code[row[i]]);
+    avx2_codes_to_words(codes + r * src_stride, count, &steps, t, words + r * dst_stride);
   }
 }
 

@@ -141,22 +141,55 @@ Scratch& thread_scratch() {
 // What a packed weight and its primitives depend on: the weight type, K, N. Handlers with the
 // same class share primitives (vLLM's class cache), since every primitive is created with the
 // class's packed weight descriptor.
+//
+// Two CPU classes change what oneDNN is given (both decided by oneDNN's effective ISA, which
+// is fixed per process once cap_onednn_isa has run):
+//  - bf16 below AVX-512 (AVX2 hosts, KILN_ISA=avx2): oneDNN 2.6 has no bf16 matmul there, so
+//    the class computes in f32 (`compute`): the weight is packed as f32 once, a and the bias
+//    are widened per call, and the f32 result is rounded to bf16 (RNE) once, the same single
+//    rounding of an f32 accumulation that oneDNN's bf16 kernels do.
+//  - int8 without VNNI (AVX2, AVX-512 before Cascade Lake): oneDNN's int8 kernels multiply
+//    with vpmaddubsw, whose pairs (a + 128)·b0 + (a' + 128)·b1 saturate at int16 (2·255·127 =
+//    64770 > 32767), so full-range weights give wrong sums. The class splits every weight
+//    into b = 64·hi + lo with lo in [−32, 31] and hi in [−2, 2] (each pair then stays below
+//    2·255·32 = 16320) as 2N columns [hi | lo], and combine_split_sums forms 64·Σa·hi + Σa·lo:
+//    the exact int32 sums, at twice the multiply work.
 struct ClassKey {
   bool scaled = false;
   DType dtype = DType::kBF16;  // weight (and a, c) type; kI8 for scaled mm
   int64_t k = 0;
   int64_t n = 0;
-  auto tie() const { return std::tie(scaled, dtype, k, n); }
+  DType compute = DType::kBF16;  // the type oneDNN computes in (f32 for bf16 below AVX-512)
+  bool split = false;            // int8 weights as [hi | lo] columns (no VNNI)
+  int64_t columns() const { return split ? 2 * n : n; }
+  auto tie() const { return std::tie(scaled, dtype, k, n, compute, split); }
   bool operator<(const ClassKey& o) const { return tie() < o.tie(); }
 };
+
+// The bit of the int8 split: b = kSplitScale·hi + lo.
+constexpr int kSplitShift = 6;
+constexpr int32_t kSplitScale = 1 << kSplitShift;
+
+// oneDNN's ISA after KILN_ISA's cap (call only after cap_onednn_isa: reading it fixes it).
+bool onednn_has_bf16_matmul() {
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  return isa == dnnl::cpu_isa::avx512_core || isa == dnnl::cpu_isa::avx512_core_vnni ||
+         isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+}
+bool onednn_int8_is_exact() {
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  return isa == dnnl::cpu_isa::avx512_core_vnni || isa == dnnl::cpu_isa::avx512_core_bf16 ||
+         isa == dnnl::cpu_isa::avx512_core_amx;
+}
 
 ClassKey class_of(const OpSpec& spec) {
   if (is_plain_mm(spec.op)) {
     const auto& p = spec.get<ir::GemmParams>();
-    return {false, p.dtype, p.k, p.n};
+    const bool widen = p.dtype == DType::kBF16 && !onednn_has_bf16_matmul();
+    return {false, p.dtype, p.k, p.n, widen ? DType::kF32 : p.dtype, false};
   }
   const auto& p = spec.get<ir::ScaledGemmParams>();
-  return {true, DType::kI8, p.k, p.n};
+  return {true, DType::kI8, p.k, p.n, DType::kI8, !onednn_int8_is_exact()};
 }
 
 // The rows the weight layout is chosen for (vLLM's probe M): the layout oneDNN prefers for
@@ -177,6 +210,44 @@ struct Packed {
   std::vector<int64_t> col_sums;  // scaled mm: Σ_k b[k, n]
   int64_t bytes = 0;
 };
+
+// The weight the reorder packs when it is not the handler's payload ([N, K] row-major) itself:
+// for a split class the [2N, K] rows [hi | lo] (see ClassKey), for a class computing bf16 in
+// f32 the payload widened to f32; empty when the payload is packed as it is.
+std::vector<std::byte> staged_weight(const ClassKey& cls, const std::byte* payload) {
+  const size_t count = size_t(cls.n * cls.k);
+  std::vector<std::byte> staged;
+  if (cls.split) {
+    staged.resize(2 * count);
+    const auto* b = reinterpret_cast<const int8_t*>(payload);
+    auto* hi = reinterpret_cast<int8_t*>(staged.data());
+    int8_t* lo = hi + count;
+    for (size_t i = 0; i < count; ++i) {
+      // lo = b mod 64 centred on [−32, 31]; hi = (b − lo) / 64 is exact, in [−2, 2].
+      const int32_t low = ((int32_t(b[i]) + kSplitScale / 2) & (kSplitScale - 1)) - kSplitScale / 2;
+      lo[i] = int8_t(low);
+      hi[i] = int8_t((int32_t(b[i]) - low) / kSplitScale);
+    }
+  } else if (cls.compute == DType::kF32 && cls.dtype == DType::kBF16) {
+    staged.resize(4 * count);
+    const auto* b = reinterpret_cast<const uint16_t*>(payload);
+    auto* wide = reinterpret_cast<float*>(staged.data());
+    for (size_t i = 0; i < count; ++i) wide[i] = numeric::bf16_to_f32(b[i]);
+  }
+  return staged;
+}
+
+// A split class's sums: row r of `acc` holds the 2N sums [Σa·hi | Σa·lo]; afterwards its first
+// N entries hold Σa·b = 64·Σa·hi + Σa·lo, rows packed N apart (in place: row r's results land
+// at or before its own inputs, which are read first).
+void combine_split_sums(int32_t* acc, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t* hi = acc + r * 2 * n;
+    const int32_t* lo = hi + n;
+    int32_t* sum = acc + r * n;
+    for (int64_t j = 0; j < n; ++j) sum[j] = hi[j] * kSplitScale + lo[j];
+  }
+}
 
 struct Primitive {
   dnnl::matmul matmul;
@@ -209,11 +280,11 @@ class State {
     auto it = classes_.find(cls);
     if (it != classes_.end()) return it->second.weights;
     try {
-      const dnnl_dt w = to_dnnl(cls.dtype);
+      const dnnl_dt w = to_dnnl(cls.compute);
       const dnnl_dt dst = cls.scaled ? dnnl_dt::s32 : w;
       const dnnl::memory::desc src_md({kProbeRows, cls.k}, w, dnnl_tag::ab);
-      const dnnl::memory::desc w_md({cls.k, cls.n}, w, dnnl_tag::any);
-      const dnnl::memory::desc dst_md({kProbeRows, cls.n}, dst, dnnl_tag::ab);
+      const dnnl::memory::desc w_md({cls.k, cls.columns()}, w, dnnl_tag::any);
+      const dnnl::memory::desc dst_md({kProbeRows, cls.columns()}, dst, dnnl_tag::ab);
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, w_md, dst_md), attr,
@@ -257,10 +328,10 @@ class State {
     // Created outside the lock (oneDNN generates its kernels here: milliseconds).
     auto made = std::make_shared<Primitive>();
     try {
-      const dnnl_dt w = to_dnnl(cls.dtype);
+      const dnnl_dt w = to_dnnl(cls.compute);
       const dnnl_dt dst = cls.scaled ? dnnl_dt::s32 : w;
       const dnnl::memory::desc src_md({rows, cls.k}, w, dnnl_tag::ab);
-      const dnnl::memory::desc dst_md({rows, cls.n}, dst, dnnl_tag::ab);
+      const dnnl::memory::desc dst_md({rows, cls.columns()}, dst, dnnl_tag::ab);
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       const dnnl::matmul::desc desc =
@@ -321,11 +392,14 @@ class State {
         packed->col_sums[size_t(n)] = sum;
       }
     }
+    // What the reorder reads: the payload itself, or its split / widened copy.
+    std::vector<std::byte> staged = staged_weight(cls, payload);
+    void* plain_data = staged.empty() ? static_cast<void*>(payload) : staged.data();
     try {
       // The payload is b transposed ([N, K] row-major), i.e. b [K, N] with strides (1, K).
-      const dnnl::memory::desc plain({cls.k, cls.n}, to_dnnl(cls.dtype),
+      const dnnl::memory::desc plain({cls.k, cls.columns()}, to_dnnl(cls.compute),
                                      dnnl::memory::dims{1, cls.k});
-      dnnl::memory src(plain, engine_, payload);
+      dnnl::memory src(plain, engine_, plain_data);
       packed->weights = dnnl::memory(weights, engine_);
       dnnl::stream stream(engine_);
       dnnl::reorder(src, packed->weights).execute(stream, src, packed->weights);
@@ -409,10 +483,10 @@ Status execute(const State& state, const Primitive& prim, const ClassKey& cls, i
                const void* src, const Packed& packed, const void* bias, void* dst) {
   try {
     const dnnl::engine& engine = state.engine();
-    const dnnl_dt w = to_dnnl(cls.dtype);
+    const dnnl_dt w = to_dnnl(cls.compute);
     const dnnl_dt dst_dt = cls.scaled ? dnnl_dt::s32 : w;
     dnnl::memory src_mem({{rows, cls.k}, w, dnnl_tag::ab}, engine, const_cast<void*>(src));
-    dnnl::memory dst_mem({{rows, cls.n}, dst_dt, dnnl_tag::ab}, engine, dst);
+    dnnl::memory dst_mem({{rows, cls.columns()}, dst_dt, dnnl_tag::ab}, engine, dst);
     dnnl::memory pad_mem(
         prim.scratchpad, engine,
         thread_scratch().pad.get(std::max<size_t>(prim.scratchpad.get_size(), 64)));
@@ -545,6 +619,42 @@ void run_epilogue(const Epilogue& e) {
   }
 }
 
+// onednn_mm for a bf16 class that computes in f32 (see ClassKey): per chunk, the a rows widened
+// into a zero-padded f32 scratch, the f32 primitive, the f32 rows rounded into c once.
+Status run_mm_widened(State& state, const Packed& packed, int64_t chunk_rows,
+                      const KernelArgs& args) {
+  const ClassKey& cls = packed.cls;
+  const Tensor& c = args.tensor(0);
+  const Tensor& a = args.tensor(1);
+  const Tensor& bias = args.tensor(2);
+  const int64_t m_total = c.size(0);
+  std::vector<float> bias_f;
+  if (bias.defined()) {
+    bias_f.resize(size_t(cls.n));
+    for (int64_t j = 0; j < cls.n; ++j) bias_f[size_t(j)] = load_float(cls.dtype, bias.data(), j);
+  }
+  Scratch& scratch = thread_scratch();
+  for (int64_t row0 = 0; row0 < m_total; row0 += chunk_rows) {
+    const int64_t rows = std::min(chunk_rows, m_total - row0);
+    const int64_t bucket = m_bucket(rows);
+    ASSIGN_OR_RETURN(const std::shared_ptr<const Primitive> prim,
+                     state.primitive(cls, bucket, bias.defined()));
+    auto* src = reinterpret_cast<float*>(scratch.src.get(size_t(bucket * cls.k * 4)));
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint16_t* a_row = a.data_as<const uint16_t>() + (row0 + r) * a.stride(0);
+      float* dst_row = src + r * cls.k;
+      for (int64_t i = 0; i < cls.k; ++i) dst_row[i] = numeric::bf16_to_f32(a_row[i]);
+    }
+    std::fill(src + rows * cls.k, src + bucket * cls.k, 0.0f);
+    auto* dst = reinterpret_cast<float*>(scratch.dst.get(size_t(bucket * cls.n * 4)));
+    KILN_RETURN_IF_ERROR(execute(state, *prim, cls, bucket, src, packed,
+                                 bias_f.empty() ? nullptr : bias_f.data(), dst));
+    uint16_t* c_rows = c.data_as<uint16_t>() + row0 * cls.n;
+    for (int64_t i = 0; i < rows * cls.n; ++i) c_rows[i] = bf16_bits(dst[i]);
+  }
+  return Status::ok();
+}
+
 // onednn_mm(c, a, bias?, handler).
 Status run_mm(State& state, const OpSpec& spec, int64_t chunk_rows, int64_t small_m_rows,
               const KernelArgs& args) {
@@ -567,6 +677,7 @@ Status run_mm(State& state, const OpSpec& spec, int64_t chunk_rows, int64_t smal
   state.count_call(/*small_m=*/false);
   ASSIGN_OR_RETURN(const std::shared_ptr<const Packed> packed, state.find_or_pack(spec, handler));
   const ClassKey cls = packed->cls;
+  if (cls.compute != cls.dtype) return run_mm_widened(state, *packed, chunk_rows, args);
   const int64_t esize = int64_t(dtype_size(p.dtype));
   Scratch& scratch = thread_scratch();
   for (int64_t row0 = 0; row0 < m_total; row0 += chunk_rows) {
@@ -654,8 +765,9 @@ Status run_scaled_mm(State& state, const OpSpec& spec, int64_t chunk_rows, int64
       gather_rows(padded, a_rows, rows, bucket, p.k, p.k);
       src = padded;
     }
-    auto* acc = reinterpret_cast<int32_t*>(scratch.dst.get(size_t(bucket * p.n * 4)));
+    auto* acc = reinterpret_cast<int32_t*>(scratch.dst.get(size_t(bucket * cls.columns() * 4)));
     KILN_RETURN_IF_ERROR(execute(state, *prim, cls, bucket, src, *packed, nullptr, acc));
+    if (cls.split) combine_split_sums(acc, rows, p.n);
     e.acc = acc;
     e.c = static_cast<std::byte*>(c.data()) + row0 * p.n * out_size;
     e.row0 = row0;

@@ -67,25 +67,36 @@ double& fma_peak_gflops(int threads) {
   return peak[threads];
 }
 
-// Peak of one zmm instruction per second of CPU time: 12 independent accumulator chains per
-// thread (zmm0..11 += zmm12 (op) zmm13), best of 5. Inline asm, so that the accumulators stay
-// in registers: an intrinsics loop with an asm barrier on an array of them kept them on the
-// stack (a third of the FMA rate).
-#define KILN_PEAK_STEP(ins, acc) ins " %%zmm12, %%zmm13, %%zmm" #acc "\n"
-#define KILN_PEAK_LOOP(ins)                                                                      \
-  __asm__ volatile(                                                                              \
-      "vxorps %%zmm0, %%zmm0, %%zmm0\n vmovaps %%zmm0, %%zmm1\n vmovaps %%zmm0, %%zmm2\n"        \
-      "vmovaps %%zmm0, %%zmm3\n vmovaps %%zmm0, %%zmm4\n vmovaps %%zmm0, %%zmm5\n"               \
-      "vmovaps %%zmm0, %%zmm6\n vmovaps %%zmm0, %%zmm7\n vmovaps %%zmm0, %%zmm8\n"               \
-      "vmovaps %%zmm0, %%zmm9\n vmovaps %%zmm0, %%zmm10\n vmovaps %%zmm0, %%zmm11\n"             \
-      "vmovaps %%zmm0, %%zmm12\n vmovaps %%zmm0, %%zmm13\n mov %0, %%rcx\n 1:\n" KILN_PEAK_STEP( \
-          ins, 0) KILN_PEAK_STEP(ins, 1) KILN_PEAK_STEP(ins, 2) KILN_PEAK_STEP(ins, 3)           \
-          KILN_PEAK_STEP(ins, 4) KILN_PEAK_STEP(ins, 5) KILN_PEAK_STEP(ins, 6)                   \
-              KILN_PEAK_STEP(ins, 7) KILN_PEAK_STEP(ins, 8) KILN_PEAK_STEP(ins, 9)               \
-                  KILN_PEAK_STEP(ins, 10) KILN_PEAK_STEP(ins, 11) "dec %%rcx\n jnz 1b\n"         \
-      :                                                                                          \
-      : "r"(steps)                                                                               \
-      : "rcx", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",   \
+// Peak of one vector instruction per second of CPU time: 12 independent accumulator chains
+// per thread (v0..11 += v12 (op) v13, v = zmm or ymm), best of 5. Inline asm, so that the
+// accumulators stay in registers: an intrinsics loop with an asm barrier on an array of them
+// kept them on the stack (a third of the FMA rate).
+#define KILN_PEAK_STEP(ins, reg, acc) ins " %%" reg "12, %%" reg "13, %%" reg #acc "\n"
+#define KILN_PEAK_LOOP(ins, reg)                                                                  \
+  __asm__ volatile(                                                                               \
+      "vxorps %%" reg "0, %%" reg "0, %%" reg                                                     \
+      "0\n"                                                                                       \
+      "vmovaps %%" reg "0, %%" reg "1\n vmovaps %%" reg "0, %%" reg                               \
+      "2\n"                                                                                       \
+      "vmovaps %%" reg "0, %%" reg "3\n vmovaps %%" reg "0, %%" reg                               \
+      "4\n"                                                                                       \
+      "vmovaps %%" reg "0, %%" reg "5\n vmovaps %%" reg "0, %%" reg                               \
+      "6\n"                                                                                       \
+      "vmovaps %%" reg "0, %%" reg "7\n vmovaps %%" reg "0, %%" reg                               \
+      "8\n"                                                                                       \
+      "vmovaps %%" reg "0, %%" reg "9\n vmovaps %%" reg "0, %%" reg                               \
+      "10\n"                                                                                      \
+      "vmovaps %%" reg "0, %%" reg "11\n vmovaps %%" reg "0, %%" reg                              \
+      "12\n"                                                                                      \
+      "vmovaps %%" reg "0, %%" reg "13\n mov %0, %%rcx\n 1:\n" KILN_PEAK_STEP(ins, reg, 0)        \
+          KILN_PEAK_STEP(ins, reg, 1) KILN_PEAK_STEP(ins, reg, 2) KILN_PEAK_STEP(ins, reg, 3)     \
+              KILN_PEAK_STEP(ins, reg, 4) KILN_PEAK_STEP(ins, reg, 5) KILN_PEAK_STEP(ins, reg, 6) \
+                  KILN_PEAK_STEP(ins, reg, 7) KILN_PEAK_STEP(ins, reg, 8)                         \
+                      KILN_PEAK_STEP(ins, reg, 9) KILN_PEAK_STEP(ins, reg, 10)                    \
+                          KILN_PEAK_STEP(ins, reg, 11) "dec %%rcx\n jnz 1b\n vzeroupper\n"        \
+      :                                                                                           \
+      : "r"(steps)                                                                                \
+      : "rcx", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",    \
         "xmm10", "xmm11", "xmm12", "xmm13", "cc")
 
 template <class Loop>
@@ -103,15 +114,25 @@ double measure_peak_gflops_cpu(int threads, double flops_per_instruction, Loop l
   return best;
 }
 
-// vfmadd231ps zmm (the fp32 path's instruction, config dpbf16=0): 16 lanes x 2 flops.
+// The host's widest fp32 FMA (the fp32 path's instruction, config dpbf16=0; on an AVX2 host
+// the vec16 path's): vfmadd231ps zmm, 16 lanes x 2 flops, or ymm, 8 x 2.
+const char* fma_peak_instruction() {
+  return detect_host_x86_isa() >= X86Isa::kAvx512 ? "vfmadd231ps zmm" : "vfmadd231ps ymm";
+}
 double measure_fma_gflops(int threads) {
-  return measure_peak_gflops_cpu(threads, 32.0,
-                                 [](int64_t steps) { KILN_PEAK_LOOP("vfmadd231ps"); });
+  if (detect_host_x86_isa() >= X86Isa::kAvx512) {
+    return measure_peak_gflops_cpu(threads, 32.0,
+                                   [](int64_t steps) { KILN_PEAK_LOOP("vfmadd231ps", "zmm"); });
+  }
+  return measure_peak_gflops_cpu(threads, 16.0,
+                                 [](int64_t steps) { KILN_PEAK_LOOP("vfmadd231ps", "ymm"); });
 }
 
-// vdpbf16ps zmm: 16 lanes x 2 pairs x 2 flops.
+// vdpbf16ps zmm: 16 lanes x 2 pairs x 2 flops; 0 where the CPU has no AVX512_BF16.
 double measure_dpbf16_gflops(int threads) {
-  return measure_peak_gflops_cpu(threads, 64.0, [](int64_t steps) { KILN_PEAK_LOOP("vdpbf16ps"); });
+  if (detect_host_x86_isa() < X86Isa::kAvx512Bf16) return 0;
+  return measure_peak_gflops_cpu(threads, 64.0,
+                                 [](int64_t steps) { KILN_PEAK_LOOP("vdpbf16ps", "zmm"); });
 }
 
 // The KV caches and the copy buffers ask for transparent huge pages (bench::HugeVector): the
@@ -312,14 +333,52 @@ __attribute__((target("avx512f"))) void copy_avx512_nt(uint8_t* dst, const uint8
   std::memcpy(dst + i, src + i, bytes - i);
 }
 
+// The same two copies on an AVX2 host (32-byte loads and stores, eight per 256 bytes).
+__attribute__((target("avx2"))) void copy_avx2(uint8_t* dst, const uint8_t* src, size_t bytes,
+                                               bool streaming) {
+  size_t i = 0;
+  if (streaming) {
+    const size_t head = (32 - reinterpret_cast<uintptr_t>(dst) % 32) % 32;
+    std::memcpy(dst, src, std::min(head, bytes));
+    i = std::min(head, bytes);
+  }
+  for (; i + 128 <= bytes; i += 128) {
+    __m256i v[4];
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 32 * j));
+    }
+    for (int j = 0; j < 4; ++j) {
+      auto* to = reinterpret_cast<__m256i*>(dst + i + 32 * j);
+      if (streaming) {
+        _mm256_stream_si256(to, v[j]);
+      } else {
+        _mm256_storeu_si256(to, v[j]);
+      }
+    }
+  }
+  if (streaming) _mm_sfence();
+  std::memcpy(dst + i, src + i, bytes - i);
+}
+
+// The host's plain vector copy: AVX-512 where the CPU has it, else AVX2.
+void copy_vector(uint8_t* dst, const uint8_t* src, size_t bytes, bool streaming) {
+  static const bool avx512 = detect_host_x86_isa() >= X86Isa::kAvx512;
+  if (!avx512) {
+    copy_avx2(dst, src, bytes, streaming);
+  } else if (streaming) {
+    copy_avx512_nt(dst, src, bytes);
+  } else {
+    copy_avx512(dst, src, bytes);
+  }
+}
+
 // Copy bandwidth (bytes read + written) of a `bytes` buffer (32 MB: 64 MB moved) with `threads`
 // threads, per second of CPU time: the ceiling for the *_cpu figures. The best of memcpy, the
-// AVX-512 loop and its non-temporal variant, 5 repeats each. The buffers are first touched (page
-// faults, placement) by the threads that copy them, outside the timing; the time is each copying
-// thread's own CPU time (CLOCK_THREAD_CPUTIME_ID), so idle OpenMP threads spinning in the pool do
-// not count.
-// A `bytes` buffer of huge pages, allocated and not touched: the measuring threads touch their
-// own parts first (page faults, placement).
+// vector loop (AVX-512, or AVX2) and its non-temporal variant, 5 repeats each. The buffers are
+// first touched (page faults, placement) by the threads that copy them, outside the timing; the
+// time is each copying thread's own CPU time (CLOCK_THREAD_CPUTIME_ID), so idle OpenMP threads
+// spinning in the pool do not count. A `bytes` buffer of huge pages, allocated and not touched: the
+// measuring threads touch their own parts first (page faults, placement).
 using CeilingBuffer = std::unique_ptr<uint8_t, void (*)(uint8_t*)>;
 CeilingBuffer ceiling_buffer(size_t bytes) {
   return CeilingBuffer(HugePageAllocator<uint8_t>().allocate(bytes),
@@ -353,10 +412,8 @@ double measure_copy_gbps_cpu(int threads, size_t bytes = size_t(32) << 20) {
       const double c0 = thread_cpu_seconds();
       if (rep % 3 == 0) {
         std::memcpy(dst.get() + begin, src.get() + begin, end - begin);
-      } else if (rep % 3 == 1) {
-        copy_avx512(dst.get() + begin, src.get() + begin, end - begin);
       } else {
-        copy_avx512_nt(dst.get() + begin, src.get() + begin, end - begin);
+        copy_vector(dst.get() + begin, src.get() + begin, end - begin, rep % 3 == 2);
       }
       cpu += thread_cpu_seconds() - c0;
     }
@@ -391,10 +448,29 @@ __attribute__((target("avx512f"))) uint64_t read_avx512(const uint8_t* src, size
   return sum;
 }
 #pragma GCC diagnostic pop
+__attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t* src, size_t bytes) {
+  __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                    _mm256_setzero_si256()};
+  size_t i = 0;
+  for (; i + 128 <= bytes; i += 128) {
+    for (int j = 0; j < 4; ++j) {
+      acc[j] = _mm256_add_epi64(
+          acc[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 32 * j)));
+    }
+  }
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(
+      reinterpret_cast<__m256i*>(lanes),
+      _mm256_add_epi64(_mm256_add_epi64(acc[0], acc[1]), _mm256_add_epi64(acc[2], acc[3])));
+  uint64_t sum = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+  for (; i < bytes; ++i) sum += src[i];
+  return sum;
+}
 
 // Read bandwidth of a `bytes` buffer with `threads` threads, per second of CPU time, measured
 // as measure_copy_gbps_cpu measures the copy (first touch by the reading threads, best of 7).
 double measure_read_gbps_cpu(int threads, size_t bytes) {
+  static const bool avx512 = detect_host_x86_isa() >= X86Isa::kAvx512;
   const CeilingBuffer src = ceiling_buffer(bytes);
   const auto range = [&](size_t* begin, size_t* end) { thread_part(bytes, begin, end); };
 #pragma omp parallel num_threads(threads)
@@ -412,7 +488,8 @@ double measure_read_gbps_cpu(int threads, size_t bytes) {
       size_t begin = 0, end = 0;
       range(&begin, &end);
       const double c0 = thread_cpu_seconds();
-      sum += read_avx512(src.get() + begin, end - begin);
+      sum += avx512 ? read_avx512(src.get() + begin, end - begin)
+                    : read_avx2(src.get() + begin, end - begin);
       cpu += thread_cpu_seconds() - c0;
     }
     best = std::max(best, double(bytes) / (cpu / double(threads)) / 1e9);
@@ -896,9 +973,12 @@ int main(int argc, char** argv) {
     fma_peak_gflops(threads) = measure_fma_gflops(threads);
     copy_gbps_cpu(threads) = measure_copy_gbps_cpu(threads);
     fmt::print(
-        "per second of CPU time, {} thread(s): vdpbf16ps peak {:.1f} GFLOP/s, vfmadd231ps peak "
-        "{:.1f} GFLOP/s (best of 5 each), copy {:.1f} GB/s at 64 MB moved (best of 7)\n",
-        threads, dpbf16_peak_gflops(threads), fma_peak_gflops(threads), copy_gbps_cpu(threads));
+        "per second of CPU time, {} thread(s): vdpbf16ps peak {}, {} peak {:.1f} GFLOP/s (best "
+        "of 5 each), copy {:.1f} GB/s at 64 MB moved (best of 7)\n",
+        threads,
+        dpbf16_peak_gflops(threads) > 0 ? fmt::format("{:.1f} GFLOP/s", dpbf16_peak_gflops(threads))
+                                        : std::string("- (no AVX512_BF16 here)"),
+        fma_peak_instruction(), fma_peak_gflops(threads), copy_gbps_cpu(threads));
     // Decode with GQA 8 is an 8 x T by T x D product per KV head for Q·Kᵀ and for P·V: 8 query
     // rows x 2 flops per KV element of 2 bytes = 8 flops per KV byte, so the vdpbf16ps path
     // (kiln_vec_dot) cannot read KV faster than its peak / 8 even with free interleaving, nor
@@ -907,6 +987,7 @@ int main(int argc, char** argv) {
     for (const auto& [path, peak] :
          {std::pair<const char*, double>{"vdpbf16ps", dpbf16_peak_gflops(threads)},
           {"fp32 (vfmadd231ps)", fma_peak_gflops(threads)}}) {
+      if (peak == 0) continue;
       fmt::print(
           "  decode compute bound of the {} path (GQA 8: 8 flops per KV byte): {:.1f} GB/s "
           "= {:.0f}% of that copy\n",

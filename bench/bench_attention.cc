@@ -294,84 +294,6 @@ double thread_cpu_seconds() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-// A plain AVX-512 copy (64-byte loads and ordinary stores), the same at every size. glibc's
-// memcpy changes strategy with the size (vector loop, `rep movsb`, non-temporal stores past a
-// threshold derived from the L3 size): on this VM its 64 MiB copies ran at half the speed of
-// its 16 and 256 MiB ones, which made the per-shape ceiling jump between shapes.
-__attribute__((target("avx512f"))) void copy_avx512(uint8_t* dst, const uint8_t* src,
-                                                    size_t bytes) {
-  size_t i = 0;
-  for (; i + 256 <= bytes; i += 256) {
-    const __m512i a = _mm512_loadu_si512(src + i), b = _mm512_loadu_si512(src + i + 64);
-    const __m512i c = _mm512_loadu_si512(src + i + 128), d = _mm512_loadu_si512(src + i + 192);
-    _mm512_storeu_si512(dst + i, a);
-    _mm512_storeu_si512(dst + i + 64, b);
-    _mm512_storeu_si512(dst + i + 128, c);
-    _mm512_storeu_si512(dst + i + 192, d);
-  }
-  std::memcpy(dst + i, src + i, bytes - i);
-}
-// The same with non-temporal stores: no read-for-ownership of the destination, the fastest
-// copy once the buffers are past the caches (a regular-store copy of 2 x 64 MiB measured
-// 14 GB/s here against 29 for 2 x 16 MiB, which the 480 MiB L3 of this VM still serves).
-__attribute__((target("avx512f"))) void copy_avx512_nt(uint8_t* dst, const uint8_t* src,
-                                                       size_t bytes) {
-  size_t i = 0;
-  // dst + i is 64-byte aligned for the streaming stores (the buffers are new[]-allocated and
-  // the per-thread ranges start on 4 KiB boundaries; the head is copied plainly otherwise).
-  const size_t head = (64 - reinterpret_cast<uintptr_t>(dst) % 64) % 64;
-  std::memcpy(dst, src, std::min(head, bytes));
-  for (i = std::min(head, bytes); i + 256 <= bytes; i += 256) {
-    const __m512i a = _mm512_loadu_si512(src + i), b = _mm512_loadu_si512(src + i + 64);
-    const __m512i c = _mm512_loadu_si512(src + i + 128), d = _mm512_loadu_si512(src + i + 192);
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), a);
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i + 64), b);
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i + 128), c);
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i + 192), d);
-  }
-  _mm_sfence();
-  std::memcpy(dst + i, src + i, bytes - i);
-}
-
-// The same two copies on an AVX2 host (32-byte loads and stores, eight per 256 bytes).
-__attribute__((target("avx2"))) void copy_avx2(uint8_t* dst, const uint8_t* src, size_t bytes,
-                                               bool streaming) {
-  size_t i = 0;
-  if (streaming) {
-    const size_t head = (32 - reinterpret_cast<uintptr_t>(dst) % 32) % 32;
-    std::memcpy(dst, src, std::min(head, bytes));
-    i = std::min(head, bytes);
-  }
-  for (; i + 128 <= bytes; i += 128) {
-    __m256i v[4];
-    for (int j = 0; j < 4; ++j) {
-      v[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 32 * j));
-    }
-    for (int j = 0; j < 4; ++j) {
-      auto* to = reinterpret_cast<__m256i*>(dst + i + 32 * j);
-      if (streaming) {
-        _mm256_stream_si256(to, v[j]);
-      } else {
-        _mm256_storeu_si256(to, v[j]);
-      }
-    }
-  }
-  if (streaming) _mm_sfence();
-  std::memcpy(dst + i, src + i, bytes - i);
-}
-
-// The host's plain vector copy: AVX-512 where the CPU has it, else AVX2.
-void copy_vector(uint8_t* dst, const uint8_t* src, size_t bytes, bool streaming) {
-  static const bool avx512 = detect_host_x86_isa() >= X86Isa::kAvx512;
-  if (!avx512) {
-    copy_avx2(dst, src, bytes, streaming);
-  } else if (streaming) {
-    copy_avx512_nt(dst, src, bytes);
-  } else {
-    copy_avx512(dst, src, bytes);
-  }
-}
-
 // Copy bandwidth (bytes read + written) of a `bytes` buffer (32 MB: 64 MB moved) with `threads`
 // threads, per second of CPU time: the ceiling for the *_cpu figures. The best of memcpy, the
 // vector loop (AVX-512, or AVX2) and its non-temporal variant, 5 repeats each. The buffers are
@@ -413,7 +335,7 @@ double measure_copy_gbps_cpu(int threads, size_t bytes = size_t(32) << 20) {
       if (rep % 3 == 0) {
         std::memcpy(dst.get() + begin, src.get() + begin, end - begin);
       } else {
-        copy_vector(dst.get() + begin, src.get() + begin, end - begin, rep % 3 == 2);
+        bench::copy_vector(dst.get() + begin, src.get() + begin, end - begin, rep % 3 == 2);
       }
       cpu += thread_cpu_seconds() - c0;
     }

@@ -371,8 +371,8 @@ void print_summary() {
             ? 0
             : ceilings().peak[int(r.kind == Kind::kBf16 ? PeakKind::kAmxBf16 : PeakKind::kAmxI8)];
     fmt::print(
-        "| {} | {} | {:.0f} | {:.0f} | {:.0f}% | {} | {:.1f} | {} |\n", kind_name(r.kind), r.m,
-        r.us, r.gflops, 100 * r.gflops / isa,
+        "| {} | {} | {:.0f} | {:.0f} | {} | {} | {:.1f} | {} |\n", kind_name(r.kind), r.m, r.us,
+        r.gflops, isa > 0 ? fmt::format("{:.0f}%", 100 * r.gflops / isa) : "-",
         amx > 0 ? fmt::format("{:.0f}%", 100 * r.gflops / amx) : "-", r.weight_gbps,
         r.m <= 16 ? fmt::format("{:.0f}% of {:.1f}", 100 * r.weight_gbps / r.copy_gbps, r.copy_gbps)
                   : "-");
@@ -406,14 +406,37 @@ template <int kStreams>
   return sum;
 }
 #pragma GCC diagnostic pop
+// The same with 32-byte AVX2 loads (a CPU without AVX-512).
+template <int kStreams>
+[[gnu::target("avx2")]] float read_streams_avx2(const std::byte* p, size_t bytes) {
+  constexpr size_t kRow = 16384;
+  __m256 acc[kStreams];
+  for (int s = 0; s < kStreams; ++s) acc[s] = _mm256_setzero_ps();
+  for (size_t b = 0; b + kStreams * kRow <= bytes; b += kStreams * kRow) {
+    for (size_t off = 0; off < kRow; off += 32) {
+#pragma GCC unroll 8
+      for (int s = 0; s < kStreams; ++s) {
+        acc[s] = _mm256_add_ps(
+            acc[s], _mm256_loadu_ps(reinterpret_cast<const float*>(p + b + s * kRow + off)));
+      }
+    }
+  }
+  alignas(32) float lanes[8];
+  float sum = 0;
+  for (int s = 0; s < kStreams; ++s) {
+    _mm256_store_ps(lanes, acc[s]);
+    for (float lane : lanes) sum += lane;
+  }
+  return sum;
+}
 
 // The read-only ceiling: GB/s of a plain AVX-512 read of 512 MB split over `threads` threads,
 // best of a single sequential stream and 8 interleaved streams per thread (several streams
 // keep more misses in flight on one core), best of 5 passes each. A GEMV reads its weight and
 // writes almost nothing, so this, not the copy (which moves each byte twice, its stores
-// streaming), is the rate it can reach; 0 without AVX-512.
+// streaming), is the rate it can reach. AVX-512 loads, or AVX2 ones on a CPU without it.
 double measure_read_gbps(int threads) {
-  if (!__builtin_cpu_supports("avx512f")) return 0;
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
   const size_t bytes = size_t(512) << 20;
   std::unique_ptr<std::byte[]> buffer(new std::byte[bytes]);
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -426,8 +449,11 @@ double measure_read_gbps(int threads) {
     {
       const size_t t = size_t(omp_get_thread_num()), nt = size_t(omp_get_num_threads());
       const size_t share = bytes / nt;
-      const float v = pass % 2 == 0 ? read_streams<1>(buffer.get() + t * share, share)
-                                    : read_streams<8>(buffer.get() + t * share, share);
+      const std::byte* part = buffer.get() + t * share;
+      const float v =
+          avx512 ? (pass % 2 == 0 ? read_streams<1>(part, share) : read_streams<8>(part, share))
+                 : (pass % 2 == 0 ? read_streams_avx2<1>(part, share)
+                                  : read_streams_avx2<8>(part, share));
       sink = sink + v;
     }
     const double seconds =
@@ -548,9 +574,13 @@ void report_small(const jit::Backend& onednn, int threads) {
         const double best = times[i].front(), median = times[i][times[i].size() / 2];
         std::string path;
         if (small_calls[i] > 0) {
-          path = fmt::format("kiln small-M ({})", kind == Kind::kF32    ? "vfmadd231ps"
-                                                  : kind == Kind::kBf16 ? "vdpbf16ps"
-                                                                        : "vpdpbusd");
+          const bool avx512 =
+              codegen::onednn::small_m::variant_for(dt, host_target(BackendKind::kOnednn).isa) ==
+              codegen::onednn::small_m::Variant::kAvx512;
+          path = fmt::format("kiln small-M ({})", kind == Kind::kF32 ? "vfmadd231ps"
+                                                  : kind == Kind::kBf16
+                                                      ? (avx512 ? "vdpbf16ps" : "bf16 halves, FMA")
+                                                      : (avx512 ? "vpdpbusd" : "vpmaddwd"));
         } else {
           auto impl = codegen::onednn::implementation_name(onednn, sc.mm, m);
           path = "oneDNN " + (impl.is_ok() ? impl.value() : impl.status().to_string());

@@ -2,11 +2,11 @@
 // multiply-accumulate instructions with no memory operands, so the loop is bound only by the
 // issue rate of that instruction:
 //   vector kinds: 12 zmm accumulators (more than latency 4 x 2 FMA ports needs), one
-//                 instruction each per round;
+//                 instruction each per round (fp32 FMA on a CPU without AVX-512: 12 ymm);
 //   AMX kinds:    4 accumulator tiles (tmm0-3) fed by two A tiles (tmm4-5) and two B tiles
 //                 (tmm6-7), all 16 rows x 64 bytes, one tile op each per round.
 // Operands are zero (no denormal or NaN slow paths). Work per round:
-//   vfmadd231ps  12 x 16 x 2           =    384 flop
+//   vfmadd231ps  12 x 16 x 2           =    384 flop (ymm: 192)
 //   vdpbf16ps    12 x 16 x 2 x 2       =    768 flop
 //   vpdpbusd     12 x 16 x 4 x 2       =  1,536 op
 //   tdpbf16ps     4 x 16 x 16 x 32 x 2 = 65,536 flop
@@ -30,9 +30,16 @@ namespace {
 constexpr int kVectorAccumulators = 12;
 constexpr int kTileOpsPerRound = 4;
 
+// The fp32 FMA peak in ymm registers: on a CPU without AVX-512 (8 lanes per instruction).
+bool ymm_fma(PeakKind kind) {
+  using Cpu = Xbyak::util::Cpu;
+  static const Cpu cpu;
+  return kind == PeakKind::kFmaF32 && !cpu.has(Cpu::tAVX512F);
+}
+
 double ops_per_round(PeakKind kind) {
   switch (kind) {
-    case PeakKind::kFmaF32: return kVectorAccumulators * 16 * 2;
+    case PeakKind::kFmaF32: return kVectorAccumulators * (ymm_fma(kind) ? 8 : 16) * 2;
     case PeakKind::kDpBf16: return kVectorAccumulators * 16 * 2 * 2;
     case PeakKind::kVnniI8: return kVectorAccumulators * 16 * 4 * 2;
     case PeakKind::kAmxBf16: return kTileOpsPerRound * 16.0 * 16 * 32 * 2;
@@ -45,6 +52,7 @@ bool is_amx(PeakKind kind) {
   return kind == PeakKind::kAmxBf16 || kind == PeakKind::kAmxI8;
 }
 
+
 // void loop(int64_t rounds /* rdi */, const void* tile_config /* rsi */)
 class PeakLoop : public Xbyak::CodeGenerator {
  public:
@@ -53,6 +61,8 @@ class PeakLoop : public Xbyak::CodeGenerator {
     if (is_amx(kind)) {
       ldtilecfg(ptr[rsi]);
       for (int i = 0; i < 8; ++i) tilezero(Tmm(i));
+    } else if (ymm_fma(kind)) {
+      for (int i = 0; i < kVectorAccumulators + 2; ++i) vxorps(Ymm(i), Ymm(i), Ymm(i));
     } else {
       for (int i = 0; i < kVectorAccumulators; ++i) vpxord(Zmm(i), Zmm(i), Zmm(i));
       vpxord(zmm30, zmm30, zmm30);
@@ -62,7 +72,13 @@ class PeakLoop : public Xbyak::CodeGenerator {
     L(l_loop);
     switch (kind) {
       case PeakKind::kFmaF32:
-        for (int i = 0; i < kVectorAccumulators; ++i) vfmadd231ps(Zmm(i), zmm30, zmm31);
+        for (int i = 0; i < kVectorAccumulators; ++i) {
+          if (ymm_fma(kind)) {
+            vfmadd231ps(Ymm(i), Ymm(kVectorAccumulators), Ymm(kVectorAccumulators + 1));
+          } else {
+            vfmadd231ps(Zmm(i), zmm30, zmm31);
+          }
+        }
         break;
       case PeakKind::kDpBf16:
         for (int i = 0; i < kVectorAccumulators; ++i) vdpbf16ps(Zmm(i), zmm30, zmm31);
@@ -122,7 +138,8 @@ bool request_amx_permission() {
 
 std::string_view peak_name(PeakKind kind) {
   switch (kind) {
-    case PeakKind::kFmaF32: return "fp32 FMA (vfmadd231ps zmm)";
+    case PeakKind::kFmaF32:
+      return ymm_fma(kind) ? "fp32 FMA (vfmadd231ps ymm)" : "fp32 FMA (vfmadd231ps zmm)";
     case PeakKind::kDpBf16: return "bf16 dot (vdpbf16ps zmm)";
     case PeakKind::kVnniI8: return "int8 VNNI (vpdpbusd zmm)";
     case PeakKind::kAmxBf16: return "AMX bf16 (tdpbf16ps)";
@@ -135,7 +152,7 @@ bool peak_available(PeakKind kind) {
   using Cpu = Xbyak::util::Cpu;
   static const Cpu cpu;
   switch (kind) {
-    case PeakKind::kFmaF32: return cpu.has(Cpu::tAVX512F);
+    case PeakKind::kFmaF32: return cpu.has(Cpu::tAVX512F) || cpu.has(Cpu::tFMA);
     case PeakKind::kDpBf16: return cpu.has(Cpu::tAVX512_BF16);
     case PeakKind::kVnniI8: return cpu.has(Cpu::tAVX512_VNNI);
     case PeakKind::kAmxBf16:

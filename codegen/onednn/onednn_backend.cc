@@ -619,6 +619,12 @@ void run_epilogue(const Epilogue& e) {
   }
 }
 
+// Calls with at most `rows` rows run kiln's small-M kernel in `variant` (small_m.h).
+struct SmallM {
+  int64_t rows = 0;
+  small_m::Variant variant = small_m::Variant::kNone;
+};
+
 // onednn_mm for a bf16 class that computes in f32 (see ClassKey): per chunk, the a rows widened
 // into a zero-padded f32 scratch, the f32 primitive, the f32 rows rounded into c once.
 Status run_mm_widened(State& state, const Packed& packed, int64_t chunk_rows,
@@ -656,7 +662,7 @@ Status run_mm_widened(State& state, const Packed& packed, int64_t chunk_rows,
 }
 
 // onednn_mm(c, a, bias?, handler).
-Status run_mm(State& state, const OpSpec& spec, int64_t chunk_rows, int64_t small_m_rows,
+Status run_mm(State& state, const OpSpec& spec, int64_t chunk_rows, const SmallM& small,
               const KernelArgs& args) {
   const auto& p = spec.get<ir::GemmParams>();
   const Tensor& c = args.tensor(0);
@@ -666,9 +672,9 @@ Status run_mm(State& state, const OpSpec& spec, int64_t chunk_rows, int64_t smal
   KILN_RETURN_IF_ERROR(ref::check_onednn_handler(spec, handler));
   const int64_t m_total = c.size(0);
   if (m_total == 0) return Status::ok();
-  if (m_total <= small_m_rows) {
+  if (m_total <= small.rows) {
     // kiln's small-M kernel streams the handler's own [N, K] payload: no packed copy needed.
-    small_m::mm(p.dtype, m_total, p.k, p.n, a.data(), a.stride(0),
+    small_m::mm(small.variant, p.dtype, m_total, p.k, p.n, a.data(), a.stride(0),
                 static_cast<const std::byte*>(handler.data()) + kHeaderBytes,
                 bias.defined() ? bias.data() : nullptr, c.data());
     state.count_call(/*small_m=*/true);
@@ -704,7 +710,7 @@ Status run_mm(State& state, const OpSpec& spec, int64_t chunk_rows, int64_t smal
 }
 
 // onednn_scaled_mm(c, a, a_scales, azp?, azp_adj?, bias?, handler).
-Status run_scaled_mm(State& state, const OpSpec& spec, int64_t chunk_rows, int64_t small_m_rows,
+Status run_scaled_mm(State& state, const OpSpec& spec, int64_t chunk_rows, const SmallM& small,
                      const KernelArgs& args) {
   const auto& p = spec.get<ir::ScaledGemmParams>();
   const Tensor& c = args.tensor(0);
@@ -735,15 +741,15 @@ Status run_scaled_mm(State& state, const OpSpec& spec, int64_t chunk_rows, int64
   e.azp = azp;
   e.azp_adj = azp_adj;
   e.bias = bias_f.empty() ? nullptr : bias_f.data();
-  if (m_total <= small_m_rows) {
+  if (m_total <= small.rows) {
     // kiln's small-M kernel: exact s32 sums from the handler's [N, K] payload, then the same
     // epilogue as the oneDNN path.
     auto* acc = reinterpret_cast<int32_t*>(scratch.dst.get(size_t(m_total * p.n * 4)));
-    auto* shifted = reinterpret_cast<uint8_t*>(scratch.src.get(size_t(m_total * p.k)));
-    small_m::mm_s8(m_total, p.k, p.n, a.data_as<const int8_t>(), a.stride(0),
+    void* a_scratch = scratch.src.get(size_t(2 * m_total * p.k));
+    small_m::mm_s8(small.variant, m_total, p.k, p.n, a.data_as<const int8_t>(), a.stride(0),
                    reinterpret_cast<const int8_t*>(static_cast<const std::byte*>(handler.data()) +
                                                    kHeaderBytes + 4 * (p.per_channel ? p.n : 1)),
-                   packed->col_sums.data(), shifted, acc);
+                   packed->col_sums.data(), a_scratch, acc);
     e.acc = acc;
     e.c = static_cast<std::byte*>(c.data());
     e.row0 = 0;
@@ -789,15 +795,12 @@ DType small_m_dtype(const OpSpec& spec) {
   return is_plain_mm(spec.op) ? spec.get<ir::GemmParams>().dtype : DType::kI8;
 }
 
-// The small-M bound for `spec` at ISA level `isa` (KILN_ISA): the kernel's default where the
-// CPU and the level allow its instructions (f32: AVX-512; bf16: AVX512_BF16; int8: AVX-512 +
-// VNNI, which every AVX512_BF16 CPU has), else 0 (always oneDNN).
+// The small-M bound for `spec` at ISA level `isa` (KILN_ISA): the default of the kernel
+// variant the CPU and the level allow (small_m::variant_for: AVX-512 with BF16 / VNNI, or
+// AVX2 + FMA), else 0 (always oneDNN).
 int64_t default_small_m_rows(const OpSpec& spec, X86Isa isa) {
   const DType dtype = small_m_dtype(spec);
-  if (!small_m::cpu_supports(dtype)) return 0;
-  const X86Isa need = dtype == DType::kBF16 ? X86Isa::kAvx512Bf16 : X86Isa::kAvx512;
-  if (isa < need) return 0;
-  return small_m::default_max_rows(dtype);
+  return small_m::default_max_rows(dtype, small_m::variant_for(dtype, isa));
 }
 
 // oneDNN's ISA cap for kiln's level: avx2 → avx2, avx512 → avx512_core_vnni (kiln's level has
@@ -853,11 +856,10 @@ Status cap_onednn_isa(X86Isa isa) {
 
 class OnednnExecutable final : public Executable {
  public:
-  OnednnExecutable(OpSpec spec, int64_t chunk_rows, int64_t small_m_rows,
-                   std::shared_ptr<State> state)
+  OnednnExecutable(OpSpec spec, int64_t chunk_rows, SmallM small_m, std::shared_ptr<State> state)
       : spec_(std::move(spec)),
         chunk_rows_(chunk_rows),
-        small_m_rows_(small_m_rows),
+        small_m_(small_m),
         state_(std::move(state)) {}
 
   Status run(const KernelArgs& args) const override {
@@ -871,9 +873,9 @@ class OnednnExecutable final : public Executable {
     switch (spec_.op) {
       case OpKind::kCreateOnednnMm:
       case OpKind::kCreateOnednnScaledMm: return run_create(*state_, spec_, args);
-      case OpKind::kOnednnMm: return run_mm(*state_, spec_, chunk_rows_, small_m_rows_, args);
+      case OpKind::kOnednnMm: return run_mm(*state_, spec_, chunk_rows_, small_m_, args);
       case OpKind::kOnednnScaledMm:
-        return run_scaled_mm(*state_, spec_, chunk_rows_, small_m_rows_, args);
+        return run_scaled_mm(*state_, spec_, chunk_rows_, small_m_, args);
       default:
         return {StatusCode::kInternal,
                 fmt::format("onednn: {} is not a GEMM op", op_name(spec_.op))};
@@ -883,7 +885,7 @@ class OnednnExecutable final : public Executable {
  private:
   OpSpec spec_;
   int64_t chunk_rows_;
-  int64_t small_m_rows_;  // calls with at most this many rows run kiln's small-M kernel
+  SmallM small_m_;  // calls with at most small_m_.rows rows run kiln's small-M kernel
   std::shared_ptr<State> state_;
 };
 
@@ -962,8 +964,9 @@ class OnednnBackend final : public Backend {
                       "and KILN_ISA level that run the small-M kernel for this dtype, else 0)",
                       small_m_rows, small_m::kMaxRows));
     }
-    return std::shared_ptr<const Executable>(
-        std::make_shared<OnednnExecutable>(spec, chunk_rows, small_m_rows, state_));
+    return std::shared_ptr<const Executable>(std::make_shared<OnednnExecutable>(
+        spec, chunk_rows,
+        SmallM{small_m_rows, small_m::variant_for(small_m_dtype(spec), target.isa)}, state_));
   }
 
   std::string_view codegen_version() const override { return "onednn-1"; }

@@ -181,10 +181,12 @@ Kernel compile_onednn_with(const OpSpec& spec, const Config& config) {
   return kernel.value();
 }
 
+// The small-M kernel variant this host runs for `dtype` (AVX-512 or AVX2; kNone: none).
+codegen::onednn::small_m::Variant small_m_variant(DType dtype) {
+  return codegen::onednn::small_m::variant_for(dtype, host_target(BackendKind::kOnednn).isa);
+}
 bool small_m_runs_here(DType dtype) {
-  return codegen::onednn::small_m::cpu_supports(dtype) &&
-         host_target(BackendKind::kOnednn).isa >=
-             (dtype == DType::kBF16 ? X86Isa::kAvx512Bf16 : X86Isa::kAvx512);
+  return small_m_variant(dtype) != codegen::onednn::small_m::Variant::kNone;
 }
 
 // Every input kind with and without bias, through a kernel whose small_m bound is the largest
@@ -216,11 +218,14 @@ TEST(OnednnSmallM, MmMatchesRefForEveryMUpTo16) {
   for (DType dt : {DType::kF32, DType::kBF16}) {
     if (!small_m_runs_here(dt)) {
       std::printf(
-          "note: this CPU has no AVX-512%s: the small-M kernel does not run for %s here "
+          "note: this CPU has no AVX2 + FMA: the small-M kernel does not run for %s here "
           "(oneDNN serves every M; OnednnMm covers it)\n",
-          dt == DType::kBF16 ? " BF16" : "", std::string(dtype_name(dt)).c_str());
+          std::string(dtype_name(dt)).c_str());
       continue;
     }
+    std::printf("note: the small-M kernel's %s variant runs for %s here\n",
+                codegen::onednn::small_m::variant_name(small_m_variant(dt)),
+                std::string(dtype_name(dt)).c_str());
     ++dtypes_run;
     for (auto [k, n] : shapes) {
       for (int64_t m = 1; m <= 16; ++m) check_small_m(mm_spec(OpKind::kOnednnMm, dt, k, n), m);
@@ -231,9 +236,11 @@ TEST(OnednnSmallM, MmMatchesRefForEveryMUpTo16) {
 
 TEST(OnednnSmallM, ScaledMmMatchesRefInEveryScheme) {
   if (!small_m_runs_here(DType::kI8)) {
-    GTEST_SKIP() << "this CPU has no AVX-512 VNNI: the int8 small-M kernel does not run here "
+    GTEST_SKIP() << "this CPU has no AVX2 + FMA: the int8 small-M kernel does not run here "
                     "(oneDNN serves every M; OnednnScaledMm covers it)";
   }
+  std::printf("note: the small-M kernel's %s variant runs for int8 here\n",
+              codegen::onednn::small_m::variant_name(small_m_variant(DType::kI8)));
   for (DType out : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (bool dynamic : {false, true}) {
       for (bool azp : {false, true}) {
@@ -262,7 +269,7 @@ TEST(OnednnSmallM, Int8ExtremesAreExact) {
   if (small_m_runs_here(DType::kI8)) {
     small_m_bounds.push_back(8);
   } else {
-    std::printf("note: this CPU has no AVX-512 VNNI: only oneDNN's int8 path is checked here\n");
+    std::printf("note: this CPU has no AVX2 + FMA: only oneDNN's int8 path is checked here\n");
   }
   const int64_t k = 4096, n = 24;
   const OpSpec create =
@@ -304,8 +311,7 @@ TEST(OnednnSmallM, Int8ExtremesAreExact) {
 TEST(OnednnSmallM, DefaultBoundPicksThePath) {
   for (DType dt : {DType::kF32, DType::kBF16}) {
     const OpSpec spec = mm_spec(OpKind::kOnednnMm, dt, 64, 40);
-    const int64_t bound =
-        small_m_runs_here(dt) ? codegen::onednn::small_m::default_max_rows(dt) : 0;
+    const int64_t bound = codegen::onednn::small_m::default_max_rows(dt, small_m_variant(dt));
     const Kernel kernel = compile_onednn(spec);
     for (int64_t m : {int64_t(1), bound, bound + 1}) {
       if (m < 1) continue;
@@ -379,13 +385,14 @@ TEST(OnednnHandler, InterchangeableWithRefHandlers) {
                                                   x.handler.tensor()}))
                   .is_ok());
   EXPECT_TRUE(test::compare(c_ref, expected, Tolerance::exact()).ok());
-  // ref create -> onednn mm (packed on first use).
+  // ref create -> onednn mm (packed on first use; small_m = 0: the oneDNN path, which packs,
+  // whatever the small-M kernel's bound on this host).
   HostTensor handler = HostTensor::zeros(DType::kU8, x.handler.sizes());
   ASSERT_TRUE(
       codegen::ref::run(x.create, KernelArgs({handler.tensor(), x.b.tensor()}, {8.0})).is_ok());
   const int64_t lazy_before = codegen::onednn::stats(onednn_backend()).lazy_packs;
   HostTensor c = x.c;
-  ASSERT_TRUE(compile_onednn(x.mm)
+  ASSERT_TRUE(compile_onednn_with(x.mm, Config().set("chunk_rows", 512).set("small_m", 0))
                   .run(KernelArgs({c.tensor(), x.a.tensor(), x.bias.tensor(), handler.tensor()}))
                   .is_ok());
   EXPECT_EQ(codegen::onednn::stats(onednn_backend()).lazy_packs, lazy_before + 1);
@@ -606,13 +613,21 @@ int check_isa_cap(X86Isa cap) {
       continue;
     }
     const DType w = spec.op == OpKind::kOnednnMm ? spec.get<ir::GemmParams>().dtype : DType::kI8;
-    const X86Isa need = w == DType::kBF16 ? X86Isa::kAvx512Bf16 : X86Isa::kAvx512;
     const int64_t small = kernel->info().config.get("small_m", -1);
-    // The level the runtime targets: the cap, or the host's level where that is lower.
+    // The level the runtime targets: the cap, or the host's level where that is lower; there
+    // the AVX-512 variant where the level has its instructions for w, else the AVX2 one.
     const X86Isa level = std::min(cap, detect_host_x86_isa());
-    const int64_t want_small = level >= need && codegen::onednn::small_m::cpu_supports(w)
-                                   ? codegen::onednn::small_m::default_max_rows(w)
-                                   : 0;
+    const auto variant = codegen::onednn::small_m::variant_for(w, level);
+    const auto want_variant = level >= (w == DType::kBF16 ? X86Isa::kAvx512Bf16 : X86Isa::kAvx512)
+                                  ? codegen::onednn::small_m::Variant::kAvx512
+                                  : codegen::onednn::small_m::Variant::kAvx2;
+    if (variant != want_variant) {
+      std::fprintf(stderr, "%s at %s: small-M variant %s\n", to_string(spec).c_str(),
+                   std::string(x86_isa_name(cap)).c_str(),
+                   codegen::onednn::small_m::variant_name(variant));
+      ++failures;
+    }
+    const int64_t want_small = codegen::onednn::small_m::default_max_rows(w, variant);
     if (small != want_small) {
       std::fprintf(stderr, "%s at %s: small_m %lld, want %lld\n", to_string(spec).c_str(),
                    std::string(x86_isa_name(cap)).c_str(), (long long)small, (long long)want_small);

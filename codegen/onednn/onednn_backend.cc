@@ -619,6 +619,22 @@ void run_epilogue(const Epilogue& e) {
   }
 }
 
+// Runs chunk(row0, rows, bucket, primitive) over an m_total-row call in chunks of at most
+// chunk_rows rows, each with the primitive made for its bucket (with a bias operand or not);
+// the first error ends the call.
+template <class Chunk>
+Status for_each_chunk(State& state, const ClassKey& cls, int64_t m_total, int64_t chunk_rows,
+                      bool bias, const Chunk& chunk) {
+  for (int64_t row0 = 0; row0 < m_total; row0 += chunk_rows) {
+    const int64_t rows = std::min(chunk_rows, m_total - row0);
+    const int64_t bucket = m_bucket(rows);
+    ASSIGN_OR_RETURN(const std::shared_ptr<const Primitive> prim,
+                     state.primitive(cls, bucket, bias));
+    KILN_RETURN_IF_ERROR(chunk(row0, rows, bucket, *prim));
+  }
+  return Status::ok();
+}
+
 // Calls with at most `rows` rows run kiln's small-M kernel in `variant` (small_m.h).
 struct SmallM {
   int64_t rows = 0;
@@ -640,25 +656,23 @@ Status run_mm_widened(State& state, const Packed& packed, int64_t chunk_rows,
     for (int64_t j = 0; j < cls.n; ++j) bias_f[size_t(j)] = load_float(cls.dtype, bias.data(), j);
   }
   Scratch& scratch = thread_scratch();
-  for (int64_t row0 = 0; row0 < m_total; row0 += chunk_rows) {
-    const int64_t rows = std::min(chunk_rows, m_total - row0);
-    const int64_t bucket = m_bucket(rows);
-    ASSIGN_OR_RETURN(const std::shared_ptr<const Primitive> prim,
-                     state.primitive(cls, bucket, bias.defined()));
-    auto* src = reinterpret_cast<float*>(scratch.src.get(size_t(bucket * cls.k * 4)));
-    for (int64_t r = 0; r < rows; ++r) {
-      const uint16_t* a_row = a.data_as<const uint16_t>() + (row0 + r) * a.stride(0);
-      float* dst_row = src + r * cls.k;
-      for (int64_t i = 0; i < cls.k; ++i) dst_row[i] = numeric::bf16_to_f32(a_row[i]);
-    }
-    std::fill(src + rows * cls.k, src + bucket * cls.k, 0.0f);
-    auto* dst = reinterpret_cast<float*>(scratch.dst.get(size_t(bucket * cls.n * 4)));
-    KILN_RETURN_IF_ERROR(execute(state, *prim, cls, bucket, src, packed,
-                                 bias_f.empty() ? nullptr : bias_f.data(), dst));
-    uint16_t* c_rows = c.data_as<uint16_t>() + row0 * cls.n;
-    for (int64_t i = 0; i < rows * cls.n; ++i) c_rows[i] = bf16_bits(dst[i]);
-  }
-  return Status::ok();
+  return for_each_chunk(
+      state, cls, m_total, chunk_rows, bias.defined(),
+      [&](int64_t row0, int64_t rows, int64_t bucket, const Primitive& prim) {
+        auto* src = reinterpret_cast<float*>(scratch.src.get(size_t(bucket * cls.k * 4)));
+        for (int64_t r = 0; r < rows; ++r) {
+          const uint16_t* a_row = a.data_as<const uint16_t>() + (row0 + r) * a.stride(0);
+          float* dst_row = src + r * cls.k;
+          for (int64_t i = 0; i < cls.k; ++i) dst_row[i] = numeric::bf16_to_f32(a_row[i]);
+        }
+        std::fill(src + rows * cls.k, src + bucket * cls.k, 0.0f);
+        auto* dst = reinterpret_cast<float*>(scratch.dst.get(size_t(bucket * cls.n * 4)));
+        KILN_RETURN_IF_ERROR(execute(state, prim, cls, bucket, src, packed,
+                                     bias_f.empty() ? nullptr : bias_f.data(), dst));
+        uint16_t* c_rows = c.data_as<uint16_t>() + row0 * cls.n;
+        for (int64_t i = 0; i < rows * cls.n; ++i) c_rows[i] = bf16_bits(dst[i]);
+        return Status::ok();
+      });
 }
 
 // onednn_mm(c, a, bias?, handler).
@@ -686,27 +700,26 @@ Status run_mm(State& state, const OpSpec& spec, int64_t chunk_rows, const SmallM
   if (cls.compute != cls.dtype) return run_mm_widened(state, *packed, chunk_rows, args);
   const int64_t esize = int64_t(dtype_size(p.dtype));
   Scratch& scratch = thread_scratch();
-  for (int64_t row0 = 0; row0 < m_total; row0 += chunk_rows) {
-    const int64_t rows = std::min(chunk_rows, m_total - row0);
-    const int64_t bucket = m_bucket(rows);
-    ASSIGN_OR_RETURN(const std::shared_ptr<const Primitive> prim,
-                     state.primitive(cls, bucket, bias.defined()));
-    const std::byte* a_rows = static_cast<const std::byte*>(a.data()) + row0 * a.stride(0) * esize;
-    std::byte* c_rows = static_cast<std::byte*>(c.data()) + row0 * p.n * esize;
-    const bool dense_a = rows == 1 || a.stride(0) == p.k;
-    const void* src = a_rows;
-    if (rows != bucket || !dense_a) {
-      std::byte* padded = scratch.src.get(size_t(bucket * p.k * esize));
-      gather_rows(padded, a_rows, rows, bucket, p.k * esize, a.stride(0) * esize);
-      src = padded;
-    }
-    void* dst =
-        rows == bucket ? static_cast<void*>(c_rows) : scratch.dst.get(size_t(bucket * p.n * esize));
-    KILN_RETURN_IF_ERROR(execute(state, *prim, cls, bucket, src, *packed,
-                                 bias.defined() ? bias.data() : nullptr, dst));
-    if (dst != c_rows) std::memcpy(c_rows, dst, size_t(rows * p.n * esize));
-  }
-  return Status::ok();
+  return for_each_chunk(
+      state, cls, m_total, chunk_rows, bias.defined(),
+      [&](int64_t row0, int64_t rows, int64_t bucket, const Primitive& prim) {
+        const std::byte* a_rows =
+            static_cast<const std::byte*>(a.data()) + row0 * a.stride(0) * esize;
+        std::byte* c_rows = static_cast<std::byte*>(c.data()) + row0 * p.n * esize;
+        const bool dense_a = rows == 1 || a.stride(0) == p.k;
+        const void* src = a_rows;
+        if (rows != bucket || !dense_a) {
+          std::byte* padded = scratch.src.get(size_t(bucket * p.k * esize));
+          gather_rows(padded, a_rows, rows, bucket, p.k * esize, a.stride(0) * esize);
+          src = padded;
+        }
+        void* dst = rows == bucket ? static_cast<void*>(c_rows)
+                                   : scratch.dst.get(size_t(bucket * p.n * esize));
+        KILN_RETURN_IF_ERROR(execute(state, prim, cls, bucket, src, *packed,
+                                     bias.defined() ? bias.data() : nullptr, dst));
+        if (dst != c_rows) std::memcpy(c_rows, dst, size_t(rows * p.n * esize));
+        return Status::ok();
+      });
 }
 
 // onednn_scaled_mm(c, a, a_scales, azp?, azp_adj?, bias?, handler).
@@ -759,28 +772,26 @@ Status run_scaled_mm(State& state, const OpSpec& spec, int64_t chunk_rows, const
     return Status::ok();
   }
   state.count_call(/*small_m=*/false);
-  for (int64_t row0 = 0; row0 < m_total; row0 += chunk_rows) {
-    const int64_t rows = std::min(chunk_rows, m_total - row0);
-    const int64_t bucket = m_bucket(rows);
-    ASSIGN_OR_RETURN(const std::shared_ptr<const Primitive> prim,
-                     state.primitive(cls, bucket, false));
-    const std::byte* a_rows = static_cast<const std::byte*>(a.data()) + row0 * p.k;
-    const void* src = a_rows;
-    if (rows != bucket) {
-      std::byte* padded = scratch.src.get(size_t(bucket * p.k));
-      gather_rows(padded, a_rows, rows, bucket, p.k, p.k);
-      src = padded;
-    }
-    auto* acc = reinterpret_cast<int32_t*>(scratch.dst.get(size_t(bucket * cls.columns() * 4)));
-    KILN_RETURN_IF_ERROR(execute(state, *prim, cls, bucket, src, *packed, nullptr, acc));
-    if (cls.split) combine_split_sums(acc, rows, p.n);
-    e.acc = acc;
-    e.c = static_cast<std::byte*>(c.data()) + row0 * p.n * out_size;
-    e.row0 = row0;
-    e.rows = rows;
-    run_epilogue(e);
-  }
-  return Status::ok();
+  return for_each_chunk(
+      state, cls, m_total, chunk_rows, false,
+      [&](int64_t row0, int64_t rows, int64_t bucket, const Primitive& prim) {
+        const std::byte* a_rows = static_cast<const std::byte*>(a.data()) + row0 * p.k;
+        const void* src = a_rows;
+        if (rows != bucket) {
+          std::byte* padded = scratch.src.get(size_t(bucket * p.k));
+          gather_rows(padded, a_rows, rows, bucket, p.k, p.k);
+          src = padded;
+        }
+        auto* acc = reinterpret_cast<int32_t*>(scratch.dst.get(size_t(bucket * cls.columns() * 4)));
+        KILN_RETURN_IF_ERROR(execute(state, prim, cls, bucket, src, *packed, nullptr, acc));
+        if (cls.split) combine_split_sums(acc, rows, p.n);
+        e.acc = acc;
+        e.c = static_cast<std::byte*>(c.data()) + row0 * p.n * out_size;
+        e.row0 = row0;
+        e.rows = rows;
+        run_epilogue(e);
+        return Status::ok();
+      });
 }
 
 // The create ops: the ref's bytes (so handlers are interchangeable), then the packed copy.

@@ -144,10 +144,10 @@ Scratch& thread_scratch() {
 //
 // Two CPU classes change what oneDNN is given (both decided by oneDNN's effective ISA, which
 // is fixed per process once cap_onednn_isa has run):
-//  - bf16 below AVX-512 (AVX2 hosts, KILN_ISA=avx2): oneDNN 2.6 has no bf16 matmul there, so
-//    the class computes in f32 (`compute`): the weight is packed as f32 once, a and the bias
-//    are widened per call, and the f32 result is rounded to bf16 (RNE) once, the same single
-//    rounding of an f32 accumulation that oneDNN's bf16 kernels do.
+//  - bf16 below AVX-512 (AVX2 hosts, KILN_ISA=avx2), and f16 everywhere: oneDNN 2.6 has no
+//    such matmul there, so the class computes in f32 (`compute`): the weight is packed as f32
+//    once, a and the bias are widened per call, and the f32 result is rounded to the type
+//    (RNE) once, the same single rounding of an f32 accumulation that oneDNN's bf16 kernels do.
 //  - int8 without VNNI (AVX2, AVX-512 before Cascade Lake): oneDNN's int8 kernels multiply
 //    with vpmaddubsw, whose pairs (a + 128)·b0 + (a' + 128)·b1 saturate at int16 (2·255·127 =
 //    64770 > 32767), so full-range weights give wrong sums. The class splits every weight
@@ -159,7 +159,7 @@ struct ClassKey {
   DType dtype = DType::kBF16;  // weight (and a, c) type; kI8 for scaled mm
   int64_t k = 0;
   int64_t n = 0;
-  DType compute = DType::kBF16;  // the type oneDNN computes in (f32 for bf16 below AVX-512)
+  DType compute = DType::kBF16;  // the type oneDNN computes in (f32: f16, bf16 below AVX-512)
   bool split = false;            // int8 weights as [hi | lo] columns (no VNNI)
   int64_t columns() const { return split ? 2 * n : n; }
   auto tie() const { return std::tie(scaled, dtype, k, n, compute, split); }
@@ -185,7 +185,8 @@ bool onednn_int8_is_exact() {
 ClassKey class_of(const OpSpec& spec) {
   if (is_plain_mm(spec.op)) {
     const auto& p = spec.get<ir::GemmParams>();
-    const bool widen = p.dtype == DType::kBF16 && !onednn_has_bf16_matmul();
+    const bool widen =
+        p.dtype == DType::kF16 || (p.dtype == DType::kBF16 && !onednn_has_bf16_matmul());
     return {false, p.dtype, p.k, p.n, widen ? DType::kF32 : p.dtype, false};
   }
   const auto& p = spec.get<ir::ScaledGemmParams>();
@@ -211,9 +212,18 @@ struct Packed {
   int64_t bytes = 0;
 };
 
+// Element i of a `dtype` (f32, bf16 or f16) array as fp32.
+float load_float(DType dtype, const void* base, int64_t i) {
+  switch (dtype) {
+    case DType::kBF16: return numeric::bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DType::kF16: return numeric::f16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    default: return static_cast<const float*>(base)[i];
+  }
+}
+
 // The weight the reorder packs when it is not the handler's payload ([N, K] row-major) itself:
-// for a split class the [2N, K] rows [hi | lo] (see ClassKey), for a class computing bf16 in
-// f32 the payload widened to f32; empty when the payload is packed as it is.
+// for a split class the [2N, K] rows [hi | lo] (see ClassKey), for a class computing bf16 or
+// f16 in f32 the payload widened to f32; empty when the payload is packed as it is.
 std::vector<std::byte> staged_weight(const ClassKey& cls, const std::byte* payload) {
   const size_t count = size_t(cls.n * cls.k);
   std::vector<std::byte> staged;
@@ -228,11 +238,10 @@ std::vector<std::byte> staged_weight(const ClassKey& cls, const std::byte* paylo
       lo[i] = int8_t(low);
       hi[i] = int8_t((int32_t(b[i]) - low) / kSplitScale);
     }
-  } else if (cls.compute == DType::kF32 && cls.dtype == DType::kBF16) {
+  } else if (cls.compute != cls.dtype) {
     staged.resize(4 * count);
-    const auto* b = reinterpret_cast<const uint16_t*>(payload);
     auto* wide = reinterpret_cast<float*>(staged.data());
-    for (size_t i = 0; i < count; ++i) wide[i] = numeric::bf16_to_f32(b[i]);
+    for (size_t i = 0; i < count; ++i) wide[i] = load_float(cls.dtype, payload, int64_t(i));
   }
   return staged;
 }
@@ -517,14 +526,6 @@ void gather_rows(std::byte* dst, const std::byte* src, int64_t rows, int64_t buc
   std::memset(dst + rows * row_bytes, 0, size_t((bucket - rows) * row_bytes));
 }
 
-float load_float(DType dtype, const void* base, int64_t i) {
-  switch (dtype) {
-    case DType::kBF16: return numeric::bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
-    case DType::kF16: return numeric::f16_to_f32(static_cast<const uint16_t*>(base)[i]);
-    default: return static_cast<const float*>(base)[i];
-  }
-}
-
 // The int8 epilogue over rows [0, rows) of `acc` (see the file comment). Each step is a loop
 // over one contiguous row with no branch inside, so the compiler vectorises it; the AVX-512
 // build below runs 16 lanes where the CPU has them (the generic one 4).
@@ -641,8 +642,8 @@ struct SmallM {
   small_m::Variant variant = small_m::Variant::kNone;
 };
 
-// onednn_mm for a bf16 class that computes in f32 (see ClassKey): per chunk, the a rows widened
-// into a zero-padded f32 scratch, the f32 primitive, the f32 rows rounded into c once.
+// onednn_mm for a bf16 or f16 class that computes in f32 (see ClassKey): per chunk, the a rows
+// widened into a zero-padded f32 scratch, the f32 primitive, the f32 rows rounded into c once.
 Status run_mm_widened(State& state, const Packed& packed, int64_t chunk_rows,
                       const KernelArgs& args) {
   const ClassKey& cls = packed.cls;
@@ -655,6 +656,7 @@ Status run_mm_widened(State& state, const Packed& packed, int64_t chunk_rows,
     bias_f.resize(size_t(cls.n));
     for (int64_t j = 0; j < cls.n; ++j) bias_f[size_t(j)] = load_float(cls.dtype, bias.data(), j);
   }
+  const bool f16 = cls.dtype == DType::kF16;
   Scratch& scratch = thread_scratch();
   return for_each_chunk(
       state, cls, m_total, chunk_rows, bias.defined(),
@@ -663,14 +665,18 @@ Status run_mm_widened(State& state, const Packed& packed, int64_t chunk_rows,
         for (int64_t r = 0; r < rows; ++r) {
           const uint16_t* a_row = a.data_as<const uint16_t>() + (row0 + r) * a.stride(0);
           float* dst_row = src + r * cls.k;
-          for (int64_t i = 0; i < cls.k; ++i) dst_row[i] = numeric::bf16_to_f32(a_row[i]);
+          for (int64_t i = 0; i < cls.k; ++i) {
+            dst_row[i] = f16 ? numeric::f16_to_f32(a_row[i]) : numeric::bf16_to_f32(a_row[i]);
+          }
         }
         std::fill(src + rows * cls.k, src + bucket * cls.k, 0.0f);
         auto* dst = reinterpret_cast<float*>(scratch.dst.get(size_t(bucket * cls.n * 4)));
         KILN_RETURN_IF_ERROR(execute(state, prim, cls, bucket, src, packed,
                                      bias_f.empty() ? nullptr : bias_f.data(), dst));
         uint16_t* c_rows = c.data_as<uint16_t>() + row0 * cls.n;
-        for (int64_t i = 0; i < rows * cls.n; ++i) c_rows[i] = bf16_bits(dst[i]);
+        for (int64_t i = 0; i < rows * cls.n; ++i) {
+          c_rows[i] = f16 ? numeric::f32_to_f16(dst[i]) : bf16_bits(dst[i]);
+        }
         return Status::ok();
       });
 }
@@ -699,6 +705,7 @@ Status run_mm(State& state, const OpSpec& spec, int64_t chunk_rows, const SmallM
   const ClassKey cls = packed->cls;
   if (cls.compute != cls.dtype) return run_mm_widened(state, *packed, chunk_rows, args);
   const int64_t esize = int64_t(dtype_size(p.dtype));
+  const bool f16 = cls.dtype == DType::kF16;
   Scratch& scratch = thread_scratch();
   return for_each_chunk(
       state, cls, m_total, chunk_rows, bias.defined(),
@@ -917,7 +924,7 @@ class OnednnBackend final : public Backend {
     }
     const auto weights = state_->class_weights(class_of(spec));
     if (!weights.is_ok()) {
-      return Support::no(fmt::format("{} (allowed dtypes here: f32, bf16; int8 for scaled mm)",
+      return Support::no(fmt::format("{} (allowed dtypes: f32, bf16, f16; int8 for scaled mm)",
                                      weights.status().message()));
     }
     return Support::yes();

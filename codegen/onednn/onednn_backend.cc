@@ -705,7 +705,6 @@ Status run_mm(State& state, const OpSpec& spec, int64_t chunk_rows, const SmallM
   const ClassKey cls = packed->cls;
   if (cls.compute != cls.dtype) return run_mm_widened(state, *packed, chunk_rows, args);
   const int64_t esize = int64_t(dtype_size(p.dtype));
-  const bool f16 = cls.dtype == DType::kF16;
   Scratch& scratch = thread_scratch();
   return for_each_chunk(
       state, cls, m_total, chunk_rows, bias.defined(),

@@ -631,20 +631,28 @@ class AttentionGenerator : public Generator {
   // Fetching two groups ahead into L1 instead (prefetcht0) lost in both; kicking 8 groups ahead
   // instead of 4 changed nothing.
 
-  // prefetcht0 of the next group's lines at the place of `cursor` in this group (`base`: this
-  // group's slab; the next group's at [rdi + next_offset]), then prefetcht2 of the same lines
-  // two groups ahead (at [rdi + next2_offset]): `rows` rows `row_stride` bytes apart from
-  // cursor - base + next, `lines_per_row` lines each. Uses rdx.
-  void prefetch_next_alongside(const Reg64& cursor, const Reg64& base, size_t next_offset,
-                               size_t next2_offset, int64_t rows, int64_t row_stride,
+  // Before a loop that prefetches alongside a cursor walking this group's slab from `base`:
+  // rdx = next − base and rbp = next2 − base (the next group's slab at [rdi + next_offset],
+  // the one after it at [rdi + next2_offset]), so the copy of the cursor's line in either is
+  // [rdx + cursor] / [rbp + cursor] and each prefetch is one instruction. (Computing the
+  // address in each step cost six scalar instructions per P·V key, ~25 per 8 FMAs in the
+  // AVX2 loop: past the 6-wide dispatch of Zen 3.) The loops leave rdx and rbp alone.
+  void hoist_prefetch_bases(const Reg64& base, size_t next_offset, size_t next2_offset) {
+    mov(rdx, ptr[rdi + int(next_offset)]);
+    sub(rdx, base);
+    mov(rbp, ptr[rdi + int(next2_offset)]);
+    sub(rbp, base);
+  }
+
+  // prefetcht0 of the next group's lines at the place of `cursor` in this group, then
+  // prefetcht2 of the same lines two groups ahead (bases from hoist_prefetch_bases): `rows`
+  // rows `row_stride` bytes apart from the cursor, `lines_per_row` lines each.
+  void prefetch_next_alongside(const Reg64& cursor, int64_t rows, int64_t row_stride,
                                int64_t lines_per_row) {
-    for (const size_t offset : {next_offset, next2_offset}) {
-      mov(rdx, cursor);
-      sub(rdx, base);
-      add(rdx, ptr[rdi + int(offset)]);
+    for (const Reg64& ahead : {rdx, rbp}) {
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t l = 0; l < lines_per_row; ++l) {
-          prefetch_ahead(ptr[rdx + r * row_stride + l * 64], offset == next_offset);
+          prefetch_ahead(ptr[ahead + cursor + r * row_stride + l * 64], ahead == rdx);
         }
       }
     }
@@ -662,20 +670,18 @@ class AttentionGenerator : public Generator {
   // same chunk of row t in the next group, bytes [first, first + bytes) of the row. Spread
   // over the chunks, one line per step at D = 128 bf16, rather than every line of the row in
   // the first chunk: +3-8% in the caches (bench_attention decode/kiln_vec_fma, 1 thread).
-  // Then the same lines two groups ahead (ARG(next2_v), into L2).
+  // Then the same lines two groups ahead (ARG(next2_v), into L2). Bases from
+  // hoist_prefetch_bases(r9, ...).
   void prefetch_next_chunk(int64_t first, int64_t bytes) {
     const bool aligned_rows = p_.head_size * kv_esize_ % 64 == 0;
-    for (const bool next_group : {true, false}) {
-      mov(rdx, r13);
-      sub(rdx, r9);
-      add(rdx, next_group ? ptr[ARG(next_v)] : ptr[ARG(next2_v)]);
+    for (const Reg64& ahead : {rdx, rbp}) {
       for (int64_t offset = first; offset < first + bytes; offset += 64) {
-        prefetch_ahead(ptr[rdx + offset], next_group);
+        prefetch_ahead(ptr[ahead + r13 + offset], ahead == rdx);
       }
       // Rows that are not whole lines place the chunk at any offset in its lines: its last
       // byte may lie in one more.
       if (!aligned_rows || first % 64 != 0) {
-        prefetch_ahead(ptr[rdx + first + bytes - 1], next_group);
+        prefetch_ahead(ptr[ahead + r13 + first + bytes - 1], ahead == rdx);
       }
     }
   }
@@ -752,6 +758,15 @@ class AttentionGenerator : public Generator {
   // keys 0, 2, .., 30, v = 1 keys 1, 3, .., 31), put back in order by two vpermt2ps per row.
   void store_logits(int rows, bool split = false) {
     mov(rsi, ptr[ARG(scratch)]);
+    if (split && !avx512()) {
+      for (int r = 0; r < rows; ++r) {
+        const Xmm even = acc_reg(2 * r), odd = acc_reg(2 * r + 1);
+        reorder_split_ymm(even, odd, work(0), /*to_split=*/false);
+        vmovups(ptr[rsi + r * kGroupMax * 4], even);
+        vmovups(ptr[rsi + (r * kGroupMax + lanes()) * 4], odd);
+      }
+      return;
+    }
     if (split) {
       vmovdqu32(zwork(0), parity_table(/*to_split=*/false, 0));
       vmovdqu32(zwork(1), parity_table(/*to_split=*/false, 1));
@@ -779,6 +794,10 @@ class AttentionGenerator : public Generator {
     for (int k = 0; k < rows * nv_; ++k) uni_vpxor(acc_reg(k), acc_reg(k), acc_reg(k));
     load_pair_tables(nv_);
     mov(r13, r8);
+    if (spread_prefetch()) {
+      hoist_prefetch_bases(r8, offsetof(CpuAttnTileArgs, next_k),
+                           offsetof(CpuAttnTileArgs, next2_k));
+    }
     mov(r14, ptr[ARG(q)]);
     // Dim pair (2u, 2u + 1) relative to r13 / r14. `odd_last`: the last dim of an odd D,
     // paired with a zero K row and a zero query word (the query's next word belongs to the
@@ -813,9 +832,7 @@ class AttentionGenerator : public Generator {
       Label l_loop;
       L(l_loop);
       if (spread_prefetch()) {
-        prefetch_next_alongside(r13, r8, offsetof(CpuAttnTileArgs, next_k),
-                                offsetof(CpuAttnTileArgs, next2_k), 2 * kUnroll, row_bytes,
-                                (group_ * 2 + 63) / 64);
+        prefetch_next_alongside(r13, 2 * kUnroll, row_bytes, (group_ * 2 + 63) / 64);
       }
       for (int u = 0; u < kUnroll; ++u) pair_step(u, false);
       add(r13, kUnroll * 2 * row_bytes);
@@ -846,11 +863,15 @@ class AttentionGenerator : public Generator {
       if (fp8_lookup()) load_fp8_lookup();
     }
     mov(r13, r8);
+    if (spread_prefetch()) {
+      hoist_prefetch_bases(r8, offsetof(CpuAttnTileArgs, next_k),
+                           offsetof(CpuAttnTileArgs, next2_k));
+    }
     mov(r14, ptr[ARG(q)]);
     // Dim u relative to r13 (K row) / r14 (query).
     const auto dim_step = [&](int u) {
       if (split) {
-        load_words(zwork(1), ptr[r13 + u * row_bytes]);
+        load_split_words(work(1), ptr[r13 + u * row_bytes]);
         split_bf16_pairs(work(0), work(1), work(1));
       } else {
         for (int v = 0; v < nv_; ++v) {
@@ -875,9 +896,7 @@ class AttentionGenerator : public Generator {
       Label l_loop;
       L(l_loop);
       if (spread_prefetch()) {
-        prefetch_next_alongside(r13, r8, offsetof(CpuAttnTileArgs, next_k),
-                                offsetof(CpuAttnTileArgs, next2_k), kUnroll, row_bytes,
-                                (group_ * kv_esize_ + 63) / 64);
+        prefetch_next_alongside(r13, kUnroll, row_bytes, (group_ * kv_esize_ + 63) / 64);
       }
       for (int u = 0; u < kUnroll; ++u) dim_step(u);
       add(r13, kUnroll * row_bytes);
@@ -891,13 +910,47 @@ class AttentionGenerator : public Generator {
   }
 
   // The fp32 path widens bf16 words by parity (a dword holds elements 2i and 2i + 1: even =
-  // word << 16, odd = word & 0xFFFF0000, two uops per 32 elements against two vpmovzxwd and
-  // two shifts): the keys of a 32-key group in Q·Kᵀ (emit_qk_fp32), the dims of each whole
-  // 32-dim chunk in P·V (emit_pv_fp32). A bf16 cache, or an fp8 one (any query dtype: its
-  // codes are decoded to bf16 words first, exactly, see load_words), at AVX-512.
+  // word << 16, odd = word & 0xFFFF0000, two uops per 2·lanes elements against two vpmovzxwd
+  // and two shifts): the keys of a group in Q·Kᵀ (emit_qk_fp32), the dims of each whole
+  // chunk of two vectors in P·V (emit_pv_fp32). At AVX-512 a bf16 cache, or an fp8 one (any
+  // query dtype: its codes are decoded to bf16 words first, exactly, see load_words); at AVX2
+  // a bf16 cache (the fp8 word decoders are zmm code). On Zen 3 the split turns the Q·Kᵀ
+  // step of 4 rows x 16 keys from 85% to 99% of the FMA rate (an inline-asm loop on L1 data:
+  // the two shuffles of vpmovzxwd share pipes with the FMAs, a vpand does not).
   bool parity_split() const {
-    return avx512() && !amx_ && !dpbf16_ &&
-           (p_.dtype == DType::kBF16 || p_.kv != ir::KvCacheDtype::kAuto);
+    if (amx_ || dpbf16_) return false;
+    if (avx512()) return p_.dtype == DType::kBF16 || p_.kv != ir::KvCacheDtype::kAuto;
+    return p_.dtype == DType::kBF16 && p_.kv == ir::KvCacheDtype::kAuto;
+  }
+  // Elements per parity-split chunk: two vectors.
+  int split_chunk() const { return 2 * lanes(); }
+  // One split chunk of cache words at `addr` into `words` (load_words; AVX2: a bf16 row).
+  void load_split_words(const Xmm& words, const Address& addr) {
+    if (avx512()) {
+      load_words(Zmm(words.getIdx()), addr);
+    } else {
+      vmovdqu(Ymm(words.getIdx()), addr);
+    }
+  }
+  // In place: a split chunk (even elements in `even`, odd ones in `odd`) into natural order
+  // (`even` = elements 0 .. lanes-1, `odd` = the rest), or back (to_split). AVX2 only (the
+  // AVX-512 path permutes with parity_table): per 128-bit lane unpcklps / unpckhps interleave
+  // even and odd into elements 0-3 | 8-11 and 4-7 | 12-15, vperm2f128 joins the halves; the
+  // way back, vshufps picks the even / odd elements of both as 0 2 8 10 | 4 6 12 14 and
+  // vpermpd puts the quarters in order. `t` is scratch.
+  void reorder_split_ymm(const Xmm& even, const Xmm& odd, const Xmm& t, bool to_split) {
+    const Ymm e(even.getIdx()), o(odd.getIdx()), w(t.getIdx());
+    if (to_split) {
+      vshufps(w, e, o, 0x88);  // elements 0 2 8 10 | 4 6 12 14
+      vshufps(o, e, o, 0xDD);  // 1 3 9 11 | 5 7 13 15
+      vpermpd(e, w, 0xD8);     // quarters 0 2 1 3
+      vpermpd(o, o, 0xD8);
+      return;
+    }
+    vunpcklps(w, e, o);         // 0 1 2 3 | 8 9 10 11
+    vunpckhps(o, e, o);         // 4 5 6 7 | 12 13 14 15
+    vperm2f128(e, w, o, 0x20);  // 0 .. 7
+    vperm2f128(o, w, o, 0x31);  // 8 .. 15
   }
   bool parity_split_keys() const { return parity_split() && nv_ == 2; }
 
@@ -1023,8 +1076,28 @@ class AttentionGenerator : public Generator {
   // state between calls (the runner's merges and output) keeps the natural order. A dims
   // tail (D % 32) stays in order. rsi, rax, rcx and zwork(0..4) are scratch.
   void emit_reorder_acc(bool to_split) {
-    const int64_t chunks = p_.head_size / 32;
+    const int64_t chunks = p_.head_size / split_chunk();
     if (chunks == 0) return;
+    if (!avx512()) {
+      mov(rsi, ptr[ARG(acc)]);
+      mov(rax, ptr[ARG(rows)]);
+      Label l_row, l_chunk;
+      L(l_row);
+      mov(rcx, chunks);
+      L(l_chunk);
+      vmovups(work(0), ptr[rsi]);
+      vmovups(work(1), ptr[rsi + 32]);
+      reorder_split_ymm(work(0), work(1), work(2), to_split);
+      vmovups(ptr[rsi], work(0));
+      vmovups(ptr[rsi + 32], work(1));
+      add(rsi, 64);
+      dec(rcx);
+      jnz(l_chunk);
+      add(rsi, (p_.head_size % split_chunk()) * 4);
+      dec(rax);
+      jnz(l_row);
+      return;
+    }
     vmovdqu32(zwork(0), parity_table(to_split, 0));
     vmovdqu32(zwork(1), parity_table(to_split, 1));
     mov(rsi, ptr[ARG(acc)]);
@@ -1529,6 +1602,10 @@ class AttentionGenerator : public Generator {
       load_pair_tables(count);
       load_scaled_acc(rows, c0, count, masked ? tail : 16);
       mov(r13, r9);
+      if (spread_prefetch() && c0 == 0) {
+        hoist_prefetch_bases(r9, offsetof(CpuAttnTileArgs, next_v),
+                             offsetof(CpuAttnTileArgs, next2_v));
+      }
       mov(r14, ptr[ARG(scratch)]);
       mov(r15, rbx);
       shr(r15, 1);
@@ -1551,8 +1628,7 @@ class AttentionGenerator : public Generator {
       };
       L(l_pair);
       if (spread_prefetch() && c0 == 0) {
-        prefetch_next_alongside(r13, r9, offsetof(CpuAttnTileArgs, next_v),
-                                offsetof(CpuAttnTileArgs, next2_v), 2, v_row, (v_row + 63) / 64);
+        prefetch_next_alongside(r13, 2, v_row, (v_row + 63) / 64);
       }
       {
         const Address b_addr = ptr[r13 + v_row + c0 * kv_esize_];
@@ -1585,9 +1661,9 @@ class AttentionGenerator : public Generator {
       const int count = (n + lanes() - 1) / lanes();
       const int tail = n - (count - 1) * lanes();  // dims in the last vector
       if (tail < lanes()) set_dim_tail(tail);
-      // A whole 32-dim chunk of bf16 words (parity_split): widened by parity, its accumulators
-      // split the same way (emit_reorder_acc), the high-half mask pinned in work(4).
-      const bool split = parity_split() && n == 32;
+      // A whole chunk of bf16 words (parity_split): widened by parity, its accumulators split
+      // the same way (emit_reorder_acc), the high-half mask pinned in work(4).
+      const bool split = parity_split() && n == split_chunk();
       load_scaled_acc(rows, c0, count, tail);
       if (split) {
         const uint32_t high_half = 0xFFFF0000;
@@ -1595,13 +1671,17 @@ class AttentionGenerator : public Generator {
         pin_constants({&high_half, 1}, {&reg, 1});
       }
       mov(r13, r9);
+      if (spread_prefetch()) {
+        hoist_prefetch_bases(r9, offsetof(CpuAttnTileArgs, next_v),
+                             offsetof(CpuAttnTileArgs, next2_v));
+      }
       mov(r14, ptr[ARG(scratch)]);
       mov(r15, rbx);
       Label l_token;
       L(l_token);
       if (spread_prefetch()) prefetch_next_chunk(c0 * kv_esize_, n * kv_esize_);
       if (split) {
-        load_words(zwork(1), ptr[r13 + c0 * kv_esize_]);
+        load_split_words(work(1), ptr[r13 + c0 * kv_esize_]);
         split_bf16_pairs(work(0), work(1), work(1));
       } else {
         for (int c = 0; c < count; ++c) {

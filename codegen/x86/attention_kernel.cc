@@ -671,18 +671,24 @@ class AttentionGenerator : public Generator {
   // over the chunks, one line per step at D = 128 bf16, rather than every line of the row in
   // the first chunk: +3-8% in the caches (bench_attention decode/kiln_vec_fma, 1 thread).
   // Then the same lines two groups ahead (ARG(next2_v), into L2). Bases from
-  // hoist_prefetch_bases(r9, ...).
-  void prefetch_next_chunk(int64_t first, int64_t bytes) {
+  // hoist_prefetch_bases(r9, ...); the row at r13 + `row`.
+  void prefetch_next_chunk(int64_t row, int64_t first, int64_t bytes) {
     const bool aligned_rows = p_.head_size * kv_esize_ % 64 == 0;
     for (const Reg64& ahead : {rdx, rbp}) {
+      if (aligned_rows) {
+        // Rows of whole lines: the lines that start in the chunk (none for a chunk inside the
+        // previous chunk's line, as the second 32-byte chunk of each line at AVX2).
+        for (int64_t line = (first + 63) / 64 * 64; line < first + bytes; line += 64) {
+          prefetch_ahead(ptr[ahead + r13 + row + line], ahead == rdx);
+        }
+        continue;
+      }
+      // Rows that are not whole lines place the chunk at any offset in its lines: every line
+      // from its first byte to its last.
       for (int64_t offset = first; offset < first + bytes; offset += 64) {
-        prefetch_ahead(ptr[ahead + r13 + offset], ahead == rdx);
+        prefetch_ahead(ptr[ahead + r13 + row + offset], ahead == rdx);
       }
-      // Rows that are not whole lines place the chunk at any offset in its lines: its last
-      // byte may lie in one more.
-      if (!aligned_rows || first % 64 != 0) {
-        prefetch_ahead(ptr[ahead + r13 + first + bytes - 1], ahead == rdx);
-      }
+      prefetch_ahead(ptr[ahead + r13 + row + first + bytes - 1], ahead == rdx);
     }
   }
 
@@ -1676,35 +1682,51 @@ class AttentionGenerator : public Generator {
                              offsetof(CpuAttnTileArgs, next2_v));
       }
       mov(r14, ptr[ARG(scratch)]);
-      mov(r15, rbx);
-      Label l_token;
-      L(l_token);
-      if (spread_prefetch()) prefetch_next_chunk(c0 * kv_esize_, n * kv_esize_);
-      if (split) {
-        load_split_words(work(1), ptr[r13 + c0 * kv_esize_]);
-        split_bf16_pairs(work(0), work(1), work(1));
-      } else {
-        for (int c = 0; c < count; ++c) {
-          load_kv(work(c), r13 + (c0 + c * lanes()) * kv_esize_, c == count - 1 ? tail : lanes());
-        }
-      }
-      for (int r = 0; r < rows; ++r) {
-        const Address prob = ptr[r14 + prob_offset + r * kGroupMax * 4];
-        const bool in_register = !avx512() || count == 2;  // one broadcast load per row
-        if (in_register) vbroadcastss(b, prob);
-        for (int c = 0; c < count; ++c) {
-          if (!in_register) {
-            vfmadd231ps(acc_reg(r * count + c), work(c),
-                        ptr_b[r14 + prob_offset + r * kGroupMax * 4]);
-          } else {
-            vfmadd231ps(acc_reg(r * count + c), work(c), b);
+      // Key k of the step (V row r13 + k·row, probability r14 + 4k).
+      const int64_t v_row = d * kv_esize_;
+      const auto key_step = [&](int k) {
+        if (spread_prefetch()) prefetch_next_chunk(k * v_row, c0 * kv_esize_, n * kv_esize_);
+        if (split) {
+          load_split_words(work(1), ptr[r13 + k * v_row + c0 * kv_esize_]);
+          split_bf16_pairs(work(0), work(1), work(1));
+        } else {
+          for (int c = 0; c < count; ++c) {
+            load_kv(work(c), r13 + k * v_row + (c0 + c * lanes()) * kv_esize_,
+                    c == count - 1 ? tail : lanes());
           }
         }
-      }
-      add(r13, d * kv_esize_);
-      add(r14, 4);
+        for (int r = 0; r < rows; ++r) {
+          const Address prob = ptr[r14 + 4 * k + prob_offset + r * kGroupMax * 4];
+          const bool in_register = !avx512() || count == 2;  // one broadcast load per row
+          if (in_register) vbroadcastss(b, prob);
+          for (int c = 0; c < count; ++c) {
+            if (!in_register) {
+              vfmadd231ps(acc_reg(r * count + c), work(c),
+                          ptr_b[r14 + 4 * k + prob_offset + r * kGroupMax * 4]);
+            } else {
+              vfmadd231ps(acc_reg(r * count + c), work(c), b);
+            }
+          }
+        }
+      };
+      // Two keys per loop step, then an odd last one: at 4 rows x 16 dims (AVX2) a step of
+      // one key is ~20 instructions per 8 FMAs, near Zen 3's dispatch width of 6 per cycle.
+      Label l_pair, l_last, l_chunk_done;
+      mov(r15, rbx);
+      shr(r15, 1);
+      jz(l_last, T_NEAR);
+      L(l_pair);
+      key_step(0);
+      key_step(1);
+      add(r13, 2 * v_row);
+      add(r14, 8);
       dec(r15);
-      jnz(l_token, T_NEAR);
+      jnz(l_pair, T_NEAR);
+      L(l_last);
+      test(rbx, 1);
+      jz(l_chunk_done, T_NEAR);
+      key_step(0);
+      L(l_chunk_done);
       if (split) unpin_constants();
       store_acc(rows, c0, count, tail);
       c0 += n;

@@ -1040,7 +1040,9 @@ class AttentionGenerator : public Generator {
   // by the row-count variants) for kBatchedSoftmaxMinRows rows or more, the row loop for fewer;
   // rows = 0 (the AMX emulation's one variant for every count) branches on the call's count.
   void emit_group_softmax(int rows) {
-    if (!batched_softmax()) {
+    if (!avx512() && rows >= 2) {
+      emit_softmax_rows_ymm(rows);
+    } else if (!batched_softmax()) {
       emit_softmax(rows);
     } else if (rows >= kBatchedSoftmaxMinRows) {
       call(l_softmax_);
@@ -1231,6 +1233,135 @@ class AttentionGenerator : public Generator {
     inc(rbp);
     cmp_rows(rbp, rows);
     jl(l_row, T_NEAR);
+  }
+
+  // ---- online softmax, AVX2: the call's rows batched ------------------------------------------
+  // emit_softmax's steps for 2..4 rows of a 16-key group, with the rows as lanes of the
+  // reductions. Pass 1 transforms and masks each row's logits in place (masked keys −inf);
+  // then one transpose tree (reduce_rows) gives every row's max, so m' = max(m, max_t s) and
+  // α = e^(m − m') are one vector for all rows; pass 2 writes each row's p = e^(s − m'_r)
+  // (0 where s = −inf, as e^(−inf) is in the reference) and its two-vector sum, and a second
+  // tree gives the row sums for l = α·l + Σp. The row loop ran a horizontal max, an α
+  // exponential and a horizontal sum per row, chains of 15-50 cycles each that the reorder
+  // window overlapped for about two rows at a time. Only the summation order of l changes.
+  void emit_softmax_rows_ymm(int rows) {
+    const Xmm x[2] = {vmm(0), vmm(1)};
+    const Xmm t[4] = {vmm(2), vmm(3), vmm(4), vmm(5)};
+    const Xmm jv[2] = {vmm(6), vmm(7)};
+    const Xmm invalid[2] = {vmm(8), vmm(9)};
+    const Xmm bound = vmm(10), scale = vmm(11), slope = vmm(12);
+    const int prob_offset = max_rows_ * kGroupMax * 4;
+    const auto logits = [&](int r, int v) { return ptr[r14 + (r * kGroupMax + v * lanes()) * 4]; };
+    mov(r14, ptr[ARG(scratch)]);
+    vmovq(Xmm(jv[0].getIdx()), r10);  // key indices j = j0 + lane
+    vpbroadcastd(jv[0], Xmm(jv[0].getIdx()));
+    vpaddd(jv[1], jv[0], iota(lanes()));
+    vpaddd(jv[0], jv[0], iota(0));
+    vbroadcastss(scale, ptr[ARG(scale)]);
+    for (int r = 0; r < rows; ++r) {
+      for (int v = 0; v < 2; ++v) vmulps(x[v], scale, logits(r, v));
+      if (p_.softcap) {
+        for (int v = 0; v < 2; ++v) soft_cap(x[v], t[0], t[1], t[2], t[3]);
+      }
+      if (p_.alibi) {
+        vpbroadcastd(bound, ptr[ARG(pos) + r * 4]);
+        vbroadcastss(slope, ptr[ARG(slope) + r * 4]);
+        for (int v = 0; v < 2; ++v) add_alibi(x[v], jv[v], bound, slope, t[0]);
+      }
+      // Allowed iff lo <= j <= hi.
+      vpbroadcastd(bound, ptr[ARG(lo) + r * 4]);
+      for (int v = 0; v < 2; ++v) vpcmpgtd(invalid[v], bound, jv[v]);
+      vpbroadcastd(bound, ptr[ARG(hi) + r * 4]);
+      for (int v = 0; v < 2; ++v) {
+        vpcmpgtd(t[0], jv[v], bound);
+        vpor(invalid[v], invalid[v], t[0]);
+        vblendvps(x[v], x[v], cst(-std::numeric_limits<float>::infinity()), invalid[v]);
+        vmovups(logits(r, v), x[v]);
+      }
+    }
+    // m' = max(m, max_t s) and α = e^(m − m'), lane r for row r.
+    const Xmm row_max[4] = {vmm(0), vmm(1), vmm(2), vmm(3)};
+    for (int r = 0; r < rows; ++r) {
+      vmovups(row_max[r], logits(r, 0));
+      vmaxps(row_max[r], row_max[r], logits(r, 1));
+    }
+    reduce_rows(row_max, rows, /*max=*/true, vmm(4));
+    const Xbyak::Xmm m_new(12), alpha(11), m_old(4);
+    vmovups(m_old, ptr[ARG(m)]);  // rows 0..3 (m has kMaxAttnRows): lanes past `rows` unused
+    vmaxps(m_new, Xbyak::Xmm(row_max[0].getIdx()), m_old);
+    store_rows(ptr[ARG(m)], m_new, rows);
+    vsubps(alpha, m_old, m_new);
+    exp_ps({Ymm(alpha.getIdx())}, {t[0]}, {t[1]}, /*bounded=*/true);
+    store_rows(ptr[ARG(alpha)], alpha, rows);
+    // p = e^(s − m'_r), 0 where s = −inf; row sums.
+    const Xmm m_row = vmm(10);
+    const Xmm sums[4] = {vmm(6), vmm(7), vmm(8), vmm(9)};
+    for (int r = 0; r < rows; ++r) {
+      vpermilps(Xbyak::Xmm(m_row.getIdx()), m_new, 0x55 * r);  // lane r in all four
+      vinsertf128(Ymm(m_row.getIdx()), Ymm(m_row.getIdx()), Xbyak::Xmm(m_row.getIdx()), 1);
+      for (int v = 0; v < 2; ++v) {
+        vmovups(x[v], logits(r, v));
+        vsubps(x[v], x[v], m_row);
+      }
+      exp_ps({x[0], x[1]}, {t[0], t[1]}, {t[2], t[3]}, /*bounded=*/true);
+      vmovups(t[2], cst(-std::numeric_limits<float>::infinity()));
+      for (int v = 0; v < 2; ++v) {
+        vcmpps(t[0], t[2], logits(r, v), 0 /* equal */);
+        vandnps(x[v], t[0], x[v]);
+        vmovups(ptr[r14 + prob_offset + (r * kGroupMax + v * lanes()) * 4], x[v]);
+      }
+      vaddps(sums[r], x[0], x[1]);
+    }
+    reduce_rows(sums, rows, /*max=*/false, vmm(0));
+    const Xbyak::Xmm l(1), sum(sums[0].getIdx());
+    vmovups(l, ptr[ARG(l)]);
+    vfmadd231ps(sum, l, alpha);
+    store_rows(ptr[ARG(l)], sum, rows);
+  }
+
+  // In place: lane r of v[0] (as an xmm) = the max (or the sum) of the lanes of v[r], for
+  // r < rows (2..4; the other lanes are not specified). Per 128-bit half, unpcklps / unpckhps
+  // of two rows and one op leave pairs of partial results, unpcklpd / unpckhpd of the two
+  // pairs and one op a partial result per row; the halves are combined last. Clobbers v[1..3]
+  // and t.
+  void reduce_rows(const Xmm* v, int rows, bool max, const Xmm& t) {
+    const auto op = [&](const Xmm& dst, const Xmm& a, const Xmm& b) {
+      if (max) {
+        vmaxps(dst, a, b);
+      } else {
+        vaddps(dst, a, b);
+      }
+    };
+    vunpcklps(t, v[0], v[1]);
+    vunpckhps(v[0], v[0], v[1]);
+    op(v[0], v[0], t);  // rows 0, 1
+    if (rows > 2) {
+      const Xmm& v3 = rows > 3 ? v[3] : v[2];  // three rows: the third twice
+      vunpcklps(t, v[2], v3);
+      vunpckhps(v[2], v[2], v3);
+      op(v[2], v[2], t);  // rows 2, 3
+    }
+    const Xmm& high = rows > 2 ? v[2] : v[0];  // two rows: rows 0, 1 again in lanes 2, 3
+    vunpcklpd(t, v[0], high);
+    vunpckhpd(v[0], v[0], high);
+    op(v[0], v[0], t);  // rows 0..3, per half
+    const Xbyak::Xmm low(v[0].getIdx()), upper(t.getIdx());
+    vextractf128(upper, Ymm(v[0].getIdx()), 1);
+    op(low, low, upper);
+  }
+
+  // The first `rows` (1..4) lanes of x to the floats at `addr`.
+  void store_rows(const Address& addr, const Xbyak::Xmm& x, int rows) {
+    if (rows == 4) {
+      vmovups(addr, x);
+      return;
+    }
+    if (rows == 1) {
+      vmovss(addr, x);
+      return;
+    }
+    vmovlps(addr, x);
+    if (rows == 3) vextractps(ptr[addr.getRegExp() + 8], x, 2);
   }
 
   // ---- score transforms shared by the row softmax and the AMX one -----------------------

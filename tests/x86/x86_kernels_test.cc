@@ -243,7 +243,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-102", 0x2eb1344202ec5153ull};
+constexpr PinnedCode kAllExampleCode{"x86-103", 0x2d74074a3f2c5d5ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -709,6 +709,33 @@ class AttentionGenerator : public Generator {
   }
   Zmm zwork(int k) const { return Zmm(19 + k); }
 
+  // Independent accumulator sets for a product of `rows` x `per_row` vectors (AVX2): Q·Kᵀ
+  // gives dim u to set u % sets, P·V key t to set t % sets, and the sets are summed at the
+  // end. Two FMA ports at 4 cycles' latency need 8 chains in flight, and a call of one row
+  // had 2 (each Q·Kᵀ chain 128 dims long, each P·V chain 16 keys): 1 or 2 rows fill the 8
+  // registers with 4 or 2 sets. AVX-512 keeps one set (its fp32 path's small calls are not
+  // measured with sets yet).
+  int accumulator_sets(int rows, int per_row) const {
+    if (avx512()) return 1;
+    const int chains = rows * per_row;
+    return chains <= 2 ? 4 : chains <= 4 ? 2 : 1;
+  }
+  // Accumulator k (row-major: row · per_row + vector) of set `set`.
+  Xmm set_acc(int set, int rows, int per_row, int k) const {
+    return acc_reg(set * rows * per_row + k);
+  }
+  // acc(set 0) += acc(set 1..sets-1), pairwise.
+  void sum_accumulator_sets(int sets, int rows, int per_row) {
+    for (int half = sets / 2; half >= 1; half /= 2) {
+      for (int set = 0; set < half; ++set) {
+        for (int k = 0; k < rows * per_row; ++k) {
+          const Xmm dst = set_acc(set, rows, per_row, k);
+          vaddps(dst, dst, set_acc(set + half, rows, per_row, k));
+        }
+      }
+    }
+  }
+
   // Interleave table for vpermi2w: words (a[i], b[i]) for i in [first, first + 16).
   Address pair_table(int first) {
     std::array<uint32_t, 16> t{};
@@ -861,7 +888,8 @@ class AttentionGenerator : public Generator {
     // against two vpmovzxwd and two shifts), so the logits come out split by parity and
     // store_logits puts them in order.
     const bool split = parity_split_keys();
-    for (int k = 0; k < rows * nv_; ++k) uni_vpxor(acc_reg(k), acc_reg(k), acc_reg(k));
+    const int sets = accumulator_sets(rows, nv_);
+    for (int k = 0; k < sets * rows * nv_; ++k) uni_vpxor(acc_reg(k), acc_reg(k), acc_reg(k));
     if (split) {
       const uint32_t high_half = 0xFFFF0000;
       const int reg = work(3).getIdx();
@@ -889,10 +917,11 @@ class AttentionGenerator : public Generator {
         const bool in_register = !avx512() || nv_ == 2;  // one broadcast load per row
         if (in_register) vbroadcastss(work(2), ptr[r14 + q_off]);
         for (int v = 0; v < nv_; ++v) {
+          const Xmm acc = set_acc(u % sets, rows, nv_, r * nv_ + v);
           if (!in_register) {
-            vfmadd231ps(acc_reg(r * nv_ + v), work(v), ptr_b[r14 + q_off]);
+            vfmadd231ps(acc, work(v), ptr_b[r14 + q_off]);
           } else {
-            vfmadd231ps(acc_reg(r * nv_ + v), work(v), work(2));
+            vfmadd231ps(acc, work(v), work(2));
           }
         }
       }
@@ -912,6 +941,7 @@ class AttentionGenerator : public Generator {
     }
     for (int u = 0; u < int(d % kUnroll); ++u) dim_step(u);
     if (split) unpin_constants();
+    sum_accumulator_sets(sets, rows, nv_);
     store_logits(rows, split);
   }
 
@@ -1813,9 +1843,13 @@ class AttentionGenerator : public Generator {
                              offsetof(CpuAttnTileArgs, next2_v));
       }
       mov(r14, ptr[ARG(scratch)]);
-      // Key k of the step (V row r13 + k·row, probability r14 + 4k).
+      // Key k of the step (V row r13 + k·row, probability r14 + 4k) into accumulator set `set`.
       const int64_t v_row = d * kv_esize_;
-      const auto key_step = [&](int k) {
+      const int sets = accumulator_sets(rows, count);
+      for (int k = rows * count; k < sets * rows * count; ++k) {
+        uni_vpxor(acc_reg(k), acc_reg(k), acc_reg(k));  // set 0 holds α·acc
+      }
+      const auto key_step = [&](int k, int set) {
         if (spread_prefetch()) prefetch_next_chunk(k * v_row, c0 * kv_esize_, n * kv_esize_);
         if (split) {
           load_split_words(work(1), ptr[r13 + k * v_row + c0 * kv_esize_]);
@@ -1831,34 +1865,42 @@ class AttentionGenerator : public Generator {
           const bool in_register = !avx512() || count == 2;  // one broadcast load per row
           if (in_register) vbroadcastss(b, prob);
           for (int c = 0; c < count; ++c) {
+            const Xmm acc = set_acc(set, rows, count, r * count + c);
             if (!in_register) {
-              vfmadd231ps(acc_reg(r * count + c), work(c),
-                          ptr_b[r14 + 4 * k + prob_offset + r * kGroupMax * 4]);
+              vfmadd231ps(acc, work(c), ptr_b[r14 + 4 * k + prob_offset + r * kGroupMax * 4]);
             } else {
-              vfmadd231ps(acc_reg(r * count + c), work(c), b);
+              vfmadd231ps(acc, work(c), b);
             }
           }
         }
       };
-      // Two keys per loop step, then an odd last one: at 4 rows x 16 dims (AVX2) a step of
-      // one key is ~20 instructions per 8 FMAs, near Zen 3's dispatch width of 6 per cycle.
-      Label l_pair, l_last, l_chunk_done;
+      // `unroll` keys per loop step (one per set; at least two: at 4 rows x 16 dims (AVX2) a
+      // step of one key is ~20 instructions per 8 FMAs, near Zen 3's dispatch width of 6 per
+      // cycle), then the rest one by one into set 0.
+      const int unroll = std::max(2, sets);
+      Label l_step, l_rest, l_one, l_chunk_done;
       mov(r15, rbx);
-      shr(r15, 1);
-      jz(l_last, T_NEAR);
-      L(l_pair);
-      key_step(0);
-      key_step(1);
-      add(r13, 2 * v_row);
-      add(r14, 8);
+      shr(r15, unroll == 4 ? 2 : 1);
+      jz(l_rest, T_NEAR);
+      L(l_step);
+      for (int k = 0; k < unroll; ++k) key_step(k, k % sets);
+      add(r13, unroll * v_row);
+      add(r14, 4 * unroll);
       dec(r15);
-      jnz(l_pair, T_NEAR);
-      L(l_last);
-      test(rbx, 1);
+      jnz(l_step, T_NEAR);
+      L(l_rest);
+      mov(r15, rbx);
+      and_(r15, unroll - 1);
       jz(l_chunk_done, T_NEAR);
-      key_step(0);
+      L(l_one);
+      key_step(0, 0);
+      add(r13, v_row);
+      add(r14, 4);
+      dec(r15);
+      jnz(l_one, T_NEAR);
       L(l_chunk_done);
       if (split) unpin_constants();
+      sum_accumulator_sets(sets, rows, count);
       store_acc(rows, c0, count, tail);
       c0 += n;
     }

@@ -243,7 +243,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-103", 0x2d74074a3f2c5d5ull};
+constexpr PinnedCode kAllExampleCode{"x86-104", 0xf3a14d923d92be26ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -30,11 +30,13 @@
 //     fp32 query / probability. An fp8 cache (kv=fp8_e4m3/fp8_e5m2, spec §3.6) holds one byte
 //     per element: the load decodes the codes exactly (Generator::fp8_decode, or to bf16 words
 //     by decode_fp8_words) and the runner folds the scales in, k_scale into the logit scale and
-//     v_scale into the final 1/l. At AVX-512, bf16 words (a bf16 cache's, or decoded fp8) are
-//     widened 32 at a time by parity (parity_split): even elements word << 16, odd ones
-//     word & 0xFFFF0000, so Q·Kᵀ's logits come out even keys / odd keys (reordered when
-//     stored) and P·V's accumulators hold each 32-dim chunk as even / odd dims (reordered once
-//     at the call's entry and exit).
+//     v_scale into the final 1/l. bf16 words (at AVX-512 a bf16 cache's or decoded fp8, at
+//     AVX2 a bf16 cache's) are widened two vectors at a time by parity (parity_split): even
+//     elements word << 16, odd ones word & 0xFFFF0000, so Q·Kᵀ's logits come out even keys /
+//     odd keys (reordered when stored) and P·V's accumulators hold each chunk of two vectors
+//     (32 dims, AVX2 16) as even / odd dims (reordered once at the call's entry and exit).
+//     Calls of 1-2 rows at AVX2 accumulate in 2-4 independent register sets
+//     (accumulator_sets), so the two FMA ports see 8 chains.
 //   amx (isa=amx cache layout, AMX-BF16): the same steps on tiles. The amx K slab is the B-tile
 //     layout of Q·Kᵀ (16 dim pairs x 16 keys x 2 per 1024-byte tile) and the amx V slab the
 //     B-tile layout of P·V (16 key pairs x 16 dims x 2), so no interleaving is needed:
@@ -132,7 +134,8 @@ class AttentionGenerator : public Generator {
  private:
   // Register use inside a group (GPRs): r8 K group base, r9 V group base, r10 first key j0,
   // r11 block-table column, r12 offset in the block, rbx keys in this group, r13..r15 and rbp
-  // loop pointers and counters.
+  // loop pointers and counters; in the vec paths' Q·Kᵀ and P·V loops rdx and rbp hold the
+  // prefetch bases (hoist_prefetch_bases).
   // rows = 0: the row count is read from the call (the AMX emulation's single variant).
   void emit_variant(int rows) {
     Label l_group, l_end, l_same_block;
@@ -788,7 +791,8 @@ class AttentionGenerator : public Generator {
 
   // Stores S[r][v] to the logits scratch row r (stride kGroupMax floats), in key order.
   // `split`: the registers hold the keys split by parity (emit_qk_fp32's bf16 words: v = 0
-  // keys 0, 2, .., 30, v = 1 keys 1, 3, .., 31), put back in order by two vpermt2ps per row.
+  // the even keys, v = 1 the odd ones), put back in order by two vpermt2ps per row (AVX2:
+  // reorder_split_ymm).
   void store_logits(int rows, bool split = false) {
     mov(rsi, ptr[ARG(scratch)]);
     if (split && !avx512()) {
@@ -883,10 +887,10 @@ class AttentionGenerator : public Generator {
     const int64_t d = p_.head_size;
     const int64_t row_bytes = int64_t(p_.block_size) * kv_esize_;
     constexpr int kUnroll = 4;  // dims per loop step; the D % 4 rest follows the loop
-    // bf16 words of a 32-key group (a bf16 row, or fp8 codes decoded to words): one row load
-    // per dim, widened by parity (even keys word << 16, odd keys word & 0xFFFF0000: two uops,
-    // against two vpmovzxwd and two shifts), so the logits come out split by parity and
-    // store_logits puts them in order.
+    // bf16 words of a group (32 keys: a bf16 row, or fp8 codes decoded to words; AVX2 16 keys
+    // of a bf16 row): one row load per dim, widened by parity (even keys word << 16, odd keys
+    // word & 0xFFFF0000: two uops, against two vpmovzxwd and two shifts), so the logits come
+    // out split by parity and store_logits puts them in order.
     const bool split = parity_split_keys();
     const int sets = accumulator_sets(rows, nv_);
     for (int k = 0; k < sets * rows * nv_; ++k) uni_vpxor(acc_reg(k), acc_reg(k), acc_reg(k));
@@ -1063,12 +1067,14 @@ class AttentionGenerator : public Generator {
 
   // The softmax with the rows as lanes (emit_softmax_batched) serves 32-key groups at AVX-512
   // (the AMX path and the vec paths', fp32 or bf16 probabilities) of at least
-  // kBatchedSoftmaxMinRows rows; 16-key groups, AVX2 and calls of fewer rows take the row
-  // loop (emit_softmax).
+  // kBatchedSoftmaxMinRows rows; 16-key groups at AVX-512 and calls of fewer rows take the
+  // row loop (emit_softmax). AVX2 batches calls of 2-4 rows its own way
+  // (emit_softmax_rows_ymm).
   bool batched_softmax() const { return avx512() && group_ == 32; }
-  // The softmax of a group for `rows` rows: the batched routine (emit_softmax_batched, shared
-  // by the row-count variants) for kBatchedSoftmaxMinRows rows or more, the row loop for fewer;
-  // rows = 0 (the AMX emulation's one variant for every count) branches on the call's count.
+  // The softmax of a group for `rows` rows: at AVX2 emit_softmax_rows_ymm for 2-4 rows; else
+  // the batched routine (emit_softmax_batched, shared by the row-count variants) for
+  // kBatchedSoftmaxMinRows rows or more, the row loop for fewer; rows = 0 (the AMX
+  // emulation's one variant for every count) branches on the call's count.
   void emit_group_softmax(int rows) {
     if (!avx512() && rows >= 2) {
       emit_softmax_rows_ymm(rows);
@@ -1109,57 +1115,82 @@ class AttentionGenerator : public Generator {
     return cst_table(t);
   }
 
-  // The call's accumulator rows, whole 32-dim chunks in place between their natural order and
-  // the split order P·V accumulates in (parity_split): once per call each way, so the
-  // state between calls (the runner's merges and output) keeps the natural order. A dims
-  // tail (D % 32) stays in order. rsi, rax, rcx and zwork(0..4) are scratch.
+  // The call's accumulator rows, whole chunks of two vectors (32 dims, AVX2 16) in place
+  // between their natural order and the split order P·V accumulates in (parity_split): once
+  // per call each way, so the state between calls (the runner's merges and output) keeps the
+  // natural order. A dims tail stays in order. rsi, rax, rcx and zwork(0..4) (AVX2:
+  // work(0..2)) are scratch.
   void emit_reorder_acc(bool to_split) {
     const int64_t chunks = p_.head_size / split_chunk();
     if (chunks == 0) return;
-    if (!avx512()) {
-      mov(rsi, ptr[ARG(acc)]);
-      mov(rax, ptr[ARG(rows)]);
-      Label l_row, l_chunk;
-      L(l_row);
-      mov(rcx, chunks);
-      L(l_chunk);
-      vmovups(work(0), ptr[rsi]);
-      vmovups(work(1), ptr[rsi + 32]);
-      reorder_split_ymm(work(0), work(1), work(2), to_split);
-      vmovups(ptr[rsi], work(0));
-      vmovups(ptr[rsi + 32], work(1));
-      add(rsi, 64);
-      dec(rcx);
-      jnz(l_chunk);
-      add(rsi, (p_.head_size % split_chunk()) * 4);
-      dec(rax);
-      jnz(l_row);
-      return;
+    if (avx512()) {
+      vmovdqu32(zwork(0), parity_table(to_split, 0));
+      vmovdqu32(zwork(1), parity_table(to_split, 1));
     }
-    vmovdqu32(zwork(0), parity_table(to_split, 0));
-    vmovdqu32(zwork(1), parity_table(to_split, 1));
     mov(rsi, ptr[ARG(acc)]);
     mov(rax, ptr[ARG(rows)]);
     Label l_row, l_chunk;
     L(l_row);
     mov(rcx, chunks);
     L(l_chunk);
-    vmovups(zwork(2), ptr[rsi]);
-    vmovups(zwork(3), ptr[rsi + 64]);
-    vmovaps(zwork(4), zwork(2));
-    vpermt2ps(zwork(4), zwork(0), zwork(3));
-    vpermt2ps(zwork(2), zwork(1), zwork(3));
-    vmovups(ptr[rsi], zwork(4));
-    vmovups(ptr[rsi + 64], zwork(2));
-    add(rsi, 128);
+    if (avx512()) {
+      vmovups(zwork(2), ptr[rsi]);
+      vmovups(zwork(3), ptr[rsi + 64]);
+      vmovaps(zwork(4), zwork(2));
+      vpermt2ps(zwork(4), zwork(0), zwork(3));
+      vpermt2ps(zwork(2), zwork(1), zwork(3));
+      vmovups(ptr[rsi], zwork(4));
+      vmovups(ptr[rsi + 64], zwork(2));
+    } else {
+      vmovups(work(0), ptr[rsi]);
+      vmovups(work(1), ptr[rsi + 32]);
+      reorder_split_ymm(work(0), work(1), work(2), to_split);
+      vmovups(ptr[rsi], work(0));
+      vmovups(ptr[rsi + 32], work(1));
+    }
+    add(rsi, split_chunk() * 4);
     dec(rcx);
     jnz(l_chunk);
-    add(rsi, (p_.head_size % 32) * 4);
+    add(rsi, (p_.head_size % split_chunk()) * 4);
     dec(rax);
     jnz(l_row);
   }
 
   // ---- online softmax ------------------------------------------------------------------------
+
+  // ALiBi (s += slope·(j − pos)) and the mask (s = −inf outside lo <= j <= hi) of one row's
+  // logits x[0..nv_), key indices in jv; `row_field(offset)` addresses the row's entry of the
+  // per-row array at `offset` in CpuAttnTileArgs. AVX-512: keep[v] = the allowed lanes; AVX2:
+  // invalid[v] all ones where masked. Clobbers t[0], t[2], `bound` and `slope`.
+  template <class RowField>
+  void alibi_and_mask(const Xmm* x, const Xmm* t, const Xmm* jv, const Xmm* invalid,
+                      const Opmask* keep, const Xmm& bound, const Xmm& slope, RowField row_field) {
+    if (p_.alibi) {
+      vpbroadcastd(bound, row_field(offsetof(CpuAttnTileArgs, pos)));
+      vbroadcastss(slope, row_field(offsetof(CpuAttnTileArgs, slope)));
+      for (int v = 0; v < nv_; ++v) add_alibi(x[v], jv[v], bound, slope, t[0]);
+    }
+    vmovups(t[2], cst(-std::numeric_limits<float>::infinity()));
+    if (avx512()) {
+      vpbroadcastd(bound, row_field(offsetof(CpuAttnTileArgs, lo)));
+      for (int v = 0; v < nv_; ++v) vpcmpd(keep[v], jv[v], bound, 5);  // j >= lo
+      vpbroadcastd(bound, row_field(offsetof(CpuAttnTileArgs, hi)));
+      for (int v = 0; v < nv_; ++v) {
+        vpcmpd(k5, jv[v], bound, 2);  // j <= hi
+        kandw(keep[v], keep[v], k5);
+      }
+      for (int v = 0; v < nv_; ++v) vblendmps(x[v] | keep[v], t[2], x[v]);
+      return;
+    }
+    vpbroadcastd(bound, row_field(offsetof(CpuAttnTileArgs, lo)));
+    for (int v = 0; v < nv_; ++v) vpcmpgtd(invalid[v], bound, jv[v]);  // lo > j
+    vpbroadcastd(bound, row_field(offsetof(CpuAttnTileArgs, hi)));
+    for (int v = 0; v < nv_; ++v) {
+      vpcmpgtd(t[0], jv[v], bound);  // j > hi
+      vpor(invalid[v], invalid[v], t[0]);
+      vblendvps(x[v], x[v], t[2], invalid[v]);
+    }
+  }
 
   // Row loop (rbp = r) over the logits in scratch: writes the probabilities (bf16 or fp32) to
   // the probability scratch, α[r], and updates m[r], l[r].
@@ -1188,32 +1219,8 @@ class AttentionGenerator : public Generator {
     vpbroadcastd(jv[0], Xmm(jv[0].getIdx()));
     if (nv_ == 2) vpaddd(jv[1], jv[0], iota(lanes()));
     vpaddd(jv[0], jv[0], iota(0));
-    if (p_.alibi) {
-      vpbroadcastd(bound, ptr[ARG(pos) + rbp * 4]);
-      vbroadcastss(t[1], ptr[ARG(slope) + rbp * 4]);
-      for (int v = 0; v < nv_; ++v) add_alibi(x[v], jv[v], bound, t[1], t[0]);
-    }
-    // Mask: allowed iff lo ≤ j ≤ hi.
-    vmovups(t[2], cst(-std::numeric_limits<float>::infinity()));
-    if (avx512()) {
-      vpbroadcastd(bound, ptr[ARG(lo) + rbp * 4]);
-      for (int v = 0; v < nv_; ++v) vpcmpd(keep[v], jv[v], bound, 5);  // j >= lo
-      vpbroadcastd(bound, ptr[ARG(hi) + rbp * 4]);
-      for (int v = 0; v < nv_; ++v) {
-        vpcmpd(k5, jv[v], bound, 2);  // j <= hi
-        kandw(keep[v], keep[v], k5);
-      }
-      for (int v = 0; v < nv_; ++v) vblendmps(x[v] | keep[v], t[2], x[v]);
-    } else {
-      vpbroadcastd(bound, ptr[ARG(lo) + rbp * 4]);
-      for (int v = 0; v < nv_; ++v) vpcmpgtd(invalid[v], bound, jv[v]);  // lo > j
-      vpbroadcastd(bound, ptr[ARG(hi) + rbp * 4]);
-      for (int v = 0; v < nv_; ++v) {
-        vpcmpgtd(t[0], jv[v], bound);  // j > hi
-        vpor(invalid[v], invalid[v], t[0]);
-        vblendvps(x[v], x[v], t[2], invalid[v]);
-      }
-    }
+    alibi_and_mask(x, t, jv, invalid, keep, bound, t[1],
+                   [&](size_t field) { return ptr[rdi + int(field) + rbp * 4]; });
     // m' = max(m, max_t s); α = e^(m − m').
     vmovaps(m_new, x[0]);
     if (nv_ == 2) vmaxps(m_new, m_new, x[1]);
@@ -1293,21 +1300,9 @@ class AttentionGenerator : public Generator {
       if (p_.softcap) {
         for (int v = 0; v < 2; ++v) soft_cap(x[v], t[0], t[1], t[2], t[3]);
       }
-      if (p_.alibi) {
-        vpbroadcastd(bound, ptr[ARG(pos) + r * 4]);
-        vbroadcastss(slope, ptr[ARG(slope) + r * 4]);
-        for (int v = 0; v < 2; ++v) add_alibi(x[v], jv[v], bound, slope, t[0]);
-      }
-      // Allowed iff lo <= j <= hi.
-      vpbroadcastd(bound, ptr[ARG(lo) + r * 4]);
-      for (int v = 0; v < 2; ++v) vpcmpgtd(invalid[v], bound, jv[v]);
-      vpbroadcastd(bound, ptr[ARG(hi) + r * 4]);
-      for (int v = 0; v < 2; ++v) {
-        vpcmpgtd(t[0], jv[v], bound);
-        vpor(invalid[v], invalid[v], t[0]);
-        vblendvps(x[v], x[v], cst(-std::numeric_limits<float>::infinity()), invalid[v]);
-        vmovups(logits(r, v), x[v]);
-      }
+      alibi_and_mask(x, t, jv, invalid, nullptr, bound, slope,
+                     [&](size_t field) { return ptr[rdi + int(field) + r * 4]; });
+      for (int v = 0; v < 2; ++v) vmovups(logits(r, v), x[v]);
     }
     // m' = max(m, max_t s) and α = e^(m − m'), lane r for row r.
     const Xmm row_max[4] = {vmm(0), vmm(1), vmm(2), vmm(3)};
@@ -1316,7 +1311,8 @@ class AttentionGenerator : public Generator {
       vmaxps(row_max[r], row_max[r], logits(r, 1));
     }
     reduce_rows(row_max, rows, /*max=*/true, vmm(4));
-    const Xbyak::Xmm m_new(12), alpha(11), m_old(4);
+    // m' and α in the registers of slope and scale (done with), the old m in t[2]'s.
+    const Xbyak::Xmm m_new(slope.getIdx()), alpha(scale.getIdx()), m_old(t[2].getIdx());
     vmovups(m_old, ptr[ARG(m)]);  // rows 0..3 (m has kMaxAttnRows): lanes past `rows` unused
     vmaxps(m_new, Xbyak::Xmm(row_max[0].getIdx()), m_old);
     store_rows(ptr[ARG(m)], m_new, rows);
@@ -1343,7 +1339,7 @@ class AttentionGenerator : public Generator {
       vaddps(sums[r], x[0], x[1]);
     }
     reduce_rows(sums, rows, /*max=*/false, vmm(0));
-    const Xbyak::Xmm l(1), sum(sums[0].getIdx());
+    const Xbyak::Xmm l(x[1].getIdx()), sum(sums[0].getIdx());
     vmovups(l, ptr[ARG(l)]);
     vfmadd231ps(sum, l, alpha);
     store_rows(ptr[ARG(l)], sum, rows);
@@ -1352,7 +1348,7 @@ class AttentionGenerator : public Generator {
   // In place: lane r of v[0] (as an xmm) = the max (or the sum) of the lanes of v[r], for
   // r < rows (2..4; the other lanes are not specified). Per 128-bit half, unpcklps / unpckhps
   // of two rows and one op leave pairs of partial results, unpcklpd / unpckhpd of the two
-  // pairs and one op a partial result per row; the halves are combined last. Clobbers v[1..3]
+  // pairs and one op a partial result per row; the halves are combined last. Clobbers v[2]
   // and t.
   void reduce_rows(const Xmm* v, int rows, bool max, const Xmm& t) {
     const auto op = [&](const Xmm& dst, const Xmm& a, const Xmm& b) {
@@ -1823,6 +1819,10 @@ class AttentionGenerator : public Generator {
     // The tables serve every whole 32-dim chunk; they come first, and the D % 32 tail after
     // them decodes by fp8_decode, which clobbers k2.
     if (fp8_lookup() && d >= 32) load_fp8_lookup();
+    if (spread_prefetch()) {
+      hoist_prefetch_bases(r9, offsetof(CpuAttnTileArgs, next_v),
+                           offsetof(CpuAttnTileArgs, next2_v));
+    }
     for (int64_t c0 = 0; c0 < d;) {
       const int n = int(std::min<int64_t>(d - c0, 2 * lanes()));  // dims of this chunk
       const int count = (n + lanes() - 1) / lanes();
@@ -1838,10 +1838,6 @@ class AttentionGenerator : public Generator {
         pin_constants({&high_half, 1}, {&reg, 1});
       }
       mov(r13, r9);
-      if (spread_prefetch()) {
-        hoist_prefetch_bases(r9, offsetof(CpuAttnTileArgs, next_v),
-                             offsetof(CpuAttnTileArgs, next2_v));
-      }
       mov(r14, ptr[ARG(scratch)]);
       // Key k of the step (V row r13 + k·row, probability r14 + 4k) into accumulator set `set`.
       const int64_t v_row = d * kv_esize_;

@@ -243,7 +243,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-104", 0xf3a14d923d92be26ull};
+constexpr PinnedCode kAllExampleCode{"x86-105", 0x26d35c4a737fc444ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

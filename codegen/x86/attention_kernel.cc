@@ -909,7 +909,7 @@ class AttentionGenerator : public Generator {
     // Dim u relative to r13 (K row) / r14 (query).
     const auto dim_step = [&](int u) {
       if (split) {
-        load_split_words(work(1), ptr[r13 + u * row_bytes]);
+        load_split_words(work(1), ptr[r13 + u * row_bytes], work(0));
         split_bf16_pairs(work(0), work(1), work(1));
       } else {
         for (int v = 0; v < nv_; ++v) {
@@ -952,25 +952,78 @@ class AttentionGenerator : public Generator {
   // The fp32 path widens bf16 words by parity (a dword holds elements 2i and 2i + 1: even =
   // word << 16, odd = word & 0xFFFF0000, two uops per 2·lanes elements against two vpmovzxwd
   // and two shifts): the keys of a group in Q·Kᵀ (emit_qk_fp32), the dims of each whole
-  // chunk of two vectors in P·V (emit_pv_fp32). At AVX-512 a bf16 cache, or an fp8 one (any
-  // query dtype: its codes are decoded to bf16 words first, exactly, see load_words); at AVX2
-  // a bf16 cache (the fp8 word decoders are zmm code). On Zen 3 the split turns the Q·Kᵀ
+  // chunk of two vectors in P·V (emit_pv_fp32). A bf16 cache, or an fp8 one (any query
+  // dtype: its codes are decoded to bf16 words first, exactly: load_words at AVX-512,
+  // decode_fp8_words_ymm at AVX2). On Zen 3 the split turns the Q·Kᵀ
   // step of 4 rows x 16 keys from 85% to 99% of the FMA rate (an inline-asm loop on L1 data:
   // the two shuffles of vpmovzxwd share pipes with the FMAs, a vpand does not).
   bool parity_split() const {
-    if (amx_ || dpbf16_) return false;
-    if (avx512()) return p_.dtype == DType::kBF16 || p_.kv != ir::KvCacheDtype::kAuto;
-    return p_.dtype == DType::kBF16 && p_.kv == ir::KvCacheDtype::kAuto;
+    return !amx_ && !dpbf16_ && (p_.dtype == DType::kBF16 || p_.kv != ir::KvCacheDtype::kAuto);
   }
   // Elements per parity-split chunk: two vectors.
   int split_chunk() const { return 2 * lanes(); }
   // One split chunk of cache words at `addr` into `words` (load_words; AVX2: a bf16 row).
-  void load_split_words(const Xmm& words, const Address& addr) {
+  // AVX2 fp8: the 16 codes widened to words in `codes_scratch` (clobbered, with ymm13..15).
+  void load_split_words(const Xmm& words, const Address& addr, const Xmm& codes_scratch) {
     if (avx512()) {
       load_words(Zmm(words.getIdx()), addr);
-    } else {
+    } else if (p_.kv == ir::KvCacheDtype::kAuto) {
       vmovdqu(Ymm(words.getIdx()), addr);
+    } else {
+      vpmovzxbw(Ymm(codes_scratch.getIdx()), addr);
+      decode_fp8_words_ymm(Ymm(words.getIdx()), Ymm(codes_scratch.getIdx()));
     }
+  }
+
+  // decode_fp8_words at AVX2, for the 16 codes in the words of `codes` (clobbered): the same
+  // words, with vpshufb for the subnormal table (a word's index bytes (m, m + 8) pick its low
+  // and high byte from one 16-byte table) and vpblendvb for the masked moves. 17 uops per 16
+  // codes with the widening, against 26 for two vectors of fp8_decode. Uses ymm13..15.
+  void decode_fp8_words_ymm(const Ymm& out, const Ymm& codes) {
+    const bool e4m3 = p_.kv == ir::KvCacheDtype::kFp8E4m3;
+    const Ymm mag(13), t(14), table(15);
+    vpand(mag, codes, cst_bits(0x007F007F));
+    vpsllw(out, mag, e4m3 ? 4 : 5);
+    vpaddw(out, out, cst_bits(e4m3 ? 0x3C003C00 : 0x38003800));
+    // Exponent 0: the subnormal table's word at index m.
+    vpsllw(t, mag, 8);
+    vpor(t, t, mag);
+    vpaddw(t, t, cst_bits(0x08000800));
+    vmovdqu(table, subnormal_bytes(e4m3));
+    vpshufb(table, table, t);
+    vpand(t, mag, cst_bits(e4m3 ? 0x00780078 : 0x007C007C));
+    vpcmpeqw(t, t, cst_bits(0));
+    vpblendvb(out, out, table, t);
+    if (e4m3) {
+      vpcmpeqw(t, mag, cst_bits(0x007F007F));
+      vpblendvb(out, out, cst_bits(0x7FC07FC0), t);
+    } else {
+      vpcmpgtw(t, mag, cst_bits(0x007B007B));  // |c| >= 0x7C: inf
+      vpblendvb(out, out, cst_bits(0x7F807F80), t);
+      vpcmpgtw(t, mag, cst_bits(0x007C007C));  // above: NaN
+      vpblendvb(out, out, cst_bits(0x7FC07FC0), t);
+    }
+    vpsllw(codes, codes, 8);
+    vpand(codes, codes, cst_bits(0x80008000));
+    vpor(out, out, codes);
+  }
+
+  // subnormal_table's words as vpshufb bytes, in both 128-bit halves: bytes 0..7 the low
+  // bytes of the words of magnitudes 0..7, bytes 8..15 their high bytes.
+  Address subnormal_bytes(bool e4m3) {
+    const std::array<uint16_t, 8> e4m3_words{0,      0x3B00, 0x3B80, 0x3BC0,
+                                             0x3C00, 0x3C20, 0x3C40, 0x3C60};
+    const std::array<uint16_t, 8> e5m2_words{0, 0x3780, 0x3800, 0x3840, 0, 0, 0, 0};
+    const auto& words = e4m3 ? e4m3_words : e5m2_words;
+    std::array<uint32_t, 16> table{};
+    for (size_t half = 0; half < 2; ++half) {
+      for (size_t i = 0; i < 8; ++i) {
+        const uint32_t low = words[i] & 0xFF, high = words[i] >> 8;
+        table[4 * half + i / 4] |= low << (8 * (i % 4));
+        table[4 * half + 2 + i / 4] |= high << (8 * (i % 4));
+      }
+    }
+    return cst_table(table);
   }
   // In place: a split chunk (even elements in `even`, odd ones in `odd`) into natural order
   // (`even` = elements 0 .. lanes-1, `odd` = the rest), or back (to_split). AVX2 only (the
@@ -1848,7 +1901,7 @@ class AttentionGenerator : public Generator {
       const auto key_step = [&](int k, int set) {
         if (spread_prefetch()) prefetch_next_chunk(k * v_row, c0 * kv_esize_, n * kv_esize_);
         if (split) {
-          load_split_words(work(1), ptr[r13 + k * v_row + c0 * kv_esize_]);
+          load_split_words(work(1), ptr[r13 + k * v_row + c0 * kv_esize_], work(0));
           split_bf16_pairs(work(0), work(1), work(1));
         } else {
           for (int c = 0; c < count; ++c) {

@@ -1011,10 +1011,7 @@ class AttentionGenerator : public Generator {
   // subnormal_table's words as vpshufb bytes, in both 128-bit halves: bytes 0..7 the low
   // bytes of the words of magnitudes 0..7, bytes 8..15 their high bytes.
   Address subnormal_bytes(bool e4m3) {
-    const std::array<uint16_t, 8> e4m3_words{0,      0x3B00, 0x3B80, 0x3BC0,
-                                             0x3C00, 0x3C20, 0x3C40, 0x3C60};
-    const std::array<uint16_t, 8> e5m2_words{0, 0x3780, 0x3800, 0x3840, 0, 0, 0, 0};
-    const auto& words = e4m3 ? e4m3_words : e5m2_words;
+    const std::array<uint16_t, 8> words = subnormal_words(e4m3);
     std::array<uint32_t, 16> table{};
     for (size_t half = 0; half < 2; ++half) {
       for (size_t i = 0; i < 8; ++i) {
@@ -1783,12 +1780,14 @@ class AttentionGenerator : public Generator {
   }
 
   // The bf16 words of the fp8 subnormals (and zero) by magnitude: e4m3 m·2^-9 (m < 8), e5m2
-  // m·2^-16 (m < 4); vpermw reads the words at the lane's magnitude.
+  // m·2^-16 (m < 4).
+  static std::array<uint16_t, 8> subnormal_words(bool e4m3) {
+    if (e4m3) return {0, 0x3B00, 0x3B80, 0x3BC0, 0x3C00, 0x3C20, 0x3C40, 0x3C60};
+    return {0, 0x3780, 0x3800, 0x3840, 0, 0, 0, 0};
+  }
+  // subnormal_words as a vpermw table: it reads the words at the lane's magnitude.
   Address subnormal_table(bool e4m3) {
-    const std::array<uint16_t, 8> e4m3_words{0,      0x3B00, 0x3B80, 0x3BC0,
-                                             0x3C00, 0x3C20, 0x3C40, 0x3C60};
-    const std::array<uint16_t, 8> e5m2_words{0, 0x3780, 0x3800, 0x3840, 0, 0, 0, 0};
-    const auto& words = e4m3 ? e4m3_words : e5m2_words;
+    const std::array<uint16_t, 8> words = subnormal_words(e4m3);
     std::array<uint32_t, 16> table{};
     for (size_t i = 0; i < 4; ++i) table[i] = words[2 * i] | uint32_t(words[2 * i + 1]) << 16;
     return cst_table(table);

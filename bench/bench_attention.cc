@@ -101,7 +101,12 @@ double& fma_peak_gflops(int threads) {
 
 template <class Loop>
 double measure_peak_gflops_cpu(int threads, double flops_per_instruction, Loop loop) {
-  constexpr int64_t kSteps = 3'000'000;  // x 12 instructions
+  // x 12 instructions: ~75 ms per repetition at 2 FMAs per cycle. The process CPU clock
+  // counts another thread's time in scheduler ticks (4 ms on the Zen 3 VM of session 20):
+  // 3M steps (~6 ms) read 9.7 or 13.7 ms of CPU time for 11.4 ms of work on 2 threads, and
+  // the best of five picked the undercount, a "peak" of 239-310 GFLOP/s where the wall clock
+  // gave 200.
+  constexpr int64_t kSteps = 40'000'000;
   double best = 0;
   for (int rep = 0; rep < 5; ++rep) {
     const double start = process_cpu_seconds();

@@ -241,6 +241,9 @@ class Generator : public Xbyak::CodeGenerator {
   /// What fits in registers at this ISA for a rotation of that shape. `constant_regs` must not
   /// be touched by the caller between begin_rope_token and end_rope_token (the pairs path is
   /// only taken when they lie outside the hoisted cos/sin).
+  /// Whether begin_rope_token pins kBf16PairsConstants in r.constant_regs (the pairs path,
+  /// where those registers exist and are free).
+  bool pins_rope_constants(const RopeRotation& r) const;
   RopeRotation plan_rope(DType dtype, DType cache_dtype, int64_t rot_dim, ir::RopeStyle style,
                          std::array<int, 4> constant_regs) const;
   /// Per token, before its heads: hoists the cos/sin row at [cs] and pins the pairs constants.

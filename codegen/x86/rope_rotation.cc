@@ -63,6 +63,15 @@ Generator::RopeRotation Generator::plan_rope(DType dtype, DType cache_dtype, int
   return r;
 }
 
+bool Generator::pins_rope_constants(const RopeRotation& r) const {
+  if (!r.pairs) return false;
+  if (avx512()) return true;
+  // AVX2: where the caller's registers are clear of the pairs step's (0..7, 13, 14): the rope
+  // kernel's 8..11; the fused writers' 28..31 exist only on AVX-512.
+  return std::all_of(r.constant_regs.begin(), r.constant_regs.end(),
+                     [](int reg) { return reg >= 8 && reg <= 12; });
+}
+
 void Generator::begin_rope_token(const RopeRotation& r, const Reg64& cs) {
   const int64_t half = r.rot_dim / 2;
   const int cache_esize = int(dtype_size(r.cache_dtype));
@@ -88,11 +97,11 @@ void Generator::begin_rope_token(const RopeRotation& r, const Reg64& cs) {
       }
     }
   }
-  if (r.pairs && avx512()) pin_constants(kBf16PairsConstants, r.constant_regs);
+  if (pins_rope_constants(r)) pin_constants(kBf16PairsConstants, r.constant_regs);
 }
 
 void Generator::end_rope_token(const RopeRotation& r) {
-  if (r.pairs && avx512()) unpin_constants();
+  if (pins_rope_constants(r)) unpin_constants();
 }
 
 void Generator::rotate_rope_head_ymm_pairs(const RopeRotation& r, const Reg64& head,

@@ -551,6 +551,25 @@ struct Epilogue {
   return uint16_t((u & 0x7FFFFFFFu) > 0x7F800000u ? (u >> 16) | 0x40u : rounded);
 }
 
+// `count` fp32 values into `dst` as `dtype`: bf16 (bf16_bits) or f16 rounded to nearest even,
+// f32 copied. The int8 epilogue's rows and the widened matmul's output rows.
+[[gnu::always_inline]] inline void store_floats(DType dtype, const float* src, int64_t count,
+                                                void* dst) {
+  switch (dtype) {
+    case DType::kBF16: {
+      auto* out = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < count; ++i) out[i] = bf16_bits(src[i]);
+      return;
+    }
+    case DType::kF16: {
+      auto* out = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < count; ++i) out[i] = numeric::f32_to_f16(src[i]);
+      return;
+    }
+    default: std::memcpy(dst, src, size_t(4 * count));
+  }
+}
+
 [[gnu::always_inline]] inline void epilogue_rows(const Epilogue& e, int64_t r_begin, int64_t r_end,
                                                  float* t) {
   const ir::ScaledGemmParams& p = *e.p;
@@ -577,19 +596,7 @@ struct Epilogue {
     if (e.bias != nullptr) {
       for (int64_t n = 0; n < n_count; ++n) t[n] += e.bias[n];
     }
-    switch (p.out_dtype) {
-      case DType::kBF16: {
-        auto* out = reinterpret_cast<uint16_t*>(e.c) + r * n_count;
-        for (int64_t n = 0; n < n_count; ++n) out[n] = bf16_bits(t[n]);
-        break;
-      }
-      case DType::kF16: {
-        auto* out = reinterpret_cast<uint16_t*>(e.c) + r * n_count;
-        for (int64_t n = 0; n < n_count; ++n) out[n] = numeric::f32_to_f16(t[n]);
-        break;
-      }
-      default: std::memcpy(e.c + r * n_count * 4, t, size_t(4 * n_count));
-    }
+    store_floats(p.out_dtype, t, n_count, e.c + r * n_count * dtype_size(p.out_dtype));
   }
 }
 
@@ -656,7 +663,6 @@ Status run_mm_widened(State& state, const Packed& packed, int64_t chunk_rows,
     bias_f.resize(size_t(cls.n));
     for (int64_t j = 0; j < cls.n; ++j) bias_f[size_t(j)] = load_float(cls.dtype, bias.data(), j);
   }
-  const bool f16 = cls.dtype == DType::kF16;
   Scratch& scratch = thread_scratch();
   return for_each_chunk(
       state, cls, m_total, chunk_rows, bias.defined(),
@@ -665,18 +671,13 @@ Status run_mm_widened(State& state, const Packed& packed, int64_t chunk_rows,
         for (int64_t r = 0; r < rows; ++r) {
           const uint16_t* a_row = a.data_as<const uint16_t>() + (row0 + r) * a.stride(0);
           float* dst_row = src + r * cls.k;
-          for (int64_t i = 0; i < cls.k; ++i) {
-            dst_row[i] = f16 ? numeric::f16_to_f32(a_row[i]) : numeric::bf16_to_f32(a_row[i]);
-          }
+          for (int64_t i = 0; i < cls.k; ++i) dst_row[i] = load_float(cls.dtype, a_row, i);
         }
         std::fill(src + rows * cls.k, src + bucket * cls.k, 0.0f);
         auto* dst = reinterpret_cast<float*>(scratch.dst.get(size_t(bucket * cls.n * 4)));
         KILN_RETURN_IF_ERROR(execute(state, prim, cls, bucket, src, packed,
                                      bias_f.empty() ? nullptr : bias_f.data(), dst));
-        uint16_t* c_rows = c.data_as<uint16_t>() + row0 * cls.n;
-        for (int64_t i = 0; i < rows * cls.n; ++i) {
-          c_rows[i] = f16 ? numeric::f32_to_f16(dst[i]) : bf16_bits(dst[i]);
-        }
+        store_floats(cls.dtype, dst, rows * cls.n, c.data_as<uint16_t>() + row0 * cls.n);
         return Status::ok();
       });
 }

@@ -687,9 +687,10 @@ class CacheGenerator : public Generator {
   // odd dword halves of two loads, no widening shuffles) and encode them with fp8_encode_minmax,
   // which has no select and is exact for every fp32 value; four vectors of codes become 32 bytes
   // with 2-4 packs. Exact steps (x·r is the ref's quotient, see exact_products_bound()) encode x·r
-  // as it is: no window, no branch. Window steps check the window once per step and redo a step
-  // that has a lane near a midpoint, or a nonzero lane below the fp8 normal range, or a NaN, on q =
-  // x/s (four vdivps, the ref's quotient itself). The steps use ymm0..3 and ymm13..15 at every
+  // as it is: no window, no branch. Window steps encode x·r by the fast quantiser's integer
+  // rounding (ymm_window_encode), which also tests the window, and redo a step that has a lane
+  // near a midpoint, or a nonzero lane outside the fp8 normal range, or a NaN, on q = x/s (four
+  // vdivps, the ref's quotient itself). The steps use ymm0..3 and ymm13..15 at every
   // level (VEX encodings; at AVX-512 a 256-bit op zeroes the upper halves of those registers, which
   // quantise_span clobbers anyway).
   static constexpr int kYmmUnit = 32;
@@ -788,9 +789,92 @@ class CacheGenerator : public Generator {
     }
   }
 
+  // The window steps' encoder (AVX2): in place, the codes of the 32 quotients q = x·r of
+  // x[0..3] in byte 3 of each dword, and ymm15 = the rejected lanes (all ones), whose step
+  // must be redone on the ref's quotient. It is fast_encode's window rounding (see
+  // quantise_fast_unit) with AVX2's signed compares, ~16 uops per 8 codes against the ~26 of
+  // a window test plus fp8_encode_minmax:
+  //   t = 2a + add + 2^31   (mod 2^32, 2a = q + q: the integer add drops the sign; t's signed
+  //                          order is u = t - 2^31's unsigned one)
+  //   rejected: u >= limit (zero, fp8 subnormal, saturation, inf, NaN), or u's low S + 1 bits
+  //             within [half - W, half + W) ((u & near) == 0)
+  //   code = ((t << (24 - S - 1)) + 2^M·2^24) | sign   (accepted: u < limit < 2^(31 - 24 + S
+  //                          + 1), so the shift clears bit 31 and bits 24..30 hold code - 2^M)
+  // A zero lane would be rejected (2a = 0: u = add, far out of range), and zeros are most of
+  // some inputs (a ReLU's output). So t = Z0 (the zero lanes' t) becomes ACC = 2^31 + 4W + 1,
+  // accepted (u = 4W + 1: in range, not near) and odd where every other lane's t is even (add
+  // is even), and a lane whose t is ACC gets the code 0 | sign. Checked for every fp32 value
+  // and both formats: an accepted lane's code is the ref's, and the ref's for every value
+  // within 3 ulp of it. Uses ymm13..15.
+  void ymm_window_encode(const Xbyak::Ymm (&x)[4], DType format) {
+    using Xbyak::Ymm;
+    const WindowStepConstants w = window_step_constants(format);
+    const Fp8Layout f = fp8_layout(format);
+    const int s = 23 - f.mantissa_bits;
+    const uint32_t add = w.add + 0x80000000u, zero_t = add;
+    const uint32_t accepted_odd = 0x80000000u + 4 * kNearUlps + 1;
+    const Ymm t(13), tmp(14), reject(15);
+    for (int v = 0; v < 4; ++v) {
+      vpaddd(t, x[v], x[v]);
+      vpaddd(t, t, cst_bits(add));
+      vpcmpeqd(tmp, t, cst_bits(zero_t));
+      vpand(tmp, tmp, cst_bits(zero_t ^ accepted_odd));
+      vpxor(t, t, tmp);
+      // Rejected: t > limit - 2^31 - 1 (signed), or (t & near) == 0.
+      const Ymm out_of_range = v == 0 ? reject : tmp;
+      vpcmpgtd(out_of_range, t, cst_bits(w.limit + 0x7FFFFFFFu));
+      if (v > 0) vpor(reject, reject, tmp);
+      vpand(tmp, t, cst_bits(w.near));
+      vpcmpeqd(tmp, tmp, cst_bits(0));
+      vpor(reject, reject, tmp);
+      vpand(tmp, x[v], cst_bits(w.sign));
+      vpslld(x[v], t, 24 - (s + 1));
+      vpaddd(x[v], x[v], cst_bits((1u << f.mantissa_bits) << 24));  // + 2^M in byte 3
+      vpcmpeqd(t, t, cst_bits(accepted_odd));                       // the zero lanes
+      vpandn(x[v], t, x[v]);
+      vpor(x[v], x[v], tmp);
+    }
+  }
+
+  // The 32 codes in byte 3 of x[0..3]'s dwords (ymm_load's order) as 32 ordered bytes at
+  // [dst + dst_off]: one vpshufb per vector puts its codes at their places in each 128-bit
+  // lane (bf16: the even values' at even bytes, the odd values' at odd ones; else 4 in a row),
+  // three vpor join them, and a vpermq (bf16) or vpermd undoes the lane split. Uses ymm13.
+  void ymm_store_top_bytes(const Xbyak::Ymm (&x)[4], const Reg64& dst, int dst_off, bool pairs,
+                           bool streaming) {
+    for (int v = 0; v < 4; ++v) {
+      // Byte 3 of dword j (of each 128-bit lane) to byte `first + stride·j`; the rest zero.
+      const int first = pairs ? (v / 2) * 8 + v % 2 : 4 * v, stride = pairs ? 2 : 1;
+      std::array<uint8_t, 16> lane{};
+      lane.fill(0x80);
+      for (int j = 0; j < 4; ++j) lane[size_t(first + stride * j)] = uint8_t(4 * j + 3);
+      std::array<uint32_t, 16> table{};
+      for (int i = 0; i < 32; ++i)
+        table[size_t(i / 4)] |= uint32_t(lane[size_t(i % 16)]) << (8 * (i % 4));
+      vpshufb(x[v], x[v], cst_table(table));
+    }
+    vpor(x[0], x[0], x[1]);
+    vpor(x[2], x[2], x[3]);
+    vpor(x[0], x[0], x[2]);
+    if (pairs) {
+      vpermq(x[0], x[0], 0xD8);  // quadwords: values 0-7, 16-23 | 8-15, 24-31
+    } else {
+      const Xbyak::Ymm index(13);
+      vmovdqu(index, cst_table({0, 4, 1, 5, 2, 6, 3, 7, 0, 0, 0, 0, 0, 0, 0, 0}));
+      vpermd(x[0], index, x[0]);
+    }
+    if (streaming) {
+      vmovntdq(ptr[dst + dst_off], x[0]);
+    } else {
+      vmovdqu(ptr[dst + dst_off], x[0]);
+    }
+  }
+
   // 32 codes of the values at [src + src_off] to [dst + dst_off] (see above); `exact`: x·r is
-  // the ref's quotient for every x of `dtype` (the exact or exact-products steps). Uses ymm0..3
-  // and ymm13..15, eax.
+  // the ref's quotient for every x of `dtype` (the exact or exact-products steps), encoded as
+  // it is by fp8_encode_minmax: no test, no branch. Window steps encode x·r by
+  // ymm_window_encode, and a step with a rejected lane is redone on q = x/s (four vdivps, the
+  // ref's quotient itself) by fp8_encode_minmax. Uses ymm0..3 and ymm13..15.
   void quantise_ymm_unit(const Reg64& dst, const Reg64& src, int dst_off, int src_off, DType dtype,
                          DType format, const Xmm& scale, const Xmm& recip, bool streaming,
                          bool exact) {
@@ -800,45 +884,26 @@ class CacheGenerator : public Generator {
       throw std::logic_error("quantise_ymm_unit: constants pinned at a 512-bit level");
     }
     const Ymm x[4] = {Ymm(0), Ymm(1), Ymm(2), Ymm(3)};
+    const bool pairs = dtype == DType::kBF16;
     ymm_load(x, src, src_off, dtype);
     for (const Ymm& v : x) vmulps(v, v, Ymm(recip.getIdx()));
-    Label l_encode, l_divide, l_done;
-    if (!exact) {
-      // ok = (a not near a midpoint) and (a >= min normal or a == 0), over all 32 lanes; a NaN
-      // (x, or the marker of an infinite reciprocal) fails the second test.
-      const auto [low, half, min_normal] = midpoint_window(format);
-      const uint32_t shift = 0u - (half - kNearUlps);  // d = (a - half + W) & low
-      const Ymm a(13), t(14), ok(15);
-      for (int v = 0; v < 4; ++v) {
-        uni_vpand(a, x[v], cst_bits(0x7FFFFFFF));
-        vpaddd(t, a, cst_bits(shift));
-        vpand(t, t, cst_bits(low));
-        vpcmpgtd(t, t, cst_bits(2 * kNearUlps - 1));  // not within [half - W, half + W)
-        if (v == 0) {
-          vmovdqa(ok, t);
-        } else {
-          vpand(ok, ok, t);
-        }
-        vcmpps(t, a, cst(std::bit_cast<float>(min_normal)), 13 /* GE, ordered */);
-        vpcmpeqd(a, a, cst_bits(0));
-        vpor(t, t, a);
-        vpand(ok, ok, t);
-      }
-      vmovmskps(eax, ok);
-      cmp(eax, 0xFF);
-      jne(l_divide, T_NEAR);
+    if (exact) {
+      for (const Ymm& v : x) fp8_encode_minmax(v, format);
+      ymm_store_codes(x, dst, dst_off, pairs, streaming);
+      return;
     }
-    L(l_encode);
+    Label l_divide, l_done;
+    ymm_window_encode(x, format);
+    vptest(Ymm(15), Ymm(15));
+    jnz(l_divide, T_NEAR);
+    ymm_store_top_bytes(x, dst, dst_off, pairs, streaming);
+    jmp(l_done, T_NEAR);
+    L(l_divide);
+    ymm_load(x, src, src_off, dtype);
+    for (const Ymm& v : x) vdivps(v, v, Ymm(scale.getIdx()));
     for (const Ymm& v : x) fp8_encode_minmax(v, format);
-    ymm_store_codes(x, dst, dst_off, dtype == DType::kBF16, streaming);
-    if (!exact) {
-      jmp(l_done, T_NEAR);
-      L(l_divide);
-      ymm_load(x, src, src_off, dtype);
-      for (const Ymm& v : x) vdivps(v, v, Ymm(scale.getIdx()));
-      jmp(l_encode, T_NEAR);
-      L(l_done);
-    }
+    ymm_store_codes(x, dst, dst_off, pairs, streaming);
+    L(l_done);
   }
 
   // ---- Fast quantiser (AVX-512 with VBMI) -------------------------------------------------

@@ -243,7 +243,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-108", 0x6f413daa7a46dd8ull};
+constexpr PinnedCode kAllExampleCode{"x86-109", 0x373d5933a0188e99ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

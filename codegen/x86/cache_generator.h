@@ -1905,37 +1905,24 @@ class CacheGenerator : public Generator {
 
   // Dequantises `elements` fp8 codes of `format` at [src] into `dtype` values at [dst] (dst,
   // src advanced; where they end is not specified): rnd_T(decode(code) * scale), the product in
-  // fp32 (spec §1.3). e4m3 to bf16 on AVX2 in steps of 16 on 16-bit lanes
-  // (dequantise_word_steps), else (and for the rest) one vector per unit: the helpers' scratch
-  // (vmm13..15) serialises those steps, out-of-order execution overlaps the units. Clobbers
-  // vmm0..3, vmm13..15 and reg_count_.
+  // fp32 (spec §1.3). e4m3 to bf16 on AVX2 in steps of 16 on 16-bit lanes through two 8-word
+  // tables of the scale (dequantise_word_steps) where the scale is in their range, else (and
+  // for the rest) one vector per unit: the helpers' scratch (vmm13..15) serialises those steps,
+  // out-of-order execution overlaps the units. Clobbers vmm0..3, vmm13..15 and reg_count_.
   void dequantise_span(const Reg64& dst, const Reg64& src, int64_t elements, DType format,
                        DType dtype, const Xmm& scale) {
     if (word_dequant(format, dtype) && elements >= kWordDequantStep) {
-      // The word steps need a number as scale (a NaN scale's payload would reach the rounding).
-      // A scale 2^k with k in [kMinWordExponent, kMaxWordExponent] (vLLM's default 1.0
-      // among them) takes the exponent steps.
-      Label l_vectors, l_general, l_done;
-      const Xbyak::Ymm check(13), s(scale.getIdx());
-      vcmpps(check, s, s, 3 /* unordered */);
-      vptest(check, check);
-      jnz(l_vectors, T_NEAR);
+      Label l_vectors, l_done;
       const Xbyak::Reg32 bits = reg_count_.cvt32();
       vmovd(bits, Xmm(scale.getIdx()));
-      test(bits, 0x807FFFFF);  // a sign or a mantissa bit: not a positive power of two
-      jnz(l_general, T_NEAR);
       shr(bits, 23);
-      sub(bits, 127 + kMinWordExponent);
-      cmp(bits, kMaxWordExponent - kMinWordExponent);
-      ja(l_general, T_NEAR);                   // unsigned: k below the minimum too
-      const auto words = [&](bool exponent) {  // the steps, then the rest one vector each
-        dequantise_word_steps(dst, src, elements / kWordDequantStep, scale, exponent);
-        dequantise_vectors(dst, src, elements % kWordDequantStep, format, dtype, scale);
-        jmp(l_done, T_NEAR);
-      };
-      words(/*exponent=*/true);
-      L(l_general);
-      words(/*exponent=*/false);
+      and_(bits, 0xFF);  // the biased exponent (the sign dropped)
+      sub(bits, 127 - kMaxWordExponent);
+      cmp(bits, 2 * kMaxWordExponent);
+      ja(l_vectors, T_NEAR);  // unsigned: below the range too (zero, denormal), inf, NaN
+      dequantise_word_steps(dst, src, elements / kWordDequantStep, scale);
+      dequantise_vectors(dst, src, elements % kWordDequantStep, format, dtype, scale);
+      jmp(l_done, T_NEAR);
       L(l_vectors);
       dequantise_vectors(dst, src, elements, format, dtype, scale);
       L(l_done);
@@ -1946,84 +1933,76 @@ class CacheGenerator : public Generator {
 
   // ---- Dequantising e4m3 to bf16 on 16-bit lanes (AVX2) -------------------------------------
   //
-  // decode(c) has at most 4 significant bits and an exponent inside bf16's, so it is exact as
-  // a bf16 word, and that word comes from the code's bits on 16-bit lanes: with c7 = c & 0x7F,
-  //   normal (c7 >= 8):   (c7 << 4) + 120·2^7   (the fields line up, the exponent rebiased)
-  //   subnormal (< 8):    a vpshufb lookup of the 8 words decode(0..7)
-  //   NaN (c7 = 0x7F):    the normal formula's 0x43F0 moved to decode(0x7F)'s 0x7FC0
-  // plus the sign in bit 15. Those words, split into even / odd fp32 lanes (dword halves),
-  // times the scale, rounded to bf16 on the bits (x + 0x7FFF + lsb: exact for every finite
-  // product, and for a NaN product, which carries decode's NaN with a zero low half) and
-  // packed back: ~37 uops per 16 codes instead of ~66 (fp8_decode's and bf16_round_bits'
-  // blends, the widening and packing shuffles).
-  // At a scale 2^k (`exponent` steps) the product is exact and needs no fp32 at all: k·2^7
-  // added to the words of the codes that are neither zero nor NaN moves their exponent field,
-  // which stays a normal bf16 exponent for k in [kMinWordExponent, kMaxWordExponent]
-  // (decode's magnitudes span 2^-9 .. 448 = 1.75·2^8): ~21 uops per 16 codes.
+  // A normal code c7 = c & 0x7F = 8E + m (E in 1..15, m in 0..7) decodes to 2^(E-7)·(1 + m/8),
+  // and scaling by a power of two commutes with both roundings while every value stays a
+  // normal number: rnd_bf16(RN32(decode(c)·s)) = 2^(E-1)·rnd_bf16(RN32(2^-6·(1 + m/8)·s)). As
+  // bf16 bits that is a table of the 8 mantissas plus (E - 1)·2^7 in the exponent field:
+  //   normal (c7 >= 8):   T[m] + E·2^7,  T[m] = bits(rnd(2^-6·(1 + m/8)·s)) - 2^7
+  //   subnormal (< 8):    U[c7] = bits(rnd(decode(c7)·s)) (0: ±0, the sign of s)
+  //   NaN (c7 = 0x7F):    0x7FC0 (decode's NaN; x·s keeps it)
+  // and the code's sign xored into bit 15 (the sign of s is in the tables). Both tables are
+  // computed once per span with the vector path's own product and rounding and looked up by
+  // vpshufb (word m as the byte pair 2m, 2m + 1): ~18 uops per 16 codes for every scale,
+  // against ~37 for the fp32 products of each step. The scale's exponent must keep every value
+  // normal: |s| in [2^-100, 2^101) puts the products in [2^-106, 2^110] (decode spans 2^-6 ..
+  // 448 = 1.75·2^8 in the normal range); other scales (zero, denormal, inf, NaN, huge) take
+  // the per-vector path.
   static constexpr int kWordDequantStep = 16;
-  static constexpr int kMinWordExponent = -117, kMaxWordExponent = 119;
+  static constexpr int kMaxWordExponent = 100;
 
   bool word_dequant(DType format, DType dtype) const {
     return !avx512() && format == DType::kFp8E4m3 && dtype == DType::kBF16;
   }
 
-  // `steps` steps of 16 codes at [src] to bf16 at [dst] (both advanced); `exponent`: the scale
-  // is 2^k with k in the exponent steps' range (see above). Uses ymm0..3, ymm13..15 and
-  // reg_count_.
-  void dequantise_word_steps(const Reg64& dst, const Reg64& src, int64_t steps, const Xmm& scale,
-                             bool exponent) {
+  // The 8 words rnd_bf16(values[i]·s) - bias in both 128-bit lanes of `table` (s the
+  // broadcast scale; finite nonzero products: the rounding adds 0x7FFF + lsb). Uses t.
+  void scaled_word_table(const Xbyak::Ymm& table, const Xbyak::Ymm& t, const Xmm& scale,
+                         const std::array<float, 8>& values, uint32_t bias) {
+    std::array<uint32_t, 16> bits{};
+    for (size_t i = 0; i < 8; ++i) bits[i] = std::bit_cast<uint32_t>(values[i]);
+    vmulps(table, Xbyak::Ymm(scale.getIdx()), cst_table(bits));
+    vpsrld(t, table, 16);
+    vpand(t, t, cst_bits(1));
+    vpaddd(table, table, t);
+    vpaddd(table, table, cst_bits(0x7FFF));
+    vpsrld(table, table, 16);
+    vpackusdw(table, table, table);  // per lane: words 0-3, 0-3 | 4-7, 4-7
+    vpermq(table, table, 0x88);      // quadwords 0, 2, 0, 2: words 0-7 in both lanes
+    if (bias != 0) vpsubw(table, table, cst_bits(words(bias)));
+  }
+
+  // `steps` steps of 16 codes at [src] to bf16 at [dst] (both advanced; see above). Uses
+  // ymm0..3, ymm13..15.
+  void dequantise_word_steps(const Reg64& dst, const Reg64& src, int64_t steps, const Xmm& scale) {
     using Xbyak::Ymm;
-    std::array<uint32_t, 16> subnormal_words{};
+    std::array<float, 8> normal{}, subnormal{};
     for (int m = 0; m < 8; ++m) {
-      const uint16_t word = numeric::f32_to_bf16(numeric::fp8_e4m3_to_f32(uint8_t(m)));
-      subnormal_words[size_t(m / 2)] |= uint32_t(word) << (16 * (m % 2));
+      normal[size_t(m)] = numeric::fp8_e4m3_to_f32(uint8_t(8 + m));  // E = 1: 2^-6·(1 + m/8)
+      subnormal[size_t(m)] = numeric::fp8_e4m3_to_f32(uint8_t(m));
     }
+    const Ymm table(13), table_sub(14), w(0), c7(1), index(2), code(3), sub(15);
+    scaled_word_table(table, index, scale, normal, 1u << 7);
+    scaled_word_table(table_sub, index, scale, subnormal, 0);
     const uint16_t nan_word = numeric::f32_to_bf16(numeric::fp8_e4m3_to_f32(0x7F));
-    const uint32_t nan_fix = uint32_t(uint16_t(nan_word - ((0x7Fu << 4) + (120u << 7))));
-    const Ymm w(0), c7(1), sub(2), mask(3), table(13), word(14), s(scale.getIdx());
-    vbroadcasti128(table, cst_table(subnormal_words));  // the steps keep it
-    const Ymm shift(15);                                // exponent steps: k·2^7 in every word
-    if (exponent) {                                     // reg_count_ is free until for_units below
-      const Xbyak::Reg32 bits = reg_count_.cvt32();
-      vmovd(bits, Xmm(scale.getIdx()));
-      shr(bits, 16);
-      this->sub(bits, 127 << 7);  // (`sub` names a vector below)
-      vmovd(Xmm(15), bits);
-      vpbroadcastw(shift, Xmm(15));
-    }
     auto step = [&](int off) {
       vpmovzxbw(w, ptr[src + off]);
-      vpand(c7, w, cst_bits(0x007F007Fu));
-      vpmullw(sub, c7, cst_bits(0x02020202u));  // byte indices 2·c7, 2·c7 + 1 of the word
-      vpaddw(sub, sub, cst_bits(0x01000100u));
-      vpshufb(sub, table, sub);
-      vpsllw(word, c7, 4);
-      vpaddw(word, word, cst_bits((120u << 7) * 0x00010001u));
-      vpcmpgtw(mask, c7, cst_bits(0x00070007u));
-      vpblendvb(word, sub, word, mask);
-      vpcmpeqw(mask, c7, cst_bits(0x007F007Fu));
-      if (exponent) {  // k·2^7 where the code is neither zero nor NaN
-        vpcmpeqw(sub, c7, cst_bits(0));
-        vpor(sub, sub, mask);
-        vpandn(sub, sub, shift);
-        vpaddw(word, word, sub);
-      }
-      vpand(mask, mask, cst_bits(nan_fix * 0x00010001u));
-      vpaddw(word, word, mask);
-      vpand(w, w, cst_bits(0x00800080u));
+      vpand(c7, w, cst_bits(words(0x7F)));
+      vpand(index, c7, cst_bits(words(7)));
+      vpmullw(index, index, cst_bits(words(0x0202)));  // byte indices 2m, 2m + 1 of word m
+      vpaddw(index, index, cst_bits(words(0x0100)));
+      vpshufb(code, table, index);
+      vpshufb(sub, table_sub, index);
+      vpsllw(index, c7, 4);
+      vpand(index, index, cst_bits(words(0x0780)));  // E·2^7
+      vpaddw(code, code, index);
+      vpcmpgtw(index, c7, cst_bits(words(7)));
+      vpblendvb(code, sub, code, index);
+      vpcmpeqw(index, c7, cst_bits(words(0x7F)));
+      vpblendvb(code, code, cst_bits(words(nan_word)), index);
+      vpand(w, w, cst_bits(words(0x80)));
       vpsllw(w, w, 8);
-      vpor(word, word, w);
-      if (exponent) {
-        vmovdqu(ptr[dst + off * 2], word);
-        return;
-      }
-      // even / odd values as fp32, times the scale, rounded on the bits
-      const Ymm even(c7), odd(word), lsb(mask);
-      split_bf16_pairs(even, odd, word);
-      vmulps(even, even, s);
-      vmulps(odd, odd, s);
-      pack_bf16_pairs(odd, even, lsb);
-      vmovdqu(ptr[dst + off * 2], odd);
+      vpxor(code, code, w);
+      vmovdqu(ptr[dst + off * 2], code);
     };
     for_units(
         steps, [&](int64_t i) { step(int(i * kWordDequantStep)); },

@@ -880,10 +880,11 @@ TEST_P(X86CacheIsaTest, GatherAndMaybeDequantMatchesRefOverTheGrid) {
 // NaN (a payload whose low half is all ones, which a rounding on the bits would carry into
 // the sign): the 16-bit outputs on AVX-512 come from a per-call table of the codes 0..127 with
 // the sign bit applied afterwards (CacheGenerator::dequantise_span_table), on AVX2 (e4m3 to
-// bf16) from the codes' bits on 16-bit lanes (dequantise_word_steps, which a NaN scale sends
-// to the per-vector path; powers of two from 2^-117 to 2^119 move the exponent field instead
-// of multiplying, and 2^-118 (denormal products), 2^120 (overflow) and -1 must not); this pins
-// both down code by code, NaN, inf and -0 included.
+// bf16) from two 8-word tables of the scale on 16-bit lanes (dequantise_word_steps, for
+// |scale| in [2^-100, 2^101): -2^-100 and 0x1.fffffep100 are its ends, 0x1.fffffep-101 and
+// 2^101 just outside, which the per-vector path must serve, as every zero, denormal, infinite,
+// NaN or overflowing scale; 0x1.01p0 and -0x1.03p-3 put products on bf16 rounding ties, which
+// the tables must round to even); this pins both down code by code, NaN, inf and -0 included.
 TEST_P(X86CacheIsaTest, Fp8DequantEveryCodeEveryScaleMatchesRef) {
   const X86Isa isa = GetParam();
   const uint32_t nan_scale = 0x7FFFFFFFu;
@@ -892,7 +893,8 @@ TEST_P(X86CacheIsaTest, Fp8DequantEveryCodeEveryScaleMatchesRef) {
       const OpSpec spec = gather_spec(dtype, kv, 256 + 19, 16);
       const Kernel kernel = compile_x86(spec, isa);
       for (double scale : {0.1, 1.0, -2.5, 1e-30, 0x1p-140, 3e38, HUGE_VAL, std::nan(""), 0.5,
-                           0x1p-117, 0x1p-118, 0x1p119, 0x1p120, -1.0}) {
+                           0x1p-117, 0x1p-118, 0x1p119, 0x1p120, -1.0, -0x1p-100, 0x1.fffffep100,
+                           0x1p101, 0x1.fffffep-101, 0x1.01p0, -0x1.03p-3}) {
         auto c = test::make_case(spec, 21, InputKind::kNormal, 5);
         ASSERT_TRUE(c.is_ok()) << c.status().to_string();
         test::HostTensor& src = c->tensors[0];

@@ -243,7 +243,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-109", 0x373d5933a0188e99ull};
+constexpr PinnedCode kAllExampleCode{"x86-110", 0xa546e8bc625b9e4eull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

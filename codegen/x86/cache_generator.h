@@ -774,19 +774,31 @@ class CacheGenerator : public Generator {
         vpor(x[h], x[h], x[h + 1]);
       }
       vpackusdw(x[0], x[0], x[2]);
-      vpermq(x[0], x[0], 0xD8);
     } else {
       vpackusdw(x[0], x[0], x[1]);
       vpackusdw(x[2], x[2], x[3]);
       vpackuswb(x[0], x[0], x[2]);
+    }
+    store_lane_split_codes(x[0], dst, dst_off, /*quadwords=*/pairs, streaming);
+  }
+
+  // The 32 code bytes of `codes` to [dst + dst_off] once the 128-bit lane split of the packs
+  // or shuffles that made them is undone: `quadwords`, lane 0 holds quadwords 0 and 2 of the
+  // output (vpermq 0, 2, 1, 3), else dwords 0, 2, 4, 6 (vpermd 0, 4, 1, 5, 2, 6, 3, 7). Uses
+  // ymm13.
+  void store_lane_split_codes(const Xbyak::Ymm& codes, const Reg64& dst, int dst_off,
+                              bool quadwords, bool streaming) {
+    if (quadwords) {
+      vpermq(codes, codes, 0xD8);
+    } else {
       const Xbyak::Ymm index(13);
       vmovdqu(index, cst_table({0, 4, 1, 5, 2, 6, 3, 7, 0, 0, 0, 0, 0, 0, 0, 0}));
-      vpermd(x[0], index, x[0]);
+      vpermd(codes, index, codes);
     }
     if (streaming) {
-      vmovntdq(ptr[dst + dst_off], x[0]);
+      vmovntdq(ptr[dst + dst_off], codes);
     } else {
-      vmovdqu(ptr[dst + dst_off], x[0]);
+      vmovdqu(ptr[dst + dst_off], codes);
     }
   }
 
@@ -857,18 +869,8 @@ class CacheGenerator : public Generator {
     vpor(x[0], x[0], x[1]);
     vpor(x[2], x[2], x[3]);
     vpor(x[0], x[0], x[2]);
-    if (pairs) {
-      vpermq(x[0], x[0], 0xD8);  // quadwords: values 0-7, 16-23 | 8-15, 24-31
-    } else {
-      const Xbyak::Ymm index(13);
-      vmovdqu(index, cst_table({0, 4, 1, 5, 2, 6, 3, 7, 0, 0, 0, 0, 0, 0, 0, 0}));
-      vpermd(x[0], index, x[0]);
-    }
-    if (streaming) {
-      vmovntdq(ptr[dst + dst_off], x[0]);
-    } else {
-      vmovdqu(ptr[dst + dst_off], x[0]);
-    }
+    // bf16: quadwords of values 0-7, 16-23 | 8-15, 24-31
+    store_lane_split_codes(x[0], dst, dst_off, /*quadwords=*/pairs, streaming);
   }
 
   // 32 codes of the values at [src + src_off] to [dst + dst_off] (see above); `exact`: x·r is
@@ -1002,12 +1004,7 @@ class CacheGenerator : public Generator {
     }
     // Words to bytes: vpackuswb interleaves the 128-bit lanes (0-7, 16-23 | 8-15, 24-31).
     vpackuswb(Ymm(0), Ymm(0), Ymm(1));
-    vpermq(Ymm(0), Ymm(0), 0xD8);
-    if (streaming) {
-      vmovntdq(ptr[dst + dst_off], Ymm(0));
-    } else {
-      vmovdqu(ptr[dst + dst_off], Ymm(0));
-    }
+    store_lane_split_codes(Ymm(0), dst, dst_off, /*quadwords=*/true, streaming);
   }
 
   // ---- Fast quantiser (AVX-512 with VBMI) -------------------------------------------------

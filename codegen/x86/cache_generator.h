@@ -56,6 +56,14 @@ static_assert(pow2_format(DType::kBF16, DType::kFp8E5m2)->min_k >= -102 &&
                   pow2_format(DType::kBF16, DType::kFp8E4m3)->max_k <= 119 &&
                   pow2_format(DType::kF16, DType::kFp8E4m3)->min_k >= 0,
               "see the range of k at quantise_pow2_unit");
+// quantise_pow2_ymm_unit (AVX2, bf16) takes the same range: its words stay inside signed 16
+// bits for k + R >= 1 (R = 120 / 112) and k + R <= 256, and C' = 2^(14 + k) (e4m3) / 2^(7 + k)
+// (e5m2) is a normal fp32 for k <= 113 / 120.
+static_assert(pow2_format(DType::kBF16, DType::kFp8E4m3)->min_k + 120 >= 1 &&
+                  pow2_format(DType::kBF16, DType::kFp8E4m3)->max_k <= 113 &&
+                  pow2_format(DType::kBF16, DType::kFp8E5m2)->min_k + 112 >= 1 &&
+                  pow2_format(DType::kBF16, DType::kFp8E5m2)->max_k <= 120,
+              "see the range of k at quantise_pow2_ymm_unit");
 
 class CacheGenerator : public Generator {
  public:
@@ -685,15 +693,16 @@ class CacheGenerator : public Generator {
   // on 16 lanes at about the same rate per value), and at a power-of-two scale (vLLM's default 1.0)
   // a bf16 value in 16 sits exactly on an fp8 midpoint, so load_scaled's window sends ~40% of its
   // vectors to vdivps through an unpredictable branch. These steps take 32 values (bf16 as even /
-  // odd dword halves of two loads, no widening shuffles) and encode them with fp8_encode_minmax,
-  // which has no select and is exact for every fp32 value; four vectors of codes become 32 bytes
-  // with 2-4 packs. Exact steps (x·r is the ref's quotient, see exact_products_bound()) encode x·r
-  // as it is: no window, no branch. Window steps encode x·r by the fast quantiser's integer
-  // rounding (ymm_window_encode), which also tests the window, and redo a step that has a lane
-  // near a midpoint, or a nonzero lane outside the fp8 normal range, or a NaN, on q = x/s (four
-  // vdivps, the ref's quotient itself). The steps use ymm0..3 and ymm13..15 at every
-  // level (VEX encodings; at AVX-512 a 256-bit op zeroes the upper halves of those registers, which
-  // quantise_span clobbers anyway).
+  // odd dword halves of two loads, no widening shuffles); the exact ones encode them with
+  // fp8_encode_minmax, which has no select and is exact for every fp32 value, and four vectors of
+  // codes become 32 bytes with 2-4 packs (at AVX2 bf16 with a power-of-two scale takes the 16-bit
+  // lanes of quantise_pow2_ymm_unit instead). Exact steps (x·r is the ref's quotient, see
+  // exact_products_bound()) encode x·r as it is: no window, no branch. Window steps encode x·r by
+  // the fast quantiser's integer rounding (ymm_window_encode), which also tests the window, and
+  // redo a step that has a lane near a midpoint, or a nonzero lane outside the fp8 normal range, or
+  // a NaN, on q = x/s (four vdivps, the ref's quotient itself). The steps use ymm0..3 and ymm13..15
+  // at every level (VEX encodings; at AVX-512 a 256-bit op zeroes the upper halves of those
+  // registers, which quantise_span clobbers anyway).
   static constexpr int kYmmUnit = 32;
 
   bool ymm_quantise(DType dtype) const {
@@ -809,8 +818,9 @@ class CacheGenerator : public Generator {
   // a window test plus fp8_encode_minmax:
   //   t = 2a + add + 2^31   (mod 2^32, 2a = q + q: the integer add drops the sign; t's signed
   //                          order is u = t - 2^31's unsigned one)
-  //   rejected: u >= limit (zero, fp8 subnormal, saturation, inf, NaN), or u's low S + 1 bits
-  //             within [half - W, half + W) ((u & near) == 0)
+  //   rejected: u >= limit (zero, fp8 subnormal, saturation, inf, NaN), or a's dropped bits
+  //             within [half - W, half + W) (then u's low S + 1 bits are below 4W:
+  //             (u & near) == 0)
   //   code = ((t << (24 - S - 1)) + 2^M·2^24) | sign   (accepted: u < limit < 2^(31 - 24 + S
   //                          + 1), so the shift clears bit 31 and bits 24..30 hold code - 2^M)
   // A zero lane would be rejected (2a = 0: u = add, far out of range), and zeros are most of
@@ -1715,8 +1725,9 @@ class CacheGenerator : public Generator {
   // Quantises `elements` values of `dtype` at [src] into fp8 codes at [dst] (dst, src
   // advanced): code = fp8(x / scale), through load_scaled (`recip` = scale_reciprocal(scale)),
   // in steps of 64 by quantise_pow2_unit (bf16 / f16 with a power-of-two scale, AVX512-FP16) or
-  // quantise_fast_unit where fast_quantise(dtype), in steps of 32 by quantise_ymm_unit where
-  // ymm_quantise(dtype) (AVX2, AVX-512 without VBMI). `streaming`: the fast steps' stores are
+  // quantise_fast_unit where fast_quantise(dtype), in steps of 32 by quantise_pow2_ymm_unit
+  // (bf16 with a power-of-two scale, AVX2) or quantise_ymm_unit where ymm_quantise(dtype) (AVX2,
+  // AVX-512 without VBMI). `streaming`: the fast steps' stores are
   // streaming (dst 64-byte aligned). Clobbers vmm0..3, vmm13..15, zmm16..22, k1..k7, eax and
   // reg_count_: callers keep their scales in vmm4..12 (write_span's callers do).
   void quantise_span(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype,
@@ -1941,9 +1952,9 @@ class CacheGenerator : public Generator {
   // computed once per span with the vector path's own product and rounding and looked up by
   // vpshufb (word m as the byte pair 2m, 2m + 1): ~18 uops per 16 codes for every scale,
   // against ~37 for the fp32 products of each step. The scale's exponent must keep every value
-  // normal: |s| in [2^-100, 2^101) puts the products in [2^-106, 2^110] (decode spans 2^-6 ..
-  // 448 = 1.75·2^8 in the normal range); other scales (zero, denormal, inf, NaN, huge) take
-  // the per-vector path.
+  // normal: |s| in [2^-100, 2^101) puts the products in [2^-109, 2^110] (decode spans 2^-9 ..
+  // 448 = 1.75·2^8, its normal range from 2^-6); other scales (zero, denormal, inf, NaN, huge)
+  // take the per-vector path.
   static constexpr int kWordDequantStep = 16;
   static constexpr int kMaxWordExponent = 100;
 
@@ -1969,7 +1980,7 @@ class CacheGenerator : public Generator {
   }
 
   // `steps` steps of 16 codes at [src] to bf16 at [dst] (both advanced; see above). Uses
-  // ymm0..3, ymm13..15.
+  // ymm0..3, ymm13..15 and reg_count_.
   void dequantise_word_steps(const Reg64& dst, const Reg64& src, int64_t steps, const Xmm& scale) {
     using Xbyak::Ymm;
     std::array<float, 8> normal{}, subnormal{};

@@ -277,15 +277,17 @@ TEST_P(X86CacheIsaTest, ConvertFp8ReciprocalIsBitExactForEveryInput) {
 // when none of a step's 64 lanes needs it: one value in the subnormal range (or zero) at each
 // of the 64 positions of a step, among normal ones, must still take it: bf16 (whose steps split
 // their values into even and odd vectors) and f16; f32 never takes these steps (its products
-// are not exact) and is the control.
+// are not exact) and is the control. Scale 0.3 takes the window steps, which at AVX2 give a
+// zero lane a marker value and clear its code afterwards (ymm_window_encode): ±0 at every
+// position of their 32-value steps too.
 TEST_P(X86CacheIsaTest, ConvertFp8ExactProductsSubnormalLaneAtEveryPosition) {
   const X86Isa isa = GetParam();
   for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
     const OpSpec spec =
         OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, dtype});
     const Kernel kernel = compile_x86(spec, isa);
-    for (double scale : {0.1, 0.02}) {
-      for (double small : {1e-5, -3e-5, 0.0}) {
+    for (double scale : {0.1, 0.02, 0.3}) {
+      for (double small : {1e-5, -3e-5, 0.0, -0.0}) {
         auto c = test::make_case(spec, 64 * 64, InputKind::kNormal, 1);
         ASSERT_TRUE(c.is_ok());
         for (int64_t i = 0; i < 64 * 64; ++i) {
@@ -303,9 +305,11 @@ TEST_P(X86CacheIsaTest, ConvertFp8ExactProductsSubnormalLaneAtEveryPosition) {
 
 // Power-of-two scales (vLLM's default 1.0, the ue8m0 scales) take the 16-bit lanes of
 // quantise_pow2_unit on AVX512-FP16: bf16 -> e4m3 for 2^k, k in [-100, 100], f16 -> e4m3 for k
-// in [0, 15]; the fp32 steps outside (2^+-101 and, for f16, 2^1 and 2^-16). Every bf16 / f16
-// value (zero, denormals, the fp8 subnormal range and its ties, saturation, +-inf, NaN: a NaN
-// sends its step to the generic path, and for f16 an inf), then a tail.
+// in [0, 15]; the fp32 steps outside (2^+-101 and, for f16, 2^1 and 2^-16). At AVX2 bf16 takes
+// quantise_pow2_ymm_unit's 16-bit lanes for the same k (NaN and inf handled in the step), f16
+// the fp32 exact steps. Every bf16 / f16 value (zero, denormals, the fp8 subnormal range and
+// its ties, saturation, +-inf, NaN: on AVX512-FP16 a NaN sends its step to the generic path,
+// and for f16 an inf), then a tail.
 TEST_P(X86CacheIsaTest, ConvertFp8PowerOfTwoScalesAreBitExactForEveryInput) {
   const X86Isa isa = GetParam();
   for (DType dtype : {DType::kBF16, DType::kF16}) {
@@ -319,6 +323,11 @@ TEST_P(X86CacheIsaTest, ConvertFp8PowerOfTwoScalesAreBitExactForEveryInput) {
     ASSERT_TRUE(text.is_ok()) << text.status().to_string();
     EXPECT_EQ(text.value().find("vaddph") != std::string::npos, isa >= X86Isa::kAvx512Fp16)
         << dtype_name(dtype) << " isa=" << x86_isa_name(isa);
+    // AVX2's bf16 steps: the normal range's arithmetic shift on words.
+    if (isa == X86Isa::kAvx2) {
+      EXPECT_EQ(text.value().find("vpsraw") != std::string::npos, dtype == DType::kBF16)
+          << dtype_name(dtype);
+    }
   }
 }
 
@@ -882,9 +891,10 @@ TEST_P(X86CacheIsaTest, GatherAndMaybeDequantMatchesRefOverTheGrid) {
 // the sign bit applied afterwards (CacheGenerator::dequantise_span_table), on AVX2 (e4m3 to
 // bf16) from two 8-word tables of the scale on 16-bit lanes (dequantise_word_steps, for
 // |scale| in [2^-100, 2^101): -2^-100 and 0x1.fffffep100 are its ends, 0x1.fffffep-101 and
-// 2^101 just outside, which the per-vector path must serve, as every zero, denormal, infinite,
-// NaN or overflowing scale; 0x1.01p0 and -0x1.03p-3 put products on bf16 rounding ties, which
-// the tables must round to even); this pins both down code by code, NaN, inf and -0 included.
+// 2^101 just outside it (the per-vector path's, as every zero, denormal, infinite, NaN or
+// overflowing scale; the tables would still be exact there: 2^-118 and 2^120 are where they
+// would not); 0x1.01p0 and -0x1.03p-3 put products on bf16 rounding ties, which the tables
+// must round to even); this pins both down code by code, NaN, inf and -0 included.
 TEST_P(X86CacheIsaTest, Fp8DequantEveryCodeEveryScaleMatchesRef) {
   const X86Isa isa = GetParam();
   const uint32_t nan_scale = 0x7FFFFFFFu;
@@ -892,9 +902,18 @@ TEST_P(X86CacheIsaTest, Fp8DequantEveryCodeEveryScaleMatchesRef) {
     for (KvCacheDtype kv : {KvCacheDtype::kFp8E4m3, KvCacheDtype::kFp8E5m2}) {
       const OpSpec spec = gather_spec(dtype, kv, 256 + 19, 16);
       const Kernel kernel = compile_x86(spec, isa);
-      for (double scale : {0.1, 1.0, -2.5, 1e-30, 0x1p-140, 3e38, HUGE_VAL, std::nan(""), 0.5,
-                           0x1p-117, 0x1p-118, 0x1p119, 0x1p120, -1.0, -0x1p-100, 0x1.fffffep100,
-                           0x1p101, 0x1.fffffep-101, 0x1.01p0, -0x1.03p-3}) {
+      if (isa == X86Isa::kAvx2) {  // the tables' byte indices (vpmullw by 0x0202): e4m3 -> bf16
+        auto text = kernel.disassembly();
+        ASSERT_TRUE(text.is_ok()) << text.status().to_string();
+        EXPECT_EQ(text.value().find("vpmullw") != std::string::npos,
+                  dtype == DType::kBF16 && kv == KvCacheDtype::kFp8E4m3)
+            << dtype_name(dtype);
+      }
+      for (double scale :
+           {0.1,      1.0,          -2.5,      1e-30,          0x1p-140, 3e38,
+            HUGE_VAL, std::nan(""), 0.5,       0x1p-117,       0x1p-118, 0x1p119,
+            0x1p120,  -1.0,         -0x1p-100, 0x1.fffffep100, 0x1p101,  0x1.fffffep-101,
+            0x1.01p0, -0x1.03p-3}) {
         auto c = test::make_case(spec, 21, InputKind::kNormal, 5);
         ASSERT_TRUE(c.is_ok()) << c.status().to_string();
         test::HostTensor& src = c->tensors[0];

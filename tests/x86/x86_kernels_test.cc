@@ -243,7 +243,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-110", 0xa546e8bc625b9e4eull};
+constexpr PinnedCode kAllExampleCode{"x86-111", 0x779680de2b2488f1ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -56,13 +56,16 @@ static_assert(pow2_format(DType::kBF16, DType::kFp8E5m2)->min_k >= -102 &&
                   pow2_format(DType::kBF16, DType::kFp8E4m3)->max_k <= 119 &&
                   pow2_format(DType::kF16, DType::kFp8E4m3)->min_k >= 0,
               "see the range of k at quantise_pow2_unit");
-// quantise_pow2_ymm_unit (AVX2, bf16) takes the same range: its words stay inside signed 16
+// quantise_pow2_ymm_unit (AVX2) takes the same ranges. bf16: its words stay inside signed 16
 // bits for k + R >= 1 (R = 120 / 112) and k + R <= 256, and C' = 2^(14 + k) (e4m3) / 2^(7 + k)
-// (e5m2) is a normal fp32 for k <= 113 / 120.
+// (e5m2) is a normal fp32 for k <= 113 / 120. f16 (e4m3): k >= 0 (an f16 denormal must fall
+// below the fp8 range), and round = 63 - 1024·(k + 8) stays above -2^15 for k <= 23.
 static_assert(pow2_format(DType::kBF16, DType::kFp8E4m3)->min_k + 120 >= 1 &&
                   pow2_format(DType::kBF16, DType::kFp8E4m3)->max_k <= 113 &&
                   pow2_format(DType::kBF16, DType::kFp8E5m2)->min_k + 112 >= 1 &&
-                  pow2_format(DType::kBF16, DType::kFp8E5m2)->max_k <= 120,
+                  pow2_format(DType::kBF16, DType::kFp8E5m2)->max_k <= 120 &&
+                  pow2_format(DType::kF16, DType::kFp8E4m3)->min_k >= 0 &&
+                  pow2_format(DType::kF16, DType::kFp8E4m3)->max_k <= 23,
               "see the range of k at quantise_pow2_ymm_unit");
 
 class CacheGenerator : public Generator {
@@ -2001,10 +2004,7 @@ class CacheGenerator : public Generator {
     std::array<uint32_t, 16> bits{};
     for (size_t i = 0; i < 8; ++i) bits[i] = std::bit_cast<uint32_t>(values[i]);
     vmulps(table, Xbyak::Ymm(scale.getIdx()), cst_table(bits));
-    vpsrld(t, table, 16);
-    vpand(t, t, cst_bits(1));
-    vpaddd(table, table, t);
-    vpaddd(table, table, cst_bits(0x7FFF));
+    add_bf16_rounding_bias(table, t);
     vpsrld(table, table, 16);
     vpackusdw(table, table, table);  // per lane: words 0-3, 0-3 | 4-7, 4-7
     vpermq(table, table, 0x88);      // quadwords 0, 2, 0, 2: words 0-7 in both lanes

@@ -13,7 +13,7 @@
 //   sum   s_h = s_h · α + e^(z_h - m'_h)   (each thread keeps its own share; one block sum at
 //         the end: S_h = Σ_threads s_h)
 //   P·V   thread i owns head dims i, i + kThreads, ...: acc_h[d] = acc_h[d] · α + Σ_t p_h[t] V[d,
-//   t]
+//   t] (its value row read 16 bytes at a time where the tokens come in aligned groups of x)
 // out_h[d] = acc_h[d] / (S_h + 1e-6). Slots past the sequence are neither read as keys nor as
 // values (the cache may hold NaN there). L <= 0: zeros (v1); v2 writes nothing for a partition
 // that starts at or past L, and its reduce writes zeros.
@@ -118,6 +118,14 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
   constexpr int kWarps = N / kWarpSize;
   constexpr int kDims = (D + N - 1) / N;  // head dims per thread in P·V (the last ones masked)
   constexpr bool kV2 = Cfg::kPartitionSize > 0;
+  // P·V loads X tokens of a value row (16 bytes, the key group's width) at once when every chunk
+  // starts on a block boundary (N % BS == 0, and for v2 P % BS == 0) and X divides BS: a group
+  // then lies in one block at a 16-byte aligned offset (block and head strides are multiples of
+  // x, checked at launch). A block-sparse block holds whole cache blocks, so a group is attended
+  // or skipped as one. Scalar loads otherwise.
+  constexpr bool kValueGroups =
+      BS % X == 0 && N % BS == 0 && (!kV2 || Cfg::kPartitionSize % BS == 0);
+  constexpr int kInFlight = 4;  // value groups loaded before their FMAs
   static_assert(D % X == 0 && kGroup % H == 0, "head_size % x, group % heads per CTA");
 
   const int tid = threadIdx.x;
@@ -231,7 +239,38 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
     for (int i = 0; i < kDims; ++i) {
       const int d = tid + i * N;
       if (D % N != 0 && d >= D) continue;
-      for (int t = 0; t < count; ++t) {
+      int t = 0;
+      if constexpr (kValueGroups) {
+        // Whole groups of X tokens inside the chunk (those past t1 are never read), loaded
+        // kInFlight at a time so the loads overlap, then the rest one by one; the sums keep the
+        // token order.
+        const int groups = count / X;
+        auto accumulate = [&](const Pack<C, X>& vp, int tg) {
+#pragma unroll
+          for (int e = 0; e < X; ++e) {
+            const float v = v_dq(vp.v[e]);
+#pragma unroll
+            for (int h = 0; h < H; ++h) acc[h][i] += p_s[h][tg + e] * v;
+          }
+        };
+        auto value_group = [&](int tg) {
+          return load_pack<C, X>(value_cache + base_s[tg] + (long long)d * BS + (c0 + tg) % BS);
+        };
+        int g = 0;
+        // Block-sparse chunks may skip groups (base_s < 0): those go one by one.
+        for (; !Sparse::kSparse && g + kInFlight <= groups; g += kInFlight) {
+          Pack<C, X> vp[kInFlight];
+#pragma unroll
+          for (int u = 0; u < kInFlight; ++u) vp[u] = value_group((g + u) * X);
+#pragma unroll
+          for (int u = 0; u < kInFlight; ++u) accumulate(vp[u], (g + u) * X);
+        }
+        for (; g < groups; ++g) {
+          if (!Sparse::kSparse || base_s[g * X] >= 0) accumulate(value_group(g * X), g * X);
+        }
+        t = groups * X;
+      }
+      for (; t < count; ++t) {
         if (Sparse::kSparse && base_s[t] < 0) continue;
         const float v = v_dq(value_cache[base_s[t] + (long long)d * BS + (c0 + t) % BS]);
 #pragma unroll

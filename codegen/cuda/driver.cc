@@ -27,6 +27,7 @@ struct DriverApi {
   int (*mem_free)(unsigned long long);
   int (*memcpy_htod)(unsigned long long, const void*, size_t);
   int (*memcpy_dtoh)(void*, unsigned long long, size_t);
+  int (*memcpy_dtod)(unsigned long long, unsigned long long, size_t);
 };
 
 namespace {
@@ -116,6 +117,7 @@ Result<const Driver*> Driver::get() {
     sym(api.mem_free, "cuMemFree_v2");
     sym(api.memcpy_htod, "cuMemcpyHtoD_v2");
     sym(api.memcpy_dtoh, "cuMemcpyDtoH_v2");
+    sym(api.memcpy_dtod, "cuMemcpyDtoD_v2");
     if (!missing.empty()) return unavailable(fmt::format("{} lacks{}", path, missing));
     driver.api_ = &api;
     if (const int rc = api.init(0); rc != 0) {
@@ -181,22 +183,33 @@ Status Driver::launch(void* function, const unsigned grid[3], const unsigned blo
 }
 
 Result<void*> Driver::alloc(size_t bytes) const {
+  KILN_RETURN_IF_ERROR(ensure_context(0));
   unsigned long long ptr = 0;
   KILN_RETURN_IF_ERROR(check(api_->mem_alloc(&ptr, bytes == 0 ? 1 : bytes), "cuMemAlloc"));
   return reinterpret_cast<void*>(ptr);
 }
 Status Driver::free(void* ptr) const {
+  KILN_RETURN_IF_ERROR(ensure_context(0));
   return check(api_->mem_free(reinterpret_cast<unsigned long long>(ptr)), "cuMemFree");
 }
 Status Driver::copy_to_device(void* dst, const void* src, size_t bytes) const {
+  KILN_RETURN_IF_ERROR(ensure_context(0));
   return check(api_->memcpy_htod(reinterpret_cast<unsigned long long>(dst), src, bytes),
                "cuMemcpyHtoD");
 }
 Status Driver::copy_to_host(void* dst, const void* src, size_t bytes) const {
+  KILN_RETURN_IF_ERROR(ensure_context(0));
   return check(api_->memcpy_dtoh(dst, reinterpret_cast<unsigned long long>(src), bytes),
                "cuMemcpyDtoH");
 }
+Status Driver::copy_on_device(void* dst, const void* src, size_t bytes) const {
+  KILN_RETURN_IF_ERROR(ensure_context(0));
+  return check(api_->memcpy_dtod(reinterpret_cast<unsigned long long>(dst),
+                                 reinterpret_cast<unsigned long long>(src), bytes),
+               "cuMemcpyDtoD");
+}
 Status Driver::synchronize() const {
+  KILN_RETURN_IF_ERROR(ensure_context(0));
   return check(api_->ctx_synchronize(), "cuCtxSynchronize");
 }
 

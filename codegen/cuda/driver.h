@@ -49,11 +49,15 @@ class Driver {
   Status launch(void* function, const unsigned grid[3], const unsigned block[3],
                 unsigned shared_bytes, void* stream, const void* params, size_t params_size) const;
 
-  // Memory helpers for native tests and benchmarks.
+  // Memory helpers for native tests and benchmarks. Like the CUDA runtime they work in the
+  // current context and make device 0's primary context current when there is none (the driver
+  // API itself fails with CUDA_ERROR_INVALID_CONTEXT there).
   Result<void*> alloc(size_t bytes) const;
   Status free(void* ptr) const;
   Status copy_to_device(void* dst, const void* src, size_t bytes) const;
   Status copy_to_host(void* dst, const void* src, size_t bytes) const;
+  /// Device-to-device copy (the copy engine's or SMs' bandwidth: the benchmarks' ceiling).
+  Status copy_on_device(void* dst, const void* src, size_t bytes) const;
   Status synchronize() const;
 
   const DriverApi& api() const { return *api_; }

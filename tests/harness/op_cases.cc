@@ -171,8 +171,21 @@ std::vector<int64_t> token_sweep() {
   return {1, 3, 64};
 }
 
-CaseReport check_against_ref(const Kernel& kernel, const OpCase& c) {
+CaseReport compare_outputs(const OpSpec& spec, const OpCase& actual, const OpCase& expected) {
   CaseReport report;
+  const Tolerance default_tol = tolerance_with_propagation(spec, expected);
+  for (size_t k = 0; k < expected.outputs.size(); ++k) {
+    const int i = expected.outputs[k];
+    const Tolerance tol = k < expected.tolerances.size() ? expected.tolerances[k] : default_tol;
+    const CompareResult r = compare(actual.tensors[size_t(i)], expected.tensors[size_t(i)], tol);
+    if (!r.ok()) report.ok = false;
+    report.message += fmt::format("{}{}: {}", report.message.empty() ? "" : "\n",
+                                  expected.names[size_t(i)], r.message);
+  }
+  return report;
+}
+
+CaseReport check_against_ref(const Kernel& kernel, const OpCase& c) {
   OpCase actual = c;
   OpCase expected = c;
   if (Status s = kernel.run(actual.args()); !s.is_ok()) {
@@ -181,16 +194,7 @@ CaseReport check_against_ref(const Kernel& kernel, const OpCase& c) {
   if (Status s = codegen::ref::run(kernel.spec(), expected.args()); !s.is_ok()) {
     return {false, "ref: " + s.to_string()};
   }
-  const Tolerance default_tol = tolerance_with_propagation(kernel.spec(), expected);
-  for (size_t k = 0; k < c.outputs.size(); ++k) {
-    const int i = c.outputs[k];
-    const Tolerance tol = k < c.tolerances.size() ? c.tolerances[k] : default_tol;
-    const CompareResult r = compare(actual.tensors[size_t(i)], expected.tensors[size_t(i)], tol);
-    if (!r.ok()) report.ok = false;
-    report.message +=
-        fmt::format("{}{}: {}", report.message.empty() ? "" : "\n", c.names[size_t(i)], r.message);
-  }
-  return report;
+  return compare_outputs(kernel.spec(), actual, expected);
 }
 
 }  // namespace jit::test

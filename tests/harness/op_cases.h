@@ -58,8 +58,12 @@ struct CaseReport {
   std::string message;  ///< per output: compare()'s message
 };
 
-/// Runs `kernel` on one copy of `c` and the ref backend on another, then compares every
-/// output with tolerance_for(op, dtype).
+/// Compares every output of `actual` with `expected` (ref's run of the same case): with the
+/// case's own tolerance per output where it has one, else tolerance_for(op, dtype) widened by
+/// the gated activations' intermediate rounding (an activation rounded to T, then multiplied).
+CaseReport compare_outputs(const OpSpec& spec, const OpCase& actual, const OpCase& expected);
+
+/// Runs `kernel` on one copy of `c` and the ref backend on another, then compare_outputs().
 CaseReport check_against_ref(const Kernel& kernel, const OpCase& c);
 
 }  // namespace jit::test

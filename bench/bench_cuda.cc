@@ -11,7 +11,9 @@
 // launch rate (a few µs) is timed by the GPU; a shorter one shows the launch rate, which is what
 // a caller without CUDA graphs gets.
 //
-//   build/release/bench/bench_cuda [--quick]   (--quick: batch 8 and context 2048 only)
+//   build/release/bench/bench_cuda [--quick] [--row NAME]
+//     --quick     batch 8 and context 2048 only, memory-bound rows at 4096 tokens
+//     --row NAME  only the row of that name (e.g. for `ncu` on one kernel)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -96,7 +98,8 @@ std::vector<uint16_t> random_bf16(size_t n) {
 
 // The paged attention decode rows over one set of device caches sized for the largest row
 // (each row's block table draws its blocks from a permutation of all of them).
-void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool quick) {
+void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool quick,
+                const std::string& only) {
   constexpr int64_t kHeadSize = 128, kBlock = 16, kHeadsQ = 32, kHeadsKv = 4, kPartition = 512;
   const std::vector<int64_t> batches =
       quick ? std::vector<int64_t>{8} : std::vector<int64_t>{1, 8, 32};
@@ -147,6 +150,10 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
         }
       }
       for (const auto [batch, context, threads] : shapes) {
+        const std::string name = fmt::format(
+            "paged_{}{}/batch:{}/context:{}{}", v2 ? "v2" : "v1", fp8 ? "_fp8_e4m3" : "", batch,
+            context, threads == 0 ? "" : fmt::format("/threads:{}", threads));
+        if (!only.empty() && name != only) continue;
         const Kernel kernel = threads == 0
                                   ? compile_cuda(runtime, spec)
                                   : compile_cuda(runtime, spec, Config().set("threads", threads));
@@ -192,9 +199,6 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
         }
         const double s = seconds_per_call(driver, [&] { return kernel.run(args); });
         const double bytes = 2.0 * double(batch * context * kHeadsKv * kHeadSize) * (fp8 ? 1 : 2);
-        const std::string name = fmt::format(
-            "paged_{}{}/batch:{}/context:{}{}", v2 ? "v2" : "v1", fp8 ? "_fp8_e4m3" : "", batch,
-            context, threads == 0 ? "" : fmt::format("/threads:{}", threads));
         fmt::print("{:<44} {:>10.0f} {:>8.1f}% {:>10.1f}\n", name, bytes / s / 1e9,
                    100.0 * bytes / s / 1e9 / copy, s * 1e6);
       }
@@ -204,7 +208,8 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
 
 // Memory-bound rows from the test harness's cases (random inputs) at `tokens` rows; `bytes`
 // counts what the op must read and write.
-void memory_rows(Runtime& runtime, const cu::Driver& driver, double copy, int64_t tokens) {
+void memory_rows(Runtime& runtime, const cu::Driver& driver, double copy, int64_t tokens,
+                 const std::string& only) {
   struct Row {
     std::string name;
     OpSpec spec;
@@ -247,6 +252,7 @@ void memory_rows(Runtime& runtime, const cu::Driver& driver, double copy, int64_
   fmt::print("\n{:<44} {:>10} {:>9} {:>10}\n", fmt::format("memory-bound, T = {}", tokens), "GB/s",
              "% copy", "us/call");
   for (const Row& row : rows) {
+    if (!only.empty() && row.name != only) continue;
     const Kernel kernel = compile_cuda(runtime, row.spec);
     Result<test::OpCase> c = test::make_case(row.spec, tokens, test::InputKind::kNormal, 3);
     if (!c.is_ok()) die(row.name, c.status());
@@ -262,7 +268,19 @@ void memory_rows(Runtime& runtime, const cu::Driver& driver, double copy, int64_
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--row") == 0 && i + 1 < argc) {
+      only = argv[++i];
+    } else {
+      fmt::print(stderr, "bench_cuda: unknown argument '{}'; allowed: --quick, --row NAME\n",
+                 argv[i]);
+      return 2;
+    }
+  }
   Result<const cu::Driver*> driver = cu::Driver::get();
   if (!driver.is_ok()) {
     fmt::print("bench_cuda: no GPU, nothing timed: {}\n", driver.status().message());
@@ -271,7 +289,7 @@ int main(int argc, char** argv) {
   Runtime runtime{RuntimeOptions{}};
   const double copy = copy_gbps(*driver.value());
   fmt::print("device-to-device copy (1 GiB, read + write): {:.0f} GB/s\n", copy);
-  paged_rows(runtime, *driver.value(), copy, quick);
-  memory_rows(runtime, *driver.value(), copy, quick ? 4096 : 16384);
+  paged_rows(runtime, *driver.value(), copy, quick, only);
+  memory_rows(runtime, *driver.value(), copy, quick ? 4096 : 16384, only);
   return 0;
 }

@@ -105,9 +105,9 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
       quick ? std::vector<int64_t>{8} : std::vector<int64_t>{1, 8, 32};
   const std::vector<int64_t> contexts =
       quick ? std::vector<int64_t>{2048} : std::vector<int64_t>{512, 2048, 8192};
-  const int64_t max_blocks = *std::max_element(batches.begin(), batches.end()) *
-                             (*std::max_element(contexts.begin(), contexts.end()) + kBlock - 1) /
-                             kBlock;
+  const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
+  const int64_t max_context = *std::max_element(contexts.begin(), contexts.end());
+  const int64_t max_blocks = max_batch * ((max_context + kBlock - 1) / kBlock);
   const int64_t cache_elems = max_blocks * kHeadsKv * kBlock * kHeadSize;
   // bf16 caches: values in [-1, 1]; fp8 codes: |x| < 2 and never the NaN code.
   const std::vector<uint16_t> host_kv = random_bf16(size_t(cache_elems));

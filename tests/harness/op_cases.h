@@ -59,8 +59,9 @@ struct CaseReport {
 };
 
 /// Compares every output of `actual` with `expected` (ref's run of the same case): with the
-/// case's own tolerance per output where it has one, else tolerance_for(op, dtype) widened by
-/// the gated activations' intermediate rounding (an activation rounded to T, then multiplied).
+/// case's own tolerance per output where it has one, else tolerance_for(op, the spec's output
+/// dtype) widened by the gated activations' intermediate rounding (an activation rounded to T,
+/// then multiplied).
 CaseReport compare_outputs(const OpSpec& spec, const OpCase& actual, const OpCase& expected);
 
 /// Runs `kernel` on one copy of `c` and the ref backend on another, then compare_outputs().

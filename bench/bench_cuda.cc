@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "codegen/cuda/driver.h"
-#include "ir/numeric.h"
 #include "runtime/runtime.h"
 #include "tests/cuda/device_case.h"
 #include "tests/harness/op_cases.h"
@@ -78,7 +78,7 @@ Kernel compile_cuda(Runtime& runtime, const OpSpec& spec, std::optional<Config> 
 }
 
 // Device-to-device copy of 1 GiB: GB/s counting bytes read and written.
-double copy_gbps(const cu::Driver& driver) {
+double device_copy_gbps(const cu::Driver& driver) {
   constexpr size_t kBytes = size_t(1) << 30;
   DeviceBuffer src(&driver, nullptr, kBytes), dst(&driver, nullptr, kBytes);
   check("copy buffers", src.status());
@@ -86,14 +86,6 @@ double copy_gbps(const cu::Driver& driver) {
   const double s = seconds_per_call(
       driver, [&] { return driver.copy_on_device(dst.data(), src.data(), kBytes); });
   return 2.0 * double(kBytes) / s / 1e9;
-}
-
-std::vector<uint16_t> random_bf16(size_t n) {
-  std::vector<uint16_t> v(n);
-  std::mt19937 rng(12345);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (auto& x : v) x = numeric::f32_to_bf16(dist(rng));
-  return v;
 }
 
 // The paged attention decode rows over one set of device caches sized for the largest row
@@ -110,7 +102,7 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
   const int64_t max_blocks = max_batch * ((max_context + kBlock - 1) / kBlock);
   const int64_t cache_elems = max_blocks * kHeadsKv * kBlock * kHeadSize;
   // bf16 caches: values in [-1, 1]; fp8 codes: |x| < 2 and never the NaN code.
-  const std::vector<uint16_t> host_kv = random_bf16(size_t(cache_elems));
+  const std::vector<uint16_t> host_kv = bench::random_bf16(size_t(cache_elems));
   std::vector<uint8_t> host_codes(static_cast<size_t>(cache_elems));
   std::mt19937 rng(7);
   for (auto& c : host_codes) c = uint8_t(rng() & 0xb7);
@@ -161,7 +153,7 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
         const int64_t parts = (context + kPartition - 1) / kPartition;
         std::vector<int32_t> table(permutation.begin(), permutation.begin() + batch * width);
         const std::vector<int32_t> seq_lens(static_cast<size_t>(batch), int32_t(context));
-        DeviceBuffer query(&driver, random_bf16(size_t(batch * kHeadsQ * kHeadSize)));
+        DeviceBuffer query(&driver, bench::random_bf16(size_t(batch * kHeadsQ * kHeadSize)));
         DeviceBuffer out(&driver, nullptr, size_t(batch * kHeadsQ * kHeadSize * 2));
         DeviceBuffer sums(&driver, nullptr, size_t(batch * kHeadsQ * parts * 4));
         DeviceBuffer maxes(&driver, nullptr, size_t(batch * kHeadsQ * parts * 4));
@@ -287,7 +279,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   Runtime runtime{RuntimeOptions{}};
-  const double copy = copy_gbps(*driver.value());
+  const double copy = device_copy_gbps(*driver.value());
   fmt::print("device-to-device copy (1 GiB, read + write): {:.0f} GB/s\n", copy);
   paged_rows(runtime, *driver.value(), copy, quick, only);
   memory_rows(runtime, *driver.value(), copy, quick ? 4096 : 16384, only);

@@ -121,8 +121,9 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
   // P·V loads X tokens of a value row (16 bytes, the key group's width) at once when every chunk
   // starts on a block boundary (N % BS == 0, and for v2 P % BS == 0) and X divides BS: a group
   // then lies in one block at a 16-byte aligned offset (the key cache's block and head strides
-  // are multiples of x, checked at launch; check_args makes the value cache's strides equal). A block-sparse block holds whole cache blocks, so a group is attended
-  // or skipped as one. Scalar loads otherwise.
+  // are multiples of x, checked at launch; check_args makes the value cache's strides equal).
+  // A block-sparse block holds whole cache blocks, so a group is attended or skipped as one.
+  // Scalar loads otherwise.
   constexpr bool kValueGroups =
       BS % X == 0 && N % BS == 0 && (!kV2 || Cfg::kPartitionSize % BS == 0);
   constexpr int kInFlight = 4;  // value groups loaded before their FMAs

@@ -14,14 +14,18 @@
 //         the end: S_h = Σ_threads s_h)
 //   P·V   thread i owns head dims i, i + kThreads, ...: acc_h[d] = acc_h[d] · α + Σ_t p_h[t] V[d,
 //   t] (its value row read 16 bytes at a time where the tokens come in aligned groups of x)
-// out_h[d] = acc_h[d] / (S_h + 1e-6). Slots past the sequence are neither read as keys nor as
-// values (the cache may hold NaN there). L <= 0: zeros (v1); v2 writes nothing for a partition
-// that starts at or past L, and its reduce writes zeros.
+// out_h[d] = acc_h[d] · __fdividef(1, S_h + 1e-6) (vLLM's 2-ulp reciprocal: the IEEE one has a
+// slow-path subroutine whose call made ptxas spill). Products and sums are fused (fmaf, vLLM's
+// FMA chains; the module builds with --fmad=false), and q and p are read four floats per
+// shared load: one load per four FMAs, where a load per FMA bound the H100 (docs/cuda.md). Slots
+// past the sequence are neither read as keys nor as values (the cache may hold NaN there). L <= 0:
+// zeros (v1); v2 writes nothing for a partition that starts at or past L, and its reduce writes
+// zeros.
 //
 // v2 phase 1 writes max_logits = m, exp_sums = S and tmp_out = rnd_T(out) per partition; the
 // reduce (phase 1 of the args, one CTA per (query head, sequence)) computes, with n = ceil(L/P):
 //   n == 1: out = tmp_out[0];  else  M = max_p m_p,  w_p = S_p · e^(m_p - M),
-//   out = Σ_p tmp_out[p] · w_p / (Σ_p w_p + 1e-6)        (fp32, accurate expf)
+//   out = Σ_p tmp_out[p] · w_p / (Σ_p w_p + 1e-6)        (fp32, accurate expf, __fdividef)
 //
 // Config: using T (query/out), using Kv (KvAuto<T> / KvFp8<T, fp8e4m3|fp8e5m2>: the cache
 // element and its dequantisation), using Bias (NoAlibi / Alibi), using Sparse (Dense /
@@ -147,9 +151,10 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
     return;
   }
 
-  __shared__ float q_s[H][D];
-  __shared__ float p_s[H][N];      // the chunk's probabilities
-  __shared__ long long base_s[N];  // the chunk's token -> cache offset of (block, kv head)
+  // 16-byte aligned rows (D % 4 == 0 as x divides D; N % 32 == 0) for the four-float loads.
+  alignas(16) __shared__ float q_s[H][D];
+  alignas(16) __shared__ float p_s[H][N];  // the chunk's probabilities
+  __shared__ long long base_s[N];          // the chunk's token -> cache offset of (block, kv head)
   __shared__ float red_s[H][kWarps];
   const T* q = static_cast<const T*>(a.query) + seq * a.query_stride + (long long)head0 * D;
   for (int i = tid; i < H * D; i += N) q_s[i / D][i % D] = to_float(q[i]);
@@ -193,11 +198,18 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
       for (int h = 0; h < H; ++h) dot[h] = 0.0f;
       for (int k = 0; k < D / X; ++k) {
         const Pack<C, X> kp = load_pack<C, X>(key + (long long)k * BS * X);
+        float kv[X];
 #pragma unroll
-        for (int e = 0; e < X; ++e) {
-          const float kv = k_dq(kp.v[e]);
+        for (int e = 0; e < X; ++e) kv[e] = k_dq(kp.v[e]);
+          // q four dims per shared load (a broadcast: every thread reads the same q).
 #pragma unroll
-          for (int h = 0; h < H; ++h) dot[h] += q_s[h][k * X + e] * kv;
+        for (int e = 0; e < X; e += 4) {
+#pragma unroll
+          for (int h = 0; h < H; ++h) {
+            const Pack<float, 4> qv = load_pack<float, 4>(&q_s[h][k * X + e]);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) dot[h] = fmaf(qv.v[u], kv[e + u], dot[h]);
+          }
         }
       }
 #pragma unroll
@@ -246,12 +258,19 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
         // kInFlight at a time so the loads overlap, then the rest one by one; the sums keep the
         // token order.
         const int groups = count / X;
+        // p four tokens per shared load (tg is a multiple of X, so 16-byte aligned).
         auto accumulate = [&](const Pack<C, X>& vp, int tg) {
+          float v[X];
 #pragma unroll
-          for (int e = 0; e < X; ++e) {
-            const float v = v_dq(vp.v[e]);
+          for (int e = 0; e < X; ++e) v[e] = v_dq(vp.v[e]);
 #pragma unroll
-            for (int h = 0; h < H; ++h) acc[h][i] += p_s[h][tg + e] * v;
+          for (int e = 0; e < X; e += 4) {
+#pragma unroll
+            for (int h = 0; h < H; ++h) {
+              const Pack<float, 4> pv = load_pack<float, 4>(&p_s[h][tg + e]);
+#pragma unroll
+              for (int u = 0; u < 4; ++u) acc[h][i] = fmaf(pv.v[u], v[e + u], acc[h][i]);
+            }
           }
         };
         auto value_group = [&](int tg) {
@@ -275,7 +294,7 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
         if (Sparse::kSparse && base_s[t] < 0) continue;
         const float v = v_dq(value_cache[base_s[t] + (long long)d * BS + (c0 + t) % BS]);
 #pragma unroll
-        for (int h = 0; h < H; ++h) acc[h][i] += p_s[h][t] * v;
+        for (int h = 0; h < H; ++h) acc[h][i] = fmaf(p_s[h][t], v, acc[h][i]);
       }
     }
     __syncthreads();  // the next chunk rewrites p_s, base_s and red_s
@@ -289,7 +308,7 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
   for (int h = 0; h < H; ++h) {
     // v2: tmp_out[s, h, part, :]; v1: out[s, h, :].
     const long long row = kV2 ? (row0 + h) * a.partitions + part : row0 + h;
-    const float inv = 1.0f / (total[h] + 1e-6f);
+    const float inv = __fdividef(1.0f, total[h] + 1e-6f);
 #pragma unroll
     for (int i = 0; i < kDims; ++i) {
       const int d = tid + i * N;
@@ -335,10 +354,10 @@ KILN_FN void paged_attention_reduce(const PagedAttentionArgs& a) {
   __syncthreads();
   float w_sum = 0.0f;
   for (long long p = 0; p < n; ++p) w_sum += w_s[p];
-  const float inv = 1.0f / (w_sum + 1e-6f);
+  const float inv = __fdividef(1.0f, w_sum + 1e-6f);
   for (int d = tid; d < D; d += N) {
     float acc = 0.0f;
-    for (long long p = 0; p < n; ++p) acc += to_float(tmp[p * D + d]) * w_s[p];
+    for (long long p = 0; p < n; ++p) acc = fmaf(to_float(tmp[p * D + d]), w_s[p], acc);
     out[d] = from_float<T>(acc * inv);
   }
 }
@@ -347,11 +366,13 @@ KILN_FN void paged_attention_reduce(const PagedAttentionArgs& a) {
 /// stream), so that one compiled module serves the op.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads) paged_attention_kernel(PagedAttentionArgs a) {
-  if (a.phase == 1) {
-    paged_attention_reduce<Cfg>(a);
-  } else {
-    paged_attention_partition<Cfg>(a);
+  if constexpr (Cfg::kPartitionSize > 0) {  // v1 has no reduce: its code is not compiled
+    if (a.phase == 1) {
+      paged_attention_reduce<Cfg>(a);
+      return;
+    }
   }
+  paged_attention_partition<Cfg>(a);
 }
 
 }  // namespace kiln

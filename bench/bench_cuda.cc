@@ -127,28 +127,36 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
                        ir::PagedAttentionParams{DType::kBF16, kv, kHeadSize, kBlock, kHeadsQ,
                                                 kHeadsKv, false, false, v2 ? kPartition : 0});
       const int64_t x = ir::paged_key_x(DType::kBF16, kv);
-      // The default (128 threads) on every shape; the tuner's other thread counts at one.
+      // The default (128 threads, 8 heads per CTA) on every shape; other points of the tuning
+      // space at one shape each: thread counts at batch 8, fewer heads per CTA (more CTAs) at
+      // batch 1, which the default gives 4 CTAs.
       struct Shape {
-        int64_t batch, context, threads;
+        int64_t batch, context;
+        std::string knob;  // "" for the default config
+        int64_t setting;
       };
       std::vector<Shape> shapes;
       for (const int64_t batch : batches) {
         for (const int64_t context : contexts) {
           if (fp8 && (batch == 1 || context == 512)) continue;  // fp8: the larger rows only
-          shapes.push_back({batch, context, 0});
+          shapes.push_back({batch, context, "", 0});
           if (batch == 8 && context == 2048) {
-            for (int64_t threads : {256, 512}) shapes.push_back({batch, context, threads});
+            for (int64_t threads : {256, 512})
+              shapes.push_back({batch, context, "threads", threads});
+          }
+          if (batch == 1 && context == 2048) {
+            for (int64_t heads : {1, 2}) shapes.push_back({batch, context, "heads_per_cta", heads});
           }
         }
       }
-      for (const auto [batch, context, threads] : shapes) {
+      for (const auto& [batch, context, knob, setting] : shapes) {
         const std::string name = fmt::format(
             "paged_{}{}/batch:{}/context:{}{}", v2 ? "v2" : "v1", fp8 ? "_fp8_e4m3" : "", batch,
-            context, threads == 0 ? "" : fmt::format("/threads:{}", threads));
+            context, knob.empty() ? "" : fmt::format("/{}:{}", knob, setting));
         if (!only.empty() && name != only) continue;
-        const Kernel kernel = threads == 0
+        const Kernel kernel = knob.empty()
                                   ? compile_cuda(runtime, spec)
-                                  : compile_cuda(runtime, spec, Config().set("threads", threads));
+                                  : compile_cuda(runtime, spec, Config().set(knob, setting));
         const int64_t width = (context + kBlock - 1) / kBlock;
         const int64_t parts = (context + kPartition - 1) / kPartition;
         std::vector<int32_t> table(permutation.begin(), permutation.begin() + batch * width);

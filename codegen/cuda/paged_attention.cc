@@ -1,6 +1,7 @@
 #include "codegen/cuda/paged_attention.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -69,17 +70,42 @@ Support paged_attention_support(const OpSpec&) {
   return Support::yes();
 }
 
-int64_t paged_attention_heads_per_cta(const ir::PagedAttentionParams& p, int64_t threads) {
+std::vector<int64_t> paged_attention_heads_choices(const ir::PagedAttentionParams& p,
+                                                   int64_t threads) {
   const int64_t group = p.head_count_q / std::max<int64_t>(p.head_count_kv, 1);
-  int64_t best = 1;
+  std::vector<int64_t> choices;
   for (int64_t h = 1; h <= std::min(group, kMaxHeadsPerCta); ++h) {
-    if (group % h == 0 && shared_bytes(h, p.head_size, threads) <= kSharedBudget) best = h;
+    if (group % h == 0 && shared_bytes(h, p.head_size, threads) <= kSharedBudget) {
+      choices.push_back(h);
+    }
   }
-  return best;
+  if (choices.empty()) choices.push_back(1);
+  return choices;
 }
 
-void render_paged_attention(const OpSpec& spec, int64_t threads, RenderedKernel& r) {
+int64_t paged_attention_heads_per_cta(const ir::PagedAttentionParams& p, int64_t threads) {
+  return paged_attention_heads_choices(p, threads).back();
+}
+
+Status resolve_paged_attention_config(const OpSpec& spec, const Config& config, Config& resolved) {
   const auto& p = spec.get<ir::PagedAttentionParams>();
+  const int64_t threads = resolved.get(kThreads, kPagedAttentionThreads);
+  const std::vector<int64_t> choices = paged_attention_heads_choices(p, threads);
+  const int64_t heads = config.get(kHeadsPerCta, choices.back());
+  if (std::find(choices.begin(), choices.end(), heads) == choices.end()) {
+    return invalid_argument(fmt::format(
+        "cuda config: heads_per_cta={} is not allowed for {} (group of {} query heads per kv "
+        "head, head_size {}, threads={}); allowed: {}",
+        heads, op_name(spec.op), p.head_count_q / std::max<int64_t>(p.head_count_kv, 1),
+        p.head_size, threads, fmt::join(choices, ", ")));
+  }
+  resolved.set(std::string(kHeadsPerCta), heads);
+  return Status::ok();
+}
+
+void render_paged_attention(const OpSpec& spec, const Config& config, RenderedKernel& r) {
+  const auto& p = spec.get<ir::PagedAttentionParams>();
+  const int64_t threads = config.get(kThreads, kPagedAttentionThreads);
   const std::string_view t = cuda_type(p.dtype);
   r.header = "paged_attention.cuh";
   r.kernel_template = "kiln::paged_attention_kernel";
@@ -100,7 +126,7 @@ void render_paged_attention(const OpSpec& spec, int64_t threads, RenderedKernel&
   m += fmt::format("  static constexpr int kHeadsQ = {};\n", p.head_count_q);
   m += fmt::format("  static constexpr int kHeadsKv = {};\n", p.head_count_kv);
   m += fmt::format("  static constexpr int kHeadsPerCta = {};\n",
-                   paged_attention_heads_per_cta(p, threads));
+                   config.get(kHeadsPerCta, paged_attention_heads_per_cta(p, threads)));
   m += fmt::format("  static constexpr int kPartitionSize = {};\n", p.partition_size);
 }
 
@@ -182,7 +208,7 @@ Result<LaunchPlan> plan_paged_attention(const OpSpec& spec, const Config& config
 
   LaunchPlan plan;
   plan.empty = seqs == 0;
-  const int64_t heads_per_cta = paged_attention_heads_per_cta(p, threads);
+  const int64_t heads_per_cta = config.get(kHeadsPerCta, paged_attention_heads_per_cta(p, threads));
   plan.grid[0] = unsigned(p.head_count_q / heads_per_cta);
   plan.grid[1] = unsigned(std::max<int64_t>(seqs, 1));
   plan.grid[2] = unsigned(std::max<int64_t>(parts, 1));

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
+#include <vector>
 
 #include "codegen/backend.h"
 #include "codegen/cuda/launch.h"
@@ -18,16 +20,33 @@ namespace jit::codegen::cuda {
 /// Default threads per CTA (4 warps, vLLM's NUM_THREADS): tokens per chunk of the online softmax.
 inline constexpr int64_t kPagedAttentionThreads = 128;
 
+/// Config knob: query heads one CTA serves (a divisor of heads_q / heads_kv, <= 8, whose static
+/// shared memory fits). More heads read each key and value once for more queries; fewer heads
+/// make more CTAs (heads_q / heads_per_cta per sequence and partition), which small batches need
+/// to fill the SMs. Default: paged_attention_heads_per_cta.
+inline constexpr std::string_view kHeadsPerCta = "heads_per_cta";
+
 /// Whether the template serves `spec` (validated params): every valid spec, block-sparse too.
 Support paged_attention_support(const OpSpec& spec);
 
-/// Query heads one CTA serves (all share one kv head): the largest divisor of
+/// The default query heads per CTA (all share one kv head): the largest divisor of
 /// heads_q / heads_kv that is <= 8 and keeps the CTA's static shared memory (query, chunk
 /// probabilities, offsets) under 44 KiB at `threads`.
 int64_t paged_attention_heads_per_cta(const ir::PagedAttentionParams& p, int64_t threads);
 
-/// Fills header, template, args type and the config members (all but kThreads) of `r`.
-void render_paged_attention(const OpSpec& spec, int64_t threads, RenderedKernel& r);
+/// The `heads_per_cta` values allowed at `threads`: the divisors of heads_q / heads_kv up to 8
+/// whose static shared memory fits, ascending (never empty: 1 fits any valid head size).
+std::vector<int64_t> paged_attention_heads_choices(const ir::PagedAttentionParams& p,
+                                                   int64_t threads);
+
+/// Resolves the paged attention knobs of `config` into `resolved` (threads already there):
+/// heads_per_cta from `config` or the default at those threads; an error names the allowed
+/// values.
+Status resolve_paged_attention_config(const OpSpec& spec, const Config& config, Config& resolved);
+
+/// Fills header, template, args type and the config members (all but kThreads) of `r`;
+/// `config` is resolved (threads and heads_per_cta set).
+void render_paged_attention(const OpSpec& spec, const Config& config, RenderedKernel& r);
 
 /// The launch of phase 0 (grid heads_q / heads_per_cta x seqs x partitions) and, for v2, the
 /// reduce as `then` (grid heads_q x seqs, partitions x 4 bytes of dynamic shared memory).

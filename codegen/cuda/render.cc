@@ -162,6 +162,11 @@ Config default_config(const OpSpec& spec) {
       width > 0 ? widest_vec(width, max_vec(spec.op, int64_t(dtype_size(element_dtype(spec))))) : 1;
   config.set(std::string(kThreads), default_threads(spec, vec));
   if (width > 0) config.set(std::string(kVec), vec);
+  if (spec.op == OpKind::kPagedAttentionV1 || spec.op == OpKind::kPagedAttentionV2) {
+    config.set(std::string(kHeadsPerCta),
+               paged_attention_heads_per_cta(spec.get<ir::PagedAttentionParams>(),
+                                             kPagedAttentionThreads));
+  }
   return config;
 }
 
@@ -169,10 +174,16 @@ Config default_config(const OpSpec& spec) {
 Result<Config> resolve_config(const OpSpec& spec, const Config& config) {
   const Config defaults = default_config(spec);
   Config resolved;
+  // The knobs this op has: threads; vec where it moves vectors; heads_per_cta for paged attention.
+  const bool paged = spec.op == OpKind::kPagedAttentionV1 || spec.op == OpKind::kPagedAttentionV2;
+  const int64_t width = vector_width_of(spec);
   for (const auto& [name, value] : config.knobs) {
-    if (name != kThreads && name != kVec) {
-      return invalid_argument(
-          fmt::format("cuda config: unknown knob '{}'; allowed: threads, vec", name));
+    if (name != kThreads && !(width > 0 && name == kVec) && !(paged && name == kHeadsPerCta)) {
+      return invalid_argument(fmt::format(
+          "cuda config: unknown knob '{}' for {}; allowed: threads{}", name, op_name(spec.op),
+          paged       ? ", heads_per_cta"
+          : width > 0 ? ", vec"
+                      : ""));
     }
   }
   const int64_t threads = config.get(kThreads, defaults.get(kThreads, 256));
@@ -181,7 +192,6 @@ Result<Config> resolve_config(const OpSpec& spec, const Config& config) {
         "cuda config: threads={} is not allowed; allowed: a multiple of 32 in 32..1024", threads));
   }
   resolved.set(std::string(kThreads), threads);
-  const int64_t width = vector_width_of(spec);
   if (width > 0) {
     const int64_t vec = config.get(kVec, defaults.get(kVec, 1));
     const int64_t limit = max_vec(spec.op, int64_t(dtype_size(element_dtype(spec))));
@@ -193,6 +203,7 @@ Result<Config> resolve_config(const OpSpec& spec, const Config& config) {
     }
     resolved.set(std::string(kVec), vec);
   }
+  if (paged) KILN_RETURN_IF_ERROR(resolve_paged_attention_config(spec, config, resolved));
   return resolved;
 }
 
@@ -248,14 +259,26 @@ Support cuda_supports(const OpSpec& spec) {
 std::vector<Config> cuda_configs(const OpSpec& spec) {
   std::vector<Config> space = {default_config(spec)};
   const Config base = space.front();  // a copy: push_back reallocates
-  auto add = [&](Config c) {
-    if (resolve_config(spec, c).is_ok() &&
-        std::find(space.begin(), space.end(), c) == space.end()) {
-      space.push_back(std::move(c));
+  // Each point is stored resolved (every knob set), so that two spellings of one kernel are
+  // one point.
+  auto add = [&](const Config& c) {
+    Result<Config> resolved = resolve_config(spec, c);
+    if (resolved.is_ok() && std::find(space.begin(), space.end(), *resolved) == space.end()) {
+      space.push_back(std::move(resolved).value());
     }
   };
+  const bool paged = spec.op == OpKind::kPagedAttentionV1 || spec.op == OpKind::kPagedAttentionV2;
   for (int64_t threads : {128, 256, 512, 1024}) {
-    add(Config(base).set(std::string(kThreads), threads));
+    // Paged attention: the default heads per CTA at each thread count.
+    add(paged ? Config().set(std::string(kThreads), threads)
+              : Config(base).set(std::string(kThreads), threads));
+  }
+  if (paged) {
+    // Fewer heads per CTA: more CTAs for small batches (at the default threads).
+    const auto& p = spec.get<ir::PagedAttentionParams>();
+    for (int64_t heads : paged_attention_heads_choices(p, kPagedAttentionThreads)) {
+      add(Config(base).set(std::string(kHeadsPerCta), heads));
+    }
   }
   if (vector_width_of(spec) > 0) add(Config(base).set(std::string(kVec), 1));
   return space;
@@ -430,7 +453,7 @@ Result<RenderedKernel> render(const OpSpec& spec, const Config& config) {
     m += fmt::format("  static constexpr int kHeadSize = {};\n", p.head_size);
     m += fmt::format("  static constexpr bool kOutputLse = {};\n", bool_text(p.output_lse));
   } else if (spec.op == OpKind::kPagedAttentionV1 || spec.op == OpKind::kPagedAttentionV2) {
-    render_paged_attention(spec, threads, r);
+    render_paged_attention(spec, *resolved, r);
   } else if (spec.op == OpKind::kConvertFp8) {
     const auto& p = spec.get<ir::ConvertFp8Params>();
     const bool quantise = p.dst == DType::kFp8E4m3;

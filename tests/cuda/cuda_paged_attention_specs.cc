@@ -64,4 +64,10 @@ std::vector<OpSpec> paged_attention_specs() {
   };
 }
 
+std::vector<OpSpec> paged_attention_tuning_specs() {
+  // A group of 8 (heads_per_cta 1, 2, 4, 8) and, for v2 with ALiBi, a group of 4 (1, 2, 4).
+  return {paged(DType::kBF16, 64, 16, 8, 1, Kv::kAuto, false, 0),
+          paged(DType::kF16, 80, 32, 8, 2, Kv::kAuto, true, 64)};
+}
+
 }  // namespace jit::test::cuda

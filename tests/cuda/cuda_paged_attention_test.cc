@@ -10,6 +10,7 @@
 #include <future>
 #include <iostream>
 #include <mutex>
+#include <set>
 
 #include "codegen/cuda/cuda_backend.h"
 #include "codegen/cuda/launch.h"
@@ -74,14 +75,13 @@ TEST(CudaPagedAttention, CompilesForSm80Sm90Sm100WithoutSpills) {
 // Every spec of the emulator grid, default config, 1 and 3 sequences x the attention input
 // kinds (normal, small integers, equal values), against ref: out, and for v2 also exp_sums,
 // max_logits and tmp_out.
-TEST(CudaPagedAttention, EmulatedMatchesRef) {
-  const std::vector<OpSpec> specs = test::cuda::paged_attention_specs();
-  ASSERT_GE(specs.size(), 19u);
+// Runs every (spec, config) through the emulator against ref: 1 and 3 sequences x the
+// attention input kinds; reports every failing job.
+void check_emulated(const std::vector<std::pair<OpSpec, Config>>& jobs) {
   std::mutex mutex;
   std::vector<std::string> failures;
-  on_two_threads(specs.size(), [&](size_t i) {
-    const OpSpec& spec = specs[i];
-    const Config config = cu::cuda_configs(spec).front();
+  on_two_threads(jobs.size(), [&](size_t i) {
+    const auto& [spec, config] = jobs[i];
     const cu::simt::Entry entry = test::cuda::find_simt_kernel(spec, config);
     std::string failure;
     if (entry == nullptr) {
@@ -111,10 +111,34 @@ TEST(CudaPagedAttention, EmulatedMatchesRef) {
     }
     if (!failure.empty()) {
       std::lock_guard lock(mutex);
-      failures.push_back(to_string(spec) + ": " + failure);
+      failures.push_back(to_string(spec) + " " + config.to_string() + ": " + failure);
     }
   });
   for (const std::string& f : failures) ADD_FAILURE() << f;
+}
+
+TEST(CudaPagedAttention, EmulatedMatchesRef) {
+  const std::vector<OpSpec> specs = test::cuda::paged_attention_specs();
+  ASSERT_GE(specs.size(), 19u);
+  std::vector<std::pair<OpSpec, Config>> jobs;
+  for (const OpSpec& spec : specs) jobs.emplace_back(spec, cu::cuda_configs(spec).front());
+  check_emulated(jobs);
+}
+
+// Every point of the tuning space: threads 128-1024 (the default heads per CTA at each) and
+// heads_per_cta 1 .. the group (so one CTA per query head, as vLLM, up to one per kv head).
+TEST(CudaPagedAttention, EveryConfigOfTheTuningSpaceMatchesRef) {
+  std::vector<std::pair<OpSpec, Config>> jobs;
+  std::set<int64_t> heads_seen;
+  for (const OpSpec& spec : test::cuda::paged_attention_tuning_specs()) {
+    for (const Config& config : cu::cuda_configs(spec)) {
+      jobs.emplace_back(spec, config);
+      heads_seen.insert(config.get(cu::kHeadsPerCta, 0));
+    }
+  }
+  EXPECT_EQ(heads_seen, (std::set<int64_t>{1, 2, 4, 8}));
+  ASSERT_GE(jobs.size(), 13u);
+  check_emulated(jobs);
 }
 
 ir::PagedAttentionParams gqa_params(int64_t partition_size) {
@@ -155,6 +179,21 @@ TEST(CudaPagedAttention, OneCtaPerKvHeadAndAReduceForV2) {
       EXPECT_EQ(plan->then, nullptr);
     }
   }
+  // heads_per_cta=2: 16 CTAs per sequence, each for two query heads of one kv head.
+  {
+    const OpSpec spec = OpSpec::make(OpKind::kPagedAttentionV2, gqa_params(32));
+    const Config two = Config().set(std::string(cu::kHeadsPerCta), 2);
+    auto r = cu::render(spec, two);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_NE(r->config_members.find("kHeadsPerCta = 2;"), std::string::npos) << r->config_members;
+    auto c = test::make_case(spec, 3, test::InputKind::kNormal, 7);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    auto plans = cu::plan_launch(spec, two, c->args(), true);
+    ASSERT_TRUE(plans.is_ok()) << plans.status().to_string();
+    EXPECT_EQ(plans->front().grid[0], 16u);
+    ASSERT_NE(plans->front().then, nullptr);
+    EXPECT_EQ(plans->front().then->grid[0], 32u);  // the reduce: one CTA per query head
+  }
   // A group of 12 heads is split into CTAs of 6 (the largest divisor <= 8).
   ir::PagedAttentionParams p = gqa_params(0);
   p.head_count_q = 48;
@@ -162,6 +201,33 @@ TEST(CudaPagedAttention, OneCtaPerKvHeadAndAReduceForV2) {
   // Head 4096 at 1024 threads: one head per CTA keeps static shared memory under 48 KiB.
   p.head_size = 4096;
   EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 1024), 1);
+}
+
+TEST(CudaPagedAttention, BadHeadsPerCtaNamesTheAllowedValues) {
+  const OpSpec spec = OpSpec::make(OpKind::kPagedAttentionV1, gqa_params(0));
+  for (int64_t heads : {0, 3, 16, -1}) {
+    auto r = cu::render(spec, Config().set(std::string(cu::kHeadsPerCta), heads));
+    ASSERT_FALSE(r.is_ok()) << heads;
+    EXPECT_NE(r.status().message().find(fmt::format("heads_per_cta={} is not allowed", heads)),
+              std::string::npos)
+        << r.status().message();
+    EXPECT_NE(r.status().message().find("allowed: 1, 2, 4, 8"), std::string::npos)
+        << r.status().message();
+  }
+  // Head 4096 at 1024 threads: only one head fits the static shared memory.
+  ir::PagedAttentionParams big = gqa_params(0);
+  big.head_size = 4096;
+  auto r = cu::render(OpSpec::make(OpKind::kPagedAttentionV1, big),
+                      Config().set("threads", 1024).set(std::string(cu::kHeadsPerCta), 2));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("allowed: 1"), std::string::npos) << r.status().message();
+  // vec is not a paged attention knob; the message lists the ones it has.
+  auto v = cu::render(spec, Config().set("vec", 4));
+  ASSERT_FALSE(v.is_ok());
+  EXPECT_NE(v.status().message().find(
+                "unknown knob 'vec' for paged_attention_v1; allowed: threads, heads_per_cta"),
+            std::string::npos)
+      << v.status().message();
 }
 
 TEST(CudaPagedAttention, PoliciesAreRenderedAsTypes) {

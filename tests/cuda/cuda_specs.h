@@ -27,5 +27,7 @@ std::vector<OpSpec> emulator_tuning_specs();
 /// fp8 caches, ALiBi, v2 partitions).
 std::vector<OpSpec> paged_attention_compile_specs();
 std::vector<OpSpec> paged_attention_specs();
+/// Paged attention specs whose every tuning config (threads, heads_per_cta) the emulator runs.
+std::vector<OpSpec> paged_attention_tuning_specs();
 
 }  // namespace jit::test::cuda

@@ -34,6 +34,9 @@ int main(int argc, char** argv) {
   for (const jit::OpSpec& spec : jit::test::cuda::emulator_tuning_specs()) {
     for (const jit::Config& config : cu::cuda_configs(spec)) jobs.emplace_back(spec, config);
   }
+  for (const jit::OpSpec& spec : jit::test::cuda::paged_attention_tuning_specs()) {
+    for (const jit::Config& config : cu::cuda_configs(spec)) jobs.emplace_back(spec, config);
+  }
   for (const auto& [spec, config] : jobs) {
     const std::string key = jit::test::cuda::simt_key(spec, config);
     if (!seen.insert(key).second) continue;

@@ -12,8 +12,12 @@
 //   max   m'_h = max(m_h, max_chunk z_h);  α = e^(m_h - m'_h)   (0 on the first chunk)
 //   sum   s_h = s_h · α + e^(z_h - m'_h)   (each thread keeps its own share; one block sum at
 //         the end: S_h = Σ_threads s_h)
-//   P·V   thread i owns head dims i, i + kThreads, ...: acc_h[d] = acc_h[d] · α + Σ_t p_h[t] V[d,
-//   t] (its value row read 16 bytes at a time where the tokens come in aligned groups of x)
+//   P·V   acc_h[d] = acc_h[d] · α + Σ_t p_h[t] V[d, t], the value row read 16 bytes at a time
+//         where the tokens come in aligned groups of x. With kThreads >= 2·D the threads form
+//         kSlices = kThreads / D slices of D (thread i: dim i % D, slice i / D) that each sum a
+//         contiguous share of the chunk's tokens, the slices' acc added once after the last
+//         chunk (fewer than D threads idle, where kThreads - D did: half the CTA at D = 64 and
+//         128 threads); else thread i owns dims i, i + kThreads, ...
 // out_h[d] = acc_h[d] · __fdividef(1, S_h + 1e-6) (vLLM's 2-ulp reciprocal: the IEEE one has a
 // slow-path subroutine whose call made ptxas spill). Products and sums are fused (fmaf, vLLM's
 // FMA chains; the module builds with --fmad=false), and q and p are read four floats per
@@ -120,7 +124,12 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
   constexpr int X = Kv::kX;
   constexpr int kGroup = Cfg::kHeadsQ / Cfg::kHeadsKv;
   constexpr int kWarps = N / kWarpSize;
-  constexpr int kDims = (D + N - 1) / N;  // head dims per thread in P·V (the last ones masked)
+  // P·V: with at least 2·D threads, the threads split into kSlices slices of D (one dim each,
+  // those past kSlices·D idle), each slice summing its share of the chunk's tokens, and the
+  // slices' sums are added after the last chunk; otherwise thread i owns dims i, i + N, ... (the
+  // last ones masked).
+  constexpr int kSlices = N >= 2 * D ? N / D : 1;
+  constexpr int kDims = kSlices > 1 ? 1 : (D + N - 1) / N;  // head dims per thread in P·V
   constexpr bool kV2 = Cfg::kPartitionSize > 0;
   // P·V loads X tokens of a value row (16 bytes, the key group's width) at once when every chunk
   // starts on a block boundary (N % BS == 0, and for v2 P % BS == 0) and X divides BS: a group
@@ -134,6 +143,8 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
   static_assert(D % X == 0 && kGroup % H == 0, "head_size % x, group % heads per CTA");
 
   const int tid = threadIdx.x;
+  const int slice = kSlices > 1 ? tid / D : 0;   // kSlices for the idle threads past kSlices·D
+  const int dim0 = kSlices > 1 ? tid % D : tid;  // the thread's first P·V dim
   const int lane = tid % kWarpSize;
   const int warp = tid / kWarpSize;
   const int head0 = blockIdx.x * H;  // first query head of the CTA
@@ -246,18 +257,22 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
       for (int i = 0; i < kDims; ++i) acc[h][i] *= alpha;
     }
     __syncthreads();  // p_s, base_s
-    // P·V: one value read per (dim, token), used by every query head of the group.
+    // P·V: one value read per (dim, token), used by every query head of the group. A slice
+    // takes a contiguous run of whole value groups (units of X tokens, or single tokens on the
+    // scalar path); the last slice also takes the tokens after the last whole group.
     const int count = int(kmin<long long>(N, t1 - c0));
+    constexpr int kUnit = kValueGroups ? X : 1;
+    const int units = count / kUnit;
+    const int unit0 = units * slice / kSlices;
+    const int unit1 = units * (slice + 1) / kSlices;
 #pragma unroll
     for (int i = 0; i < kDims; ++i) {
-      const int d = tid + i * N;
-      if (D % N != 0 && d >= D) continue;
-      int t = 0;
+      const int d = dim0 + i * N;
+      if ((kSlices > 1 && slice >= kSlices) || (kSlices == 1 && D % N != 0 && d >= D)) continue;
       if constexpr (kValueGroups) {
         // Whole groups of X tokens inside the chunk (those past t1 are never read), loaded
         // kInFlight at a time so the loads overlap, then the rest one by one; the sums keep the
         // token order.
-        const int groups = count / X;
         // p four tokens per shared load (tg is a multiple of X, so 16-byte aligned).
         auto accumulate = [&](const Pack<C, X>& vp, int tg) {
           float v[X];
@@ -276,21 +291,23 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
         auto value_group = [&](int tg) {
           return load_pack<C, X>(value_cache + base_s[tg] + (long long)d * BS + (c0 + tg) % BS);
         };
-        int g = 0;
+        int g = unit0;
         // Block-sparse chunks may skip groups (base_s < 0): those go one by one.
-        for (; !Sparse::kSparse && g + kInFlight <= groups; g += kInFlight) {
+        for (; !Sparse::kSparse && g + kInFlight <= unit1; g += kInFlight) {
           Pack<C, X> vp[kInFlight];
 #pragma unroll
           for (int u = 0; u < kInFlight; ++u) vp[u] = value_group((g + u) * X);
 #pragma unroll
           for (int u = 0; u < kInFlight; ++u) accumulate(vp[u], (g + u) * X);
         }
-        for (; g < groups; ++g) {
+        for (; g < unit1; ++g) {
           if (!Sparse::kSparse || base_s[g * X] >= 0) accumulate(value_group(g * X), g * X);
         }
-        t = groups * X;
       }
-      for (; t < count; ++t) {
+      // Single tokens: the scalar path's share, or the last slice's tokens after the groups.
+      const int single0 = kValueGroups ? (slice == kSlices - 1 ? units * X : count) : unit0;
+      const int single1 = kValueGroups ? count : unit1;
+      for (int t = single0; t < single1; ++t) {
         if (Sparse::kSparse && base_s[t] < 0) continue;
         const float v = v_dq(value_cache[base_s[t] + (long long)d * BS + (c0 + t) % BS]);
 #pragma unroll
@@ -300,6 +317,22 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
     __syncthreads();  // the next chunk rewrites p_s, base_s and red_s
   }
 
+  if constexpr (kSlices > 1) {
+    // Slices 1.. hand their sums to slice 0 through p_s (free after the last chunk's barrier):
+    // (kSlices - 1)·H·D <= H·N floats.
+    float* partial = &p_s[0][0];
+    if (slice >= 1 && slice < kSlices) {
+#pragma unroll
+      for (int h = 0; h < H; ++h) partial[((slice - 1) * H + h) * D + dim0] = acc[h][0];
+    }
+    __syncthreads();
+    if (slice == 0) {
+      for (int s = 1; s < kSlices; ++s) {
+#pragma unroll
+        for (int h = 0; h < H; ++h) acc[h][0] += partial[((s - 1) * H + h) * D + dim0];
+      }
+    }
+  }
   float total[H];
 #pragma unroll
   for (int h = 0; h < H; ++h) total[h] = block_sum<N>(s_part[h]);
@@ -311,8 +344,8 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
     const float inv = __fdividef(1.0f, total[h] + 1e-6f);
 #pragma unroll
     for (int i = 0; i < kDims; ++i) {
-      const int d = tid + i * N;
-      if (D % N != 0 && d >= D) continue;
+      const int d = dim0 + i * N;
+      if ((kSlices > 1 && slice != 0) || (kSlices == 1 && D % N != 0 && d >= D)) continue;
       dst[row * D + d] = from_float<T>(acc[h][i] * inv);
     }
     if (kV2 && tid == 0) {

@@ -7,8 +7,6 @@
 
 #include <bit>
 #include <cmath>
-#include <future>
-#include <mutex>
 
 // The emulation header first, then the templates' helpers under test.
 #include "codegen/cuda/cuda_backend.h"
@@ -19,7 +17,7 @@
 #include "kiln_common.cuh"
 #include "runtime/runtime.h"
 #include "tests/cuda/cuda_specs.h"
-#include "tests/cuda/simt_registry.h"
+#include "tests/cuda/emulated_check.h"
 #include "tests/harness/op_cases.h"
 
 namespace jit {
@@ -27,63 +25,11 @@ namespace {
 
 namespace cu = codegen::cuda;
 
-// A jit::Kernel that runs the host instantiation of (spec, config) through the emulator.
-Result<Kernel> emulated_kernel(const OpSpec& spec, const Config& config) {
-  const cu::simt::Entry entry = test::cuda::find_simt_kernel(spec, config);
-  if (entry == nullptr) {
-    return Status(StatusCode::kInternal,
-                  "not instantiated for the emulator: " + test::cuda::simt_key(spec, config));
-  }
-  KernelInfo info;
-  info.spec_text = to_string(spec);
-  info.backend = BackendKind::kCuda;
-  info.config = config;
-  return Kernel(spec, cu::simt::make_executable(spec, config, entry), std::move(info));
-}
+using test::cuda::emulated_kernel;
 
-// Checks one (spec, config) on every input kind at 1 and 3 rows; returns the failures.
-std::vector<std::string> check(const OpSpec& spec, const Config& config) {
-  std::vector<std::string> failures;
-  auto kernel = emulated_kernel(spec, config);
-  if (!kernel.is_ok()) return {kernel.status().to_string()};
-  // top-k cases cycle row lengths over 0, 1, k-1, k, k+1 and a random one: 6 rows reach the
-  // rows longer than k (the radix-select path).
-  // swap_blocks launches once per 12 mapping rows: 29 rows take three launches.
-  const std::vector<int64_t> row_counts = op_family(spec.op) == "topk" ? std::vector<int64_t>{6, 12}
-                                          : spec.op == OpKind::kSwapBlocks
-                                              ? std::vector<int64_t>{1, 29}
-                                              : std::vector<int64_t>{1, 3};
-  for (int64_t rows : row_counts) {
-    for (test::InputKind kind : test::input_kinds_for(spec.op)) {
-      auto c = test::make_case(spec, rows, kind, uint64_t(rows) * 977 + 3);
-      if (!c.is_ok()) return {to_string(spec) + ": " + c.status().to_string()};
-      const test::CaseReport report = test::check_against_ref(kernel.value(), c.value());
-      if (!report.ok) {
-        failures.push_back(fmt::format("{} config {} rows={} inputs={}\n{}", to_string(spec),
-                                       config.to_string(), rows, test::input_kind_name(kind),
-                                       report.message));
-        return failures;  // one report per spec is enough to debug
-      }
-    }
-  }
-  return failures;
-}
-
-// Runs `jobs` on two threads (the emulator keeps its state per OS thread).
+// Every failing job of `jobs` as a test failure.
 void check_all(const std::vector<std::pair<OpSpec, Config>>& jobs) {
-  std::mutex mutex;
-  std::vector<std::string> failures;
-  auto work = [&](size_t first) {
-    for (size_t i = first; i < jobs.size(); i += 2) {
-      auto f = check(jobs[i].first, jobs[i].second);
-      std::lock_guard lock(mutex);
-      failures.insert(failures.end(), f.begin(), f.end());
-    }
-  };
-  auto other = std::async(std::launch::async, work, 1);
-  work(0);
-  other.get();
-  for (const std::string& f : failures) ADD_FAILURE() << f;
+  for (const std::string& f : test::cuda::emulated_failures(jobs)) ADD_FAILURE() << f;
 }
 
 std::vector<std::pair<OpSpec, Config>> default_jobs(std::string_view family) {

@@ -16,10 +16,9 @@
 #include "codegen/cuda/launch.h"
 #include "codegen/cuda/nvrtc.h"
 #include "codegen/cuda/paged_attention.h"
-#include "codegen/cuda/simt/simt_runtime.h"
 #include "runtime/runtime.h"
 #include "tests/cuda/cuda_specs.h"
-#include "tests/cuda/simt_registry.h"
+#include "tests/cuda/emulated_check.h"
 #include "tests/harness/op_cases.h"
 
 namespace jit {
@@ -75,46 +74,9 @@ TEST(CudaPagedAttention, CompilesForSm80Sm90Sm100WithoutSpills) {
 // Every spec of the emulator grid, default config, 1 and 3 sequences x the attention input
 // kinds (normal, small integers, equal values), against ref: out, and for v2 also exp_sums,
 // max_logits and tmp_out.
-// Runs every (spec, config) through the emulator against ref: 1 and 3 sequences x the
-// attention input kinds; reports every failing job.
+// Every failing job of `jobs` as a test failure.
 void check_emulated(const std::vector<std::pair<OpSpec, Config>>& jobs) {
-  std::mutex mutex;
-  std::vector<std::string> failures;
-  on_two_threads(jobs.size(), [&](size_t i) {
-    const auto& [spec, config] = jobs[i];
-    const cu::simt::Entry entry = test::cuda::find_simt_kernel(spec, config);
-    std::string failure;
-    if (entry == nullptr) {
-      failure = "not instantiated for the emulator: " + test::cuda::simt_key(spec, config);
-    } else {
-      KernelInfo info;
-      info.spec_text = to_string(spec);
-      info.backend = BackendKind::kCuda;
-      info.config = config;
-      const Kernel kernel(spec, cu::simt::make_executable(spec, config, entry), std::move(info));
-      for (int64_t seqs : {1, 3}) {
-        for (test::InputKind kind : test::input_kinds_for(spec.op)) {
-          auto c = test::make_case(spec, seqs, kind, uint64_t(seqs) * 131 + i);
-          if (!c.is_ok()) {
-            failure = c.status().to_string();
-            break;
-          }
-          const test::CaseReport report = test::check_against_ref(kernel, c.value());
-          if (!report.ok) {
-            failure = fmt::format("seqs={} inputs={}\n{}", seqs, test::input_kind_name(kind),
-                                  report.message);
-            break;
-          }
-        }
-        if (!failure.empty()) break;
-      }
-    }
-    if (!failure.empty()) {
-      std::lock_guard lock(mutex);
-      failures.push_back(to_string(spec) + " " + config.to_string() + ": " + failure);
-    }
-  });
-  for (const std::string& f : failures) ADD_FAILURE() << f;
+  for (const std::string& f : test::cuda::emulated_failures(jobs)) ADD_FAILURE() << f;
 }
 
 TEST(CudaPagedAttention, EmulatedMatchesRef) {

@@ -16,8 +16,9 @@ namespace {
 // The CTA's static shared memory must stay below the 48 KiB every arch gives without opt-in;
 // 4 KiB are left for block_sum's scratch and the compiler's own.
 constexpr int64_t kSharedBudget = 44 * 1024;
-constexpr int64_t kMaxHeadsPerCta = 8;        // accumulators: heads x ceil(D / threads) registers
-constexpr int64_t kMaxGridYZ = 65535;         // grid.y (sequences) and grid.z (partitions)
+constexpr int64_t kMaxHeadsPerCta =
+    8;                                 // query heads per CTA; also the default's accumulator budget
+constexpr int64_t kMaxGridYZ = 65535;  // grid.y (sequences) and grid.z (partitions)
 constexpr int64_t kReduceShared = 48 * 1024;  // dynamic smem without the opt-in attribute
 
 // Static shared bytes of one CTA: q_s [H][D] + p_s [H][N] + red_s [H][N/32] floats, base_s [N]
@@ -84,7 +85,15 @@ std::vector<int64_t> paged_attention_heads_choices(const ir::PagedAttentionParam
 }
 
 int64_t paged_attention_heads_per_cta(const ir::PagedAttentionParams& p, int64_t threads) {
-  return paged_attention_heads_choices(p, threads).back();
+  // P·V keeps heads x dims-per-thread accumulators per thread (one dim each when the threads
+  // form slices, threads >= 2·D): the default keeps that at most 8, as at head 128 and 128
+  // threads (16 at head 256 made ptxas spill in the fp8 kernel on sm_90 / sm_100).
+  const int64_t dims = threads >= 2 * p.head_size ? 1 : (p.head_size + threads - 1) / threads;
+  const std::vector<int64_t> choices = paged_attention_heads_choices(p, threads);
+  for (auto h = choices.rbegin(); h != choices.rend(); ++h) {
+    if (*h * dims <= kMaxHeadsPerCta) return *h;
+  }
+  return choices.front();
 }
 
 Status resolve_paged_attention_config(const OpSpec& spec, const Config& config, Config& resolved) {

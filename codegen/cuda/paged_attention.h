@@ -30,8 +30,9 @@ inline constexpr std::string_view kHeadsPerCta = "heads_per_cta";
 Support paged_attention_support(const OpSpec& spec);
 
 /// The default query heads per CTA (all share one kv head): the largest divisor of
-/// heads_q / heads_kv that is <= 8 and keeps the CTA's static shared memory (query, chunk
-/// probabilities, offsets) under 44 KiB at `threads`.
+/// heads_q / heads_kv that is <= 8, keeps the CTA's static shared memory (query, chunk
+/// probabilities, offsets) under 44 KiB at `threads`, and keeps heads x (head dims per thread in
+/// P·V) <= 8 accumulators (so 4 at head 256 and 128 threads).
 int64_t paged_attention_heads_per_cta(const ir::PagedAttentionParams& p, int64_t threads);
 
 /// The `heads_per_cta` values allowed at `threads`: the divisors of heads_q / heads_kv up to 8

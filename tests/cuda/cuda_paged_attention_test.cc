@@ -160,6 +160,12 @@ TEST(CudaPagedAttention, OneCtaPerKvHeadAndAReduceForV2) {
   ir::PagedAttentionParams p = gqa_params(0);
   p.head_count_q = 48;
   EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 128), 6);
+  // Head 256 at 128 threads: two dims per thread in P·V, so 4 heads (8 accumulators); at 512
+  // threads the slices give one dim per thread, and the whole group of 8 fits.
+  p.head_count_q = 32;
+  p.head_size = 256;
+  EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 128), 4);
+  EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 512), 8);
   // Head 4096 at 1024 threads: one head per CTA keeps static shared memory under 48 KiB.
   p.head_size = 4096;
   EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 1024), 1);

@@ -129,7 +129,7 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
       const int64_t x = ir::paged_key_x(DType::kBF16, kv);
       // The default (128 threads, 8 heads per CTA) on every shape; other points of the tuning
       // space at one shape each: thread counts at batch 8, fewer heads per CTA (more CTAs) at
-      // batch 1, which the default gives 4 CTAs.
+      // batch 1, where the default gives v1 4 CTAs (v2 16: 4 partitions of 512 tokens).
       struct Shape {
         int64_t batch, context;
         std::string knob;  // "" for the default config

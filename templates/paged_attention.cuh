@@ -141,6 +141,7 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
       BS % X == 0 && N % BS == 0 && (!kV2 || Cfg::kPartitionSize % BS == 0);
   constexpr int kInFlight = 4;  // value groups loaded before their FMAs
   static_assert(D % X == 0 && kGroup % H == 0, "head_size % x, group % heads per CTA");
+  static_assert(X % 4 == 0, "q and p are read four floats per shared load");
 
   const int tid = threadIdx.x;
   const int slice = kSlices > 1 ? tid / D : 0;   // kSlices for the idle threads past kSlices·D
@@ -209,10 +210,11 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
       for (int h = 0; h < H; ++h) dot[h] = 0.0f;
       for (int k = 0; k < D / X; ++k) {
         const Pack<C, X> kp = load_pack<C, X>(key + (long long)k * BS * X);
+        // The key group dequantised, then q four dims per shared load (a broadcast: every
+        // thread reads the same q).
         float kv[X];
 #pragma unroll
         for (int e = 0; e < X; ++e) kv[e] = k_dq(kp.v[e]);
-          // q four dims per shared load (a broadcast: every thread reads the same q).
 #pragma unroll
         for (int e = 0; e < X; e += 4) {
 #pragma unroll
@@ -270,10 +272,10 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
       const int d = dim0 + i * N;
       if ((kSlices > 1 && slice >= kSlices) || (kSlices == 1 && D % N != 0 && d >= D)) continue;
       if constexpr (kValueGroups) {
-        // Whole groups of X tokens inside the chunk (those past t1 are never read), loaded
-        // kInFlight at a time so the loads overlap, then the rest one by one; the sums keep the
-        // token order.
-        // p four tokens per shared load (tg is a multiple of X, so 16-byte aligned).
+        // Whole groups of X tokens of the slice's share (those past t1 are never read), loaded
+        // kInFlight at a time so the loads overlap, then the rest one by one; each slice sums
+        // its tokens in order (the slices' sums are added after the last chunk). p is read four
+        // tokens per shared load (tg is a multiple of X, so 16-byte aligned).
         auto accumulate = [&](const Pack<C, X>& vp, int tg) {
           float v[X];
 #pragma unroll

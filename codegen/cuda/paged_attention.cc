@@ -16,9 +16,9 @@ namespace {
 // The CTA's static shared memory must stay below the 48 KiB every arch gives without opt-in;
 // 4 KiB are left for block_sum's scratch and the compiler's own.
 constexpr int64_t kSharedBudget = 44 * 1024;
-constexpr int64_t kMaxHeadsPerCta =
-    8;                                 // query heads per CTA; also the default's accumulator budget
-constexpr int64_t kMaxGridYZ = 65535;  // grid.y (sequences) and grid.z (partitions)
+// Query heads per CTA at most; also the default's budget of P·V accumulators per thread.
+constexpr int64_t kMaxHeadsPerCta = 8;
+constexpr int64_t kMaxGridYZ = 65535;         // grid.y (sequences) and grid.z (partitions)
 constexpr int64_t kReduceShared = 48 * 1024;  // dynamic smem without the opt-in attribute
 
 // Static shared bytes of one CTA: q_s [H][D] + p_s [H][N] + red_s [H][N/32] floats, base_s [N]
@@ -96,11 +96,11 @@ int64_t paged_attention_heads_per_cta(const ir::PagedAttentionParams& p, int64_t
   return choices.front();
 }
 
-Status resolve_paged_attention_config(const OpSpec& spec, const Config& config, Config& resolved) {
+Result<int64_t> paged_attention_heads_of(const OpSpec& spec, const Config& config,
+                                         int64_t threads) {
   const auto& p = spec.get<ir::PagedAttentionParams>();
-  const int64_t threads = resolved.get(kThreads, kPagedAttentionThreads);
   const std::vector<int64_t> choices = paged_attention_heads_choices(p, threads);
-  const int64_t heads = config.get(kHeadsPerCta, choices.back());
+  const int64_t heads = config.get(kHeadsPerCta, paged_attention_heads_per_cta(p, threads));
   if (std::find(choices.begin(), choices.end(), heads) == choices.end()) {
     return invalid_argument(fmt::format(
         "cuda config: heads_per_cta={} is not allowed for {} (group of {} query heads per kv "
@@ -108,7 +108,14 @@ Status resolve_paged_attention_config(const OpSpec& spec, const Config& config, 
         heads, op_name(spec.op), p.head_count_q / std::max<int64_t>(p.head_count_kv, 1),
         p.head_size, threads, fmt::join(choices, ", ")));
   }
-  resolved.set(std::string(kHeadsPerCta), heads);
+  return heads;
+}
+
+Status resolve_paged_attention_config(const OpSpec& spec, const Config& config, Config& resolved) {
+  Result<int64_t> heads =
+      paged_attention_heads_of(spec, config, resolved.get(kThreads, kPagedAttentionThreads));
+  if (!heads.is_ok()) return heads.status();
+  resolved.set(std::string(kHeadsPerCta), heads.value());
   return Status::ok();
 }
 
@@ -217,8 +224,10 @@ Result<LaunchPlan> plan_paged_attention(const OpSpec& spec, const Config& config
 
   LaunchPlan plan;
   plan.empty = seqs == 0;
-  const int64_t heads_per_cta = config.get(kHeadsPerCta, paged_attention_heads_per_cta(p, threads));
-  plan.grid[0] = unsigned(p.head_count_q / heads_per_cta);
+  // The same heads per CTA as the kernel was rendered with (`config` as lowered, unresolved).
+  Result<int64_t> heads_per_cta = paged_attention_heads_of(spec, config, threads);
+  if (!heads_per_cta.is_ok()) return heads_per_cta.status();
+  plan.grid[0] = unsigned(p.head_count_q / heads_per_cta.value());
   plan.grid[1] = unsigned(std::max<int64_t>(seqs, 1));
   plan.grid[2] = unsigned(std::max<int64_t>(parts, 1));
   plan.block[0] = unsigned(threads);

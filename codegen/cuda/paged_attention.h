@@ -40,9 +40,13 @@ int64_t paged_attention_heads_per_cta(const ir::PagedAttentionParams& p, int64_t
 std::vector<int64_t> paged_attention_heads_choices(const ir::PagedAttentionParams& p,
                                                    int64_t threads);
 
+/// The heads per CTA of `config` at `threads`: its heads_per_cta knob, checked against
+/// paged_attention_heads_choices (an error names the allowed values), or the default
+/// paged_attention_heads_per_cta. What render and the launch plan both use.
+Result<int64_t> paged_attention_heads_of(const OpSpec& spec, const Config& config, int64_t threads);
+
 /// Resolves the paged attention knobs of `config` into `resolved` (threads already there):
-/// heads_per_cta from `config` or the default at those threads; an error names the allowed
-/// values.
+/// heads_per_cta as paged_attention_heads_of gives it.
 Status resolve_paged_attention_config(const OpSpec& spec, const Config& config, Config& resolved);
 
 /// Fills header, template, args type and the config members (all but kThreads) of `r`;

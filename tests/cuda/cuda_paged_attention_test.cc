@@ -71,14 +71,14 @@ TEST(CudaPagedAttention, CompilesForSm80Sm90Sm100WithoutSpills) {
   for (const std::string& r : reports) std::cout << r << "\n";  // the resource use, for the docs
 }
 
-// Every spec of the emulator grid, default config, 1 and 3 sequences x the attention input
-// kinds (normal, small integers, equal values), against ref: out, and for v2 also exp_sums,
-// max_logits and tmp_out.
 // Every failing job of `jobs` as a test failure.
 void check_emulated(const std::vector<std::pair<OpSpec, Config>>& jobs) {
   for (const std::string& f : test::cuda::emulated_failures(jobs)) ADD_FAILURE() << f;
 }
 
+// Every spec of the emulator grid, default config, 1 and 3 sequences x the attention input
+// kinds (normal, small integers, equal values), against ref: out, and for v2 also exp_sums,
+// max_logits and tmp_out.
 TEST(CudaPagedAttention, EmulatedMatchesRef) {
   const std::vector<OpSpec> specs = test::cuda::paged_attention_specs();
   ASSERT_GE(specs.size(), 19u);
@@ -169,6 +169,31 @@ TEST(CudaPagedAttention, OneCtaPerKvHeadAndAReduceForV2) {
   // Head 4096 at 1024 threads: one head per CTA keeps static shared memory under 48 KiB.
   p.head_size = 4096;
   EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 1024), 1);
+}
+
+// A config as a caller gives it (threads only, or nothing) is rendered and launched with the
+// same heads per CTA: the default's accumulator cap (4 at head 256 and 128 threads) in both.
+TEST(CudaPagedAttention, RenderAndLaunchAgreeOnTheDefaultHeadsPerCta) {
+  ir::PagedAttentionParams p = gqa_params(0);
+  p.head_size = 256;
+  const OpSpec spec = OpSpec::make(OpKind::kPagedAttentionV1, p);
+  auto c = test::make_case(spec, 2, test::InputKind::kNormal, 3);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  for (const Config& config : {Config(), Config().set("threads", 128)}) {
+    auto r = cu::render(spec, config);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_NE(r->config_members.find("kHeadsPerCta = 4;"), std::string::npos)
+        << config.to_string() << "\n"
+        << r->config_members;
+    auto plans = cu::plan_launch(spec, config, c->args(), true);
+    ASSERT_TRUE(plans.is_ok()) << plans.status().to_string();
+    EXPECT_EQ(plans->front().grid[0], 8u) << config.to_string();  // 32 query heads / 4
+  }
+  // A bad knob that never went through render is refused by the plan too (no division by 0).
+  auto zero =
+      cu::plan_launch(spec, Config().set(std::string(cu::kHeadsPerCta), 0), c->args(), true);
+  ASSERT_FALSE(zero.is_ok());
+  EXPECT_NE(zero.status().message().find("heads_per_cta=0"), std::string::npos);
 }
 
 TEST(CudaPagedAttention, BadHeadsPerCtaNamesTheAllowedValues) {

@@ -1,6 +1,7 @@
 #include "codegen/cuda/cuda_backend.h"
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -150,14 +151,17 @@ class CudaBackend final : public Backend {
                          const Target& target) const override {
     Result<SmArch> arch = parse_sm_arch(target.arch);
     if (!arch.is_ok()) return arch.status();
+    // The artifact keeps the resolved config: the launch plan reads its knobs.
+    Result<Config> resolved = resolve_config(spec, config);
+    if (!resolved.is_ok()) return resolved.status();
     RenderedKernel rendered;
-    Result<CudaBinary> binary = compile_kernel(spec, config, arch.value(), &rendered);
+    Result<CudaBinary> binary = compile_kernel(spec, resolved.value(), arch.value(), &rendered);
     if (!binary.is_ok()) return binary.status();
     Artifact artifact;
     artifact.code = binary->serialize();
     artifact.source = rendered.unit();
     artifact.log = binary->report().to_string() + "\n" + binary->ptxas_log;
-    artifact.config = config;
+    artifact.config = std::move(resolved).value();
     return artifact;
   }
 
@@ -165,12 +169,16 @@ class CudaBackend final : public Backend {
                                                  const Target&) const override {
     Result<CudaBinary> binary = CudaBinary::parse(artifact.code);
     if (!binary.is_ok()) return binary.status();
+    // Resolved again: an artifact cached before lower stored resolved configs may hold a
+    // partial one.
+    Result<Config> resolved = resolve_config(spec, artifact.config);
+    if (!resolved.is_ok()) return resolved.status();
     // Loading into a context is deferred to the first launch: compiling works without a GPU.
-    return std::shared_ptr<const Executable>(
-        std::make_shared<CudaExecutable>(spec, artifact.config, std::move(binary).value()));
+    return std::shared_ptr<const Executable>(std::make_shared<CudaExecutable>(
+        spec, std::move(resolved).value(), std::move(binary).value()));
   }
 
-  std::string_view codegen_version() const override { return kCodegenVersion; }
+  std::string_view codegen_version() const override { return cuda::codegen_version(); }
 };
 
 }  // namespace
@@ -262,6 +270,21 @@ Result<CudaBinary> compile_kernel(const OpSpec& spec, const Config& config, cons
   binary.ptxas_log = std::move(out->log);
   if (rendered_out != nullptr) *rendered_out = std::move(rendered).value();
   return binary;
+}
+
+std::string_view codegen_version() {
+  static const std::string version = [] {
+    XXH3_state_t* state = XXH3_createState();
+    XXH3_64bits_reset(state);
+    for (const SourceHeader& h : template_headers()) {
+      XXH3_64bits_update(state, h.name.data(), h.name.size() + 1);  // with its NUL: a separator
+      XXH3_64bits_update(state, h.text.data(), h.text.size());
+    }
+    const uint64_t digest = XXH3_64bits_digest(state);
+    XXH3_freeState(state);
+    return fmt::format("{}-{:016x}", kCodegenVersion, digest);
+  }();
+  return version;
 }
 
 std::unique_ptr<Backend> make_backend() {

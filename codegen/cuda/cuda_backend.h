@@ -13,8 +13,14 @@
 
 namespace jit::codegen::cuda {
 
-/// Version of the generated code; part of every disk-cache key. Bump on any template change.
-inline constexpr std::string_view kCodegenVersion = "cuda-1";
+/// Version of the host side of the generated code (renderer, launch plans); bump when either
+/// changes what a cached cubin means. The disk-cache key uses codegen_version(), which adds a
+/// digest of the embedded templates, so a template change is a miss without a bump.
+inline constexpr std::string_view kCodegenVersion = "cuda-2";
+
+/// "cuda-2-<16 hex digits>": kCodegenVersion and the xxh3-64 of every embedded template (name
+/// and text). Old cubins of edited templates are never loaded from the disk cache.
+std::string_view codegen_version();
 
 /// What the CUDA backend stores in Artifact::code: cubin and PTX of one kernel for one arch,
 /// with the kernel's symbol and the ptxas report.

@@ -170,7 +170,12 @@ Config default_config(const OpSpec& spec) {
   return config;
 }
 
-// Checks the knobs of `config` for `spec`; fills defaults for absent knobs.
+std::string bool_text(bool b) {
+  return b ? "true" : "false";
+}
+
+}  // namespace
+
 Result<Config> resolve_config(const OpSpec& spec, const Config& config) {
   const Config defaults = default_config(spec);
   Config resolved;
@@ -206,12 +211,6 @@ Result<Config> resolve_config(const OpSpec& spec, const Config& config) {
   if (paged) KILN_RETURN_IF_ERROR(resolve_paged_attention_config(spec, config, resolved));
   return resolved;
 }
-
-std::string bool_text(bool b) {
-  return b ? "true" : "false";
-}
-
-}  // namespace
 
 std::string_view cuda_type(DType dtype) {
   switch (dtype) {

@@ -43,6 +43,11 @@ Support cuda_supports(const OpSpec& spec);
 /// The tuning space of `spec`; the first entry is the heuristic default.
 std::vector<Config> cuda_configs(const OpSpec& spec);
 
+/// `config` as `spec` is rendered with: every knob checked (the error names the knob and the
+/// allowed values) and every absent one set to its default. The launch plan must see this
+/// config, not the caller's partial one (a default vec or heads_per_cta decides the plan).
+Result<Config> resolve_config(const OpSpec& spec, const Config& config);
+
 /// Renders `spec` with `config` (knobs checked: the error names the knob and allowed values).
 Result<RenderedKernel> render(const OpSpec& spec, const Config& config);
 

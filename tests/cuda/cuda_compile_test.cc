@@ -223,6 +223,33 @@ TEST(CudaLaunch, UnsupportedOpIsRejectedWithReason) {
   EXPECT_NE(kernel.status().message().find("cuda"), std::string::npos) << kernel.status().message();
 }
 
+// A caller's partial config is lowered as the renderer resolves it, and the artifact keeps
+// every knob: the launch plan reads vec (here the default 8) and threads from it, so a plan
+// built from the partial config (vec 1) would check the wrong alignment.
+TEST(CudaCompile, ArtifactKeepsTheResolvedConfig) {
+  REQUIRE_NVRTC();
+  const OpSpec spec = OpSpec::make(OpKind::kRmsNorm, ir::NormParams{DType::kBF16, 4096, true});
+  const auto backend = cu::make_backend();
+  auto artifact = backend->lower(spec, Config().set("threads", 128), cu::cuda_target({90, false}));
+  ASSERT_TRUE(artifact.is_ok()) << artifact.status().to_string();
+  EXPECT_EQ(artifact->config.get("threads", 0), 128);
+  EXPECT_EQ(artifact->config.get("vec", 0), 8) << artifact->config.to_string();
+  EXPECT_NE(artifact->source.find("kVec = 8;"), std::string::npos);
+  // A bad knob is refused before NVRTC runs.
+  auto bad = backend->lower(spec, Config().set("vec", 3), cu::cuda_target({90, false}));
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("vec=3"), std::string::npos);
+}
+
+// The disk-cache key's codegen version carries a digest of the embedded templates, so an edited
+// template never loads an old cubin.
+TEST(CudaCache, CodegenVersionDigestsTheTemplates) {
+  const std::string_view v = cu::codegen_version();
+  EXPECT_TRUE(std::regex_match(std::string(v), std::regex("cuda-[0-9]+-[0-9a-f]{16}"))) << v;
+  EXPECT_EQ(v.substr(0, cu::kCodegenVersion.size()), cu::kCodegenVersion);
+  EXPECT_EQ(cu::make_backend()->codegen_version(), v);
+}
+
 TEST(CudaCache, CubinRoundTripsThroughTheDiskCache) {
   REQUIRE_NVRTC();
   const auto dir = std::filesystem::temp_directory_path() /
@@ -253,7 +280,7 @@ TEST(CudaCache, CubinRoundTripsThroughTheDiskCache) {
   const Config config = cu::cuda_configs(spec).front();
   auto fresh = cu::compile_kernel(spec, config, {100, false});
   ASSERT_TRUE(fresh.is_ok());
-  const auto cache_key = runtime::make_cache_key(spec, config, "cuda-sm_100", cu::kCodegenVersion,
+  const auto cache_key = runtime::make_cache_key(spec, config, "cuda-sm_100", cu::codegen_version(),
                                                  cu::toolchain_version());
   auto stored = second.disk_cache()->load(cache_key);
   ASSERT_TRUE(stored.has_value());

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "codegen/cuda/launch.h"
+#include "codegen/cuda/render.h"
 #include "codegen/cuda/simt/simt_runtime.h"
 
 namespace jit::codegen::cuda::simt {
@@ -252,11 +253,14 @@ namespace {
 
 class SimtExecutable final : public Executable {
  public:
-  SimtExecutable(OpSpec spec, Config config, Entry entry)
-      : spec_(std::move(spec)), config_(std::move(config)), entry_(entry) {}
+  // The plan reads the resolved config, as the GPU executable's (CudaBackend::load).
+  SimtExecutable(OpSpec spec, const Config& config, Entry entry)
+      : spec_(std::move(spec)), config_(resolve_config(spec_, config)), entry_(entry) {}
 
   Status run(const KernelArgs& args) const override {
-    Result<std::vector<LaunchPlan>> plans = plan_launch(spec_, config_, args, /*host_data=*/true);
+    if (!config_.is_ok()) return config_.status();
+    Result<std::vector<LaunchPlan>> plans =
+        plan_launch(spec_, config_.value(), args, /*host_data=*/true);
     if (!plans.is_ok()) return plans.status();
     for (const LaunchPlan& plan : plans.value()) {
       if (plan.empty) continue;
@@ -270,7 +274,7 @@ class SimtExecutable final : public Executable {
 
  private:
   OpSpec spec_;
-  Config config_;
+  Result<Config> config_;  // resolved, or why it cannot be
   Entry entry_;
 };
 

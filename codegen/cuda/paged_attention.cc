@@ -224,7 +224,8 @@ Result<LaunchPlan> plan_paged_attention(const OpSpec& spec, const Config& config
 
   LaunchPlan plan;
   plan.empty = seqs == 0;
-  // The same heads per CTA as the kernel was rendered with (`config` as lowered, unresolved).
+  // The same heads per CTA as the kernel was rendered with (the executables pass the resolved
+  // config; a partial one gets the same default as render).
   Result<int64_t> heads_per_cta = paged_attention_heads_of(spec, config, threads);
   if (!heads_per_cta.is_ok()) return heads_per_cta.status();
   plan.grid[0] = unsigned(p.head_count_q / heads_per_cta.value());

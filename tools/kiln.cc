@@ -171,12 +171,23 @@ Result<std::string> disassembly_of(const Kernel& kernel) {
 
 // ---- kiln compile
 int cmd_compile(const std::string& text, bool dump, bool json, const std::string& backend,
-                const std::string& isa, const std::string& target) {
+                const std::string& isa, const std::string& target, const std::string& config) {
   auto spec = parse_spec(text);
   if (!spec.is_ok()) return report(spec.status());
   auto options = compile_options(backend, isa);
   if (!options.is_ok()) return report(options.status());
   if (Status s = apply_target(target, options.value()); !s.is_ok()) return report(s);
+  if (!config.empty()) {
+    // The backend checks the knobs (its error names them and their allowed values).
+    std::optional<Config> parsed = runtime::parse_config(config);
+    if (!parsed) {
+      return report(invalid_argument(fmt::format(
+          "--config '{}' is not a config (allowed: name=integer pairs separated by commas, "
+          "e.g. threads=256,heads_per_cta=2)",
+          config)));
+    }
+    options->config = *parsed;
+  }
   auto kernel = Runtime::global().compile(spec.value(), options.value());
   if (!kernel.is_ok()) return report(kernel.status());
   const KernelInfo& info = kernel->info();
@@ -323,6 +334,10 @@ int main(int argc, char** argv) {
                       "generate for this target instead of the host's: arm:neon (AArch64 code "
                       "from any host), cuda:sm_80 .. cuda:sm_120, cuda:sm_90a (no GPU needed); "
                       "--dump shows the assembly / source, ptxas report and PTX");
+  std::string config;
+  compile->add_option("--config", config,
+                      "a point of the backend's tuning space instead of the default, e.g. "
+                      "threads=256,heads_per_cta=2 (knobs the backend does not have are refused)");
 
   std::string check_spec;
   int64_t check_tokens = 0;
@@ -376,7 +391,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (*list) return cmd_list(json);
-  if (*compile) return cmd_compile(spec_text, dump, json, backend, isa, target);
+  if (*compile) return cmd_compile(spec_text, dump, json, backend, isa, target, config);
   if (*check) {
     auto options = compile_options(backend, isa);
     if (!options.is_ok()) return report(options.status());

@@ -95,6 +95,24 @@ struct BlockTableView {
   mutable int64_t kept_request_ = -1, kept_first_ = 0, kept_base_ = 0;
 };
 
+// The knobs of every op but the attention ones (run_rows reads them): threads (0: every core)
+// and min_parallel_kib, both >= 0. Anything else is refused, naming what is allowed: a knob
+// that nothing reads would otherwise be accepted and ignored.
+Status check_row_op_config(const OpSpec& spec, const Config& config) {
+  for (const auto& [name, value] : config.knobs) {
+    if (name != kThreads && name != kMinParallelKib) {
+      return invalid_argument(fmt::format("x86 config: unknown knob '{}' for {}; allowed: {}, {}",
+                                          name, op_name(spec.op), kThreads, kMinParallelKib));
+    }
+    if (value < 0) {
+      return invalid_argument(fmt::format(
+          "x86 config: {}={} is not allowed; allowed: {}", name, value,
+          name == kThreads ? "0 (every core) or a thread count" : "a size in KiB, >= 0"));
+    }
+  }
+  return Status::ok();
+}
+
 // Splits rows [0, rows) over threads, each running the kernel on a contiguous range.
 void run_rows(KernelFn fn, const void* call_args, int64_t rows, double bytes,
               const Config& config) {
@@ -678,6 +696,7 @@ class X86Backend final : public Backend {
 
   Result<Artifact> lower(const OpSpec& spec, const Config& config,
                          const Target& target) const override {
+    if (!is_cpu_attention_op(spec.op)) KILN_RETURN_IF_ERROR(check_row_op_config(spec, config));
     Result<std::vector<uint8_t>> code = generate(spec, config, target.isa);
     if (!code.is_ok()) return code.status();
     Artifact artifact;
@@ -690,6 +709,10 @@ class X86Backend final : public Backend {
                                                  const Target& target) const override {
     if (artifact.code.empty()) {
       return Status(StatusCode::kInternal, "x86 artifact has no code");
+    }
+    // Also here: a disk-cache entry stored before lower checked the knobs may carry others.
+    if (!is_cpu_attention_op(spec.op)) {
+      KILN_RETURN_IF_ERROR(check_row_op_config(spec, artifact.config));
     }
     Result<const void*> address = CodeArena::global().add(artifact.code);
     if (!address.is_ok()) return address.status();

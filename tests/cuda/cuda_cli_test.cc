@@ -72,4 +72,27 @@ TEST(CudaCli, BadTargetIsRefusedWithTheAllowedValues) {
   EXPECT_NE(other.output.find("--target 'rocm:gfx90a'"), std::string::npos) << other.output;
 }
 
+// --config compiles a point of the tuning space: the rendered config struct and the report
+// line show it; a malformed config and a knob value the backend refuses fail with the reason.
+TEST(CudaCli, ConfigPicksAPointOfTheTuningSpace) {
+  auto nvrtc = jit::codegen::cuda::Nvrtc::get();
+  if (!nvrtc.is_ok()) GTEST_SKIP() << "NVRTC not found: " << nvrtc.status().to_string();
+  const std::string spec =
+      "'paged_attention_v1(dtype=bf16,kv=auto,head_size=128,block_size=16,heads_q=32,"
+      "heads_kv=4)' --target cuda:sm_90";
+  const CliRun r = run_kiln("compile " + spec + " --config threads=256,heads_per_cta=2 --dump");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("config    threads=256,heads_per_cta=2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("kHeadsPerCta = 2;"), std::string::npos);
+  EXPECT_NE(r.output.find("kThreads = 256;"), std::string::npos);
+  const CliRun bad = run_kiln("compile " + spec + " --config heads_per_cta=3");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.output.find("heads_per_cta=3 is not allowed"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("allowed: 1, 2, 4, 8"), std::string::npos) << bad.output;
+  const CliRun malformed = run_kiln("compile " + spec + " --config threads");
+  EXPECT_NE(malformed.code, 0);
+  EXPECT_NE(malformed.output.find("--config 'threads' is not a config"), std::string::npos)
+      << malformed.output;
+}
+
 }  // namespace

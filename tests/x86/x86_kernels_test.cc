@@ -73,6 +73,27 @@ TEST_P(X86OpTest, MultiThreadedRowsMatchRef) {
   for (DType dtype : kDtypes) check_spec(spec_of(op, dtype, 769), isa, 67, parallel);
 }
 
+// A knob nothing reads, or a negative value, is refused with what is allowed (not ignored).
+TEST(X86Config, UnknownKnobOrNegativeValueIsRefused) {
+  const OpSpec spec = OpSpec::make(OpKind::kRmsNorm, ir::NormParams{DType::kBF16, 64, true});
+  CompileOptions options;
+  options.backend = BackendKind::kX86;
+  options.config = Config().set("unroll", 2);
+  auto unknown = Runtime::global().compile(spec, options);
+  ASSERT_FALSE(unknown.is_ok());
+  EXPECT_NE(unknown.status().message().find("unknown knob 'unroll' for rms_norm; allowed: "
+                                            "threads, min_parallel_kib"),
+            std::string::npos)
+      << unknown.status().message();
+  options.config = Config().set("threads", -1);
+  auto negative = Runtime::global().compile(spec, options);
+  ASSERT_FALSE(negative.is_ok());
+  EXPECT_NE(negative.status().message().find("threads=-1 is not allowed"), std::string::npos)
+      << negative.status().message();
+  options.config = Config().set("threads", 1).set("min_parallel_kib", 0);
+  EXPECT_TRUE(Runtime::global().compile(spec, options).is_ok());
+}
+
 TEST_P(X86OpTest, ZeroTokensIsANoOp) {
   const auto [op, isa] = GetParam();
   const OpSpec spec = spec_of(op, DType::kBF16, 64);

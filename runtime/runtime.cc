@@ -430,7 +430,8 @@ Result<Kernel> Runtime::compile(const OpSpec& spec, const CompileOptions& option
         log_verbose(kLogCache, "cache: hit {} for {}", info.cache_key, info.spec_text);
       }
     }
-    if (!artifact) {
+    // Lowers afresh into `artifact` and stores it (replacing any entry under the key).
+    auto lower_fresh = [&]() -> Status {
       const auto gen_start = Clock::now();
       Result<Artifact> lowered = chosen->lower(spec, info.config, target);
       if (!lowered.is_ok()) return lowered.status();
@@ -444,9 +445,21 @@ Result<Kernel> Runtime::compile(const OpSpec& spec, const CompileOptions& option
           log_warning("cache: cannot store {}: {}", info.spec_text, stored.message());
       }
       artifact = std::move(lowered).value();
-    }
+      return Status::ok();
+    };
+    if (!artifact) KILN_RETURN_IF_ERROR(lower_fresh());
     auto executable = chosen->load(spec, *artifact, target);
+    if (!executable.is_ok() && info.source == KernelSource::kDiskCache) {
+      // An entry this kiln does not load (e.g. a config its backend now refuses) is replaced,
+      // not kept as a lasting error: lowering again refuses a bad config with its own message.
+      log_warning("cache: entry {} for {} does not load ({}); recompiling", info.cache_key,
+                  info.spec_text, executable.status().message());
+      KILN_RETURN_IF_ERROR(lower_fresh());
+      executable = chosen->load(spec, *artifact, target);
+    }
     if (!executable.is_ok()) return executable.status();
+    // The config the kernel runs with, as the backend stored it (cuda: every knob resolved).
+    info.config = artifact->config;
     info.code_size = executable.value()->code_size();
     info.total_us = micros_since(start);
     Kernel kernel(spec, std::move(executable).value(), std::move(info));

@@ -169,8 +169,9 @@ class CudaBackend final : public Backend {
                                                  const Target&) const override {
     Result<CudaBinary> binary = CudaBinary::parse(artifact.code);
     if (!binary.is_ok()) return binary.status();
-    // Resolved again: an artifact cached before lower stored resolved configs may hold a
-    // partial one.
+    // Resolved again, defensively: lower stores resolved configs (and older entries have
+    // another codegen version, so they are never found), but an artifact built elsewhere (a
+    // hand-made bundle) may hold a partial one.
     Result<Config> resolved = resolve_config(spec, artifact.config);
     if (!resolved.is_ok()) return resolved.status();
     // Loading into a context is deferred to the first launch: compiling works without a GPU.

@@ -13,9 +13,10 @@
 
 namespace jit::codegen::cuda {
 
-/// Version of the host side of the generated code (renderer, launch plans); bump when either
-/// changes what a cached cubin means. The disk-cache key uses codegen_version(), which adds a
-/// digest of the embedded templates, so a template change is a miss without a bump.
+/// Version of what the host adds to the templates: bump when the renderer's output for a
+/// resolved config, nvrtc_options() or the CudaBinary format change (launch plans are rebuilt
+/// at load from the stored config and need none). The disk-cache key uses codegen_version(),
+/// which adds a digest of the embedded templates, so a template change is a miss without a bump.
 inline constexpr std::string_view kCodegenVersion = "cuda-2";
 
 /// "cuda-2-<16 hex digits>": kCodegenVersion and the xxh3-64 of every embedded template (name

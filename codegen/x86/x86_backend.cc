@@ -95,6 +95,9 @@ struct BlockTableView {
   mutable int64_t kept_request_ = -1, kept_first_ = 0, kept_base_ = 0;
 };
 
+constexpr int64_t kMaxThreads = 1024;           // run_rows casts to int; OpenMP pools are smaller
+constexpr int64_t kMaxParallelKib = 1ll << 40;  // 1 PiB: any call is below it
+
 // The knobs of every op but the attention ones (run_rows reads them): threads (0: every core)
 // and min_parallel_kib, both >= 0. Anything else is refused, naming what is allowed: a knob
 // that nothing reads would otherwise be accepted and ignored.
@@ -104,10 +107,12 @@ Status check_row_op_config(const OpSpec& spec, const Config& config) {
       return invalid_argument(fmt::format("x86 config: unknown knob '{}' for {}; allowed: {}, {}",
                                           name, op_name(spec.op), kThreads, kMinParallelKib));
     }
-    if (value < 0) {
+    const int64_t limit = name == kThreads ? kMaxThreads : kMaxParallelKib;
+    if (value < 0 || value > limit) {
       return invalid_argument(fmt::format(
           "x86 config: {}={} is not allowed; allowed: {}", name, value,
-          name == kThreads ? "0 (every core) or a thread count" : "a size in KiB, >= 0"));
+          name == kThreads ? fmt::format("0 (every core) or a thread count up to {}", limit)
+                           : fmt::format("a size in KiB from 0 to {}", limit)));
     }
   }
   return Status::ok();

@@ -72,9 +72,9 @@ TEST(CudaCli, BadTargetIsRefusedWithTheAllowedValues) {
   EXPECT_NE(other.output.find("--target 'rocm:gfx90a'"), std::string::npos) << other.output;
 }
 
-// --config compiles a point of the tuning space: the rendered config struct and the report
-// line show it; a malformed config and a knob value the backend refuses fail with the reason.
-TEST(CudaCli, ConfigPicksAPointOfTheTuningSpace) {
+// --config compiles the given knobs: the rendered config struct and the report line show them;
+// a malformed config and a knob value the backend refuses fail with the reason.
+TEST(CudaCli, ConfigCompilesTheGivenKnobs) {
   auto nvrtc = jit::codegen::cuda::Nvrtc::get();
   if (!nvrtc.is_ok()) GTEST_SKIP() << "NVRTC not found: " << nvrtc.status().to_string();
   const std::string spec =

@@ -168,6 +168,40 @@ TEST(Runtime, CorruptDiskEntryIsRecompiledNotExecuted) {
   EXPECT_TRUE(test::check_against_ref(k.value(), c.value()).ok);
 }
 
+// An entry that passes the cache's checks but that the backend does not load (here: no code)
+// is replaced by a fresh compile, with a warning, instead of failing every later compile.
+TEST(Runtime, EntryTheBackendDoesNotLoadIsRecompiled) {
+  TempDir dir;
+  {
+    Runtime first(with_cache(dir.path()));
+    ASSERT_TRUE(first.compile(kSilu).is_ok());
+  }
+  {
+    auto cache = runtime::DiskCache::open({.dir = dir.path()});
+    ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+    const auto entries = cache.value()->list();
+    ASSERT_EQ(entries.size(), 1u);
+    Artifact empty;  // a well-formed entry whose code the x86 backend refuses to load
+    ASSERT_TRUE(cache.value()->store({entries[0].key_text}, empty).is_ok());
+  }
+  std::vector<std::string> warnings;
+  LogSink previous = set_log_sink([&](LogLevel level, std::string_view m) {
+    if (level == LogLevel::kWarning) warnings.emplace_back(m);
+  });
+  Runtime second(with_cache(dir.path()));
+  auto k = second.compile(kSilu);
+  auto again = Runtime(with_cache(dir.path())).compile(kSilu);  // the entry was replaced
+  set_log_sink(previous);
+  ASSERT_TRUE(k.is_ok()) << k.status().to_string();
+  EXPECT_EQ(k->info().source, KernelSource::kGenerated);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("does not load"), std::string::npos) << warnings[0];
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_EQ(again->info().source, KernelSource::kDiskCache);
+  auto c = test::make_case(kSilu, 2, test::InputKind::kNormal, 3);
+  EXPECT_TRUE(test::check_against_ref(k.value(), c.value()).ok);
+}
+
 TEST(Runtime, UnusableCacheDirectoryIsReportedNotSilent) {
   TempDir dir;
   fs::permissions(dir.path(), fs::perms::all);  // 0777: world-writable

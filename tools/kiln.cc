@@ -178,7 +178,7 @@ int cmd_compile(const std::string& text, bool dump, bool json, const std::string
   if (!options.is_ok()) return report(options.status());
   if (Status s = apply_target(target, options.value()); !s.is_ok()) return report(s);
   if (!config.empty()) {
-    // The backend checks the knobs' values (cuda and the x86 row ops also their names).
+    // The backend checks the knobs' values (cuda and x86 also their names).
     std::optional<Config> parsed = runtime::parse_config(config);
     if (!parsed) {
       return report(invalid_argument(fmt::format(
@@ -337,7 +337,7 @@ int main(int argc, char** argv) {
   std::string config;
   compile->add_option("--config", config,
                       "knobs instead of the default config, e.g. threads=256,heads_per_cta=2 "
-                      "(the backend checks them: cuda and the x86 row ops refuse unknown names)");
+                      "(the backend checks them: cuda and x86 refuse unknown names)");
 
   std::string check_spec;
   int64_t check_tokens = 0;

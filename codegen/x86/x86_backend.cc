@@ -1,6 +1,7 @@
 #include "codegen/x86/x86_backend.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -116,6 +117,31 @@ Status check_row_op_config(const OpSpec& spec, const Config& config) {
     }
   }
   return Status::ok();
+}
+
+// The attention ops' knob names (their values are checked where they are read: the
+// generators for dpbf16 / direct / chunk, the runners for the rest).
+Status check_attention_knob_names(const OpSpec& spec, const Config& config) {
+  std::vector<std::string_view> names = {kThreads};
+  if (spec.op == OpKind::kCpuAttentionWithKvCache) {
+    // kv_tile, q_passes, min_split: the runner's (attention_runner.cc).
+    names.insert(names.end(), {kDpbf16Knob, "kv_tile", "q_passes", "min_split"});
+  } else if (is_paged_attention_op(spec.op)) {
+    names.insert(names.end(), {kPagedDirectKnob, kPagedChunkKnob});
+  }
+  for (const auto& [name, value] : config.knobs) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      return invalid_argument(fmt::format("x86 config: unknown knob '{}' for {}; allowed: {}", name,
+                                          op_name(spec.op), fmt::join(names, ", ")));
+    }
+  }
+  return Status::ok();
+}
+
+// The knobs of an op's config: the row ops' or the attention ops'.
+Status check_config(const OpSpec& spec, const Config& config) {
+  return is_cpu_attention_op(spec.op) ? check_attention_knob_names(spec, config)
+                                      : check_row_op_config(spec, config);
 }
 
 // Splits rows [0, rows) over threads, each running the kernel on a contiguous range.
@@ -701,7 +727,7 @@ class X86Backend final : public Backend {
 
   Result<Artifact> lower(const OpSpec& spec, const Config& config,
                          const Target& target) const override {
-    if (!is_cpu_attention_op(spec.op)) KILN_RETURN_IF_ERROR(check_row_op_config(spec, config));
+    KILN_RETURN_IF_ERROR(check_config(spec, config));
     Result<std::vector<uint8_t>> code = generate(spec, config, target.isa);
     if (!code.is_ok()) return code.status();
     Artifact artifact;
@@ -716,9 +742,7 @@ class X86Backend final : public Backend {
       return Status(StatusCode::kInternal, "x86 artifact has no code");
     }
     // Also here: a disk-cache entry stored before lower checked the knobs may carry others.
-    if (!is_cpu_attention_op(spec.op)) {
-      KILN_RETURN_IF_ERROR(check_row_op_config(spec, artifact.config));
-    }
+    KILN_RETURN_IF_ERROR(check_config(spec, artifact.config));
     Result<const void*> address = CodeArena::global().add(artifact.code);
     if (!address.is_ok()) return address.status();
     if (is_cpu_attention_op(spec.op)) {

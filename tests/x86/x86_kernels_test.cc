@@ -98,6 +98,21 @@ TEST(X86Config, UnknownKnobOrNegativeValueIsRefused) {
   EXPECT_FALSE(Runtime::global().compile(spec, options).is_ok());
   options.config = Config().set("threads", 1).set("min_parallel_kib", 0);
   EXPECT_TRUE(Runtime::global().compile(spec, options).is_ok());
+  // The attention ops have their own knobs; a row op's is unknown there.
+  ir::PagedAttentionParams pp;
+  pp.dtype = DType::kBF16, pp.head_size = 128, pp.block_size = 16;
+  pp.head_count_q = 8, pp.head_count_kv = 1;
+  const OpSpec paged = OpSpec::make(OpKind::kPagedAttentionV1, pp);
+  options.config = Config().set("min_parallel_kib", 64);
+  auto attention = Runtime::global().compile(paged, options);
+  ASSERT_FALSE(attention.is_ok());
+  EXPECT_NE(attention.status().message().find(
+                "unknown knob 'min_parallel_kib' for paged_attention_v1; allowed: threads, "
+                "direct, chunk"),
+            std::string::npos)
+      << attention.status().message();
+  options.config = Config().set("threads", 1);
+  EXPECT_TRUE(Runtime::global().compile(paged, options).is_ok());
 }
 
 TEST_P(X86OpTest, ZeroTokensIsANoOp) {

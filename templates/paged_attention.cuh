@@ -108,6 +108,23 @@ struct BlockSparse {
   }
 };
 
+// sum(h) += Σ_e row_h[e] · x[e] for each of the H heads, e = 0 .. X-1 in order (fused), with
+// row_h = rows + h·kStride in shared memory read four floats per load: one load per four FMAs,
+// where one per FMA bound the H100 (docs/cuda.md). Rows must be 16-byte aligned, X % 4 == 0. Q·K
+// (rows of q, x a key group) and P·V (rows of p, x a value group) both sum this way.
+template <int H, int X, int kStride, class Sum>
+KILN_FN void fma_shared_rows(const float (&x)[X], const float* rows, Sum sum) {
+#pragma unroll
+  for (int e = 0; e < X; e += 4) {
+#pragma unroll
+    for (int h = 0; h < H; ++h) {
+      const Pack<float, 4> r = load_pack<float, 4>(rows + h * kStride + e);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) sum(h) = fmaf(r.v[u], x[e + u], sum(h));
+    }
+  }
+}
+
 // ---- phase 0: attention over one partition ------------------------------------------------------
 
 template <class Cfg>
@@ -210,20 +227,12 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
       for (int h = 0; h < H; ++h) dot[h] = 0.0f;
       for (int k = 0; k < D / X; ++k) {
         const Pack<C, X> kp = load_pack<C, X>(key + (long long)k * BS * X);
-        // The key group dequantised, then q four dims per shared load (a broadcast: every
+        // The key group dequantised, then dotted with each head's q (a broadcast: every
         // thread reads the same q).
         float kv[X];
 #pragma unroll
         for (int e = 0; e < X; ++e) kv[e] = k_dq(kp.v[e]);
-#pragma unroll
-        for (int e = 0; e < X; e += 4) {
-#pragma unroll
-          for (int h = 0; h < H; ++h) {
-            const Pack<float, 4> qv = load_pack<float, 4>(&q_s[h][k * X + e]);
-#pragma unroll
-            for (int u = 0; u < 4; ++u) dot[h] = fmaf(qv.v[u], kv[e + u], dot[h]);
-          }
-        }
+        fma_shared_rows<H, X, D>(kv, &q_s[0][k * X], [&](int h) -> float& { return dot[h]; });
       }
 #pragma unroll
       for (int h = 0; h < H; ++h) {
@@ -280,15 +289,7 @@ KILN_FN void paged_attention_partition(const PagedAttentionArgs& a) {
           float v[X];
 #pragma unroll
           for (int e = 0; e < X; ++e) v[e] = v_dq(vp.v[e]);
-#pragma unroll
-          for (int e = 0; e < X; e += 4) {
-#pragma unroll
-            for (int h = 0; h < H; ++h) {
-              const Pack<float, 4> pv = load_pack<float, 4>(&p_s[h][tg + e]);
-#pragma unroll
-              for (int u = 0; u < 4; ++u) acc[h][i] = fmaf(pv.v[u], v[e + u], acc[h][i]);
-            }
-          }
+          fma_shared_rows<H, X, N>(v, &p_s[0][tg], [&](int h) -> float& { return acc[h][i]; });
         };
         auto value_group = [&](int tg) {
           return load_pack<C, X>(value_cache + base_s[tg] + (long long)d * BS + (c0 + tg) % BS);

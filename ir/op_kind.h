@@ -20,6 +20,11 @@ std::span<const OpKind> all_op_kinds();
 std::string_view op_name(OpKind op);
 /// The family it belongs to ("norm", "cache", ...).
 std::string_view op_family(OpKind op);
+
+/// paged_attention_v1 or paged_attention_v2.
+inline bool is_paged_attention_op(OpKind op) {
+  return op == OpKind::kPagedAttentionV1 || op == OpKind::kPagedAttentionV2;
+}
 /// Inverse of op_name.
 std::optional<OpKind> parse_op_kind(std::string_view name);
 

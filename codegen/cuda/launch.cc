@@ -528,7 +528,7 @@ Result<std::vector<LaunchPlan>> plan_launch(const OpSpec& spec, const Config& co
     plan.grid[0] = unsigned(blocks);
     plan.block[0] = unsigned(threads);
     plan.set_params(a);
-  } else if (spec.op == OpKind::kPagedAttentionV1 || spec.op == OpKind::kPagedAttentionV2) {
+  } else if (is_paged_attention_op(spec.op)) {
     Result<LaunchPlan> paged = plan_paged_attention(spec, config, args, host_data);
     if (!paged.is_ok()) return paged.status();
     return std::vector<LaunchPlan>{std::move(paged).value()};

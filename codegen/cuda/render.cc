@@ -162,7 +162,7 @@ Config default_config(const OpSpec& spec) {
       width > 0 ? widest_vec(width, max_vec(spec.op, int64_t(dtype_size(element_dtype(spec))))) : 1;
   config.set(std::string(kThreads), default_threads(spec, vec));
   if (width > 0) config.set(std::string(kVec), vec);
-  if (spec.op == OpKind::kPagedAttentionV1 || spec.op == OpKind::kPagedAttentionV2) {
+  if (is_paged_attention_op(spec.op)) {
     config.set(std::string(kHeadsPerCta),
                paged_attention_heads_per_cta(spec.get<ir::PagedAttentionParams>(),
                                              kPagedAttentionThreads));
@@ -180,7 +180,7 @@ Result<Config> resolve_config(const OpSpec& spec, const Config& config) {
   const Config defaults = default_config(spec);
   Config resolved;
   // The knobs this op has: threads; vec where it moves vectors; heads_per_cta for paged attention.
-  const bool paged = spec.op == OpKind::kPagedAttentionV1 || spec.op == OpKind::kPagedAttentionV2;
+  const bool paged = is_paged_attention_op(spec.op);
   const int64_t width = vector_width_of(spec);
   for (const auto& [name, value] : config.knobs) {
     if (name != kThreads && !(width > 0 && name == kVec) && !(paged && name == kHeadsPerCta)) {
@@ -247,7 +247,7 @@ Support cuda_supports(const OpSpec& spec) {
   if (!templated) {
     return Support::no(fmt::format("the cuda backend has no template for {} yet", op_name(op)));
   }
-  if (op == OpKind::kPagedAttentionV1 || op == OpKind::kPagedAttentionV2) {
+  if (is_paged_attention_op(op)) {
     return paged_attention_support(spec);
   }
   const Status valid = validate(spec);
@@ -266,7 +266,7 @@ std::vector<Config> cuda_configs(const OpSpec& spec) {
       space.push_back(std::move(resolved).value());
     }
   };
-  const bool paged = spec.op == OpKind::kPagedAttentionV1 || spec.op == OpKind::kPagedAttentionV2;
+  const bool paged = is_paged_attention_op(spec.op);
   for (int64_t threads : {128, 256, 512, 1024}) {
     // Paged attention: the default heads per CTA at each thread count.
     add(paged ? Config().set(std::string(kThreads), threads)
@@ -451,7 +451,7 @@ Result<RenderedKernel> render(const OpSpec& spec, const Config& config) {
     m += fmt::format("  static constexpr int kHeads = {};\n", p.head_count);
     m += fmt::format("  static constexpr int kHeadSize = {};\n", p.head_size);
     m += fmt::format("  static constexpr bool kOutputLse = {};\n", bool_text(p.output_lse));
-  } else if (spec.op == OpKind::kPagedAttentionV1 || spec.op == OpKind::kPagedAttentionV2) {
+  } else if (is_paged_attention_op(spec.op)) {
     render_paged_attention(spec, *resolved, r);
   } else if (spec.op == OpKind::kConvertFp8) {
     const auto& p = spec.get<ir::ConvertFp8Params>();

@@ -190,7 +190,6 @@ Result<std::vector<uint8_t>> generate_paged_direct_avx2(const ir::PagedAttention
                                                         X86Isa isa);
 /// paged_attention_v1/v2 (attention_paged.cc): the direct kernel, or the tile kernel over
 /// chunks gathered from the legacy cache into the vec layout.
-bool is_paged_attention_op(OpKind op);
 Support paged_attention_support(const OpSpec& spec);
 Result<std::vector<uint8_t>> generate_paged_attention(const OpSpec& spec, const Config& config,
                                                       X86Isa isa);
@@ -199,5 +198,8 @@ std::shared_ptr<const Executable> make_paged_attention_executable(const OpSpec& 
                                                                   const void* code, size_t size);
 /// True for the ops the functions above serve (the CPU-attention ops and paged attention).
 bool is_cpu_attention_op(OpKind op);
+/// The config knobs `op` (one of is_cpu_attention_op's) reads, as documented in
+/// attention_runner.cc: threads for every op, and the op's own.
+std::vector<std::string_view> cpu_attention_knob_names(OpKind op);
 
 }  // namespace jit::codegen::x86

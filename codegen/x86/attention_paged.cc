@@ -1114,10 +1114,6 @@ class PagedAttentionExecutable final : public Executable {
 
 }  // namespace
 
-bool is_paged_attention_op(OpKind op) {
-  return op == OpKind::kPagedAttentionV1 || op == OpKind::kPagedAttentionV2;
-}
-
 Support paged_attention_support(const OpSpec& spec) {
   const auto& p = spec.get<ir::PagedAttentionParams>();
   if (default_chunk(p, kGatherChunk) == 0) {

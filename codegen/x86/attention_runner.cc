@@ -545,6 +545,14 @@ bool is_cpu_attention_op(OpKind op) {
          is_paged_attention_op(op);
 }
 
+std::vector<std::string_view> cpu_attention_knob_names(OpKind op) {
+  if (op == OpKind::kCpuAttentionWithKvCache) {
+    return {kThreads, kDpbf16Knob, kKvTile, kQPasses, kMinSplit};
+  }
+  if (is_paged_attention_op(op)) return {kThreads, kPagedDirectKnob, kPagedChunkKnob};
+  return {kThreads};
+}
+
 Support cpu_attention_support(const OpSpec& spec, const Target& target) {
   if (is_paged_attention_op(spec.op)) return paged_attention_support(spec);
   const CpuAttnIsa layout = spec.op == OpKind::kCpuAttentionWithKvCache

@@ -122,13 +122,7 @@ Status check_row_op_config(const OpSpec& spec, const Config& config) {
 // The attention ops' knob names (their values are checked where they are read: the
 // generators for dpbf16 / direct / chunk, the runners for the rest).
 Status check_attention_knob_names(const OpSpec& spec, const Config& config) {
-  std::vector<std::string_view> names = {kThreads};
-  if (spec.op == OpKind::kCpuAttentionWithKvCache) {
-    // kv_tile, q_passes, min_split: the runner's (attention_runner.cc).
-    names.insert(names.end(), {kDpbf16Knob, "kv_tile", "q_passes", "min_split"});
-  } else if (is_paged_attention_op(spec.op)) {
-    names.insert(names.end(), {kPagedDirectKnob, kPagedChunkKnob});
-  }
+  const std::vector<std::string_view> names = cpu_attention_knob_names(spec.op);
   for (const auto& [name, value] : config.knobs) {
     if (std::find(names.begin(), names.end(), name) == names.end()) {
       return invalid_argument(fmt::format("x86 config: unknown knob '{}' for {}; allowed: {}", name,

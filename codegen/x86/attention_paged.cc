@@ -41,6 +41,7 @@
 
 #include "codegen/x86/attention_kernel.h"
 #include "codegen/x86/generator.h"
+#include "codegen/x86/host_rows.h"
 #include "codegen/x86/paged_copy.h"
 #include "ir/check_args.h"
 #include "ir/numeric.h"
@@ -164,52 +165,6 @@ OpSpec inner_spec(const OpSpec& spec, int64_t chunk) {
                       ir::CpuAttentionParams{ir::CpuAttnIsa::kVec16, p.dtype,
                                              align_up(p.head_size, kHeadPad), chunk, p.head_count_q,
                                              p.head_count_kv, true, false, p.alibi, false, false});
-}
-
-// f16 rows by F16C, 8 elements per instruction (every level the x86 backend runs at has it,
-// kAvx2 included): exact widening, and narrowing rounded to nearest even with overflow to inf,
-// numeric::f32_to_f16's rounding (which the tails use; NaN stays NaN, its payload aside).
-__attribute__((target("avx,f16c"))) void load_f16_row(const uint16_t* bits, int64_t n, float* dst) {
-  int64_t e = 0;
-  for (; e + 8 <= n; e += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bits + e));
-    _mm256_storeu_ps(dst + e, _mm256_cvtph_ps(h));
-  }
-  for (; e < n; ++e) dst[e] = numeric::f16_to_f32(bits[e]);
-}
-
-__attribute__((target("avx,f16c"))) void store_f16_row(const float* src, int64_t n,
-                                                       uint16_t* bits) {
-  int64_t e = 0;
-  for (; e + 8 <= n; e += 8) {
-    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + e), _MM_FROUND_TO_NEAREST_INT);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(bits + e), h);
-  }
-  for (; e < n; ++e) bits[e] = numeric::f32_to_f16(src[e]);
-}
-
-// Elements [at, at + n) of a T array (f32/f16/bf16) as fp32 into dst, and back (rounded): the
-// type switch outside the loops (bf16's the compiler vectorises).
-void load_row(DType dtype, const void* base, int64_t at, int64_t n, float* dst) {
-  const auto* bits = static_cast<const uint16_t*>(base) + at;
-  switch (dtype) {
-    case DType::kBF16:
-      for (int64_t e = 0; e < n; ++e) dst[e] = numeric::bf16_to_f32(bits[e]);
-      break;
-    case DType::kF16: load_f16_row(bits, n, dst); break;
-    default: std::memcpy(dst, static_cast<const float*>(base) + at, size_t(n) * 4); break;
-  }
-}
-
-void store_row(DType dtype, void* base, int64_t at, int64_t n, const float* src) {
-  auto* bits = static_cast<uint16_t*>(base) + at;
-  switch (dtype) {
-    case DType::kBF16:
-      for (int64_t e = 0; e < n; ++e) bits[e] = numeric::f32_to_bf16(src[e]);
-      break;
-    case DType::kF16: store_f16_row(src, n, bits); break;
-    default: std::memcpy(static_cast<float*>(base) + at, src, size_t(n) * 4); break;
-  }
 }
 
 // p rounded up to a 64-byte boundary (the vectors' whole-line loads and stores; buffers
@@ -775,12 +730,13 @@ class PagedAttentionExecutable final : public Executable {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
     const int64_t d = p.head_size;
     if (spec_.op == OpKind::kPagedAttentionV1) {
-      store_row(p.dtype, args.tensor(0).data(), row * d, d, normalised);
+      round_row(element_at(args.tensor(0).data(), p.dtype, row * d), p.dtype, normalised, d);
       return;
     }
     args.tensor(1).data_as<float>()[row * parts + part] = l;
     args.tensor(2).data_as<float>()[row * parts + part] = m;
-    store_row(p.dtype, args.tensor(3).data(), (row * parts + part) * d, d, normalised);
+    round_row(element_at(args.tensor(3).data(), p.dtype, (row * parts + part) * d), p.dtype,
+              normalised, d);
   }
 
   void run_task(const KernelArgs& args, int64_t s, int64_t g, int64_t part, int64_t parts,
@@ -803,7 +759,7 @@ class PagedAttentionExecutable final : public Executable {
         std::memcpy(reinterpret_cast<uint16_t*>(buf.q.data()) + i * dp,
                     static_cast<const uint8_t*>(query.data()) + at * esize, size_t(d * 2));
       } else {
-        load_row(p.dtype, query.data(), at, d, buf.q.data() + i * dp);
+        widen_row(buf.q.data() + i * dp, p.dtype, element_at(query.data(), p.dtype, at), d);
       }
     }
     const int64_t passes = (group + max_rows_ - 1) / max_rows_;
@@ -1029,8 +985,8 @@ class PagedAttentionExecutable final : public Executable {
         const int64_t h = g * group + r0 + i;
         c.m[i] = -FLT_MAX;
         c.slope[i] = p.alibi ? slopes.data_as<const float>()[h] : 0.0f;
-        load_row(p.dtype, query.data(), s * query.stride(0) + h * query.stride(1), d,
-                 buf.q.data() + (r0 + i) * head);
+        widen_row(buf.q.data() + (r0 + i) * head, p.dtype,
+                  element_at(query.data(), p.dtype, s * query.stride(0) + h * query.stride(1)), d);
       }
     }
     const auto fn = reinterpret_cast<KernelFn>(const_cast<void*>(code_));
@@ -1079,7 +1035,7 @@ class PagedAttentionExecutable final : public Executable {
         const float* maxes = v2 ? args.tensor(2).data_as<const float>() + row * parts : nullptr;
         const void* tmp = v2 ? args.tensor(3).data() : nullptr;
         if (n == 1) {
-          load_row(p.dtype, tmp, row * parts * d, d, result.data());
+          widen_row(result.data(), p.dtype, element_at(tmp, p.dtype, row * parts * d), d);
         } else if (n > 1) {
           float max_all = -std::numeric_limits<float>::infinity();
           for (int64_t pi = 0; pi < n; ++pi) max_all = std::max(max_all, maxes[pi]);
@@ -1087,12 +1043,12 @@ class PagedAttentionExecutable final : public Executable {
           for (int64_t pi = 0; pi < n; ++pi) {
             const float w = sums[pi] * std::exp(maxes[pi] - max_all);
             weight_sum += w;
-            load_row(p.dtype, tmp, (row * parts + pi) * d, d, partial.data());
+            widen_row(partial.data(), p.dtype, element_at(tmp, p.dtype, (row * parts + pi) * d), d);
             for (int64_t e = 0; e < d; ++e) result[size_t(e)] += w * partial[size_t(e)];
           }
           for (float& v : result) v /= weight_sum + 1e-6f;
         }
-        store_row(p.dtype, out, row * d, d, result.data());
+        round_row(element_at(out, p.dtype, row * d), p.dtype, result.data(), d);
       }
     }
   }

@@ -26,18 +26,14 @@
 #include "codegen/ref/ref.h"
 #include "codegen/x86/attention_kernel.h"
 #include "codegen/x86/generator.h"
+#include "codegen/x86/host_rows.h"
 #include "ir/check_args.h"
-#include "ir/numeric.h"
 #include "ir/params_cpu.h"
 
 namespace jit::codegen::x86 {
 namespace {
 
 using ir::CpuAttnIsa;
-using numeric::bf16_to_f32;
-using numeric::f16_to_f32;
-using numeric::f32_to_bf16;
-using numeric::f32_to_f16;
 
 // Config knobs (docs/attention.md):
 //   threads    OpenMP threads (0 = omp_get_max_threads()).
@@ -63,22 +59,6 @@ int64_t align_down(int64_t v, int64_t a) {
 }
 int64_t align_up(int64_t v, int64_t a) {
   return (v + a - 1) / a * a;
-}
-
-float load_f32_element(DType dtype, const void* base, int64_t i) {
-  switch (dtype) {
-    case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
-    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
-    default: return static_cast<const float*>(base)[i];
-  }
-}
-
-void store_rounded(DType dtype, void* base, int64_t i, float v) {
-  switch (dtype) {
-    case DType::kBF16: static_cast<uint16_t*>(base)[i] = f32_to_bf16(v); break;
-    case DType::kF16: static_cast<uint16_t*>(base)[i] = f32_to_f16(v); break;
-    default: static_cast<float*>(base)[i] = v; break;
-  }
 }
 
 // The metadata must be what cpu_attn_get_scheduler_metadata writes for this call. Its format
@@ -318,7 +298,7 @@ class CpuAttentionExecutable final : public Executable {
       if (dpbf16_) {
         std::memcpy(reinterpret_cast<uint16_t*>(q_buf) + i * d, src, size_t(d * 2));
       } else {
-        for (int64_t e = 0; e < d; ++e) q_buf[i * d + e] = load_f32_element(p.dtype, src, e);
+        widen_row(q_buf + i * d, p.dtype, src, d);
       }
     }
     for (int64_t ps = 0; ps < passes; ++ps) {
@@ -345,7 +325,7 @@ class CpuAttentionExecutable final : public Executable {
         c.m[i] = -std::numeric_limits<float>::max();
         c.l[i] = 0.0f;
         if (p.sinks && t.split == 0) {
-          c.m[i] = load_f32_element(sinks.dtype(), sinks.data(), head);
+          widen_row(&c.m[i], sinks.dtype(), element_at(sinks.data(), sinks.dtype(), head), 1);
           c.l[i] = 1.0f;
         }
         c.slope[i] = slopes != nullptr ? slopes[head] : 0.0f;
@@ -499,13 +479,12 @@ class CpuAttentionExecutable final : public Executable {
     const int64_t token = args.tensor(4).data_as<const int32_t>()[t.request] + row / group;
     const int64_t head = t.kv_head * group + row % group;
     const int64_t d = p.head_size;
-    void* out = static_cast<uint8_t*>(args.tensor(3).data()) +
-                (token * p.head_count_q + head) * d * int64_t(dtype_size(p.dtype));
+    void* out = element_at(args.tensor(3).data(), p.dtype, (token * p.head_count_q + head) * d);
     // fp8 caches (v = fp8·v_scale): acc sums p·fp8, so v_scale joins the normalisation,
     // out = v_scale·acc / l.
     const float v_scale = p.kv == ir::KvCacheDtype::kAuto ? 1.0f : float(args.scalar(5));
     const float inv = l > 0.0f ? v_scale / l : 0.0f;
-    for (int64_t e = 0; e < d; ++e) store_rounded(p.dtype, out, e, acc[e] * inv);
+    round_row(out, p.dtype, acc, d, inv);
   }
 
   void merge_chain(const KernelArgs& args, const Task* chain, int64_t n,

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -26,6 +27,13 @@ struct Config {
   std::string to_string() const;
   bool operator==(const Config&) const = default;
 };
+
+/// Ok when every knob `config` sets is one of `allowed`, the knobs `spec`'s op reads on
+/// `backend` (e.g. "x86"); else an invalid_argument naming the knob, the op and the allowed
+/// names (or saying there are none). A knob that nothing reads would otherwise be accepted and
+/// silently ignored. Values are checked where each backend reads them.
+Status check_knob_names(std::string_view backend, const OpSpec& spec, const Config& config,
+                        std::span<const std::string_view> allowed);
 
 /// Whether a backend serves a spec on a target, and why not.
 struct Support {

@@ -314,6 +314,15 @@ class ArmBackend final : public Backend {
 
   Result<Artifact> lower(const OpSpec& spec, const Config& config,
                          const Target& target) const override {
+    // opt for every op (its values checked by compile_object); bf16 where a path reads it.
+    const bool attention = spec.op == OpKind::kCpuAttentionWithKvCache;
+    constexpr std::string_view kAttentionKnobs[] = {kOptKnob, kBf16Knob};
+    const std::span<const std::string_view> knobs(kAttentionKnobs, attention ? 2 : 1);
+    if (Status names = check_knob_names("arm", spec, config, knobs); !names.is_ok()) return names;
+    if (const int64_t bf16 = config.get(kBf16Knob, 1); bf16 != 0 && bf16 != 1) {
+      return invalid_argument(
+          fmt::format("arm config: {}={} is not allowed; allowed: 0, 1", kBf16Knob, bf16));
+    }
     Result<ObjectCode> object = compile_object(spec, int(config.get(kOptKnob, 3)),
                                                config.get(kBf16Knob, 1) != 0, arm_cpu(target));
     if (!object.is_ok()) return object.status();

@@ -182,15 +182,10 @@ Result<Config> resolve_config(const OpSpec& spec, const Config& config) {
   // The knobs this op has: threads; vec where it moves vectors; heads_per_cta for paged attention.
   const bool paged = is_paged_attention_op(spec.op);
   const int64_t width = vector_width_of(spec);
-  for (const auto& [name, value] : config.knobs) {
-    if (name != kThreads && !(width > 0 && name == kVec) && !(paged && name == kHeadsPerCta)) {
-      return invalid_argument(fmt::format(
-          "cuda config: unknown knob '{}' for {}; allowed: threads{}", name, op_name(spec.op),
-          paged       ? ", heads_per_cta"
-          : width > 0 ? ", vec"
-                      : ""));
-    }
-  }
+  std::vector<std::string_view> knobs = {kThreads};
+  if (paged) knobs.push_back(kHeadsPerCta);
+  if (width > 0) knobs.push_back(kVec);
+  if (Status names = check_knob_names("cuda", spec, config, knobs); !names.is_ok()) return names;
   const int64_t threads = config.get(kThreads, defaults.get(kThreads, 256));
   if (threads < 32 || threads > kMaxThreads || threads % 32 != 0) {
     return invalid_argument(fmt::format(

@@ -937,6 +937,13 @@ class OnednnBackend final : public Backend {
   // A second knob, small_m: calls with at most that many rows run kiln's small-M kernel
   // (small_m.h) instead of oneDNN; the default is the kernel's bound for the weight type on
   // this ISA, and 0 (always oneDNN) is offered so the tuner compares the two.
+  // The knobs `op` reads: the two above for the matmuls, none for the handler constructors.
+  static std::span<const std::string_view> knob_names(OpKind op) {
+    static constexpr std::string_view kMatmulKnobs[] = {"chunk_rows", "small_m"};
+    if (op == OpKind::kOnednnMm || op == OpKind::kOnednnScaledMm) return kMatmulKnobs;
+    return {};
+  }
+
   std::vector<Config> configs(const OpSpec& spec, const Target& target) const override {
     if (spec.op != OpKind::kOnednnMm && spec.op != OpKind::kOnednnScaledMm) return {Config{}};
     const int64_t small = default_small_m_rows(spec, target.isa);
@@ -955,6 +962,10 @@ class OnednnBackend final : public Backend {
                          const Target& target) const override {
     const Support support = supports(spec, target);
     if (!support.ok) return Status(StatusCode::kUnsupported, support.reason);
+    if (Status names = check_knob_names("onednn", spec, config, knob_names(spec.op));
+        !names.is_ok()) {
+      return names;
+    }
     Artifact artifact;
     artifact.config = config;
     return artifact;

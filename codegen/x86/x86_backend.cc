@@ -103,11 +103,11 @@ constexpr int64_t kMaxParallelKib = 1ll << 40;  // 1 PiB: any call is below it
 // and min_parallel_kib, both >= 0. Anything else is refused, naming what is allowed: a knob
 // that nothing reads would otherwise be accepted and ignored.
 Status check_row_op_config(const OpSpec& spec, const Config& config) {
+  constexpr std::string_view kRowOpKnobs[] = {kThreads, kMinParallelKib};
+  if (Status names = check_knob_names("x86", spec, config, kRowOpKnobs); !names.is_ok()) {
+    return names;
+  }
   for (const auto& [name, value] : config.knobs) {
-    if (name != kThreads && name != kMinParallelKib) {
-      return invalid_argument(fmt::format("x86 config: unknown knob '{}' for {}; allowed: {}, {}",
-                                          name, op_name(spec.op), kThreads, kMinParallelKib));
-    }
     const int64_t limit = name == kThreads ? kMaxThreads : kMaxParallelKib;
     if (value < 0 || value > limit) {
       return invalid_argument(fmt::format(
@@ -122,14 +122,7 @@ Status check_row_op_config(const OpSpec& spec, const Config& config) {
 // The attention ops' knob names (their values are checked where they are read: the
 // generators for dpbf16 / direct / chunk, the runners for the rest).
 Status check_attention_knob_names(const OpSpec& spec, const Config& config) {
-  const std::vector<std::string_view> names = cpu_attention_knob_names(spec.op);
-  for (const auto& [name, value] : config.knobs) {
-    if (std::find(names.begin(), names.end(), name) == names.end()) {
-      return invalid_argument(fmt::format("x86 config: unknown knob '{}' for {}; allowed: {}", name,
-                                          op_name(spec.op), fmt::join(names, ", ")));
-    }
-  }
-  return Status::ok();
+  return check_knob_names("x86", spec, config, cpu_attention_knob_names(spec.op));
 }
 
 // The knobs of an op's config: the row ops' or the attention ops'.

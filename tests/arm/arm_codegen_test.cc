@@ -146,6 +146,40 @@ TEST(ArmCodegen, Opt2AndOpt3BothBuildAndOtherLevelsAreRejected) {
   EXPECT_NE(bad.status().message().find("'opt'"), std::string::npos) << bad.status().message();
 }
 
+// A knob the arm backend does not read for the op, or a bf16 value other than 0 / 1, is refused
+// with what is allowed (not ignored).
+TEST(ArmRuntime, UnknownKnobsAndBadBf16ValuesAreRefused) {
+  Runtime runtime(RuntimeOptions{});
+  CompileOptions options;
+  options.backend = BackendKind::kArm;
+  options.config = Config().set("bf16", 1);
+  auto row = runtime.compile(test::arm_row_spec(OpKind::kRmsNorm, DType::kBF16, 64), options);
+  ASSERT_FALSE(row.is_ok());
+  EXPECT_NE(row.status().message().find("unknown knob 'bf16' for rms_norm; allowed: opt"),
+            std::string::npos)
+      << row.status().message();
+  const OpSpec attention =
+      OpSpec::make(OpKind::kCpuAttentionWithKvCache,
+                   ir::CpuAttentionParams{ir::CpuAttnIsa::kNeon, DType::kBF16, 64, 32, 4, 2, true,
+                                          false, false, false, false});
+  options.config = Config().set("unroll", 2);
+  auto unknown = runtime.compile(attention, options);
+  ASSERT_FALSE(unknown.is_ok());
+  EXPECT_NE(unknown.status().message().find("unknown knob 'unroll' for "
+                                            "cpu_attention_with_kv_cache; allowed: opt, bf16"),
+            std::string::npos)
+      << unknown.status().message();
+  options.config = Config().set("bf16", 2);
+  auto value = runtime.compile(attention, options);
+  ASSERT_FALSE(value.is_ok());
+  EXPECT_NE(value.status().message().find("bf16=2 is not allowed; allowed: 0, 1"),
+            std::string::npos)
+      << value.status().message();
+  options.config = Config().set("opt", 2).set("bf16", 0);
+  auto good = runtime.compile(attention, options);
+  EXPECT_TRUE(good.is_ok()) << good.status().to_string();
+}
+
 Runtime& runtime_with_cache(const std::filesystem::path& dir) {
   RuntimeOptions options;
   options.cache_dir = dir;

@@ -168,6 +168,15 @@ TEST(OnednnConfig, EveryChunkSizeMatchesRef) {
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("chunk_rows=100"), std::string::npos)
       << bad.status().message();
+  // A knob the backend does not read is refused, naming the ones it does.
+  options.config = Config().set("threads", 2);
+  auto unknown = test_runtime().compile(specs[0], options);
+  ASSERT_FALSE(unknown.is_ok());
+  EXPECT_NE(
+      unknown.status().message().find(
+          "onednn config: unknown knob 'threads' for onednn_mm; allowed: chunk_rows, small_m"),
+      std::string::npos)
+      << unknown.status().message();
 }
 
 // ---- kiln's small-M kernel (codegen/onednn/small_m.h) ------------------------------------------

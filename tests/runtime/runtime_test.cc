@@ -78,6 +78,23 @@ TEST(Runtime, ForcedBackendThatCannotServeIsAnError) {
       << kernel.status().message();
 }
 
+// The ref backend has no knobs: a config that sets one is refused (it used to be ignored).
+TEST(Runtime, RefRefusesEveryKnob) {
+  Runtime runtime(RuntimeOptions{});
+  CompileOptions options;
+  options.backend = BackendKind::kRef;
+  options.config = Config().set("threads", 2);
+  auto kernel = runtime.compile(kSilu, options);
+  ASSERT_FALSE(kernel.is_ok());
+  EXPECT_EQ(kernel.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(kernel.status().message().find("ref config: unknown knob 'threads' for silu_and_mul; "
+                                           "allowed: none"),
+            std::string::npos)
+      << kernel.status().message();
+  options.config = Config();
+  EXPECT_TRUE(runtime.compile(kSilu, options).is_ok());
+}
+
 TEST(Runtime, InvalidSpecIsRejectedWithTheField) {
   Runtime runtime(RuntimeOptions{});
   auto kernel =

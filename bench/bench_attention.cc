@@ -572,6 +572,28 @@ void register_all() {
                 ->MinTime(0.2);
           }
         }
+        // The same cache at GQA 1 (one pass over each KV tile, where decoding the tile once
+        // saves nothing) and in prefill (many passes share each tile).
+        for (int64_t batch : {1, 8}) {
+          benchmark::RegisterBenchmark(
+              fmt::format("decode/kiln_vec_fp8_e4m3_gqa1/batch:{}/context:2048/threads:{}", batch,
+                          threads)
+                  .c_str(),
+              [=](benchmark::State& s) {
+                bm_attention(s, batch, 1, 2048, threads, false, ir::CpuAttnIsa::kVec,
+                             ir::KvCacheDtype::kFp8E4m3, Config{}, kHeadsKv);
+              })
+              ->Unit(benchmark::kMicrosecond)
+              ->MinTime(0.2);
+        }
+        benchmark::RegisterBenchmark(
+            fmt::format("prefill/kiln_vec_fp8_e4m3/tokens:1024/threads:{}", threads).c_str(),
+            [=](benchmark::State& s) {
+              bm_attention(s, 1, 1024, 1024, threads, false, ir::CpuAttnIsa::kVec,
+                           ir::KvCacheDtype::kFp8E4m3);
+            })
+            ->Unit(benchmark::kMillisecond)
+            ->MinTime(0.2);
       }
       for (int64_t tokens : {512, 1024, 2048}) {
         if (peer && tokens > 512) continue;

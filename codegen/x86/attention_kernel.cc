@@ -2035,11 +2035,17 @@ int64_t attention_default_dpbf16(const OpSpec& spec, X86Isa isa) {
   return isa >= X86Isa::kAvx512Fp16 ? 0 : 1;
 }
 
+// Where the predecode knob applies: an fp8 cache on the fp32 path.
+static bool predecode_applies(const OpSpec& spec, const Config& config, X86Isa isa) {
+  const auto& p = spec.get<ir::CpuAttentionParams>();
+  return p.kv != ir::KvCacheDtype::kAuto && p.isa != ir::CpuAttnIsa::kAmx &&
+         !attention_uses_dpbf16(spec, config, isa);
+}
+
 Status attention_config_status(const OpSpec& spec, const Config& config, X86Isa isa) {
   const auto& p = spec.get<ir::CpuAttentionParams>();
   const int64_t knob = config.get(kDpbf16Knob, -1);
-  if (knob == -1) return Status::ok();
-  if (knob != 0 && knob != 1) {
+  if (knob != -1 && knob != 0 && knob != 1) {
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("config knob {}={}: allowed values are 1 (vdpbf16ps) and 0 (fp32 "
                               "FMA)",
@@ -2056,6 +2062,20 @@ Status attention_config_status(const OpSpec& spec, const Config& config, X86Isa 
                   fmt::format("config knob {}=0: isa=amx always multiplies on bf16 tiles; "
                               "leave it unset or 1",
                               kDpbf16Knob));
+  }
+  const int64_t predecode = config.get(kPredecodeKnob, -1);
+  if (predecode != -1 && predecode != 0 && predecode != 1) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("config knob {}={}: allowed values are 1 (decode each KV tile's "
+                              "fp8 codes once) and 0 (in every pass)",
+                              kPredecodeKnob, predecode));
+  }
+  if (predecode == 1 && !predecode_applies(spec, config, isa)) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("config knob {}=1 needs an fp8 cache (kv=fp8_e4m3 or fp8_e5m2) on "
+                              "the fp32 path (isa=vec or vec16, {}=0); spec has kv={}; use {}=0 "
+                              "or leave it unset",
+                              kPredecodeKnob, kDpbf16Knob, ir::enum_name(p.kv), kPredecodeKnob));
   }
   return Status::ok();
 }
@@ -2088,11 +2108,27 @@ Status request_amx_permission() {
 Result<std::vector<uint8_t>> generate_cpu_attention(const OpSpec& spec, const Config& config,
                                                     X86Isa isa) {
   if (Status status = attention_config_status(spec, config, isa); !status.is_ok()) return status;
-  AttentionGenerator gen(spec.get<ir::CpuAttentionParams>(), isa,
-                         attention_uses_dpbf16(spec, config, isa), attention_token_group(spec, isa),
-                         attention_max_rows(spec, isa));
+  ir::CpuAttentionParams p = spec.get<ir::CpuAttentionParams>();
+  if (attention_predecodes_fp8(spec, config, isa)) {
+    // The runner's tile decode hands the kernel bf16 words (the query is fp32 on this path,
+    // whatever its dtype, and the runner rounds the output).
+    p.dtype = DType::kBF16;
+    p.kv = ir::KvCacheDtype::kAuto;
+  }
+  AttentionGenerator gen(p, isa, attention_uses_dpbf16(spec, config, isa),
+                         attention_token_group(spec, isa), attention_max_rows(spec, isa));
   gen.generate();
   return gen.finish();
+}
+
+bool attention_predecodes_fp8(const OpSpec& spec, const Config& config, X86Isa isa) {
+  return predecode_applies(spec, config, isa) &&
+         config.get(kPredecodeKnob, attention_default_predecode(spec, isa)) != 0;
+}
+
+int64_t attention_default_predecode(const OpSpec& spec, X86Isa isa) {
+  const auto& p = spec.get<ir::CpuAttentionParams>();
+  return p.head_count_q / p.head_count_kv > attention_max_rows(spec, isa) ? 1 : 0;
 }
 
 }  // namespace jit::codegen::x86

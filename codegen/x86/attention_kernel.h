@@ -89,6 +89,22 @@ int64_t attention_default_dpbf16(const OpSpec& spec, X86Isa isa);
 /// Whether `config`'s dpbf16 knob is valid for `spec` at `isa` (0 or 1; 1 only where
 /// vdpbf16ps serves the spec), with an error naming the knob and its allowed values.
 Status attention_config_status(const OpSpec& spec, const Config& config, X86Isa isa);
+/// The config knob that picks how an fp8 cache is decoded on the fp32 path (not vdpbf16ps,
+/// not the amx layout): 1 the runner decodes each KV tile's blocks once into bf16 words
+/// (paged_copy.h's fp8_to_words) and the kernel, generated for dtype=bf16 and kv=auto, reads
+/// them as a bf16 cache; 0 the kernel decodes the codes as it reads them, in every pass over
+/// the tile. Every e4m3 / e5m2 value is a bf16 value, so the words are exact and the scales
+/// stay where they were (k_scale in the logit scale, v_scale in 1/l). Default:
+/// attention_default_predecode.
+inline constexpr std::string_view kPredecodeKnob = "predecode";
+/// Whether `spec` under `config` at `isa` decodes its fp8 cache by tiles (kPredecodeKnob, set
+/// or defaulted, is 1 where it applies). Assumes attention_config_status() is ok.
+bool attention_predecodes_fp8(const OpSpec& spec, const Config& config, X86Isa isa);
+/// The predecode knob's value when a config does not set it: 1 where a decode task's rows
+/// (the GQA group) take more than one pass, so that every tile is read by two passes or more
+/// (bench_attention, AVX2, GQA 8: 1.2-1.45x; prefill 1.5x); 0 at a group of one pass, where
+/// the decode's extra write and read of the words lost 5-20% with the KV in DRAM (GQA 1).
+int64_t attention_default_predecode(const OpSpec& spec, X86Isa isa);
 /// Keys per kernel step (the token group): 32 or 16; divides the block size.
 int attention_token_group(const OpSpec& spec, X86Isa isa);
 /// Rows one call serves for `spec` at `isa`.

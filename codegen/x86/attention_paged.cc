@@ -193,7 +193,7 @@ class PagedAttentionExecutable final : public Executable {
         size_(size),
         dpbf16_(attention_uses_dpbf16(inner_, config_, isa)),
         avx512_(isa >= X86Isa::kAvx512),
-        vbmi_(isa >= X86Isa::kAvx512Vbmi),
+        fp8_decoder_(fp8_decoder_for(isa)),
         max_rows_(attention_max_rows(inner_, isa)),
         token_group_(attention_token_group(inner_, isa)) {}
 
@@ -338,7 +338,7 @@ class PagedAttentionExecutable final : public Executable {
     return p.kv != ir::KvCacheDtype::kAuto && dtype_size(p.dtype) == 2;
   }
   Fp8Decoder fp8_decoder() const {
-    return vbmi_ ? Fp8Decoder::kVbmi : avx512_ ? Fp8Decoder::kAvx512Bw : Fp8Decoder::kAvx2;
+    return fp8_decoder_;
   }
   Fp8Tables fp8_tables(const KernelArgs& args) const {
     const auto& p = spec_.get<ir::PagedAttentionParams>();
@@ -361,21 +361,11 @@ class PagedAttentionExecutable final : public Executable {
       tables.k[size_t(code)] = slab_bits(uint8_t(code), k_scale);
       tables.v[size_t(code)] = slab_bits(uint8_t(code), v_scale);
     }
-    for (int m = 0; m < 128; ++m) {  // the magnitudes (Fp8Tables16: the sign by the code)
-      for (const auto& [bits, to] : {std::pair{tables.k[size_t(m)], &tables.k16},
-                                     std::pair{tables.v[size_t(m)], &tables.v16}}) {
-        to->words[m] = uint16_t(bits);
-        to->lo[m] = uint8_t(bits);
-        to->hi[m] = uint8_t(bits >> 8);
-      }
-    }
-    std::copy(tables.k.begin(), tables.k.end(), tables.k16.by_code);
-    std::copy(tables.v.begin(), tables.v.end(), tables.v16.by_code);
-    if (dtype_size(p.dtype) == 2 && fp8_decoder() == Fp8Decoder::kAvx2) {  // its tables
-      const int mantissa_bits = p.kv == ir::KvCacheDtype::kFp8E5m2 ? 2 : 3;
-      const int shift = p.dtype == DType::kBF16 ? 7 : 10;
-      prepare_fp8_exponent_steps(tables.k16, mantissa_bits, shift);
-      prepare_fp8_exponent_steps(tables.v16, mantissa_bits, shift);
+    if (dtype_size(p.dtype) == 2) {  // the stage's decoders (fp8_staged)
+      const bool e5m2 = p.kv == ir::KvCacheDtype::kFp8E5m2;
+      const bool steps = fp8_decoder() == Fp8Decoder::kAvx2;
+      tables.k16 = make_fp8_tables16(e5m2, p.dtype, k_scale, steps);
+      tables.v16 = make_fp8_tables16(e5m2, p.dtype, v_scale, steps);
     }
     return tables;
   }
@@ -1061,9 +1051,8 @@ class PagedAttentionExecutable final : public Executable {
   const void* code_;
   size_t size_;
   bool dpbf16_;
-  bool avx512_;  // the gather's 16-token transposes, the fp8 decoder (fp8_decoder()), the stage's
-                 // copies
-  bool vbmi_;    // its fp8 decoder (fp8_decoder())
+  bool avx512_;             // the gather's 16-token transposes, the stage's copies
+  Fp8Decoder fp8_decoder_;  // the fastest one the level runs
   int max_rows_;
   int token_group_;  // the kernel's keys per step: kv_begin's unit
 };

@@ -21,12 +21,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "codegen/ref/ref.h"
 #include "codegen/x86/attention_kernel.h"
 #include "codegen/x86/generator.h"
 #include "codegen/x86/host_rows.h"
+#include "codegen/x86/paged_copy.h"
 #include "ir/check_args.h"
 #include "ir/params_cpu.h"
 
@@ -42,6 +44,9 @@ using ir::CpuAttnIsa;
 //   min_split  fewest keys in a KV split; 0 disables splitting.
 //   dpbf16     1 / 0: vdpbf16ps or the fp32 path where both serve (kDpbf16Knob; read by the
 //              generator, so it is part of the code, and checked there).
+//   predecode  1 / 0: an fp8 cache on the fp32 path decoded once per KV tile into bf16 words
+//              (ThreadBuffers, decode_tile) or by the kernel in every pass (kPredecodeKnob;
+//              part of the code, checked by the generator).
 //   chunk      paged_attention_v1/v2: keys per kernel call (kPagedChunkKnob; part of the code,
 //              and checked by the generator).
 //   direct     paged_attention_v1/v2: 1 / 0 the direct kernel or the gather (kPagedDirectKnob;
@@ -113,6 +118,45 @@ struct Task {
   int64_t partial = -1;  // first float of its partial state, or -1 (written directly)
 };
 
+// Keys of request r that row `row` (token-major (token, head-in-group)) may see: [lo, hi]; the
+// row's position pos.
+struct RowRange {
+  int64_t lo, hi, pos;
+};
+
+// One OpenMP thread's buffers for its tasks: the calls of a task's passes, its packed query rows
+// (fp32, or bf16 on the vdpbf16ps path), its accumulators, the kernel's scratch (64-byte
+// aligned), the rows' key ranges, and for a predecoded fp8 cache the words of one KV tile's
+// blocks (K slabs, then V slabs, `slab` words each) with the block ids 0, 1, ... the kernel
+// reads them by.
+struct ThreadBuffers {
+  ThreadBuffers(int64_t rows, int64_t max_rows, int64_t head_size, int64_t tile_blocks,
+                int64_t block_size)
+      : calls(static_cast<size_t>((rows + max_rows - 1) / max_rows)),
+        q(static_cast<size_t>(rows * head_size)),
+        acc(static_cast<size_t>(rows * head_size)),
+        scratch_floats(static_cast<size_t>(attention_scratch_floats(head_size) + 16)),
+        ranges(static_cast<size_t>(rows)),
+        slab(block_size * head_size),
+        words(static_cast<size_t>(2 * tile_blocks * slab)),
+        word_blocks(static_cast<size_t>(tile_blocks)) {
+    std::iota(word_blocks.begin(), word_blocks.end(), 0);
+  }
+  float* scratch() {
+    return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch_floats.data()) + 63) &
+                                    ~uintptr_t(63));
+  }
+  uint16_t* k_words() { return words.data(); }
+  uint16_t* v_words() { return words.data() + words.size() / 2; }
+
+  std::vector<CpuAttnTileArgs> calls;
+  std::vector<float> q, acc, scratch_floats;
+  std::vector<RowRange> ranges;
+  int64_t slab;  // elements of one block's K (or V) slab of one KV head
+  std::vector<uint16_t> words;
+  std::vector<int32_t> word_blocks;
+};
+
 class CpuAttentionExecutable final : public Executable {
  public:
   CpuAttentionExecutable(OpSpec spec, Config config, X86Isa isa, const void* code, size_t size)
@@ -122,8 +166,16 @@ class CpuAttentionExecutable final : public Executable {
         size_(size),
         isa_(isa),
         dpbf16_(attention_uses_dpbf16(spec_, config_, isa)),
+        predecode_(attention_predecodes_fp8(spec_, config_, isa)),
         group_tokens_(attention_token_group(spec_, isa)),
-        max_rows_(attention_max_rows(spec_, isa)) {}
+        max_rows_(attention_max_rows(spec_, isa)),
+        fp8_decoder_(fp8_decoder_for(isa)) {
+    if (predecode_) {
+      words_ =
+          make_fp8_tables16(spec_.get<ir::CpuAttentionParams>().kv == ir::KvCacheDtype::kFp8E5m2,
+                            DType::kBF16, 1.0f, fp8_decoder_ == Fp8Decoder::kAvx2);
+    }
+  }
 
   const void* code_address() const override { return code_; }
   size_t code_size() const override { return size_; }
@@ -152,10 +204,6 @@ class CpuAttentionExecutable final : public Executable {
   }
 
  private:
-  // Keys of request r that row `row` (token-major (token, head-in-group)) may see: [lo, hi].
-  struct RowRange {
-    int64_t lo, hi, pos;
-  };
   RowRange row_range(int64_t seq_len, int64_t base, int64_t token, int64_t left,
                      int64_t right) const {
     const int64_t pos = base + token;
@@ -236,19 +284,11 @@ class CpuAttentionExecutable final : public Executable {
     threads = int(std::max<int64_t>(1, std::min<int64_t>(threads, task_count)));
 #pragma omp parallel num_threads(threads)
     {
-      std::vector<CpuAttnTileArgs> calls(
-          static_cast<size_t>((rows_per_task + max_rows_ - 1) / max_rows_));
-      // q: fp32 or bf16 rows; acc: fp32 rows; scratch 64-byte aligned.
-      std::vector<float> q_buf(static_cast<size_t>(rows_per_task * d));
-      std::vector<float> acc_buf(static_cast<size_t>(rows_per_task * d));
-      std::vector<float> scratch_buf(static_cast<size_t>(attention_scratch_floats(d) + 16));
-      float* scratch = reinterpret_cast<float*>(
-          (reinterpret_cast<uintptr_t>(scratch_buf.data()) + 63) & ~uintptr_t(63));
-      std::vector<RowRange> ranges(static_cast<size_t>(rows_per_task));
+      ThreadBuffers buf(rows_per_task, max_rows_, d, predecode_ ? words_blocks(kv_tile) : 0,
+                        p.block_size);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t i = 0; i < task_count; ++i) {
-        run_task(args, tasks[size_t(i)], left, right, calls.data(), q_buf.data(), acc_buf.data(),
-                 scratch, ranges.data(), partials.data(), fn, kv_tile);
+        run_task(args, tasks[size_t(i)], left, right, buf, partials.data(), fn, kv_tile);
       }
     }
     if (partial_floats == 0) return;
@@ -265,8 +305,11 @@ class CpuAttentionExecutable final : public Executable {
   // Runs one task: packs its rows' queries, walks its KV range tile by tile over its passes,
   // then writes the output (or the partial state of a split).
   void run_task(const KernelArgs& args, const Task& t, int64_t left, int64_t right,
-                CpuAttnTileArgs* calls, float* q_buf, float* acc_buf, float* scratch,
-                RowRange* ranges, float* partials, KernelFn fn, int64_t kv_tile) const {
+                ThreadBuffers& buf, float* partials, KernelFn fn, int64_t kv_tile) const {
+    CpuAttnTileArgs* calls = buf.calls.data();
+    float* q_buf = buf.q.data();
+    float* acc_buf = buf.acc.data();
+    RowRange* ranges = buf.ranges.data();
     const auto& p = spec_.get<ir::CpuAttentionParams>();
     const Tensor& query = args.tensor(0);
     const Tensor& key_cache = args.tensor(1);
@@ -313,7 +356,7 @@ class CpuAttentionExecutable final : public Executable {
       c.v_base = v_base;
       c.block_stride = key_cache.stride(0) * cache_elem;
       c.rows = n;
-      c.scratch = scratch;
+      c.scratch = buf.scratch();
       // fp8 caches (k = fp8·k_scale): the kernel decodes the codes exactly and k_scale is
       // folded into the logit scale, scale·<q, fp8·k_scale> = (scale·k_scale)·<q, fp8>.
       c.scale = p.kv == ir::KvCacheDtype::kAuto ? float(args.scalar(0))
@@ -336,6 +379,7 @@ class CpuAttentionExecutable final : public Executable {
     // Tiles outer, passes inner: each tile of K/V is reused by every pass from cache.
     for (int64_t tile = t.kv_begin; tile < t.kv_end; tile += kv_tile) {
       const int64_t tile_end = std::min(t.kv_end, tile + kv_tile);
+      bool decoded = false;  // predecode_: the tile's blocks as bf16 words in buf
       for (int64_t ps = 0; ps < passes; ++ps) {
         CpuAttnTileArgs& c = calls[ps];
         const int64_t r0 = ps * max_rows_;
@@ -354,10 +398,28 @@ class CpuAttentionExecutable final : public Executable {
         c.first_offset = begin % p.block_size;
         for (int64_t i = 0; i < c.rows; ++i)
           c.hi[i] = int32_t(std::min(ranges[r0 + i].hi, end - 1));
-        if (masked_values_finite(c)) {
+        if (!masked_values_finite(c)) {
+          attend_with_ref(args, t, r0, c);
+        } else if (!predecode_) {
           fn(&c, 0, 0);
         } else {
-          attend_with_ref(args, t, r0, c);
+          if (!decoded) decode_tile(args, t, tile, tile_end, buf);
+          decoded = true;
+          // The call reads the words: the tile's blocks in order (column first_col of the
+          // table is the buffer's block 0); the cache's fields are put back for the next tile.
+          const CpuAttnTileArgs cache = c;
+          const int64_t first_col = tile / p.block_size;
+          c.block_row = buf.word_blocks.data();
+          c.k_base = reinterpret_cast<const uint8_t*>(buf.k_words());
+          c.v_base = reinterpret_cast<const uint8_t*>(buf.v_words());
+          c.block_stride = buf.slab * 2;
+          c.first_block -= first_col;
+          fn(&c, 0, 0);
+          c.block_row = cache.block_row;
+          c.k_base = cache.k_base;
+          c.v_base = cache.v_base;
+          c.block_stride = cache.block_stride;
+          c.first_block = cache.first_block;
         }
       }
     }
@@ -375,6 +437,33 @@ class CpuAttentionExecutable final : public Executable {
       }
       write_row(args, t, i, acc, c.l[k]);
     }
+  }
+
+  // predecode_: the fp8 codes of task t's KV head in the blocks holding keys [tile, tile_end),
+  // K and V slabs alike, decoded into buf's words (fp8_to_words, exact). Whole blocks: the
+  // kernel's groups read keys past kv_end inside the last block (masked), as in the cache.
+  void decode_tile(const KernelArgs& args, const Task& t, int64_t tile, int64_t tile_end,
+                   ThreadBuffers& buf) const {
+    const auto& p = spec_.get<ir::CpuAttentionParams>();
+    const Tensor& key_cache = args.tensor(1);
+    const Tensor& table = args.tensor(7);
+    const int32_t* block_row = table.data_as<const int32_t>() + t.request * table.stride(0);
+    const int64_t head_offset = t.kv_head * key_cache.stride(1);  // bytes: one per code
+    const auto* k_codes = static_cast<const uint8_t*>(key_cache.data()) + head_offset;
+    const auto* v_codes = static_cast<const uint8_t*>(args.tensor(2).data()) + head_offset;
+    const int64_t first_col = tile / p.block_size, last_col = (tile_end - 1) / p.block_size;
+    for (int64_t col = first_col; col <= last_col; ++col) {
+      const int64_t block = int64_t(block_row[col]) * key_cache.stride(0);
+      const int64_t at = (col - first_col) * buf.slab;
+      fp8_to_words(fp8_decoder_, k_codes + block, buf.slab, words_, buf.k_words() + at);
+      fp8_to_words(fp8_decoder_, v_codes + block, buf.slab, words_, buf.v_words() + at);
+    }
+  }
+
+  // Blocks a tile of `kv_tile` keys can touch: its keys, and the block it starts inside.
+  int64_t words_blocks(int64_t kv_tile) const {
+    const int64_t bs = spec_.get<ir::CpuAttentionParams>().block_size;
+    return (kv_tile + bs - 1) / bs + 1;
   }
 
   // Whether every value the kernel would weigh by p = 0 in call `c` is finite. The kernel's
@@ -513,8 +602,11 @@ class CpuAttentionExecutable final : public Executable {
   size_t size_;
   X86Isa isa_;
   bool dpbf16_;
+  bool predecode_;  // attention_predecodes_fp8: the kernel reads the tile's codes as bf16 words
   int group_tokens_;
   int max_rows_;
+  Fp8Decoder fp8_decoder_;
+  Fp8Tables16 words_{};  // fp8 code -> its value as a bf16 word (predecode_)
 };
 
 }  // namespace
@@ -526,7 +618,7 @@ bool is_cpu_attention_op(OpKind op) {
 
 std::vector<std::string_view> cpu_attention_knob_names(OpKind op) {
   if (op == OpKind::kCpuAttentionWithKvCache) {
-    return {kThreads, kDpbf16Knob, kKvTile, kQPasses, kMinSplit};
+    return {kThreads, kDpbf16Knob, kPredecodeKnob, kKvTile, kQPasses, kMinSplit};
   }
   if (is_paged_attention_op(op)) return {kThreads, kPagedDirectKnob, kPagedChunkKnob};
   return {kThreads};
@@ -590,6 +682,13 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
                           attention_config_status(spec, dot, target.isa).is_ok();
   const int64_t other = 1 - attention_default_dpbf16(spec, target.isa);
   if (both_paths) space.push_back(Config().set(std::string(kDpbf16Knob), other));
+  // An fp8 cache on the fp32 path: the other way to decode it (prefill's many passes per tile
+  // favour decoding once, a decode of one pass the kernel's own).
+  if (attention_config_status(spec, Config().set(std::string(kPredecodeKnob), 1), target.isa)
+          .is_ok()) {
+    const int64_t other_predecode = 1 - attention_default_predecode(spec, target.isa);
+    space.push_back(Config().set(std::string(kPredecodeKnob), other_predecode));
+  }
   for (int64_t tile : {128, 512, 2048}) {
     for (int64_t passes : {1, 4}) {
       for (int64_t split : {0, 256}) {

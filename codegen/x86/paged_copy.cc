@@ -9,6 +9,8 @@
 
 #include <algorithm>
 
+#include "ir/numeric.h"
+
 namespace jit::codegen::x86 {
 
 // An 8 x 8 tile of 16-bit elements transposed: dst row i, element j = src row j, element i
@@ -596,6 +598,26 @@ void prepare_fp8_exponent_steps(Fp8Tables16& tables, int mantissa_bits, int expo
     const auto stepped = uint16_t(normal(f) + (e << exponent_shift));
     if (stepped != tables.words[m]) tables.exponent_steps = false;
   }
+}
+
+Fp8Tables16 make_fp8_tables16(bool e5m2, DType dtype, float scale, bool prepare_steps) {
+  Fp8Tables16 tables{};
+  for (int code = 0; code < 256; ++code) {
+    const float f =
+        (e5m2 ? numeric::fp8_e5m2_to_f32(uint8_t(code)) : numeric::fp8_e4m3_to_f32(uint8_t(code))) *
+        scale;
+    const uint16_t word = dtype == DType::kBF16 ? numeric::f32_to_bf16(f) : numeric::f32_to_f16(f);
+    tables.by_code[code] = word;
+    if (code < 128) {  // the magnitudes (the sign comes from the code)
+      tables.words[code] = word;
+      tables.lo[code] = uint8_t(word);
+      tables.hi[code] = uint8_t(word >> 8);
+    }
+  }
+  if (prepare_steps) {
+    prepare_fp8_exponent_steps(tables, e5m2 ? 2 : 3, dtype == DType::kBF16 ? 7 : 10);
+  }
+  return tables;
 }
 
 void fp8_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t n, const Fp8Tables16& tables,

@@ -8,6 +8,9 @@
 
 #include <cstdint>
 
+#include "codegen/target.h"
+#include "ir/dtype.h"
+
 namespace jit::codegen::x86 {
 
 /// An 8 x 8 tile of 16-bit elements transposed (SSE2): dst row i, element j = src row j,
@@ -75,11 +78,24 @@ struct Fp8Tables16 {
 /// Checked value by value, not assumed.
 void prepare_fp8_exponent_steps(Fp8Tables16& tables, int mantissa_bits, int exponent_shift);
 
+/// The tables of fp8 codes (e5m2 or e4m3) decoded to `dtype`, 16-bit (bf16 or f16):
+/// value(m) = rnd_dtype(fp8(m) · scale), in every form above; the AVX2 exponent steps prepared
+/// where `prepare_steps` (the kAvx2 decoder's). At scale 1 every e4m3 / e5m2 value is exact in
+/// bf16, so the words are the fp8 values themselves.
+Fp8Tables16 make_fp8_tables16(bool e5m2, DType dtype, float scale, bool prepare_steps);
+
 /// How the fp8 functions below look the values up: vpermi2b on the byte planes (AVX512_VBMI, 64
 /// codes per step), vpermi2w on the words (AVX512BW, 32 codes per step) or, at AVX2, the exponent
 /// steps where the tables allow them (16 codes per step), else vpgatherdd on the dwords (8 codes
 /// per step); the caller checks the ISA level.
 enum class Fp8Decoder : uint8_t { kVbmi, kAvx512Bw, kAvx2 };
+
+/// The fastest decoder `isa` runs.
+inline Fp8Decoder fp8_decoder_for(X86Isa isa) {
+  return isa >= X86Isa::kAvx512Vbmi ? Fp8Decoder::kVbmi
+         : isa >= X86Isa::kAvx512   ? Fp8Decoder::kAvx512Bw
+                                    : Fp8Decoder::kAvx2;
+}
 
 /// `n` contiguous fp8 codes to `n` contiguous 16-bit values by `tables`.
 void fp8_to_words(Fp8Decoder decoder, const uint8_t* codes, int64_t n, const Fp8Tables16& tables,

@@ -86,6 +86,8 @@ void check(const OpSpec& spec, X86Isa isa, int64_t requests, Config config = {},
 // Splits forced (64-key splits, a 32-key tile) and splitting off: both partitions vs ref.
 const Config kForceSplit = Config().set("min_split", 32).set("kv_tile", 32).set("q_passes", 1);
 const Config kNoSplit = Config().set("min_split", 0);
+// An fp8 cache on the fp32 path decoded by the kernel in every pass, or once per KV tile.
+const Config kFp8Decodes[] = {Config().set("predecode", 0), Config().set("predecode", 1)};
 
 class X86AttentionTest : public ::testing::TestWithParam<X86Isa> {};
 
@@ -330,7 +332,10 @@ TEST_P(X86AttentionTest, NonFiniteValuesAtMaskedKeysNeverReachTheirRows) {
     check_non_finite_at_masked_keys(
         attention_spec(CpuAttnIsa::kVec16, DType::kBF16, 40, 16, 4, 1, f), GetParam(), kForceSplit);
     for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
-      check_non_finite_at_masked_keys(fp8_spec(kv, DType::kBF16, 64, 32, 8, 2, f), GetParam());
+      for (const Config& decode : kFp8Decodes) {  // the non-finite codes decoded either way
+        check_non_finite_at_masked_keys(fp8_spec(kv, DType::kBF16, 64, 32, 8, 2, f), GetParam(),
+                                        decode);
+      }
     }
   }
 }
@@ -584,19 +589,69 @@ TEST(X86AttentionCacheWrite, LargeCallsStreamWholeBlocksMatchRef) {
 // feature, split and unsplit partitions.
 TEST_P(X86AttentionTest, Fp8KvCache) {
   for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
-    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
-      check(fp8_spec(kv, dtype, 64, 32, 8, 2), GetParam(), 5);
+    for (const Config& decode : kFp8Decodes) {
+      for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+        check(fp8_spec(kv, dtype, 64, 32, 8, 2), GetParam(), 5, decode);
+      }
+      for (int64_t head : {32, 128, 256}) {
+        check(fp8_spec(kv, DType::kBF16, head, 64, 4, 4), GetParam(), 4, decode,
+              {InputKind::kNormal});
+      }
+      check(fp8_spec(kv, DType::kBF16, 64, 128, 9, 3), GetParam(), 4, decode, {InputKind::kNormal});
+      check(fp8_spec(kv, DType::kBF16, 96, 32, 16, 1, {true, true, true, true, true}), GetParam(),
+            5, decode);
+      check(fp8_spec(kv, DType::kF32, 64, 32, 8, 2, {false, true, true, true, true}), GetParam(), 5,
+            decode);
+      for (const Config& split : {kForceSplit, kNoSplit}) {
+        Config config = split;
+        for (const auto& [name, value] : decode.knobs) config.set(name, value);
+        check(fp8_spec(kv, DType::kBF16, 128, 32, 8, 1, {.sinks = true}), GetParam(), 6, config);
+      }
     }
-    for (int64_t head : {32, 128, 256}) {
-      check(fp8_spec(kv, DType::kBF16, head, 64, 4, 4), GetParam(), 4, {}, {InputKind::kNormal});
-    }
-    check(fp8_spec(kv, DType::kBF16, 64, 128, 9, 3), GetParam(), 4, {}, {InputKind::kNormal});
-    check(fp8_spec(kv, DType::kBF16, 96, 32, 16, 1, {true, true, true, true, true}), GetParam(), 5);
-    check(fp8_spec(kv, DType::kF32, 64, 32, 8, 2, {false, true, true, true, true}), GetParam(), 5);
-    for (const Config& config : {kForceSplit, kNoSplit}) {
-      check(fp8_spec(kv, DType::kBF16, 128, 32, 8, 1, {.sinks = true}), GetParam(), 6, config);
+    // Prefill-sized calls (many passes over each KV tile, several tiles) and a tile that starts
+    // inside a block (kv_tile 48 at block 32): each tile decodes the blocks it touches.
+    for (const Config& decode : kFp8Decodes) {
+      Config config = decode;
+      config.set("kv_tile", 48);
+      check(fp8_spec(kv, DType::kBF16, 64, 32, 8, 2, {.causal = true, .window = true}), GetParam(),
+            2, config, {InputKind::kNormal});
     }
   }
+}
+
+// The two ways the fp32 path decodes an fp8 cache: by tiles in the runner (predecode=1, the
+// kernel reads bf16 words) and in the kernel's every pass (0).
+TEST(X86AttentionConfig, PredecodeKnobChecksAndTuningSpace) {
+  if (detect_host_x86_isa() < X86Isa::kAvx2) GTEST_SKIP() << "no AVX2: no x86 attention here";
+  const OpSpec fp8 = fp8_spec(ir::KvCacheDtype::kFp8E4m3, DType::kBF16, 64, 32, 8, 1);
+  const OpSpec bf16 = attention_spec(CpuAttnIsa::kVec, DType::kBF16, 64, 32, 8, 1, {});
+  CompileOptions options;
+  options.backend = BackendKind::kX86;
+  options.config = Config().set("predecode", 1);
+  auto wrong_cache = Runtime::global().compile(bf16, options);
+  ASSERT_FALSE(wrong_cache.is_ok());
+  EXPECT_NE(wrong_cache.status().message().find("predecode=1 needs an fp8 cache"),
+            std::string::npos)
+      << wrong_cache.status().message();
+  options.config = Config().set("predecode", 2);
+  auto wrong_value = Runtime::global().compile(fp8, options);
+  ASSERT_FALSE(wrong_value.is_ok());
+  EXPECT_NE(wrong_value.status().message().find("predecode=2: allowed values are 1"),
+            std::string::npos)
+      << wrong_value.status().message();
+  // Default: by tiles where the GQA group takes more than one pass of the kernel's rows.
+  const X86Isa isa = detect_host_x86_isa();
+  const int64_t rows = codegen::x86::attention_max_rows(fp8, isa);
+  EXPECT_EQ(codegen::x86::attention_predecodes_fp8(fp8, Config{}, isa), 8 > rows);
+  EXPECT_FALSE(codegen::x86::attention_predecodes_fp8(bf16, Config{}, isa));
+  // The tuning space offers the other way.
+  Target target;
+  target.backend = BackendKind::kX86;
+  target.isa = isa;
+  const std::vector<Config> space = codegen::x86::cpu_attention_configs(fp8, target);
+  const int64_t other = 8 > rows ? 0 : 1;
+  EXPECT_TRUE(std::find(space.begin(), space.end(), Config().set("predecode", other)) !=
+              space.end());
 }
 
 // Every fp8 code through P·V, exactly: all keys 0 (every logit 0, so every probability is 1

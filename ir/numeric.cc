@@ -62,7 +62,8 @@ float f16_to_f32(uint16_t bits) {
   const uint32_t exponent = (bits >> 10) & 0x1F;
   if (exponent == 0x1F) {
     const bool neg = bits & 0x8000;
-    if (bits & 0x3FF) return std::numeric_limits<float>::quiet_NaN() * (neg ? -1.0f : 1.0f);
+    if (bits & 0x3FF)
+      return std::copysign(std::numeric_limits<float>::quiet_NaN(), neg ? -1.0f : 1.0f);
     return neg ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
   }
   return decode_minifloat(bits, 5, 10);

@@ -178,7 +178,8 @@ int cmd_compile(const std::string& text, bool dump, bool json, const std::string
   if (!options.is_ok()) return report(options.status());
   if (Status s = apply_target(target, options.value()); !s.is_ok()) return report(s);
   if (!config.empty()) {
-    // The backend checks the knobs' values (cuda and x86 also their names).
+    // The backend checks the knobs: their names (each backend refuses the ones it does not
+    // read) and their values.
     std::optional<Config> parsed = runtime::parse_config(config);
     if (!parsed) {
       return report(invalid_argument(fmt::format(

@@ -97,7 +97,7 @@ Result<ObjectCode> compile_object(const OpSpec& spec, int opt_level, bool bf16_d
                                   const ArmCpu& cpu) {
   if (opt_level != 2 && opt_level != 3) {
     return invalid_argument(
-        fmt::format("arm backend: config 'opt' is {}; allowed: 2, 3", opt_level));
+        fmt::format("arm config: {}={} is not allowed; allowed: 2, 3", kOptKnob, opt_level));
   }
   ObjectCode out;
   out.symbol = kernel_symbol(spec);
@@ -265,6 +265,20 @@ class CrossExecutable final : public Executable {
   size_t size_;
 };
 
+// The knobs an op reads on this backend: opt for every op, bf16 (0 / 1) for CPU attention;
+// opt's values are checked by compile_object.
+Status check_config(const OpSpec& spec, const Config& config) {
+  const bool attention = spec.op == OpKind::kCpuAttentionWithKvCache;
+  constexpr std::string_view kAttentionKnobs[] = {kOptKnob, kBf16Knob};
+  const std::span<const std::string_view> knobs(kAttentionKnobs, attention ? 2 : 1);
+  KILN_RETURN_IF_ERROR(check_knob_names("arm", spec, config, knobs));
+  if (const int64_t bf16 = config.get(kBf16Knob, 1); bf16 != 0 && bf16 != 1) {
+    return invalid_argument(
+        fmt::format("arm config: {}={} is not allowed; allowed: 0, 1", kBf16Knob, bf16));
+  }
+  return Status::ok();
+}
+
 class ArmBackend final : public Backend {
  public:
   BackendKind kind() const override { return BackendKind::kArm; }
@@ -314,15 +328,7 @@ class ArmBackend final : public Backend {
 
   Result<Artifact> lower(const OpSpec& spec, const Config& config,
                          const Target& target) const override {
-    // opt for every op (its values checked by compile_object); bf16 where a path reads it.
-    const bool attention = spec.op == OpKind::kCpuAttentionWithKvCache;
-    constexpr std::string_view kAttentionKnobs[] = {kOptKnob, kBf16Knob};
-    const std::span<const std::string_view> knobs(kAttentionKnobs, attention ? 2 : 1);
-    if (Status names = check_knob_names("arm", spec, config, knobs); !names.is_ok()) return names;
-    if (const int64_t bf16 = config.get(kBf16Knob, 1); bf16 != 0 && bf16 != 1) {
-      return invalid_argument(
-          fmt::format("arm config: {}={} is not allowed; allowed: 0, 1", kBf16Knob, bf16));
-    }
+    KILN_RETURN_IF_ERROR(check_config(spec, config));
     Result<ObjectCode> object = compile_object(spec, int(config.get(kOptKnob, 3)),
                                                config.get(kBf16Knob, 1) != 0, arm_cpu(target));
     if (!object.is_ok()) return object.status();
@@ -338,6 +344,8 @@ class ArmBackend final : public Backend {
   Result<std::shared_ptr<const Executable>> load(const OpSpec& spec, const Artifact& artifact,
                                                  const Target&) const override {
     if (artifact.code.empty()) return Status(StatusCode::kInternal, "arm artifact has no code");
+    // Also here: a disk-cache entry stored before lower checked the knobs may carry others.
+    KILN_RETURN_IF_ERROR(check_config(spec, artifact.config));
 #if defined(__aarch64__)
     std::string error;
     OrcLoader* loader = OrcLoader::global(&error);

@@ -20,6 +20,7 @@
 #include "codegen/onednn/onednn_backend.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 #include <xxhash.h>
 
@@ -939,7 +940,7 @@ class OnednnBackend final : public Backend {
   // this ISA, and 0 (always oneDNN) is offered so the tuner compares the two.
   // The knobs `op` reads: the two above for the matmuls, none for the handler constructors.
   static std::span<const std::string_view> knob_names(OpKind op) {
-    static constexpr std::string_view kMatmulKnobs[] = {"chunk_rows", "small_m"};
+    static constexpr std::string_view kMatmulKnobs[] = {kChunkRowsKnob, kSmallMKnob};
     if (op == OpKind::kOnednnMm || op == OpKind::kOnednnScaledMm) return kMatmulKnobs;
     return {};
   }
@@ -948,13 +949,19 @@ class OnednnBackend final : public Backend {
     if (spec.op != OpKind::kOnednnMm && spec.op != OpKind::kOnednnScaledMm) return {Config{}};
     const int64_t small = default_small_m_rows(spec, target.isa);
     std::vector<Config> space;
-    space.push_back(Config().set("chunk_rows", kDefaultChunkRows).set("small_m", small));
+    space.push_back(Config()
+                        .set(std::string(kChunkRowsKnob), kDefaultChunkRows)
+                        .set(std::string(kSmallMKnob), small));
     for (int64_t rows : kChunkRowChoices) {
       if (rows != kDefaultChunkRows) {
-        space.push_back(Config().set("chunk_rows", rows).set("small_m", small));
+        space.push_back(
+            Config().set(std::string(kChunkRowsKnob), rows).set(std::string(kSmallMKnob), small));
       }
     }
-    if (small > 0) space.push_back(Config().set("chunk_rows", kDefaultChunkRows).set("small_m", 0));
+    if (small > 0)
+      space.push_back(Config()
+                          .set(std::string(kChunkRowsKnob), kDefaultChunkRows)
+                          .set(std::string(kSmallMKnob), 0));
     return space;
   }
 
@@ -975,23 +982,22 @@ class OnednnBackend final : public Backend {
                                                  const Target& target) const override {
     const Support support = supports(spec, target);
     if (!support.ok) return Status(StatusCode::kUnsupported, support.reason);
-    const int64_t chunk_rows = artifact.config.get("chunk_rows", kDefaultChunkRows);
+    const int64_t chunk_rows = artifact.config.get(kChunkRowsKnob, kDefaultChunkRows);
     if (std::find(std::begin(kChunkRowChoices), std::end(kChunkRowChoices), chunk_rows) ==
         std::end(kChunkRowChoices)) {
       return Status(StatusCode::kInvalidArgument,
-                    fmt::format("onednn: config chunk_rows={} is not one of 128, 256, 512, 1024, "
-                                "2048, 4096",
-                                chunk_rows));
+                    fmt::format("onednn config: {}={} is not allowed; allowed: {}", kChunkRowsKnob,
+                                chunk_rows, fmt::join(kChunkRowChoices, ", ")));
     }
     const int64_t small_default = default_small_m_rows(spec, target.isa);
-    const int64_t small_m_rows = artifact.config.get("small_m", small_default);
+    const int64_t small_m_rows = artifact.config.get(kSmallMKnob, small_default);
     if (small_m_rows < 0 || small_m_rows > small_m::kMaxRows ||
         (small_m_rows > 0 && small_default == 0)) {
       return Status(
           StatusCode::kInvalidArgument,
-          fmt::format("onednn: config small_m={} is not allowed here (allowed: 0 … {} on a CPU "
-                      "and KILN_ISA level that run the small-M kernel for this dtype, else 0)",
-                      small_m_rows, small_m::kMaxRows));
+          fmt::format("onednn config: {}={} is not allowed here; allowed: 0 … {} on a CPU and "
+                      "KILN_ISA level that run the small-M kernel for this dtype, else 0",
+                      kSmallMKnob, small_m_rows, small_m::kMaxRows));
     }
     return std::shared_ptr<const Executable>(std::make_shared<OnednnExecutable>(
         spec, chunk_rows,

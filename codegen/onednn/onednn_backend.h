@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "codegen/backend.h"
 
@@ -32,8 +33,12 @@ inline constexpr int64_t kMaxBucketRows = 4096;
 /// The tuning knob `chunk_rows`: a call runs in chunks of at most this many rows, each one
 /// primitive execution. Smaller chunks keep a chunk's rows of a and c in cache while the
 /// weight streams past; each chunk streams the weight once more. See docs/gemm.md.
+inline constexpr std::string_view kChunkRowsKnob = "chunk_rows";
 inline constexpr int64_t kChunkRowChoices[] = {128, 256, 512, 1024, 2048, 4096};
 inline constexpr int64_t kDefaultChunkRows = 512;
+/// The tuning knob `small_m`: calls of at most this many rows run kiln's small-M kernel
+/// (small_m.h) instead of oneDNN (0: always oneDNN).
+inline constexpr std::string_view kSmallMKnob = "small_m";
 
 /// Counters of one onednn backend instance (for tests and benchmarks).
 struct Stats {

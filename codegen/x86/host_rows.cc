@@ -42,14 +42,24 @@ __attribute__((target("avx2"))) __m128i pack_words(__m256i v) {
   return _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
 }
 
+// x · scale, or x itself at scale 1 (a multiply by 1 would flush a denormal x under DAZ).
+__attribute__((target("avx2"))) __m256 scaled(const float* src, __m256 scale, bool unit) {
+  const __m256 x = _mm256_loadu_ps(src);
+  return unit ? x : _mm256_mul_ps(x, scale);
+}
+float scaled(float x, float scale, bool unit) {
+  return unit ? x : x * scale;
+}
+
 __attribute__((target("avx2"))) void round_bf16(uint16_t* dst, const float* src, int64_t n,
                                                 float scale) {
   const __m256 scale_v = _mm256_set1_ps(scale);
+  const bool unit = scale == 1.0f;
   const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7FFF);
   const __m256i quiet = _mm256_set1_epi32(0x40);
   int64_t e = 0;
   for (; e + 8 <= n; e += 8) {
-    const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(src + e), scale_v);
+    const __m256 x = scaled(src + e, scale_v, unit);
     const __m256i bits = _mm256_castps_si256(x);
     const __m256i high = _mm256_srli_epi32(bits, 16);
     const __m256i carry = _mm256_add_epi32(bias, _mm256_and_si256(high, one));
@@ -58,16 +68,17 @@ __attribute__((target("avx2"))) void round_bf16(uint16_t* dst, const float* src,
     const __m256i words = _mm256_blendv_epi8(rounded, _mm256_or_si256(high, quiet), nan);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + e), pack_words(words));
   }
-  for (; e < n; ++e) dst[e] = numeric::f32_to_bf16(src[e] * scale);
+  for (; e < n; ++e) dst[e] = numeric::f32_to_bf16(scaled(src[e], scale, unit));
 }
 
 __attribute__((target("avx2,f16c"))) void round_f16(uint16_t* dst, const float* src, int64_t n,
                                                     float scale) {
   const __m256 scale_v = _mm256_set1_ps(scale);
+  const bool unit = scale == 1.0f;
   const __m128i sign = _mm_set1_epi16(int16_t(0x8000)), nan_word = _mm_set1_epi16(0x7E00);
   int64_t e = 0;
   for (; e + 8 <= n; e += 8) {
-    const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(src + e), scale_v);
+    const __m256 x = scaled(src + e, scale_v, unit);
     const __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     // The NaN lanes' dword masks (all ones) packed to word masks.
     const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
@@ -76,7 +87,7 @@ __attribute__((target("avx2,f16c"))) void round_f16(uint16_t* dst, const float* 
     const __m128i canonical = _mm_or_si128(_mm_and_si128(h, sign), nan_word);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + e), _mm_blendv_epi8(h, canonical, nan_words));
   }
-  for (; e < n; ++e) dst[e] = numeric::f32_to_f16(src[e] * scale);
+  for (; e < n; ++e) dst[e] = numeric::f32_to_f16(scaled(src[e], scale, unit));
 }
 
 __attribute__((target("avx2"))) void round_f32(float* dst, const float* src, int64_t n,

@@ -1,7 +1,8 @@
 // Host-side row conversions of the x86 runners: a query row widened to fp32 before the kernels
 // run, an fp32 result rounded to the query type after them. The x86 backend runs only where
 // AVX2, FMA and F16C are (cpu_features.cc), so these use them unconditionally; each matches the
-// scalar conversions of ir/numeric.h bit for bit (tests/x86/host_rows_test.cc).
+// scalar conversions of ir/numeric.h bit for bit, but for the payload of a NaN widened from
+// f16, which F16C keeps (it stays a NaN of the same sign; tests/x86/host_rows_test.cc).
 #pragma once
 
 #include <cstdint>
@@ -23,7 +24,8 @@ void widen_row(float* dst, DType dtype, const void* src, int64_t n);
 
 /// dst[e] = rnd_dtype(src[e] · scale) for e < n (round to nearest even; f32: the product).
 /// The product is one fp32 multiply, as `src[e] * scale` in C++, so callers' results do not
-/// depend on whether this or a scalar loop wrote them.
+/// depend on whether this or a scalar loop wrote them; at scale 1 there is none (src[e] as it
+/// is, denormals kept under DAZ).
 void round_row(void* dst, DType dtype, const float* src, int64_t n, float scale = 1.0f);
 
 }  // namespace jit::codegen::x86

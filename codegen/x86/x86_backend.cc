@@ -1,7 +1,6 @@
 #include "codegen/x86/x86_backend.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <omp.h>
 
 #include <algorithm>

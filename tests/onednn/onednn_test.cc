@@ -177,6 +177,15 @@ TEST(OnednnConfig, EveryChunkSizeMatchesRef) {
           "onednn config: unknown knob 'threads' for onednn_mm; allowed: chunk_rows, small_m"),
       std::string::npos)
       << unknown.status().message();
+  // The handler constructors read no knob.
+  options.config = Config().set("chunk_rows", 512);
+  auto create =
+      test_runtime().compile(mm_spec(OpKind::kCreateOnednnMm, DType::kBF16, 24, 40), options);
+  ASSERT_FALSE(create.is_ok());
+  EXPECT_NE(create.status().message().find("unknown knob 'chunk_rows' for create_onednn_mm; "
+                                           "allowed: none"),
+            std::string::npos)
+      << create.status().message();
 }
 
 // ---- kiln's small-M kernel (codegen/onednn/small_m.h) ------------------------------------------

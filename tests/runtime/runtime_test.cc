@@ -93,6 +93,16 @@ TEST(Runtime, RefRefusesEveryKnob) {
       << kernel.status().message();
   options.config = Config();
   EXPECT_TRUE(runtime.compile(kSilu, options).is_ok());
+  // Without a forced backend, a knob of the backend dispatch would pick is refused where
+  // dispatch falls back to one that does not read it (here below the x86 backend's ISA).
+  CompileOptions fallback;
+  fallback.isa = X86Isa::kNone;
+  fallback.config = Config().set("threads", 2);
+  auto refused = runtime.compile(kSilu, fallback);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("ref config: unknown knob 'threads'"),
+            std::string::npos)
+      << refused.status().message();
 }
 
 TEST(Runtime, InvalidSpecIsRejectedWithTheField) {

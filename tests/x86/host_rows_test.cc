@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -30,15 +31,33 @@ bool host_runs_x86_backend() {
 }
 
 // fp32 patterns: for every upper half (sign, exponent, 7 mantissa bits) the lower halves that
-// decide bf16 rounding (0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF) and 4 random ones; for f16 the
-// same around its 13 dropped bits; then the specials.
+// decide bf16 rounding (0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF), the halfway points of f16's 13
+// dropped bits and of its subnormals' 14 and 15 (0x1000, 0x2000, 0x4000, each with its
+// neighbours), and 2 random ones; then the specials.
 std::vector<float> rounding_sweep() {
   std::vector<float> values;
   std::mt19937 rng(11);
   for (uint32_t high = 0; high < 0x10000; ++high) {
-    for (uint32_t low :
-         {0u, 1u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu, 0x0FFFu, 0x1000u, 0x1001u, 0x2FFFu, 0x3000u,
-          0x3001u, uint32_t(rng() & 0xFFFFu), uint32_t(rng() & 0xFFFFu)}) {
+    for (uint32_t low : {0u,
+                         1u,
+                         0x7FFFu,
+                         0x8000u,
+                         0x8001u,
+                         0xFFFFu,
+                         0x0FFFu,
+                         0x1000u,
+                         0x1001u,
+                         0x1FFFu,
+                         0x2000u,
+                         0x2001u,
+                         0x2FFFu,
+                         0x3000u,
+                         0x3001u,
+                         0x3FFFu,
+                         0x4000u,
+                         0x4001u,
+                         uint32_t(rng() & 0xFFFFu),
+                         uint32_t(rng() & 0xFFFFu)}) {
       values.push_back(std::bit_cast<float>(high << 16 | low));
     }
   }
@@ -56,9 +75,12 @@ TEST(HostRows, WidenMatchesNumericOnEveryPattern) {
   for (uint32_t w = 0; w < 0x10000; ++w) words[w] = uint16_t(w);
   std::vector<float> out(words.size());
   for (DType dtype : {DType::kBF16, DType::kF16}) {
-    // Every length 0..17 from an odd start (tails and misaligned loads), then all patterns.
+    // Every length 0..17 from an odd start (tails and misaligned loads) into a guarded
+    // buffer (nothing written past n), then all patterns.
     for (int64_t n = 0; n <= 17; ++n) {
+      std::fill(out.begin(), out.begin() + 32, -7.0f);
       widen_row(out.data(), dtype, words.data() + 0x3F01, n);
+      for (int64_t e = n; e < 32; ++e) ASSERT_EQ(out[size_t(e)], -7.0f) << "n " << n;
       for (int64_t e = 0; e < n; ++e) {
         const uint16_t w = words[size_t(0x3F01 + e)];
         const float want = dtype == DType::kBF16 ? numeric::bf16_to_f32(w) : numeric::f16_to_f32(w);
@@ -69,8 +91,9 @@ TEST(HostRows, WidenMatchesNumericOnEveryPattern) {
     for (uint32_t w = 0; w < 0x10000; ++w) {
       const float want = dtype == DType::kBF16 ? numeric::bf16_to_f32(uint16_t(w))
                                                : numeric::f16_to_f32(uint16_t(w));
-      if (std::isnan(want)) {
+      if (std::isnan(want)) {  // F16C keeps an f16 NaN's payload; the sign must match
         ASSERT_TRUE(std::isnan(out[w])) << dtype_name(dtype) << " word " << w;
+        ASSERT_EQ(std::signbit(out[w]), std::signbit(want)) << dtype_name(dtype) << " word " << w;
       } else {
         ASSERT_EQ(std::bit_cast<uint32_t>(out[w]), std::bit_cast<uint32_t>(want))
             << dtype_name(dtype) << " word " << w;
@@ -89,7 +112,7 @@ TEST(HostRows, RoundMatchesNumericOnADenseSweep) {
   const std::vector<float> values = rounding_sweep();
   std::vector<uint16_t> words(values.size());
   std::vector<float> f32(values.size());
-  for (float scale : {1.0f, 0.0078125f, 3.1f}) {
+  for (float scale : {1.0f, 0.0078125f, 3.1f, 0.0f, -2.5f}) {
     for (DType dtype : {DType::kBF16, DType::kF16}) {
       round_row(words.data(), dtype, values.data(), int64_t(values.size()), scale);
       for (size_t i = 0; i < values.size(); ++i) {

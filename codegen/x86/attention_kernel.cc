@@ -2123,12 +2123,14 @@ Result<std::vector<uint8_t>> generate_cpu_attention(const OpSpec& spec, const Co
 
 bool attention_predecodes_fp8(const OpSpec& spec, const Config& config, X86Isa isa) {
   return predecode_applies(spec, config, isa) &&
-         config.get(kPredecodeKnob, attention_default_predecode(spec, isa)) != 0;
+         config.get(kPredecodeKnob, attention_default_predecode(spec, config, isa)) != 0;
 }
 
-int64_t attention_default_predecode(const OpSpec& spec, X86Isa isa) {
+int64_t attention_default_predecode(const OpSpec& spec, const Config& config, X86Isa isa) {
   const auto& p = spec.get<ir::CpuAttentionParams>();
-  return p.head_count_q / p.head_count_kv > attention_max_rows(spec, isa) ? 1 : 0;
+  const bool passes_share_tiles = config.get(kQPassesKnob, kDefaultQPasses) >= 2;
+  return passes_share_tiles && p.head_count_q / p.head_count_kv > attention_max_rows(spec, isa) ? 1
+                                                                                                : 0;
 }
 
 }  // namespace jit::codegen::x86

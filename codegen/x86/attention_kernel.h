@@ -100,11 +100,16 @@ inline constexpr std::string_view kPredecodeKnob = "predecode";
 /// Whether `spec` under `config` at `isa` decodes its fp8 cache by tiles (kPredecodeKnob, set
 /// or defaulted, is 1 where it applies). Assumes attention_config_status() is ok.
 bool attention_predecodes_fp8(const OpSpec& spec, const Config& config, X86Isa isa);
-/// The predecode knob's value when a config does not set it: 1 where a decode task's rows
-/// (the GQA group) take more than one pass, so that every tile is read by two passes or more
-/// (bench_attention, AVX2, GQA 8: 1.2-1.45x; prefill 1.5x); 0 at a group of one pass, where
-/// the decode's extra write and read of the words lost 5-20% with the KV in DRAM (GQA 1).
-int64_t attention_default_predecode(const OpSpec& spec, X86Isa isa);
+/// The predecode knob's value when `config` does not set it: 1 where a decode task's rows (the
+/// GQA group) take more than one pass and a task may hold more than one (the runner's
+/// q_passes, kQPassesKnob, >= 2), so that every tile is read by two passes or more
+/// (bench_attention, AVX2, GQA 8: 1.2-1.45x; prefill 1.5x); 0 where a task has one pass, whose
+/// decode's extra write and read of the words lost 13-21% with the KV in DRAM (GQA 1).
+int64_t attention_default_predecode(const OpSpec& spec, const Config& config, X86Isa isa);
+/// The runner's knob of passes (of attention_max_rows rows) per task sharing each KV tile, and
+/// its default (attention_runner.cc reads it; the predecode default depends on it).
+inline constexpr std::string_view kQPassesKnob = "q_passes";
+inline constexpr int64_t kDefaultQPasses = 4;
 /// Keys per kernel step (the token group): 32 or 16; divides the block size.
 int attention_token_group(const OpSpec& spec, X86Isa isa);
 /// Rows one call serves for `spec` at `isa`.

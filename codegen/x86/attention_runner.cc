@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -53,10 +54,8 @@ using ir::CpuAttnIsa;
 //              part of the code, checked by the generator).
 constexpr std::string_view kThreads = "threads";
 constexpr std::string_view kKvTile = "kv_tile";
-constexpr std::string_view kQPasses = "q_passes";
 constexpr std::string_view kMinSplit = "min_split";
 constexpr int64_t kDefaultKvTile = 512;
-constexpr int64_t kDefaultQPasses = 4;
 constexpr int64_t kDefaultMinSplit = 256;
 
 int64_t align_down(int64_t v, int64_t a) {
@@ -138,23 +137,29 @@ struct ThreadBuffers {
         scratch_floats(static_cast<size_t>(attention_scratch_floats(head_size) + 16)),
         ranges(static_cast<size_t>(rows)),
         slab(block_size * head_size),
-        words(static_cast<size_t>(2 * tile_blocks * slab)),
+        tile_words(tile_blocks * slab),
+        // Left uninitialised (every word the kernel reads is decoded first), 64-byte aligned.
+        words_storage(tile_blocks > 0 ? new uint16_t[size_t(2 * tile_words + 32)] : nullptr),
         word_blocks(static_cast<size_t>(tile_blocks)) {
     std::iota(word_blocks.begin(), word_blocks.end(), 0);
   }
-  float* scratch() {
-    return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch_floats.data()) + 63) &
-                                    ~uintptr_t(63));
-  }
-  uint16_t* k_words() { return words.data(); }
-  uint16_t* v_words() { return words.data() + words.size() / 2; }
+  float* scratch() { return align64(scratch_floats.data()); }
+  uint16_t* k_words() { return align64(words_storage.get()); }
+  uint16_t* v_words() { return k_words() + tile_words; }
 
   std::vector<CpuAttnTileArgs> calls;
   std::vector<float> q, acc, scratch_floats;
   std::vector<RowRange> ranges;
-  int64_t slab;  // elements of one block's K (or V) slab of one KV head
-  std::vector<uint16_t> words;
+  int64_t slab;        // elements of one block's K (or V) slab of one KV head
+  int64_t tile_words;  // the K (or V) words of a tile's blocks
+  std::unique_ptr<uint16_t[]> words_storage;
   std::vector<int32_t> word_blocks;
+
+ private:
+  template <class T>
+  static T* align64(T* p) {
+    return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
+  }
 };
 
 class CpuAttentionExecutable final : public Executable {
@@ -223,7 +228,7 @@ class CpuAttentionExecutable final : public Executable {
     int threads = int(config_.get(kThreads, 0));
     if (threads <= 0) threads = omp_get_max_threads();
     const int64_t rows_per_task =
-        max_rows_ * std::max<int64_t>(1, config_.get(kQPasses, kDefaultQPasses));
+        max_rows_ * std::max<int64_t>(1, config_.get(kQPassesKnob, kDefaultQPasses));
     const int64_t kv_tile =
         std::max(g_tokens, align_down(config_.get(kKvTile, kDefaultKvTile), g_tokens));
     const int64_t min_split = config_.get(kMinSplit, kDefaultMinSplit);
@@ -281,10 +286,15 @@ class CpuAttentionExecutable final : public Executable {
 
     const auto fn = reinterpret_cast<KernelFn>(const_cast<void*>(code_));
     const int64_t task_count = int64_t(tasks.size());
+    // The most keys a tile holds: the words buffer is sized by the work, not by kv_tile alone
+    // (a decode of a short sequence, or a large kv_tile, would allocate for keys never read).
+    int64_t tile_keys = 0;
+    for (const Task& t : tasks) tile_keys = std::max(tile_keys, t.kv_end - t.kv_begin);
+    tile_keys = std::min(tile_keys, kv_tile);
     threads = int(std::max<int64_t>(1, std::min<int64_t>(threads, task_count)));
 #pragma omp parallel num_threads(threads)
     {
-      ThreadBuffers buf(rows_per_task, max_rows_, d, predecode_ ? words_blocks(kv_tile) : 0,
+      ThreadBuffers buf(rows_per_task, max_rows_, d, predecode_ ? words_blocks(tile_keys) : 0,
                         p.block_size);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t i = 0; i < task_count; ++i) {
@@ -460,10 +470,10 @@ class CpuAttentionExecutable final : public Executable {
     }
   }
 
-  // Blocks a tile of `kv_tile` keys can touch: its keys, and the block it starts inside.
-  int64_t words_blocks(int64_t kv_tile) const {
+  // Blocks a tile of `keys` keys can touch: its keys, and the block it starts inside.
+  int64_t words_blocks(int64_t keys) const {
     const int64_t bs = spec_.get<ir::CpuAttentionParams>().block_size;
-    return (kv_tile + bs - 1) / bs + 1;
+    return (keys + bs - 1) / bs + 1;
   }
 
   // Whether every value the kernel would weigh by p = 0 in call `c` is finite. The kernel's
@@ -618,7 +628,7 @@ bool is_cpu_attention_op(OpKind op) {
 
 std::vector<std::string_view> cpu_attention_knob_names(OpKind op) {
   if (op == OpKind::kCpuAttentionWithKvCache) {
-    return {kThreads, kDpbf16Knob, kPredecodeKnob, kKvTile, kQPasses, kMinSplit};
+    return {kThreads, kDpbf16Knob, kPredecodeKnob, kKvTile, kQPassesKnob, kMinSplit};
   }
   if (is_paged_attention_op(op)) return {kThreads, kPagedDirectKnob, kPagedChunkKnob};
   return {kThreads};
@@ -686,7 +696,7 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
   // favour decoding once, a decode of one pass the kernel's own).
   if (attention_config_status(spec, Config().set(std::string(kPredecodeKnob), 1), target.isa)
           .is_ok()) {
-    const int64_t other_predecode = 1 - attention_default_predecode(spec, target.isa);
+    const int64_t other_predecode = 1 - attention_default_predecode(spec, Config{}, target.isa);
     space.push_back(Config().set(std::string(kPredecodeKnob), other_predecode));
   }
   for (int64_t tile : {128, 512, 2048}) {
@@ -694,7 +704,7 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
       for (int64_t split : {0, 256}) {
         const Config runner = Config()
                                   .set(std::string(kKvTile), tile)
-                                  .set(std::string(kQPasses), passes)
+                                  .set(std::string(kQPassesKnob), passes)
                                   .set(std::string(kMinSplit), split);
         space.push_back(runner);
         if (both_paths) space.push_back(Config(runner).set(std::string(kDpbf16Knob), other));

@@ -726,6 +726,14 @@ class X86Backend final : public Backend {
     Artifact artifact;
     artifact.code = std::move(code).value();
     artifact.config = config;
+    if (spec.op == OpKind::kCpuAttentionWithKvCache &&
+        attention_config_status(spec, Config().set(std::string(kPredecodeKnob), 1), target.isa)
+            .is_ok()) {
+      // The code was generated for one way of decoding the fp8 cache: the artifact says which,
+      // so the runner that load builds agrees with it whatever the default becomes.
+      artifact.config.set(std::string(kPredecodeKnob),
+                          attention_predecodes_fp8(spec, config, target.isa) ? 1 : 0);
+    }
     return artifact;
   }
 

@@ -644,6 +644,14 @@ TEST(X86AttentionConfig, PredecodeKnobChecksAndTuningSpace) {
   const int64_t rows = codegen::x86::attention_max_rows(fp8, isa);
   EXPECT_EQ(codegen::x86::attention_predecodes_fp8(fp8, Config{}, isa), 8 > rows);
   EXPECT_FALSE(codegen::x86::attention_predecodes_fp8(bf16, Config{}, isa));
+  // One pass per task (q_passes 1): each task would decode its tile for itself.
+  EXPECT_FALSE(codegen::x86::attention_predecodes_fp8(fp8, Config().set("q_passes", 1), isa));
+  // The artifact records the way its code decodes (the runner built at load follows it).
+  options.config = Config().set("threads", 1);
+  auto kernel = Runtime::global().compile(fp8, options);
+  ASSERT_TRUE(kernel.is_ok()) << kernel.status().to_string();
+  EXPECT_EQ(kernel->info().config.get("predecode", -1), 8 > rows ? 1 : 0)
+      << kernel->info().config.to_string();
   // The tuning space offers the other way.
   Target target;
   target.backend = BackendKind::kX86;
@@ -663,8 +671,10 @@ TEST_P(X86AttentionTest, Fp8EveryCodeDecodesExactly) {
   const bool dot = GetParam() >= X86Isa::kAvx512Bf16;
   for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
     const OpSpec spec = fp8_spec(kv, DType::kBF16, 128, 32, 8, 2);
-    for (int64_t knob : dot ? std::vector<int64_t>{1, 0} : std::vector<int64_t>{-1}) {
-      const Config config = knob < 0 ? Config{} : Config().set("dpbf16", knob);
+    // vdpbf16ps (dot hosts), then the fp32 path with the kernel's decode and with the runner's.
+    std::vector<Config> configs = {Config().set("predecode", 0), Config().set("predecode", 1)};
+    if (dot) configs.insert(configs.begin(), Config().set("dpbf16", 1));
+    for (const Config& config : configs) {
       const Kernel kernel = compile_x86(spec, GetParam(), config);
       for (uint32_t base : {0u, 128u}) {
         auto c = test::make_case(spec, 3, InputKind::kNormal, 17);

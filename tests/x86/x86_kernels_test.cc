@@ -285,7 +285,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-113", 0x1a41d4d3aa4ec0d5ull};
+constexpr PinnedCode kAllExampleCode{"x86-114", 0x1a41d4d3aa4ec0d5ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

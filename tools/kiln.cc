@@ -338,7 +338,7 @@ int main(int argc, char** argv) {
   std::string config;
   compile->add_option("--config", config,
                       "knobs instead of the default config, e.g. threads=256,heads_per_cta=2 "
-                      "(the backend checks them: cuda and x86 refuse unknown names)");
+                      "(the backend checks them: every backend refuses names it does not read)");
 
   std::string check_spec;
   int64_t check_tokens = 0;

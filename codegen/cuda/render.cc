@@ -185,7 +185,7 @@ Result<Config> resolve_config(const OpSpec& spec, const Config& config) {
   std::vector<std::string_view> knobs = {kThreads};
   if (paged) knobs.push_back(kHeadsPerCta);
   if (width > 0) knobs.push_back(kVec);
-  if (Status names = check_knob_names("cuda", spec, config, knobs); !names.is_ok()) return names;
+  KILN_RETURN_IF_ERROR(check_knob_names("cuda", spec, config, knobs));
   const int64_t threads = config.get(kThreads, defaults.get(kThreads, 256));
   if (threads < 32 || threads > kMaxThreads || threads % 32 != 0) {
     return invalid_argument(fmt::format(

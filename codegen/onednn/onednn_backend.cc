@@ -969,10 +969,7 @@ class OnednnBackend final : public Backend {
                          const Target& target) const override {
     const Support support = supports(spec, target);
     if (!support.ok) return Status(StatusCode::kUnsupported, support.reason);
-    if (Status names = check_knob_names("onednn", spec, config, knob_names(spec.op));
-        !names.is_ok()) {
-      return names;
-    }
+    KILN_RETURN_IF_ERROR(check_knob_names("onednn", spec, config, knob_names(spec.op)));
     Artifact artifact;
     artifact.config = config;
     return artifact;

@@ -63,7 +63,7 @@ class RefBackend final : public Backend {
                          const Target& target) const override {
     const Support support = supports(spec, target);
     if (!support.ok) return Status(StatusCode::kUnsupported, support.reason);
-    if (Status names = check_knob_names("ref", spec, config, {}); !names.is_ok()) return names;
+    KILN_RETURN_IF_ERROR(check_knob_names("ref", spec, config, {}));
     Artifact artifact;
     artifact.config = config;
     return artifact;

@@ -2035,8 +2035,7 @@ int64_t attention_default_dpbf16(const OpSpec& spec, X86Isa isa) {
   return isa >= X86Isa::kAvx512Fp16 ? 0 : 1;
 }
 
-// Where the predecode knob applies: an fp8 cache on the fp32 path.
-static bool predecode_applies(const OpSpec& spec, const Config& config, X86Isa isa) {
+bool attention_predecode_applies(const OpSpec& spec, const Config& config, X86Isa isa) {
   const auto& p = spec.get<ir::CpuAttentionParams>();
   return p.kv != ir::KvCacheDtype::kAuto && p.isa != ir::CpuAttnIsa::kAmx &&
          !attention_uses_dpbf16(spec, config, isa);
@@ -2070,7 +2069,7 @@ Status attention_config_status(const OpSpec& spec, const Config& config, X86Isa 
                               "fp8 codes once) and 0 (in every pass)",
                               kPredecodeKnob, predecode));
   }
-  if (predecode == 1 && !predecode_applies(spec, config, isa)) {
+  if (predecode == 1 && !attention_predecode_applies(spec, config, isa)) {
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("config knob {}=1 needs an fp8 cache (kv=fp8_e4m3 or fp8_e5m2) on "
                               "the fp32 path (isa=vec or vec16, {}=0); spec has kv={}; use {}=0 "
@@ -2122,7 +2121,7 @@ Result<std::vector<uint8_t>> generate_cpu_attention(const OpSpec& spec, const Co
 }
 
 bool attention_predecodes_fp8(const OpSpec& spec, const Config& config, X86Isa isa) {
-  return predecode_applies(spec, config, isa) &&
+  return attention_predecode_applies(spec, config, isa) &&
          config.get(kPredecodeKnob, attention_default_predecode(spec, config, isa)) != 0;
 }
 

@@ -86,8 +86,9 @@ bool attention_uses_dpbf16(const OpSpec& spec, const Config& config, X86Isa isa)
 /// ones 1, except at the avx512_fp16 and amx levels (Intel cores whose vdpbf16ps issues at a
 /// quarter of the FMA's rate), where the fp32 path is the faster.
 int64_t attention_default_dpbf16(const OpSpec& spec, X86Isa isa);
-/// Whether `config`'s dpbf16 knob is valid for `spec` at `isa` (0 or 1; 1 only where
-/// vdpbf16ps serves the spec), with an error naming the knob and its allowed values.
+/// Whether `config`'s dpbf16 and predecode knobs are valid for `spec` at `isa` (each 0 or 1;
+/// dpbf16=1 only where vdpbf16ps serves the spec, predecode=1 only where
+/// attention_predecode_applies), with an error naming the knob and its allowed values.
 Status attention_config_status(const OpSpec& spec, const Config& config, X86Isa isa);
 /// The config knob that picks how an fp8 cache is decoded on the fp32 path (not vdpbf16ps,
 /// not the amx layout): 1 the runner decodes each KV tile's blocks once into bf16 words
@@ -97,6 +98,9 @@ Status attention_config_status(const OpSpec& spec, const Config& config, X86Isa 
 /// stay where they were (k_scale in the logit scale, v_scale in 1/l). Default:
 /// attention_default_predecode.
 inline constexpr std::string_view kPredecodeKnob = "predecode";
+/// Whether the predecode knob applies to `spec` under `config` at `isa`: an fp8 cache on the
+/// fp32 path (elsewhere only 0, or no value, is allowed).
+bool attention_predecode_applies(const OpSpec& spec, const Config& config, X86Isa isa);
 /// Whether `spec` under `config` at `isa` decodes its fp8 cache by tiles (kPredecodeKnob, set
 /// or defaulted, is 1 where it applies). Assumes attention_config_status() is ok.
 bool attention_predecodes_fp8(const OpSpec& spec, const Config& config, X86Isa isa);

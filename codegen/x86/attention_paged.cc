@@ -167,13 +167,6 @@ OpSpec inner_spec(const OpSpec& spec, int64_t chunk) {
                                              p.head_count_kv, true, false, p.alibi, false, false});
 }
 
-// p rounded up to a 64-byte boundary (the vectors' whole-line loads and stores; buffers
-// allocate 64 bytes more).
-template <class T>
-T* align64(T* p) {
-  return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
-}
-
 int64_t load_i32(const Tensor& t, int64_t i) {
   return t.data_as<const int32_t>()[i];
 }

@@ -154,12 +154,6 @@ struct ThreadBuffers {
   int64_t tile_words;  // the K (or V) words of a tile's blocks
   std::unique_ptr<uint16_t[]> words_storage;
   std::vector<int32_t> word_blocks;
-
- private:
-  template <class T>
-  static T* align64(T* p) {
-    return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
-  }
 };
 
 class CpuAttentionExecutable final : public Executable {
@@ -694,8 +688,7 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
   if (both_paths) space.push_back(Config().set(std::string(kDpbf16Knob), other));
   // An fp8 cache on the fp32 path: the other way to decode it (prefill's many passes per tile
   // favour decoding once, a decode of one pass the kernel's own).
-  if (attention_config_status(spec, Config().set(std::string(kPredecodeKnob), 1), target.isa)
-          .is_ok()) {
+  if (attention_predecode_applies(spec, Config{}, target.isa)) {
     const int64_t other_predecode = 1 - attention_default_predecode(spec, Config{}, target.isa);
     space.push_back(Config().set(std::string(kPredecodeKnob), other_predecode));
   }

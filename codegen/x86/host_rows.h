@@ -11,6 +11,13 @@
 
 namespace jit::codegen::x86 {
 
+/// `p` rounded up to a 64-byte boundary (buffers of whole-line vector loads and stores
+/// allocate 64 bytes more).
+template <class T>
+T* align64(T* p) {
+  return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
+}
+
 /// Element `index` of a `dtype` array at `base`.
 inline const void* element_at(const void* base, DType dtype, int64_t index) {
   return static_cast<const uint8_t*>(base) + index * int64_t(dtype_size(dtype));

@@ -103,9 +103,7 @@ constexpr int64_t kMaxParallelKib = 1ll << 40;  // 1 PiB: any call is below it
 // that nothing reads would otherwise be accepted and ignored.
 Status check_row_op_config(const OpSpec& spec, const Config& config) {
   constexpr std::string_view kRowOpKnobs[] = {kThreads, kMinParallelKib};
-  if (Status names = check_knob_names("x86", spec, config, kRowOpKnobs); !names.is_ok()) {
-    return names;
-  }
+  KILN_RETURN_IF_ERROR(check_knob_names("x86", spec, config, kRowOpKnobs));
   for (const auto& [name, value] : config.knobs) {
     const int64_t limit = name == kThreads ? kMaxThreads : kMaxParallelKib;
     if (value < 0 || value > limit) {
@@ -727,8 +725,7 @@ class X86Backend final : public Backend {
     artifact.code = std::move(code).value();
     artifact.config = config;
     if (spec.op == OpKind::kCpuAttentionWithKvCache &&
-        attention_config_status(spec, Config().set(std::string(kPredecodeKnob), 1), target.isa)
-            .is_ok()) {
+        attention_predecode_applies(spec, config, target.isa)) {
       // The code was generated for one way of decoding the fp8 cache: the artifact says which,
       // so the runner that load builds agrees with it whatever the default becomes.
       artifact.config.set(std::string(kPredecodeKnob),

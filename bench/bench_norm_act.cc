@@ -1,4 +1,5 @@
-// GB/s of kiln's x86 rms_norm, silu_and_mul and rotary_embedding (bf16) against the copy
+// GB/s of kiln's x86 rms_norm, fused_add_rms_norm, silu_and_mul and rotary_embedding (bf16)
+// against the copy
 // bandwidth measured in the same run and against the same op as a plain -O3 -march=native
 // loop (the peer), with 1 and 2 threads, at sizes that move >= 64 MB per call.
 //
@@ -42,6 +43,34 @@ void bm_rms_norm(benchmark::State& state) {
   bench::run_and_report(state, spec, tokens, threads, [&] {
     if (peer) {
       bench::plain_rms_norm_bf16(y.data(), x.data(), w.data(), tokens, hidden, 1e-6f, threads);
+    } else {
+      (void)kernel.run_unchecked(args);
+    }
+  });
+}
+
+// In place on x and the residual, as vLLM calls it; every call re-reads what the last one
+// wrote (the values stay finite: z is renormalised into x each time).
+void bm_fused_add_rms_norm(benchmark::State& state) {
+  const int64_t hidden = state.range(0);
+  const int threads = int(state.range(1));
+  const bool peer = state.range(2) != 0;
+  ir::NormParams p{DType::kBF16, hidden, true};
+  const OpSpec spec = OpSpec::make(OpKind::kFusedAddRmsNorm, p);
+  const int64_t tokens = bench::tokens_for(spec);
+  auto x = bench::random_bf16(size_t(tokens * hidden));
+  auto residual = bench::random_bf16(size_t(tokens * hidden));
+  auto w = bench::random_bf16(size_t(hidden));
+  const Kernel kernel =
+      bench::compile_x86_or_die(spec, Config().set("threads", threads).set("min_parallel_kib", 0));
+  const KernelArgs args({Tensor(x.data(), DType::kBF16, {tokens, hidden}),
+                         Tensor(residual.data(), DType::kBF16, {tokens, hidden}),
+                         Tensor(w.data(), DType::kBF16, {hidden})},
+                        {1e-6});
+  bench::run_and_report(state, spec, tokens, threads, [&] {
+    if (peer) {
+      bench::plain_fused_add_rms_norm_bf16(x.data(), residual.data(), w.data(), tokens, hidden,
+                                           1e-6f, threads);
     } else {
       (void)kernel.run_unchecked(args);
     }
@@ -108,6 +137,10 @@ int main(int argc, char** argv) {
       const char* who = peer ? "plain_loop/" : "kiln/";
       for (int64_t h : {4096, 8192, 16384}) {
         benchmark::RegisterBenchmark((std::string(who) + "rms_norm/bf16").c_str(), bm_rms_norm)
+            ->Args({h, threads, peer})
+            ->UseRealTime();
+        benchmark::RegisterBenchmark((std::string(who) + "fused_add_rms_norm/bf16").c_str(),
+                                     bm_fused_add_rms_norm)
             ->Args({h, threads, peer})
             ->UseRealTime();
         benchmark::RegisterBenchmark((std::string(who) + "silu_and_mul/bf16").c_str(),

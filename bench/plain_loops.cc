@@ -80,6 +80,25 @@ void plain_rms_norm_bf16(uint16_t* out, const uint16_t* x, const uint16_t* w, in
   }
 }
 
+void plain_fused_add_rms_norm_bf16(uint16_t* x, uint16_t* residual, const uint16_t* w, int64_t rows,
+                                   int64_t hidden, float eps, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    uint16_t* xr = x + r * hidden;
+    uint16_t* rr = residual + r * hidden;
+    float ss = 0;
+    for (int64_t i = 0; i < hidden; ++i) {
+      const float z = round_bf16(from_bf16(xr[i]) + from_bf16(rr[i]));
+      rr[i] = to_bf16(z);
+      ss += z * z;
+    }
+    const float inv = 1.0f / std::sqrt(ss / float(hidden) + eps);
+    for (int64_t i = 0; i < hidden; ++i) {
+      xr[i] = to_bf16(round_bf16(from_bf16(rr[i]) * inv) * from_bf16(w[i]));
+    }
+  }
+}
+
 void plain_silu_and_mul_bf16(uint16_t* out, const uint16_t* in, int64_t rows, int64_t d,
                              int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)

@@ -11,6 +11,11 @@ namespace jit::bench {
 void plain_rms_norm_bf16(uint16_t* out, const uint16_t* x, const uint16_t* w, int64_t rows,
                          int64_t hidden, float eps, int threads);
 
+/// fused_add_rms_norm in place: residual[r] = z = rnd(x + residual), x[r] = rnd(rnd(z * inv) * w)
+/// with inv = 1/sqrt(mean(z^2) + eps).
+void plain_fused_add_rms_norm_bf16(uint16_t* x, uint16_t* residual, const uint16_t* w, int64_t rows,
+                                   int64_t hidden, float eps, int threads);
+
 /// out[r, i] = rnd(rnd(silu(x_i)) * y_i), x = in[r, :d], y = in[r, d:].
 void plain_silu_and_mul_bf16(uint16_t* out, const uint16_t* in, int64_t rows, int64_t d,
                              int threads);

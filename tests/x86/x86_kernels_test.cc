@@ -4,11 +4,13 @@
 #include <xxhash.h>
 
 #include <bit>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <thread>
 
 #include "codegen/x86/x86_backend.h"
+#include "ir/numeric.h"
 #include "runtime/runtime.h"
 #include "tests/harness/example_specs.h"
 #include "tests/harness/op_cases.h"
@@ -285,7 +287,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-114", 0x1a41d4d3aa4ec0d5ull};
+constexpr PinnedCode kAllExampleCode{"x86-115", 0x79bb71ab1a6fe82cull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();
@@ -351,34 +353,89 @@ TEST(X86Rope, MatchesRefAcrossShapesAndStyles) {
   }
 }
 
-// The AVX512_BF16 rms_norm reads rows as bf16 pairs and rounds on the fp32 bits; rows with
-// inf/NaN (or eps = 0 with a zero row) take the per-vector path, and steps whose products are
-// fp32 denormals (or meet a NaN weight) round on the bits. Every such row must match ref.
+// bf16 norms read rows as bf16 pairs and round on the fp32 bits (rms_norm on every ISA,
+// fused_add_rms_norm on AVX2); rows with inf/NaN (or eps = 0 with a zero row) take the
+// per-vector path in pass 2, and steps whose products are fp32 denormals (or meet a NaN
+// weight) round on the bits. Every such row must match ref.
 TEST(X86Norm, Bf16PairsPathEdgeRowsMatchRef) {
   const int64_t hidden = 4096 + 48, tokens = 5;
-  const OpSpec spec = OpSpec::make(OpKind::kRmsNorm, ir::NormParams{DType::kBF16, hidden, true});
   const double inf = std::numeric_limits<double>::infinity();
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (X86Isa isa : isa_paths()) {
-    const Kernel kernel = compile_x86(spec, isa);
-    for (int weights = 0; weights < 2; ++weights) {
-      auto c = test::make_case(spec, tokens, InputKind::kNormal, 21);
-      ASSERT_TRUE(c.is_ok());
-      test::HostTensor& x = c->tensors[1];
-      test::HostTensor& w = c->tensors[2];
-      x.set(1 * hidden + 100, nan);  // row 1: NaN -> whole row NaN
-      x.set(2 * hidden + 7, inf);    // row 2: inf -> inv = 0, inf * 0 = NaN
-      for (int64_t i = 0; i < hidden; ++i) x.set(3 * hidden + i, 0.0);     // row 3: zero row
-      for (int64_t i = 64; i < 96; ++i) w.set(i, 1e-38 * double(i - 63));  // denormal products
-      if (weights == 1) w.set(70, nan);  // a NaN weight in a step that also has denormals
-      for (double eps : {1e-6, 0.0}) {   // eps = 0: the zero row gives inv = inf
-        c->scalars[0] = eps;
-        const auto report = check_against_ref(kernel, c.value());
-        EXPECT_TRUE(report.ok) << x86_isa_name(isa) << " weights=" << weights << " eps=" << eps
-                               << "\n"
-                               << report.message;
+  for (OpKind op : {OpKind::kRmsNorm, OpKind::kFusedAddRmsNorm}) {
+    const bool fused = op == OpKind::kFusedAddRmsNorm;
+    const OpSpec spec = OpSpec::make(op, ir::NormParams{DType::kBF16, hidden, true});
+    for (X86Isa isa : isa_paths()) {
+      const Kernel kernel = compile_x86(spec, isa);
+      for (int weights = 0; weights < 2; ++weights) {
+        auto c = test::make_case(spec, tokens, InputKind::kNormal, 21);
+        ASSERT_TRUE(c.is_ok());
+        test::HostTensor& x = c->tensors[fused ? 0 : 1];
+        test::HostTensor& w = c->tensors[2];
+        x.set(1 * hidden + 100, nan);           // row 1: NaN -> whole row NaN
+        x.set(2 * hidden + 7, inf);             // row 2: inf -> inv = 0, inf * 0 = NaN
+        for (int64_t i = 0; i < hidden; ++i) {  // row 3: zero row (z = x + r = 0 when fused)
+          x.set(3 * hidden + i, 0.0);
+          if (fused) c->tensors[1].set(3 * hidden + i, 0.0);
+        }
+        for (int64_t i = 64; i < 96; ++i) w.set(i, 1e-38 * double(i - 63));  // denormal products
+        if (weights == 1) w.set(70, nan);  // a NaN weight in a step that also has denormals
+        for (double eps : {1e-6, 0.0}) {   // eps = 0: the zero row gives inv = inf
+          c->scalars[0] = eps;
+          const auto report = check_against_ref(kernel, c.value());
+          EXPECT_TRUE(report.ok) << op_name(op) << " " << x86_isa_name(isa)
+                                 << " weights=" << weights << " eps=" << eps << "\n"
+                                 << report.message;
+        }
       }
     }
+  }
+}
+
+// fused_add_rms_norm's residual z = rnd_bf16(x + r) is exact (the pairs path rounds the fp32
+// sum on its bits with integer adds): every bf16 pattern as x, against r = 0 (NaN payloads
+// quietened), r = x (doubling: overflow to inf, denormals), r = a scrambled pattern (ties,
+// cancellation, inf + -inf) and r = the smallest denormal (sticky rounding of tiny sums).
+// NaN must stay NaN; every other result bit for bit.
+TEST(X86Norm, FusedResidualIsExactForEveryBf16Input) {
+  const int64_t hidden = 65536 + 40, tokens = 4;  // 40: the per-vector tail too
+  const OpSpec spec =
+      OpSpec::make(OpKind::kFusedAddRmsNorm, ir::NormParams{DType::kBF16, hidden, true});
+  for (X86Isa isa : isa_paths()) {
+    const Kernel kernel = compile_x86(spec, isa);
+    auto c = test::make_case(spec, tokens, InputKind::kNormal, 3);
+    ASSERT_TRUE(c.is_ok());
+    test::HostTensor& x = c->tensors[0];
+    test::HostTensor& r = c->tensors[1];
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t i = 0; i < hidden; ++i) {
+        const uint16_t xb = uint16_t(i);  // the tail repeats the first 40 patterns
+        const uint16_t rb = t == 0   ? uint16_t(0)
+                            : t == 1 ? xb
+                            : t == 2 ? uint16_t(uint32_t(i) * 40503u + 12345u)
+                                     : uint16_t(1);
+        x.set_bits(t * hidden + i, xb);
+        r.set_bits(t * hidden + i, rb);
+      }
+    }
+    std::vector<float> sums(size_t(tokens * hidden));
+    for (int64_t i = 0; i < tokens * hidden; ++i) {
+      sums[size_t(i)] = x.get_float(i) + r.get_float(i);
+    }
+    ASSERT_TRUE(kernel.run(c->args()).is_ok());
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < tokens * hidden; ++i) {
+      const float want = numeric::round_to_bf16(sums[size_t(i)]);
+      const float got = r.get_float(i);
+      const bool same = std::isnan(want)
+                            ? std::isnan(got)
+                            : std::bit_cast<uint32_t>(got) == std::bit_cast<uint32_t>(want);
+      if (!same && wrong++ < 5) {
+        ADD_FAILURE() << x86_isa_name(isa) << " row " << i / hidden << " element " << i % hidden
+                      << ": x + r = " << sums[size_t(i)] << ", residual " << got << ", want "
+                      << want;
+      }
+    }
+    EXPECT_EQ(wrong, 0) << x86_isa_name(isa);
   }
 }
 

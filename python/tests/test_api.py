@@ -281,6 +281,53 @@ def test_torch_zero_copy_both_directions():
     assert back.tolist() == [1.5, -2.0]
 
 
+class ViaDlpack:
+    """A torch tensor seen only through __dlpack__ (kiln's route for any other producer)."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack__(self, stream=None):
+        return self.t.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+@needs_torch
+def test_torch_cpu_tensors_read_directly_give_the_dlpack_view():
+    # Plain CPU torch tensors skip torch's __dlpack__ wrapper (~3 µs each); the view must be
+    # the one DLPack gives: pointer (storage offset included), shape, strides, dtype.
+    import torch
+
+    base = torch.randn(6, 40)
+    views = [base, base[1:, 3:35], base.t(), base[::2, ::3], base.to(torch.bfloat16)[2:],
+             base.to(torch.float16).view(3, 2, 40), torch.arange(12).view(3, 4)[:, 1:],
+             torch.zeros(0, 8), torch.tensor(3, dtype=torch.int32), base.to(torch.int8)]
+    for t in views:
+        fast, slow = kiln.Tensor(t), kiln.Tensor(ViaDlpack(t))
+        got = (fast.data_ptr, fast.shape, fast.strides, fast.dtype)
+        assert got == (slow.data_ptr, slow.shape, slow.strides, slow.dtype), t.shape
+        assert fast.data_ptr == t.data_ptr() and fast.strides == list(t.stride())
+    # An op on a strided torch input writes what it writes through DLPack.
+    x, w = base[1:, 3:35], torch.randn(32)
+    out_fast, out_slow = torch.zeros(5, 32), torch.zeros(5, 32)
+    kiln.ops.rms_norm(out_fast, x, w, 1e-6)
+    kiln.ops.rms_norm(ViaDlpack(out_slow), ViaDlpack(x), ViaDlpack(w), 1e-6)
+    assert torch.equal(out_fast, out_slow)
+    want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    torch.testing.assert_close(out_fast, want, rtol=1e-5, atol=1e-5)
+    # What the direct read declines keeps DLPack's checks and messages.
+    with pytest.raises(ValueError, match="argument 'input'.*require gradient"):
+        kiln.ops.rms_norm(out_fast, x.clone().requires_grad_(), w, 1e-6)
+    with pytest.raises(TypeError, match="argument 'input'.*dtype"):
+        kiln.ops.rms_norm(out_fast, x.double(), w, 1e-6)
+    param = torch.nn.Parameter(x.clone(), requires_grad=False)  # a subclass: DLPack route
+    out_param = torch.zeros(5, 32)
+    kiln.ops.rms_norm(out_param, param, w, 1e-6)
+    assert torch.equal(out_param, out_fast)
+
+
 @needs_torch
 def test_torch_schema_order_adapters_match_kiln_ops():
     import torch

@@ -20,7 +20,7 @@ SCHEMAS = {
     "rms_norm": "(Tensor! out, Tensor input, Tensor? weight, float epsilon) -> ()",
     "fused_add_rms_norm": "(Tensor! input, Tensor! residual, Tensor? weight, float epsilon) -> ()",
     "rotary_embedding": "(Tensor positions, Tensor! query, Tensor!? key, int head_size, "
-    "Tensor cos_sin_cache, bool is_neox) -> ()",
+    "Tensor cos_sin_cache, bool is_neox, int rope_dim_offset=0, bool inverse=False) -> ()",
     "silu_and_mul": "(Tensor! out, Tensor input) -> ()",
     "mul_and_silu": "(Tensor! out, Tensor input) -> ()",
     "gelu_and_mul": "(Tensor! out, Tensor input) -> ()",
@@ -98,15 +98,25 @@ SCHEMAS = {
     "release_onednn_handler": "(int handler) -> ()",
 }
 
-# vLLM's torch.ops._C names of the GEMM handler ops where kiln's differ. The five are
-# overridden together or not at all: a handler made by one side means nothing to the other.
-_VLLM_GEMM_NAMES = {
+# vLLM's torch.ops._C names where kiln's differ.
+_VLLM_NAMES = {
     "create_onednn_mm": "create_onednn_mm_handler",
-    "onednn_mm": "onednn_mm",
     "create_onednn_scaled_mm": "create_onednn_scaled_mm_handler",
-    "onednn_scaled_mm": "onednn_scaled_mm",
     "release_onednn_handler": "release_dnnl_matmul_handler",
+    "cpu_attn_get_scheduler_metadata": "get_scheduler_metadata",
 }
+# Ops overridden together or not at all: what one side makes means nothing to the other (a GEMM
+# handler; the scheduler's metadata blob, which kiln's attention refuses unless kiln wrote it).
+_VLLM_GROUPS = (
+    ("create_onednn_mm", "onednn_mm", "create_onednn_scaled_mm", "onednn_scaled_mm",
+     "release_onednn_handler"),
+    ("cpu_attn_get_scheduler_metadata", "cpu_attention_with_kv_cache"),
+)
+
+#: After ``register(override_vllm=True)``: the ``torch.ops._C`` ops that now run kiln's kernels,
+#: and those vLLM defines that keep vLLM's, each with the reason (also given as a warning).
+overridden: list = []
+not_overridden: dict = {}
 
 
 def _merge_attn_states(output, output_lse, prefix_output, prefix_lse, suffix_output,
@@ -127,7 +137,18 @@ def _cpu_attention(query, key_cache, value_cache, output, query_start_loc, seq_l
                                      kv_cache_dtype)
 
 
-_ADAPTERS = {"merge_attn_states": _merge_attn_states,
+def _rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox,
+                      rope_dim_offset=0, inverse=False):
+    # Newer vLLM schemas add these two (spec 2.3); kiln rotates from dim 0, forward.
+    if rope_dim_offset != 0:
+        raise ValueError(f"rotary_embedding: rope_dim_offset={rope_dim_offset} is not "
+                         "supported (allowed: 0)")
+    if inverse:
+        raise ValueError("rotary_embedding: inverse=True is not supported (allowed: False)")
+    _ops.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)
+
+
+_ADAPTERS = {"merge_attn_states": _merge_attn_states, "rotary_embedding": _rotary_embedding,
              "cpu_attention_with_kv_cache": _cpu_attention}
 
 _libraries = []  # torch.library.Library objects must stay alive while registered
@@ -138,12 +159,40 @@ def implementation(name):
     return _ADAPTERS.get(name, getattr(_ops, name))
 
 
+def _schema_mismatch(kiln_schema, vllm_op):
+    """Why vLLM's op cannot call kiln's implementation (None when it can). torch calls the
+    implementation with vLLM's arguments in vLLM's order, so vLLM's argument types must be
+    kiln's, position by position (names are the spec's, which vLLM's C++ ops spell their own
+    way), kiln's further arguments must have defaults, and the returns must agree."""
+    import torch
+
+    mine = torch._C.parse_schema("kiln::op" + kiln_schema)
+    theirs = vllm_op.default._schema
+    ours, their_args = mine.arguments, theirs.arguments
+    if len(their_args) > len(ours):
+        extra = ", ".join(f"{a.type} {a.name}" for a in their_args[len(ours):])
+        return f"vLLM's schema has arguments kiln's lacks ({extra})"
+    for i, (a, b) in enumerate(zip(their_args, ours)):
+        if str(a.type) != str(b.type):
+            return (f"argument {i} is '{a.type} {a.name}' in vLLM's schema, "
+                    f"'{b.type} {b.name}' in kiln's")
+    missing = [b.name for b in ours[len(their_args):] if not b.has_default_value()]
+    if missing:
+        return f"vLLM's schema lacks kiln's {', '.join(missing)}"
+    if [str(r.type) for r in theirs.returns] != [str(r.type) for r in mine.returns]:
+        return "the returns differ"
+    return None
+
+
 def register(override_vllm=False):
     """Defines ``torch.ops.kiln.<op>`` for every op in SCHEMAS (CPU implementations).
 
     With ``override_vllm=True``, also registers kiln's implementation as the CPU kernel of
     each ``torch.ops._C.<op>`` that vLLM has defined in this process (vLLM must be imported
-    first). Returns the list of op names registered. Idempotent.
+    first) whose schema kiln's implementation can take (``_schema_mismatch``); the GEMM handler
+    ops, and the CPU attention's scheduler with its attention, only all together. The others
+    keep vLLM's kernels: ``not_overridden`` says why and a warning lists them. Returns the list
+    of op names registered in the ``kiln`` namespace. Idempotent.
     """
     import torch  # noqa: F401  (ImportError explains itself)
     from torch import library
@@ -155,16 +204,42 @@ def register(override_vllm=False):
             lib.impl(name, implementation(name), "CPU")
         _libraries.append(lib)
     names = list(SCHEMAS)
-    if override_vllm:
-        vllm_ops = getattr(torch.ops, "_C", None)
-        impl = library.Library("_C", "IMPL")
-        gemm = vllm_ops is not None and all(hasattr(vllm_ops, v)
-                                             for v in _VLLM_GEMM_NAMES.values())
-        for name in SCHEMAS:
-            if name in _VLLM_GEMM_NAMES:
-                if gemm:
-                    impl.impl(_VLLM_GEMM_NAMES[name], implementation(name), "CPU")
-            elif vllm_ops is not None and hasattr(vllm_ops, name):
-                impl.impl(name, implementation(name), "CPU")
-        _libraries.append(impl)
+    if override_vllm and not overridden:
+        _override_vllm(torch, library)
     return names
+
+
+def _override_vllm(torch, library):
+    vllm_ops = getattr(torch.ops, "_C", None)
+    fits, why_not = {}, {}
+    for name, schema in SCHEMAS.items():
+        vllm_name = _VLLM_NAMES.get(name, name)
+        try:
+            op = getattr(vllm_ops, vllm_name)
+        except (AttributeError, RuntimeError):
+            continue  # vLLM does not define it: nothing to override
+        reason = _schema_mismatch(schema, op)
+        if reason is None:
+            fits[name] = vllm_name
+        else:
+            why_not[vllm_name] = reason
+    for group in _VLLM_GROUPS:
+        left = [_VLLM_NAMES.get(n, n) for n in group if n not in fits]
+        if len(left) < len(group):  # some of the group fit
+            for n in group:
+                if left and n in fits:
+                    why_not[fits.pop(n)] = (f"overridden together with {', '.join(left)} or "
+                                            "not at all")
+    impl = library.Library("_C", "IMPL")
+    for name, vllm_name in fits.items():
+        impl.impl(vllm_name, implementation(name), "CPU")
+    _libraries.append(impl)
+    overridden[:] = list(fits.values())
+    not_overridden.clear()
+    not_overridden.update(why_not)
+    if why_not:
+        import warnings
+
+        warnings.warn("kiln.torch.register(override_vllm=True): these vLLM ops keep vLLM's "
+                      "kernels: " + "; ".join(f"{k}: {v}" for k, v in why_not.items()),
+                      stacklevel=3)

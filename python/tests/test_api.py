@@ -352,6 +352,56 @@ def test_torch_schema_order_adapters_match_kiln_ops():
     assert md.dtype == torch.int8 and np.array_equal(md.numpy(), want)
 
 
+@needs_torch
+def test_override_vllm_takes_only_the_ops_whose_schema_fits():
+    # A stand-in for vLLM's extension as a newer vLLM defines it (the real one is not
+    # installable from Debian): rms_norm and rotary_embedding kiln can take, the scheduler in
+    # its baseline schema but the attention with one window argument instead of two (kiln's
+    # implementation cannot take it, so neither of the pair may be overridden), and an op with
+    # an argument kiln lacks.
+    import torch
+
+    import kiln.torch as kt
+
+    lib = torch.library.Library("_C", "DEF")
+    lib.define("rms_norm(Tensor(a!) out, Tensor input, Tensor? weight, float epsilon) -> ()")
+    lib.define("rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, "
+               "int head_size, Tensor cos_sin_cache, bool is_neox, int rope_dim_offset=0, "
+               "bool inverse=False) -> ()")
+    lib.define("get_scheduler_metadata(int num_req, int num_heads_q, int num_heads_kv, "
+               "int head_dim, Tensor seq_lens, ScalarType dtype, Tensor query_start_loc, "
+               "bool casual, int window_size, str isa_hint, bool enable_kv_split) -> Tensor")
+    lib.define("cpu_attention_with_kv_cache(Tensor query, Tensor key_cache, "
+               "Tensor value_cache, Tensor(a!) output, Tensor query_start_loc, "
+               "Tensor seq_lens, float scale, bool causal, Tensor? alibi_slopes, "
+               "SymInt sliding_window_size, Tensor block_table, float softcap, "
+               "Tensor scheduler_metadata, Tensor? s_aux) -> ()")
+    lib.define("silu_and_mul(Tensor(a!) out, Tensor input, float limit) -> ()")
+    with pytest.warns(UserWarning, match="keep vLLM's kernels"):
+        kt.register(override_vllm=True)
+    assert sorted(kt.overridden) == ["rms_norm", "rotary_embedding"]
+    assert "argument 10 is 'Tensor block_table'" in kt.not_overridden[
+        "cpu_attention_with_kv_cache"]
+    assert "together with cpu_attention_with_kv_cache" in kt.not_overridden[
+        "get_scheduler_metadata"]
+    assert "lacks (float limit)" in kt.not_overridden["silu_and_mul"]
+    x, w = torch.randn(3, 64), torch.randn(64)
+    via_vllm, direct = torch.empty_like(x), torch.empty_like(x)
+    torch.ops._C.rms_norm(via_vllm, x, w, 1e-6)  # now kiln's kernel
+    kiln.ops.rms_norm(direct, x, w, 1e-6)
+    assert torch.equal(via_vllm, direct)
+    pos = torch.tensor([0, 3])
+    q, cache = torch.randn(2, 2 * 16), torch.randn(8, 16)
+    q_kiln = q.clone()
+    torch.ops._C.rotary_embedding(pos, q, None, 16, cache, True)
+    kiln.ops.rotary_embedding(pos, q_kiln, None, 16, cache, True)
+    assert torch.equal(q, q_kiln)
+    with pytest.raises(ValueError, match="inverse=True is not supported"):
+        torch.ops._C.rotary_embedding(pos, q, None, 16, cache, True, 0, True)
+    with pytest.raises(ValueError, match="rope_dim_offset=4 is not supported"):
+        torch.ops._C.rotary_embedding(pos, q, None, 16, cache, True, 4)
+
+
 def test_torch_module_imports_without_torch():
     import kiln.torch as kt
 
@@ -378,7 +428,8 @@ def test_readme_example_runs_as_written():
 
 def test_vs_vllm_cpu_script_runs_or_says_why():
     script = REPO / "bench" / "python" / "vs_vllm_cpu.py"
-    done = subprocess.run([sys.executable, str(script), "--tokens", "1", "--reps", "3"],
+    done = subprocess.run([sys.executable, str(script), "--tokens", "1", "--decode", "1x64",
+                           "--prefill", "", "--head-sizes", "64", "--reps", "3", "--rounds", "1"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     has_peer = all(importlib.util.find_spec(m) is not None for m in ("torch", "vllm"))

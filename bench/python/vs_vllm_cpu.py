@@ -205,11 +205,11 @@ def row_cases(torch, tokens):
 
 def attention_cases(torch, decode_shapes, prefill_lengths, head_sizes, kv_heads):
     """cpu_attention_with_kv_cache, bf16 query and cache, 32 query heads over `kv_heads` KV
-    heads (4: GQA 8, as bench_attention), block size 128, causal, KV split allowed: decode (one query token per sequence; GB/s of K
-    and V read) and a prefill of one sequence (GFLOP/s of Q·Kᵀ and P·V over the causal
-    triangle), at each head size. The ISA string is vLLM's choice without AMX: "vec" where the
-    head size is a multiple of 32, "vec16" for the other multiples of 16 (the same slab
-    layout)."""
+    heads (4: GQA 8, as bench_attention), block size 128, causal, KV split allowed: decode
+    (one query token per sequence; GB/s of K and V read) and a prefill of one sequence
+    (GFLOP/s of Q·Kᵀ and P·V over the causal triangle), at each head size. The ISA string is
+    vLLM's choice without AMX: "vec" where the head size is a multiple of 32, "vec16" for the
+    other multiples of 16 (the same slab layout)."""
     import kiln
 
     bf16 = torch.bfloat16
@@ -256,8 +256,9 @@ def attention_cases(torch, decode_shapes, prefill_lengths, head_sizes, kv_heads)
             work, flops = batch * context * hkv * hd * 2 * 2, False
         else:  # two matmuls of 2 flops per multiply-add over the causal triangle
             work, flops = 2 * 2 * hq * hd * q_len * (q_len + 1) // 2, True
-        yield Case(f"cpu_attention {kind} D{hd}", f"{batch}x{context}", work, attention,
-                   run_vllm, run_kiln, [(out_v, out_k)], flops)
+        # vLLM's side needs both ops: a build with the attention but no scheduler has none.
+        yield Case(f"cpu_attention {kind} D{hd}", f"{batch}x{context}", work,
+                   attention if run_vllm else None, run_vllm, run_kiln, [(out_v, out_k)], flops)
 
 
 def print_row(case, us_v, us_k, check=None, note=""):

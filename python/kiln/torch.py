@@ -113,8 +113,8 @@ _VLLM_GROUPS = (
     ("cpu_attn_get_scheduler_metadata", "cpu_attention_with_kv_cache"),
 )
 
-#: After ``register(override_vllm=True)``: the ``torch.ops._C`` ops that now run kiln's kernels,
-#: and those vLLM defines that keep vLLM's, each with the reason (also given as a warning).
+#: After ``register(override_vllm=True)``: vLLM's ops that now run kiln's kernels, and those
+#: vLLM defines that keep vLLM's, each with the reason (also given as a warning).
 overridden: list = []
 not_overridden: dict = {}
 
@@ -160,10 +160,15 @@ def implementation(name):
 
 
 def _schema_mismatch(kiln_schema, vllm_op):
-    """Why vLLM's op cannot call kiln's implementation (None when it can). torch calls the
-    implementation with vLLM's arguments in vLLM's order, so vLLM's argument types must be
-    kiln's, position by position (names are the spec's, which vLLM's C++ ops spell their own
-    way), kiln's further arguments must have defaults, and the returns must agree."""
+    """Why vLLM's op cannot call kiln's implementation (None when it can).
+
+    torch calls the implementation with vLLM's positional arguments in vLLM's order, leaving
+    out trailing ones whose values equal vLLM's defaults (and keyword-only ones by vLLM's
+    names). So, position by position, vLLM's argument types must be kiln's (a vLLM ``T`` may
+    meet kiln's ``T?``; names are the spec's, which vLLM's C++ ops spell their own way), a
+    default of vLLM's must be kiln's default too (the value kiln would then use), keyword-only
+    must match, kiln's further arguments need defaults, and the returns must agree.
+    """
     import torch
 
     mine = torch._C.parse_schema("kiln::op" + kiln_schema)
@@ -173,9 +178,20 @@ def _schema_mismatch(kiln_schema, vllm_op):
         extra = ", ".join(f"{a.type} {a.name}" for a in their_args[len(ours):])
         return f"vLLM's schema has arguments kiln's lacks ({extra})"
     for i, (a, b) in enumerate(zip(their_args, ours)):
-        if str(a.type) != str(b.type):
+        kiln_type = str(b.type)
+        allowed = {kiln_type}
+        if kiln_type.startswith("Optional["):
+            allowed.add(kiln_type[len("Optional["):-1])
+        if str(a.type) not in allowed:
             return (f"argument {i} is '{a.type} {a.name}' in vLLM's schema, "
                     f"'{b.type} {b.name}' in kiln's")
+        if a.kwarg_only != b.kwarg_only:
+            return f"argument {i} ('{a.name}') is keyword-only in one schema only"
+        if a.has_default_value() and (not b.has_default_value() or
+                                      a.default_value != b.default_value):
+            kiln_default = b.default_value if b.has_default_value() else "none"
+            return (f"argument {i} ('{a.name}') defaults to {a.default_value!r} in vLLM's "
+                    f"schema, to {kiln_default!r} in kiln's")
     missing = [b.name for b in ours[len(their_args):] if not b.has_default_value()]
     if missing:
         return f"vLLM's schema lacks kiln's {', '.join(missing)}"
@@ -188,11 +204,12 @@ def register(override_vllm=False):
     """Defines ``torch.ops.kiln.<op>`` for every op in SCHEMAS (CPU implementations).
 
     With ``override_vllm=True``, also registers kiln's implementation as the CPU kernel of
-    each ``torch.ops._C.<op>`` that vLLM has defined in this process (vLLM must be imported
-    first) whose schema kiln's implementation can take (``_schema_mismatch``); the GEMM handler
-    ops, and the CPU attention's scheduler with its attention, only all together. The others
-    keep vLLM's kernels: ``not_overridden`` says why and a warning lists them. Returns the list
-    of op names registered in the ``kiln`` namespace. Idempotent.
+    each op vLLM has defined in this process (``torch.ops._C.<op>``, or the
+    ``torch.ops._C_cache_ops`` of older builds; vLLM must be loaded first) whose schema kiln's
+    implementation can take (``_schema_mismatch``); the GEMM handler ops, and the CPU
+    attention's scheduler with its attention, only all together. The others keep vLLM's
+    kernels: ``not_overridden`` says why and a warning lists them. Returns the list of op names
+    registered in the ``kiln`` namespace. Idempotent.
     """
     import torch  # noqa: F401  (ImportError explains itself)
     from torch import library
@@ -209,32 +226,50 @@ def register(override_vllm=False):
     return names
 
 
+# The namespaces vLLM's CPU builds define their ops in (newer builds: all in _C).
+_VLLM_NAMESPACES = ("_C", "_C_cache_ops")
+
+
+def _vllm_op(torch, vllm_name):
+    """(namespace, op) of vLLM's op in this process, or None."""
+    for namespace in _VLLM_NAMESPACES:
+        try:
+            return namespace, getattr(getattr(torch.ops, namespace), vllm_name)
+        except (AttributeError, RuntimeError):
+            continue
+    return None
+
+
 def _override_vllm(torch, library):
-    vllm_ops = getattr(torch.ops, "_C", None)
-    fits, why_not = {}, {}
+    fits, why_not = {}, {}  # kiln name -> (namespace, vLLM name); vLLM name -> reason
     for name, schema in SCHEMAS.items():
         vllm_name = _VLLM_NAMES.get(name, name)
-        try:
-            op = getattr(vllm_ops, vllm_name)
-        except (AttributeError, RuntimeError):
+        found = _vllm_op(torch, vllm_name)
+        if found is None:
             continue  # vLLM does not define it: nothing to override
-        reason = _schema_mismatch(schema, op)
+        reason = _schema_mismatch(schema, found[1])
         if reason is None:
-            fits[name] = vllm_name
+            fits[name] = (found[0], vllm_name)
         else:
             why_not[vllm_name] = reason
     for group in _VLLM_GROUPS:
-        left = [_VLLM_NAMES.get(n, n) for n in group if n not in fits]
-        if len(left) < len(group):  # some of the group fit
-            for n in group:
-                if left and n in fits:
-                    why_not[fits.pop(n)] = (f"overridden together with {', '.join(left)} or "
-                                            "not at all")
-    impl = library.Library("_C", "IMPL")
-    for name, vllm_name in fits.items():
-        impl.impl(vllm_name, implementation(name), "CPU")
-    _libraries.append(impl)
-    overridden[:] = list(fits.values())
+        if not any(n in fits for n in group) or all(n in fits for n in group):
+            continue
+        unfit = [_VLLM_NAMES.get(n, n) for n in group if _VLLM_NAMES.get(n, n) in why_not]
+        absent = [_VLLM_NAMES.get(n, n) for n in group
+                  if n not in fits and _VLLM_NAMES.get(n, n) not in why_not]
+        reason = "overridden together with " + ", ".join(
+            unfit + [f"{a} (which vLLM lacks)" for a in absent]) + " or not at all"
+        for n in group:
+            if n in fits:
+                why_not[fits.pop(n)[1]] = reason
+    libraries = {}
+    for name, (namespace, vllm_name) in fits.items():
+        if namespace not in libraries:
+            libraries[namespace] = library.Library(namespace, "IMPL")
+        libraries[namespace].impl(vllm_name, implementation(name), "CPU")
+    _libraries.extend(libraries.values())
+    overridden[:] = [vllm_name for _, vllm_name in fits.values()]
     not_overridden.clear()
     not_overridden.update(why_not)
     if why_not:

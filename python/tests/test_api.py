@@ -2,6 +2,7 @@
 strided and wrong-dtype arrays, bf16/fp8 through integer views, compile/prewarm/cache_info,
 the optional torch registration, and the README's example."""
 
+import contextlib
 import importlib.util
 import os
 import pathlib
@@ -365,6 +366,28 @@ def test_torch_schema_order_adapters_match_kiln_ops():
     assert md.dtype == torch.int8 and np.array_equal(md.numpy(), want)
 
 
+@contextlib.contextmanager
+def vllm_stand_in(*namespaces):
+    """torch.library DEF libraries standing in for vLLM's extension (one per namespace); on
+    exit, they and any override kiln.torch registered over them are gone again."""
+    import torch
+
+    import kiln.torch as kt
+
+    held = len(kt._libraries)
+    libs = [torch.library.Library(ns, "DEF") for ns in namespaces]
+    try:
+        yield libs
+    finally:  # leave no stand-in or override behind for later tests in this process
+        for held_lib in kt._libraries[held:]:
+            held_lib._destroy()
+        del kt._libraries[held:]
+        kt.overridden.clear()
+        kt.not_overridden.clear()
+        for lib in libs:
+            lib._destroy()
+
+
 @needs_torch
 def test_override_vllm_takes_only_the_ops_whose_schema_fits():
     # A stand-in for vLLM's extension (the real one is not installable from Debian), as newer
@@ -377,10 +400,7 @@ def test_override_vllm_takes_only_the_ops_whose_schema_fits():
 
     import kiln.torch as kt
 
-    held = len(kt._libraries)
-    lib = torch.library.Library("_C", "DEF")
-    cache_lib = torch.library.Library("_C_cache_ops", "DEF")
-    try:
+    with vllm_stand_in("_C", "_C_cache_ops") as (lib, cache_lib):
         lib.define("rms_norm(Tensor(a!) out, Tensor input, Tensor? weight, float epsilon) -> ()")
         lib.define("fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, "
                    "float epsilon) -> ()")
@@ -432,14 +452,6 @@ def test_override_vllm_takes_only_the_ops_whose_schema_fits():
             torch.ops._C.rotary_embedding(pos, q, None, 16, cache, True, 0, True)
         with pytest.raises(ValueError, match="rope_dim_offset=4 is not supported"):
             torch.ops._C.rotary_embedding(pos, q, None, 16, cache, True, 4)
-    finally:  # leave no stand-in or override behind for later tests in this process
-        for held_lib in kt._libraries[held:]:
-            held_lib._destroy()
-        del kt._libraries[held:]
-        kt.overridden.clear()
-        kt.not_overridden.clear()
-        lib._destroy()
-        cache_lib._destroy()
 
 
 @needs_torch
@@ -451,9 +463,7 @@ def test_override_vllm_adapts_the_window_size_attention_schema():
 
     import kiln.torch as kt
 
-    held = len(kt._libraries)
-    lib = torch.library.Library("_C", "DEF")
-    try:
+    with vllm_stand_in("_C") as (lib,):
         lib.define("get_scheduler_metadata(int num_req, int num_heads_q, int num_heads_kv, "
                    "int head_dim, Tensor seq_lens, ScalarType dtype, Tensor query_start_loc, "
                    "bool casual, int window_size, str isa_hint, bool enable_kv_split, "
@@ -499,13 +509,6 @@ def test_override_vllm_adapts_the_window_size_attention_schema():
         with pytest.raises(ValueError, match="dynamic_causal is not supported"):
             torch.ops._C.get_scheduler_metadata(2, heads, kv_heads, d, seq_lens, torch.float32,
                                                 qsl, True, -1, "vec", True, seq_lens)
-    finally:  # leave no stand-in or override behind for later tests in this process
-        for held_lib in kt._libraries[held:]:
-            held_lib._destroy()
-        del kt._libraries[held:]
-        kt.overridden.clear()
-        kt.not_overridden.clear()
-        lib._destroy()
 
 
 def test_torch_module_imports_without_torch():

@@ -105,10 +105,12 @@ class Case:
     starting values before that checking call."""
 
     def __init__(self, name, shape, work, op, run_vllm, run_kiln, pairs, flops=False,
-                 inplace=()):
+                 inplace=(), no_vllm=None):
         self.name, self.shape, self.work, self.flops = name, shape, work, flops
         self.op, self.run_vllm, self.run_kiln, self.pairs = op, run_vllm, run_kiln, pairs
         self.inplace = [(v, k, v.clone()) for v, k in inplace]
+        # Why vLLM has no side here (op is None): its build lacks the op, unless this says.
+        self.no_vllm = no_vllm or f"vLLM's build has no {name}"
 
     def check(self):
         """Runs both sides once from the same inputs; returns (max |diff|, the share of
@@ -261,6 +263,36 @@ def attention_cases(torch, decode_shapes, prefill_lengths, head_sizes, kv_heads)
                    attention if run_vllm else None, run_vllm, run_kiln, [(out_v, out_k)], flops)
 
 
+def gemm_cases(torch, ms, dtypes):
+    """onednn_mm: c [M, 4096] = a [M, 4096] @ b with b the transpose of a [4096, 4096] weight
+    (vLLM's layout), no bias; GFLOP/s of 2·M·N·K. Each side packs the weight into its own
+    handler once (vLLM's an int it wraps in a tensor, kiln's an int)."""
+    import kiln
+
+    create = vllm_op(torch, "_C", "create_onednn_mm_handler")
+    mm = vllm_op(torch, "_C", "onednn_mm")
+    n = k = 4096
+    for dtype_name in dtypes:
+        dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+        weight = (torch.randn(n, k) * 0.05).to(dtype)
+        b = weight.t()
+        handle_k = kiln.ops.create_onednn_mm(b, 128)
+        handle_v, no_vllm = None, None
+        if create is not None and mm is not None:
+            try:
+                handle_v = torch.tensor(create(b, 128), dtype=torch.int64)
+            except RuntimeError as e:  # e.g. its oneDNN has no bf16 matmul on this ISA
+                no_vllm = f"vLLM: {str(e).splitlines()[0][:60]}"
+        for m in ms:
+            a = torch.randn(m, k).to(dtype)
+            c_v, c_k = torch.empty(m, n, dtype=dtype), torch.empty(m, n, dtype=dtype)
+            yield Case(f"onednn_mm {dtype_name}", f"{m}x{k}", 2 * m * n * k,
+                       mm if handle_v is not None else None,
+                       lambda a=a, c_v=c_v: mm(c_v, a, None, handle_v),
+                       lambda a=a, c_k=c_k: kiln.ops.onednn_mm(c_k, a, None, handle_k),
+                       [(c_v, c_k)], flops=True, no_vllm=no_vllm)
+
+
 def print_row(case, us_v, us_k, check=None, note=""):
     """One line: µs per call and G(B|FLOP)/s of both sides (work per µs / 1e3), vLLM's time
     over kiln's, and the check (the largest |difference| of the outputs and the share of
@@ -289,6 +321,9 @@ def main():
                         help="attention prefill lengths, one sequence each ('' for none)")
     parser.add_argument("--head-sizes", default="128,80",
                         help="attention head sizes (80: vLLM's vec16 path)")
+    parser.add_argument("--gemm-m", default="1,32,256",
+                        help="onednn_mm row counts, N = K = 4096 ('' for none)")
+    parser.add_argument("--gemm-dtypes", default="f32,bf16")
     parser.add_argument("--kv-heads", type=int, default=4,
                         help="attention KV heads for the 32 query heads (4: GQA 8)")
     parser.add_argument("--reps", type=int, default=20, help="calls per timed block")
@@ -310,17 +345,19 @@ def main():
           f"{torch.get_num_threads()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '-')}"
           f", OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '-')}")
     print(f"{'op':27} {'shape':>7} {'vLLM us':>9} {'GB/s':>8} {'kiln us':>9} {'GB/s':>8} "
-          f"{'vLLM/kiln':>7}  {'max|diff|':>9} {'same':>7}   (GFLOP/s for prefill)")
+          f"{'vLLM/kiln':>7}  {'max|diff|':>9} {'same':>7}   (GFLOP/s: prefill, onednn_mm)")
     prefill = [int(n) for n in args.prefill.split(",") if n]
     # Each case runs as its generator makes it: the next one's tensors are not allocated yet.
     cases = itertools.chain(
         *(row_cases(torch, int(t)) for t in args.tokens.split(",") if t),
         attention_cases(torch, parse_shapes(args.decode), prefill,
-                        [int(n) for n in args.head_sizes.split(",") if n], args.kv_heads))
+                        [int(n) for n in args.head_sizes.split(",") if n], args.kv_heads),
+        gemm_cases(torch, [int(m) for m in args.gemm_m.split(",") if m],
+                   [d for d in args.gemm_dtypes.split(",") if d]))
     for case in cases:
         check = None if args.kiln_only or case.op is None else case.check()
         if check is None:
-            why = "--kiln-only" if args.kiln_only else f"(vLLM's build has no {case.name})"
+            why = "--kiln-only" if args.kiln_only else f"({case.no_vllm})"
             us_k = min(median_us(case.run_kiln, args.reps) for _ in range(args.rounds))
             print_row(case, None, us_k, note=why)
             continue

@@ -538,7 +538,8 @@ def test_readme_example_runs_as_written():
 def test_vs_vllm_cpu_script_runs_or_says_why():
     script = REPO / "bench" / "python" / "vs_vllm_cpu.py"
     done = subprocess.run([sys.executable, str(script), "--tokens", "1", "--decode", "1x64",
-                           "--prefill", "", "--head-sizes", "64", "--reps", "3", "--rounds", "1"],
+                           "--prefill", "", "--head-sizes", "64", "--gemm-m", "1", "--reps", "3",
+                           "--rounds", "1"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     has_peer = all(importlib.util.find_spec(m) is not None for m in ("torch", "vllm"))

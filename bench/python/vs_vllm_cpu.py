@@ -3,15 +3,17 @@
 
     PYTHONPATH=build/release/python python3 bench/python/vs_vllm_cpu.py \\
         [--vllm-lib PATH] [--tokens 1,32,512] [--decode 1x512,8x2048] [--prefill 1024] \\
-        [--head-sizes 128,80]
+        [--head-sizes 128,80] [--gemm-m 1,32,256] [--reps 20] [--rounds 3]
 
 For each op vLLM's CPU build provides (rms_norm, fused_add_rms_norm, rotary_embedding, the
-gated activations, reshape_and_cache_flash where the build still has it, and the CPU
-attention ops: cpu_attn_reshape_and_cache, cpu_attention_with_kv_cache at decode and prefill
-shapes), it runs vLLM's kernel (``torch.ops._C.<op>`` / ``torch.ops._C_cache_ops.<op>``) and
-``kiln.ops.<op>`` on the same inputs, checks that the results agree, and prints the median
-time per call and the GB/s (GFLOP/s for prefill attention) of both, next to this machine's
-copy bandwidth measured in the same run.
+gated activations, reshape_and_cache_flash where the build still has it, the CPU attention
+ops: cpu_attn_reshape_and_cache, cpu_attention_with_kv_cache at decode and prefill shapes,
+and onednn_mm), it runs vLLM's kernel (``torch.ops._C.<op>`` /
+``torch.ops._C_cache_ops.<op>``) and ``kiln.ops.<op>`` on the same inputs: once each from the
+same inputs to compare the results (the largest difference, the share of identical
+elements), then in alternating timed blocks (the best median of each side). It prints µs per
+call and GB/s (GFLOP/s for prefill attention and onednn_mm) of both and vLLM's time over
+kiln's, next to this machine's copy bandwidth measured in the same run.
 
 vLLM's kernels come from ``import vllm._custom_ops`` (a vLLM CPU install), or, with
 ``--vllm-lib``, from one of its extension libraries loaded with ``torch.ops.load_library``
@@ -20,11 +22,10 @@ then not needed). When torch or vLLM is not available it prints why and exits 0;
 ``--kiln-only`` then still times kiln's side on torch tensors (torch needed).
 
 Both sides run on the OpenMP threads OMP_NUM_THREADS allows (torch's runtime and the system's
-one). Each side's repetitions run as one block with a pause before the other side's, so that
-the idle workers of one runtime have stopped spinning (libgomp's default wait policy) when the
-other one runs; OMP_WAIT_POLICY=PASSIVE would slow both sides' small calls (vLLM's attention
-decode 1x512 took ~20x longer with it here) and ACTIVE makes the two runtimes fight over the
-cores (docs/python.md).
+one). Each block of one side's calls starts after a pause, so that the idle workers of the
+other runtime have stopped spinning (libgomp's default wait policy); OMP_WAIT_POLICY=PASSIVE
+would slow both sides' small calls (vLLM's attention decode 1x512 took ~20x longer with it
+here) and ACTIVE makes the two runtimes fight over the cores (docs/python.md).
 """
 
 from __future__ import annotations

@@ -948,20 +948,16 @@ class OnednnBackend final : public Backend {
   std::vector<Config> configs(const OpSpec& spec, const Target& target) const override {
     if (spec.op != OpKind::kOnednnMm && spec.op != OpKind::kOnednnScaledMm) return {Config{}};
     const int64_t small = default_small_m_rows(spec, target.isa);
-    std::vector<Config> space;
-    space.push_back(Config()
-                        .set(std::string(kChunkRowsKnob), kDefaultChunkRows)
-                        .set(std::string(kSmallMKnob), small));
+    const auto config_of = [](int64_t chunk_rows, int64_t small_m) {
+      return Config()
+          .set(std::string(kChunkRowsKnob), chunk_rows)
+          .set(std::string(kSmallMKnob), small_m);
+    };
+    std::vector<Config> space{config_of(kDefaultChunkRows, small)};
     for (int64_t rows : kChunkRowChoices) {
-      if (rows != kDefaultChunkRows) {
-        space.push_back(
-            Config().set(std::string(kChunkRowsKnob), rows).set(std::string(kSmallMKnob), small));
-      }
+      if (rows != kDefaultChunkRows) space.push_back(config_of(rows, small));
     }
-    if (small > 0)
-      space.push_back(Config()
-                          .set(std::string(kChunkRowsKnob), kDefaultChunkRows)
-                          .set(std::string(kSmallMKnob), 0));
+    if (small > 0) space.push_back(config_of(kDefaultChunkRows, 0));
     return space;
   }
 

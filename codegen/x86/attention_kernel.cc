@@ -2041,15 +2041,22 @@ bool attention_predecode_applies(const OpSpec& spec, const Config& config, X86Is
          !attention_uses_dpbf16(spec, config, isa);
 }
 
+Result<int64_t> switch_knob(const Config& config, std::string_view knob, std::string_view when_1,
+                            std::string_view when_0) {
+  const int64_t value = config.get(knob, -1);
+  if (value != -1 && value != 0 && value != 1) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("config knob {}={}: allowed values are 1 ({}) and 0 ({})", knob,
+                              value, when_1, when_0));
+  }
+  return value;
+}
+
 Status attention_config_status(const OpSpec& spec, const Config& config, X86Isa isa) {
   const auto& p = spec.get<ir::CpuAttentionParams>();
-  const int64_t knob = config.get(kDpbf16Knob, -1);
-  if (knob != -1 && knob != 0 && knob != 1) {
-    return Status(StatusCode::kInvalidArgument,
-                  fmt::format("config knob {}={}: allowed values are 1 (vdpbf16ps) and 0 (fp32 "
-                              "FMA)",
-                              kDpbf16Knob, knob));
-  }
+  const Result<int64_t> dpbf16 = switch_knob(config, kDpbf16Knob, "vdpbf16ps", "fp32 FMA");
+  if (!dpbf16.is_ok()) return dpbf16.status();
+  const int64_t knob = dpbf16.value();
   if (knob == 1 && p.isa != ir::CpuAttnIsa::kAmx && !vec_dpbf16_serves(p, isa)) {
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("config knob {}=1 needs dtype=bf16 and an AVX512_BF16 target "
@@ -2062,14 +2069,10 @@ Status attention_config_status(const OpSpec& spec, const Config& config, X86Isa 
                               "leave it unset or 1",
                               kDpbf16Knob));
   }
-  const int64_t predecode = config.get(kPredecodeKnob, -1);
-  if (predecode != -1 && predecode != 0 && predecode != 1) {
-    return Status(StatusCode::kInvalidArgument,
-                  fmt::format("config knob {}={}: allowed values are 1 (decode each KV tile's "
-                              "fp8 codes once) and 0 (in every pass)",
-                              kPredecodeKnob, predecode));
-  }
-  if (predecode == 1 && !attention_predecode_applies(spec, config, isa)) {
+  const Result<int64_t> predecode =
+      switch_knob(config, kPredecodeKnob, "decode each KV tile's fp8 codes once", "in every pass");
+  if (!predecode.is_ok()) return predecode.status();
+  if (predecode.value() == 1 && !attention_predecode_applies(spec, config, isa)) {
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("config knob {}=1 needs an fp8 cache (kv=fp8_e4m3 or fp8_e5m2) on "
                               "the fp32 path (isa=vec or vec16, {}=0); spec has kv={}; use {}=0 "

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "codegen/backend.h"
@@ -86,6 +87,10 @@ bool attention_uses_dpbf16(const OpSpec& spec, const Config& config, X86Isa isa)
 /// ones 1, except at the avx512_fp16 and amx levels (Intel cores whose vdpbf16ps issues at a
 /// quarter of the FMA's rate), where the fp32 path is the faster.
 int64_t attention_default_dpbf16(const OpSpec& spec, X86Isa isa);
+/// The value of a 0 / 1 knob in `config`: -1 when it is not set, else 0 or 1; any other value is
+/// an error "config knob <knob>=<value>: allowed values are 1 (<when_1>) and 0 (<when_0>)".
+Result<int64_t> switch_knob(const Config& config, std::string_view knob, std::string_view when_1,
+                            std::string_view when_0);
 /// Whether `config`'s dpbf16 and predecode knobs are valid for `spec` at `isa` (each 0 or 1;
 /// dpbf16=1 only where vdpbf16ps serves the spec, predecode=1 only where
 /// attention_predecode_applies), with an error naming the knob and its allowed values.

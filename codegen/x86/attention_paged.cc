@@ -67,14 +67,11 @@ int64_t align_up(int64_t v, int64_t a) {
 Result<bool> direct_for(const OpSpec& spec, const Config& config, X86Isa isa) {
   const auto& p = spec.get<ir::PagedAttentionParams>();
   const bool serves = paged_direct_serves(p, isa);
-  const int64_t knob = config.get(kPagedDirectKnob, -1);
+  const Result<int64_t> direct = switch_knob(config, kPagedDirectKnob, "the direct kernel",
+                                             "the gather into the tile kernel's layout");
+  if (!direct.is_ok()) return direct.status();
+  const int64_t knob = direct.value();
   if (knob == -1) return paged_direct_default(p, isa);
-  if (knob != 0 && knob != 1) {
-    return Status(StatusCode::kInvalidArgument,
-                  fmt::format("config knob {}={}: allowed values are 1 (the direct kernel) and 0 "
-                              "(the gather into the tile kernel's layout)",
-                              kPagedDirectKnob, knob));
-  }
   if (knob == 1 && !serves) {
     return Status(
         StatusCode::kInvalidArgument,

@@ -619,26 +619,26 @@ TEST_P(X86AttentionTest, Fp8KvCache) {
   }
 }
 
+// jit::compile of `spec` on the x86 backend with `config` fails, and its message holds
+// `fragment` (the knob and its value).
+void expect_compile_refused(const OpSpec& spec, const Config& config, std::string_view fragment) {
+  CompileOptions options;
+  options.backend = BackendKind::kX86;
+  options.config = config;
+  auto kernel = test_runtime().compile(spec, options);
+  ASSERT_FALSE(kernel.is_ok()) << to_string(spec) << " config=" << config.to_string();
+  EXPECT_NE(kernel.status().to_string().find(fragment), std::string::npos)
+      << kernel.status().to_string();
+}
+
 // The two ways the fp32 path decodes an fp8 cache: by tiles in the runner (predecode=1, the
 // kernel reads bf16 words) and in the kernel's every pass (0).
 TEST(X86AttentionConfig, PredecodeKnobChecksAndTuningSpace) {
   if (detect_host_x86_isa() < X86Isa::kAvx2) GTEST_SKIP() << "no AVX2: no x86 attention here";
   const OpSpec fp8 = fp8_spec(ir::KvCacheDtype::kFp8E4m3, DType::kBF16, 64, 32, 8, 1);
   const OpSpec bf16 = attention_spec(CpuAttnIsa::kVec, DType::kBF16, 64, 32, 8, 1, {});
-  CompileOptions options;
-  options.backend = BackendKind::kX86;
-  options.config = Config().set("predecode", 1);
-  auto wrong_cache = Runtime::global().compile(bf16, options);
-  ASSERT_FALSE(wrong_cache.is_ok());
-  EXPECT_NE(wrong_cache.status().message().find("predecode=1 needs an fp8 cache"),
-            std::string::npos)
-      << wrong_cache.status().message();
-  options.config = Config().set("predecode", 2);
-  auto wrong_value = Runtime::global().compile(fp8, options);
-  ASSERT_FALSE(wrong_value.is_ok());
-  EXPECT_NE(wrong_value.status().message().find("predecode=2: allowed values are 1"),
-            std::string::npos)
-      << wrong_value.status().message();
+  expect_compile_refused(bf16, Config().set("predecode", 1), "predecode=1 needs an fp8 cache");
+  expect_compile_refused(fp8, Config().set("predecode", 2), "predecode=2: allowed values are 1");
   // Default: by tiles where the GQA group takes more than one pass of the kernel's rows.
   const X86Isa isa = detect_host_x86_isa();
   const int64_t rows = codegen::x86::attention_max_rows(fp8, isa);
@@ -647,6 +647,8 @@ TEST(X86AttentionConfig, PredecodeKnobChecksAndTuningSpace) {
   // One pass per task (q_passes 1): each task would decode its tile for itself.
   EXPECT_FALSE(codegen::x86::attention_predecodes_fp8(fp8, Config().set("q_passes", 1), isa));
   // The artifact records the way its code decodes (the runner built at load follows it).
+  CompileOptions options;
+  options.backend = BackendKind::kX86;
   options.config = Config().set("threads", 1);
   auto kernel = Runtime::global().compile(fp8, options);
   ASSERT_TRUE(kernel.is_ok()) << kernel.status().to_string();
@@ -1073,18 +1075,6 @@ TEST(X86AttentionConfig, DefaultArithmeticFollowsTheIsaLevel) {
     ASSERT_TRUE(by_default.is_ok() && by_knob.is_ok());
     EXPECT_EQ(by_default.value(), by_knob.value());
   }
-}
-
-// jit::compile of `spec` on the x86 backend with `config` fails, and its message holds
-// `fragment` (the knob and its value).
-void expect_compile_refused(const OpSpec& spec, const Config& config, std::string_view fragment) {
-  CompileOptions options;
-  options.backend = BackendKind::kX86;
-  options.config = config;
-  auto kernel = test_runtime().compile(spec, options);
-  ASSERT_FALSE(kernel.is_ok()) << to_string(spec) << " config=" << config.to_string();
-  EXPECT_NE(kernel.status().to_string().find(fragment), std::string::npos)
-      << kernel.status().to_string();
 }
 
 // A value outside {0, 1}, dpbf16=1 where vdpbf16ps does not serve the spec, and dpbf16=0 for

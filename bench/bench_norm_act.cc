@@ -1,7 +1,8 @@
 // GB/s of kiln's x86 rms_norm, fused_add_rms_norm, silu_and_mul and rotary_embedding (bf16)
-// against the copy
-// bandwidth measured in the same run and against the same op as a plain -O3 -march=native
-// loop (the peer), with 1 and 2 threads, at sizes that move >= 64 MB per call.
+// against the copy bandwidth measured in the same run and against the same op as a plain
+// -O3 -march=native loop (the peer), with 1 and 2 threads, at sizes that move >= 64 MB per call
+// (the last argument 0) and at decode shapes of 1 and 16 rows (µs per call; the rows stay in
+// the caches, so these rows show the kernel's own speed, not the memory's).
 //
 //   build/release/bench/bench_norm_act [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
@@ -23,14 +24,20 @@ namespace {
 
 using namespace jit;
 
-// Args: {size, threads, peer}; peer = 1 runs the plain -O3 -march=native loop instead.
+// Args: {size, threads, peer, tokens}; peer = 1 runs the plain -O3 -march=native loop instead;
+// tokens = 0 moves >= 64 MB per call (rows from DRAM), a decode shape's 1 or 16 rows stay in the
+// caches from call to call, so their µs per call show the kernel's own speed.
+int64_t tokens_of(const benchmark::State& state, const OpSpec& spec) {
+  return state.range(3) > 0 ? state.range(3) : bench::tokens_for(spec);
+}
+
 void bm_rms_norm(benchmark::State& state) {
   const int64_t hidden = state.range(0);
   const int threads = int(state.range(1));
   const bool peer = state.range(2) != 0;
   ir::NormParams p{DType::kBF16, hidden, true};
   const OpSpec spec = OpSpec::make(OpKind::kRmsNorm, p);
-  const int64_t tokens = bench::tokens_for(spec);
+  const int64_t tokens = tokens_of(state, spec);
   auto x = bench::random_bf16(size_t(tokens * hidden));
   auto w = bench::random_bf16(size_t(hidden));
   std::vector<uint16_t> y(x.size());
@@ -57,7 +64,7 @@ void bm_fused_add_rms_norm(benchmark::State& state) {
   const bool peer = state.range(2) != 0;
   ir::NormParams p{DType::kBF16, hidden, true};
   const OpSpec spec = OpSpec::make(OpKind::kFusedAddRmsNorm, p);
-  const int64_t tokens = bench::tokens_for(spec);
+  const int64_t tokens = tokens_of(state, spec);
   auto x = bench::random_bf16(size_t(tokens * hidden));
   auto residual = bench::random_bf16(size_t(tokens * hidden));
   auto w = bench::random_bf16(size_t(hidden));
@@ -83,7 +90,7 @@ void bm_silu_and_mul(benchmark::State& state) {
   const bool peer = state.range(2) != 0;
   ir::ActivationParams p{DType::kBF16, d};
   const OpSpec spec = OpSpec::make(OpKind::kSiluAndMul, p);
-  const int64_t tokens = bench::tokens_for(spec);
+  const int64_t tokens = tokens_of(state, spec);
   auto x = bench::random_bf16(size_t(tokens * 2 * d));
   bench::Aligned64Vector<uint16_t> y(size_t(tokens * d));
   const Kernel kernel =
@@ -107,7 +114,7 @@ void bm_rotary_embedding(benchmark::State& state) {
   ir::RopeParams p{DType::kBF16,         DType::kBF16, head_size, head_size,
                    ir::RopeStyle::kNeox, heads,        0,         false};
   const OpSpec spec = OpSpec::make(OpKind::kRotaryEmbedding, p);
-  const int64_t tokens = bench::tokens_for(spec);
+  const int64_t tokens = tokens_of(state, spec);
   auto q = bench::random_bf16(size_t(tokens * heads * head_size));
   std::vector<uint16_t> cache = bench::quarter_turn_rope_table_bf16(max_position, head_size);
   std::vector<int64_t> positions(static_cast<size_t>(tokens));
@@ -135,23 +142,20 @@ int main(int argc, char** argv) {
   for (int threads : {1, 2}) {
     for (int64_t peer : {0, 1}) {
       const char* who = peer ? "plain_loop/" : "kiln/";
+      const auto add = [&](const char* op, void (*bm)(benchmark::State&), int64_t size) {
+        for (int64_t tokens : {0, 1, 16}) {
+          if (tokens == 1 && threads == 2) continue;  // one row runs on one thread
+          benchmark::RegisterBenchmark((who + std::string(op)).c_str(), bm)
+              ->Args({size, threads, peer, tokens})
+              ->UseRealTime();
+        }
+      };
       for (int64_t h : {4096, 8192, 16384}) {
-        benchmark::RegisterBenchmark((std::string(who) + "rms_norm/bf16").c_str(), bm_rms_norm)
-            ->Args({h, threads, peer})
-            ->UseRealTime();
-        benchmark::RegisterBenchmark((std::string(who) + "fused_add_rms_norm/bf16").c_str(),
-                                     bm_fused_add_rms_norm)
-            ->Args({h, threads, peer})
-            ->UseRealTime();
-        benchmark::RegisterBenchmark((std::string(who) + "silu_and_mul/bf16").c_str(),
-                                     bm_silu_and_mul)
-            ->Args({h, threads, peer})
-            ->UseRealTime();
+        add("rms_norm/bf16", bm_rms_norm, h);
+        add("fused_add_rms_norm/bf16", bm_fused_add_rms_norm, h);
+        add("silu_and_mul/bf16", bm_silu_and_mul, h);
       }
-      benchmark::RegisterBenchmark((std::string(who) + "rotary_embedding/bf16").c_str(),
-                                   bm_rotary_embedding)
-          ->Args({32, threads, peer})
-          ->UseRealTime();
+      add("rotary_embedding/bf16", bm_rotary_embedding, 32);
     }
   }
   benchmark::RunSpecifiedBenchmarks();

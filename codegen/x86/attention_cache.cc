@@ -111,10 +111,8 @@ class CacheWriteGenerator : public CacheGenerator {
     mov(rax, ptr[rax + rsi * 8]);
     test(rax, rax);
     js(l_next, T_NEAR);  // padding token
-    mov(rbp, rdx);       // keep row_end across the division
-    xor_(edx, edx);
-    mov(rcx, p_.block_size);
-    div(rcx);  // rax = block, rdx = offset
+    mov(rbp, rdx);  // keep row_end across the division
+    divide_unsigned(p_.block_size);  // rax = block, rdx = offset
     mov(r14, rdx);
     mov(rdx, rbp);
     imul(rax, ptr[ARG(block_stride)]);
@@ -260,9 +258,7 @@ class CacheWriteGenerator : public CacheGenerator {
     test(rax, rax);
     js(l_single, T_NEAR);
     mov(rbp, rdx);
-    xor_(edx, edx);
-    mov(rcx, bs);
-    div(rcx);  // rax = block, rdx = offset
+    divide_unsigned(bs);  // rax = block, rdx = offset
     test(rdx, rdx);
     mov(rdx, rbp);
     jnz(l_single, T_NEAR);

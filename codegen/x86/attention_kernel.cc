@@ -538,15 +538,13 @@ class AttentionGenerator : public Generator {
 
   // rcx = K slab and rax = V slab of the group holding key j0 + `ahead` (a multiple of G), or
   // a jump to `l_past_end` when that key is at or past kv_end. The key is in column
-  // r11 + (r12 + ahead) / bs at offset (r12 + ahead) % bs (one div). Uses rdx.
+  // r11 + (r12 + ahead) / bs at offset (r12 + ahead) % bs. Uses rdx.
   void emit_group_slabs(int64_t ahead, Label& l_past_end) {
     lea(rax, ptr[r10 + ahead]);
     cmp(rax, ptr[ARG(kv_end)]);
     jge(l_past_end, T_NEAR);
     lea(rax, ptr[r12 + ahead]);
-    xor_(edx, edx);
-    mov(ecx, p_.block_size);
-    div(rcx);  // rax = columns on, rdx = offset in that block
+    divide_unsigned(p_.block_size);  // rax = columns on, rdx = offset in that block
     add(rax, r11);
     mov(rcx, ptr[ARG(block_row)]);
     movsxd(rax, dword[rcx + rax * 4]);

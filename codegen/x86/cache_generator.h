@@ -2325,16 +2325,8 @@ class CacheGenerator : public Generator {
 
   // rax = slot (>= 0) -> rax = slot / BS, rcx = slot % BS. Clobbers rdx.
   void split_slot(int64_t block_size) {
-    if ((block_size & (block_size - 1)) == 0) {
-      mov(rcx, rax);
-      and_(rcx, block_size - 1);
-      shr(rax, std::countr_zero(uint64_t(block_size)));
-    } else {
-      xor_(edx, edx);
-      mov(rcx, block_size);
-      div(rcx);  // rax = slot / BS, rdx = slot % BS (slot >= 0)
-      mov(rcx, rdx);
-    }
+    divide_unsigned(block_size);  // rax = slot / BS, rdx = slot % BS (slot >= 0)
+    mov(rcx, rdx);
   }
 
   // The row loop of the gathers (GatherCallArgs): for rows with src_offsets[row] >= 0,

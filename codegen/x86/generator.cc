@@ -240,6 +240,18 @@ void Generator::load_f32(const Xmm& dst, DType dtype, const RegExp& addr, int co
   }
 }
 
+void Generator::divide_unsigned(int64_t divisor) {
+  if (std::has_single_bit(uint64_t(divisor))) {
+    mov(rdx, rax);
+    and_(rdx, divisor - 1);
+    shr(rax, std::countr_zero(uint64_t(divisor)));
+    return;
+  }
+  xor_(edx, edx);
+  mov(rcx, divisor);
+  div(rcx);
+}
+
 void Generator::split_bf16_pairs(const Xmm& even, const Xmm& odd, const Xmm& v) {
   vpslld(even, v, 16);
   uni_vpand(odd, v, cst_bits(0xFFFF0000));

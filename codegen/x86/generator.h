@@ -67,6 +67,11 @@ class Generator : public Xbyak::CodeGenerator {
   /// (13..15 are the helpers' scratch).
   std::vector<int> free_registers() const;
 
+  /// rax = rax / divisor, rdx = rax % divisor for an unsigned rax and a positive compile-time
+  /// divisor (a block size): a shift and a mask when it is a power of two (the usual block
+  /// sizes; `div r64` takes 10-40 cycles and is not pipelined), else `div`. Clobbers rcx.
+  void divide_unsigned(int64_t divisor);
+
   /// Saves callee-saved registers and reserves the tail staging buffer; `epilogue` undoes it.
   void prologue();
   void epilogue();

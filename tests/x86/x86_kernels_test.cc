@@ -287,7 +287,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-115", 0x79bb71ab1a6fe82cull};
+constexpr PinnedCode kAllExampleCode{"x86-116", 0x6e52fe2b2cee337aull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -131,27 +131,53 @@ class NormGenerator : public Generator {
 
   void sum_of_squares() {
     for (int u = 0; u < kUnroll; ++u) vxorps(vmm(kAcc + u), vmm(kAcc + u), vmm(kAcc + u));
-    const int64_t pairs_end = pairs_path() ? p_.hidden / pairs_block() * pairs_block() : 0;
-    if (pairs_end > 0) {
-      // bf16 pairs: one dword holds elements 2i (low half) and 2i+1 (high half); a shift and
-      // an and give both as fp32 without a widening shuffle.
-      if (avx512()) pin_constants(kPairsConstants.first(1), kConstantRegs);
+    const int steps = square_steps();
+    for (int s = kPairsUnroll; s < steps; ++s) {
+      for (const Xmm& acc : square_accumulators(s)) vxorps(acc, acc, acc);
+    }
+    const int64_t block = steps * pair_bytes() / 2;  // elements per loop iteration
+    const int64_t loop_end = pairs_path() ? p_.hidden / block * block : 0;
+    // A row whose pairs vectors do not fill the last iteration runs kPairsUnroll more steps
+    // once (AVX2 rms_norm at H % 64 == 32).
+    const int64_t pairs_end =
+        pairs_path() ? loop_end + (p_.hidden - loop_end) / pairs_block() * pairs_block() : 0;
+    // Step s of pass 1 at element offset `first` + s · pair_bytes() / 2 (from reg_idx_ when
+    // `indexed`): one pairs vector split into its even and odd elements (a shift and an and
+    // give both as fp32 without a widening shuffle), their squares summed into step s's
+    // accumulators; fused, z = rnd_bf16(x + r) first.
+    const auto step = [&](int s, int64_t first, bool indexed) {
+      const PairRegs r = pair_regs(s % kPairsUnroll);
+      const auto at = [&, s, first, indexed](const Reg64& base) {
+        const int64_t offset = first * 2 + s * pair_bytes();
+        return indexed ? base + reg_idx_ * 2 + offset : base + offset;
+      };
+      load_pairs_vector(r.v, ptr[at(reg_src_)]);
+      split_bf16_pairs(r.even, r.odd, r.v);
+      if (fused_) add_residual_pairs(r, at);
+      const auto acc = square_accumulators(s);
+      vfmadd231ps(acc[0], r.even, r.even);
+      vfmadd231ps(acc[1], r.odd, r.odd);
+    };
+    if (pairs_end > 0 && avx512()) pin_constants(kPairsConstants.first(1), kConstantRegs);
+    if (loop_end > 0) {
       Label l_loop;
       xor_(reg_idx_, reg_idx_);
       L(l_loop);
-      for (int u = 0; u < kPairsUnroll; ++u) {
-        const PairRegs r = pair_regs(u);
-        const auto at = [&](const Reg64& base) { return base + reg_idx_ * 2 + u * pair_bytes(); };
-        load_pairs_vector(r.v, ptr[at(reg_src_)]);
-        split_bf16_pairs(r.even, r.odd, r.v);
-        if (fused_) add_residual_pairs(r, at);
-        vfmadd231ps(vmm(kAcc + 2 * u), r.even, r.even);
-        vfmadd231ps(vmm(kAcc + 2 * u + 1), r.odd, r.odd);
-      }
-      add(reg_idx_, pairs_block());
-      cmp(reg_idx_, pairs_end);
+      for (int s = 0; s < steps; ++s) step(s, 0, true);
+      add(reg_idx_, block);
+      cmp(reg_idx_, loop_end);
       jl(l_loop, T_NEAR);
-      if (avx512()) unpin_constants();
+    }
+    if (pairs_end > loop_end) {
+      for (int s = 0; s < kPairsUnroll; ++s) step(s, loop_end, false);
+    }
+    if (pairs_end > 0 && avx512()) unpin_constants();
+    // The extra accumulators into kAcc.. before the per-vector tail, which loads into 4..11.
+    for (int s = kPairsUnroll; s < steps; ++s) {
+      const auto acc = square_accumulators(s);
+      const int first = 2 * (s - kPairsUnroll);
+      vaddps(vmm(kAcc + first), vmm(kAcc + first), acc[0]);
+      vaddps(vmm(kAcc + first + 1), vmm(kAcc + first + 1), acc[1]);
     }
     for_each_vector([&](int u, auto at, int count) { square_vector(u, at, count); }, pairs_end);
     vaddps(vmm(kAcc), vmm(kAcc), vmm(kAcc + 1));
@@ -334,6 +360,23 @@ class NormGenerator : public Generator {
   PairRegs pair_regs(int u) const {
     const int b = avx512() ? 16 + 8 * u : 4 + 4 * u;
     return {vmm(b), vmm(b + 1), vmm(b + 2), vmm(b + 3)};
+  }
+  // Pass 1's pairs vectors per loop iteration. Each step adds its squares into two
+  // accumulators of its own, and an FMA waits 4 cycles for its accumulator on Zen 3: with two
+  // steps (4 accumulators) AVX2 rms_norm's pass 1 waits on them at ~2 cycles per 16 elements
+  // where its ports need ~1, so it takes four steps (8 accumulators) there. The fused op's
+  // steps are long enough (the residual's rounding) and AVX-512 keeps the form it was
+  // measured with.
+  int square_steps() const {
+    return pairs_path() && !fused_ && !avx512() ? 2 * kPairsUnroll : kPairsUnroll;
+  }
+  // Step s's accumulators: kAcc.. for the first kPairsUnroll steps, then (AVX2 rms_norm) the
+  // registers pass 1 leaves idle there: the steps' unused t (7, 11), the finiteness check's
+  // 13 (set after pass 1) and the rounding temporary 15 (pass 2's).
+  std::array<Xmm, 2> square_accumulators(int s) const {
+    if (s < kPairsUnroll) return {vmm(kAcc + 2 * s), vmm(kAcc + 2 * s + 1)};
+    static constexpr std::array<int, 4> kExtra{7, 11, 13, kRoundTmp};
+    return {vmm(kExtra[2 * (s - kPairsUnroll)]), vmm(kExtra[2 * (s - kPairsUnroll) + 1])};
   }
   // The pairs path's roundings (round_bits_to_bf16, pack_bf16_pairs): bit 16 tested into k4
   // on AVX-512, shifted into the temporary vmm15 on AVX2.

@@ -110,8 +110,8 @@ class CacheWriteGenerator : public CacheGenerator {
     mov(rax, ptr[ARG(slots)]);
     mov(rax, ptr[rax + rsi * 8]);
     test(rax, rax);
-    js(l_next, T_NEAR);  // padding token
-    mov(rbp, rdx);  // keep row_end across the division
+    js(l_next, T_NEAR);              // padding token
+    mov(rbp, rdx);                   // keep row_end across the division
     divide_unsigned(p_.block_size);  // rax = block, rdx = offset
     mov(r14, rdx);
     mov(rdx, rbp);

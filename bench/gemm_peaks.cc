@@ -52,7 +52,6 @@ bool is_amx(PeakKind kind) {
   return kind == PeakKind::kAmxBf16 || kind == PeakKind::kAmxI8;
 }
 
-
 // void loop(int64_t rounds /* rdi */, const void* tile_config /* rsi */)
 class PeakLoop : public Xbyak::CodeGenerator {
  public:

@@ -33,8 +33,8 @@ struct CompileOptions {
   /// GPU); dispatch then considers only its backend. Unset: cuda kernels target device 0's
   /// arch (or KILN_CUDA_ARCH, else sm_90, when there is no GPU).
   std::optional<Target> target;
-  std::optional<Config> config;        ///< this config instead of the default
-  bool use_disk_cache = true;          ///< false: neither read nor write the disk cache
+  std::optional<Config> config;  ///< this config instead of the default
+  bool use_disk_cache = true;    ///< false: neither read nor write the disk cache
   /// Rows (tokens) the caller is about to run; jit::ops set it from the tensors' shapes. When
   /// the tuning database has an entry for this spec, this target and the power-of-two bucket
   /// of the hint (runtime::token_bucket), its config is used instead of the default. Ignored

@@ -14,13 +14,15 @@ int cmd_check(const std::string& spec_text, int64_t tokens, const CompileOptions
   const KernelInfo& info = kernel->info();
   fmt::print("checking {} on {} against ref\n", info.spec_text, info.target.name());
   if (info.backend == BackendKind::kRef) {
-    fmt::print("note: no other backend serves this spec here, so ref is compared with itself "
-               "(this checks the op case and argument handling, not a second implementation);\n"
-               "      the ref's own known-answer and property tests for {} run in `ctest -L "
-               "ref`\n",
-               op_name(spec->op));
+    fmt::print(
+        "note: no other backend serves this spec here, so ref is compared with itself "
+        "(this checks the op case and argument handling, not a second implementation);\n"
+        "      the ref's own known-answer and property tests for {} run in `ctest -L "
+        "ref`\n",
+        op_name(spec->op));
   }
-  const std::vector<int64_t> sweep = tokens > 0 ? std::vector<int64_t>{tokens} : test::token_sweep();
+  const std::vector<int64_t> sweep =
+      tokens > 0 ? std::vector<int64_t>{tokens} : test::token_sweep();
   int passed = 0, failed = 0;
   for (int64_t t : sweep) {
     for (test::InputKind kind : test::input_kinds_for(spec->op)) {

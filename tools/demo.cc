@@ -97,21 +97,34 @@ int cmd_demo() {
   fmt::print("{:<18} {:<52} {:<16} {:<16} {:>11}\n", "step", "spec", "target", "kernel from",
              "compile");
 
-  bool ok = run_step({"rms_norm", OpSpec::make(OpKind::kRmsNorm, ir::NormParams{dt, kHidden, true}),
-                      {&h, &x, &w}, {1e-6}, {0}, {"out", "input", "weight"}});
+  bool ok = run_step({"rms_norm",
+                      OpSpec::make(OpKind::kRmsNorm, ir::NormParams{dt, kHidden, true}),
+                      {&h, &x, &w},
+                      {1e-6},
+                      {0},
+                      {"out", "input", "weight"}});
   // The toy q and k are views of the normalised hidden state.
   HostTensor q = h;
   HostTensor k = HostTensor::zeros(dt, {kTokens, kHeadsKv * kHeadSize});
   for (int64_t t = 0; t < kTokens; ++t) {
-    for (int64_t i = 0; i < kHeadsKv * kHeadSize; ++i) k.set(t * kHeadsKv * kHeadSize + i, h.get(t * kHidden + i));
+    for (int64_t i = 0; i < kHeadsKv * kHeadSize; ++i)
+      k.set(t * kHeadsKv * kHeadSize + i, h.get(t * kHidden + i));
   }
   ir::RopeParams rope{dt, dt, kHeadSize, kHeadSize, ir::RopeStyle::kNeox, kHeadsQ, kHeadsKv, true};
-  ok = run_step({"rotary_embedding", OpSpec::make(OpKind::kRotaryEmbedding, rope),
-                 {&positions, &q, &k, &cache}, {}, {1, 2},
-                 {"positions", "query", "key", "cos_sin_cache"}}) && ok;
+  ok = run_step({"rotary_embedding",
+                 OpSpec::make(OpKind::kRotaryEmbedding, rope),
+                 {&positions, &q, &k, &cache},
+                 {},
+                 {1, 2},
+                 {"positions", "query", "key", "cos_sin_cache"}}) &&
+       ok;
   ok = run_step({"silu_and_mul",
                  OpSpec::make(OpKind::kSiluAndMul, ir::ActivationParams{dt, kIntermediate}),
-                 {&act, &gate_up}, {}, {0}, {"out", "input"}}) && ok;
+                 {&act, &gate_up},
+                 {},
+                 {0},
+                 {"out", "input"}}) &&
+       ok;
   fmt::print("\n{}\n", ok ? "demo: every kernel matches ref" : "demo: MISMATCH (see above)");
   return ok ? 0 : 1;
 }

@@ -14,7 +14,9 @@
 
 namespace jit::codegen::ref {
 
-inline std::byte* bytes(const Tensor& t) { return static_cast<std::byte*>(t.data()); }
+inline std::byte* bytes(const Tensor& t) {
+  return static_cast<std::byte*>(t.data());
+}
 
 /// Element `index` (in elements from `base`) of an f32/f16/bf16 buffer, widened exactly.
 inline float load(DType dtype, const std::byte* base, int64_t index) {

@@ -77,18 +77,20 @@ TEST_F(Cli, CheckPassesForX86Kernels) {
 }
 
 TEST_F(Cli, CheckOnTheRefBackendSaysRefIsComparedWithItself) {
-  const CliRun r = run("check --backend ref 'gather_and_maybe_dequant_cache(dtype=bf16,"
-                       "kv=fp8_e4m3,head_dim=64,block_size=16)'",
-                       dir_);
+  const CliRun r =
+      run("check --backend ref 'gather_and_maybe_dequant_cache(dtype=bf16,"
+          "kv=fp8_e4m3,head_dim=64,block_size=16)'",
+          dir_);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("compared with itself"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("0 failed"), std::string::npos) << r.output;
 }
 
 TEST_F(Cli, CheckOfAnInvalidSpecNamesTheField) {
-  const CliRun r = run("check 'paged_attention_v1(dtype=bf16,kv=auto,head_size=128,block_size=16,"
-                       "heads_q=6,heads_kv=4)'",
-                       dir_);
+  const CliRun r =
+      run("check 'paged_attention_v1(dtype=bf16,kv=auto,head_size=128,block_size=16,"
+          "heads_q=6,heads_kv=4)'",
+          dir_);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("heads"), std::string::npos) << r.output;
 }

@@ -1,8 +1,8 @@
 // GB/s of kiln's x86 rms_norm, fused_add_rms_norm, silu_and_mul and rotary_embedding (bf16)
 // against the copy bandwidth measured in the same run and against the same op as a plain
 // -O3 -march=native loop (the peer), with 1 and 2 threads, at sizes that move >= 64 MB per call
-// (the last argument 0) and at decode shapes of 1 and 16 rows (µs per call; the rows stay in
-// the caches, so these rows show the kernel's own speed, not the memory's).
+// (`large`) and at decode shapes of 1 and 16 rows (`decode1`, `decode16`: µs per call; the rows
+// stay in the caches, so these show the kernel's own speed, not the memory's).
 //
 //   build/release/bench/bench_norm_act [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
@@ -145,7 +145,9 @@ int main(int argc, char** argv) {
       const auto add = [&](const char* op, void (*bm)(benchmark::State&), int64_t size) {
         for (int64_t tokens : {0, 1, 16}) {
           if (tokens == 1 && threads == 2) continue;  // one row runs on one thread
-          benchmark::RegisterBenchmark((who + std::string(op)).c_str(), bm)
+          // Named as bench_cache's shapes: large, decode1, decode16.
+          const std::string shape = tokens == 0 ? "large" : "decode" + std::to_string(tokens);
+          benchmark::RegisterBenchmark((who + std::string(op) + "/" + shape).c_str(), bm)
               ->Args({size, threads, peer, tokens})
               ->UseRealTime();
         }

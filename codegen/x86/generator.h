@@ -126,7 +126,8 @@ class Generator : public Xbyak::CodeGenerator {
   /// form of a pairs vector. even is clobbered.
   void pack_bf16_pairs(const Xmm& odd, const Xmm& even, const Xbyak::Opmask& k);
   /// The three above without masks (AVX2): bit 16 of x shifted down into `tmp` and added with
-  /// 0x7FFF (one uop more per vector), the same bits.
+  /// 0x7FFF (one uop more per vector), the same bits. ymm0..15 only: pack_bf16_pairs ends with
+  /// a vpblendw, which has no EVEX form.
   void add_bf16_rounding_bias(const Xmm& x, const Xmm& tmp);
   void round_bits_to_bf16(const Xmm& x, const Xmm& tmp);
   void pack_bf16_pairs(const Xmm& odd, const Xmm& even, const Xmm& tmp);

@@ -2,7 +2,7 @@
 //
 // Per row (fp32 math, T = dtype):
 //   fused only: z_i = rnd_T(x_i + r_i), written back to the residual row
-//   ss  = sum_i z_i^2                      (4 independent accumulators, then a lane reduce)
+//   ss  = sum_i z_i^2                      (4 or 8 accumulators, then a lane reduce)
 //   inv = 1 / sqrt(ss / H + eps)           (vdivss/vsqrtss: correctly rounded steps)
 //   y_i = rnd_T(rnd_T(z_i * inv) * w_i)    (without weight: rnd_T(z_i * inv))
 // bf16 rows take the pairs path (rows read as dwords of two bf16, every rounding on the fp32
@@ -138,7 +138,7 @@ class NormGenerator : public Generator {
     const int64_t block = steps * pair_bytes() / 2;  // elements per loop iteration
     const int64_t loop_end = pairs_path() ? p_.hidden / block * block : 0;
     // A row whose pairs vectors do not fill the last iteration runs kPairsUnroll more steps
-    // once (AVX2 rms_norm at H % 64 == 32).
+    // once (AVX2 rms_norm at H % 64 >= 32).
     const int64_t pairs_end =
         pairs_path() ? loop_end + (p_.hidden - loop_end) / pairs_block() * pairs_block() : 0;
     // Step s of pass 1 at element offset `first` + s · pair_bytes() / 2 (from reg_idx_ when

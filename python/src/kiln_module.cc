@@ -155,35 +155,49 @@ PyObject* torch_call(const py::handle& obj, PyObject* name) {
   return PyObject_CallMethodNoArgs(obj.ptr(), name);
 }
 
+/// A lazy-view bit of a torch tensor: the method that reads it, and its words for the error.
+struct LazyBit {
+  PyObject* method;
+  const char *what, *resolve;
+};
+const LazyBit& neg_bit() {
+  static const LazyBit bit{PyUnicode_InternFromString("is_neg"), "negated", "resolve_neg"};
+  return bit;
+}
+const LazyBit& conj_bit() {
+  static const LazyBit bit{PyUnicode_InternFromString("is_conj"), "conjugated", "resolve_conj"};
+  return bit;
+}
+
+/// Refuses `obj` (a torch tensor) when `bit` is set, naming the argument; false when the bit
+/// cannot be read (no Python error left pending: the DLPack path then reports what is wrong).
+bool refuse_lazy_bit(std::string_view arg, const py::handle& obj, const LazyBit& bit) {
+  const auto set = py::reinterpret_steal<py::object>(torch_call(obj, bit.method));
+  if (!set) {
+    PyErr_Clear();
+    return false;
+  }
+  if (set.ptr() == Py_True) {
+    throw py::value_error(
+        fmt::format("argument '{}' is a lazily {} torch view (its memory holds "
+                    "the values before that); pass tensor.{}()",
+                    arg, bit.what, bit.resolve));
+  }
+  return true;
+}
+
 /// Refuses a torch tensor (any subclass) whose neg or conj bit is set, naming the argument.
 void refuse_lazy_views(std::string_view arg, const py::handle& obj) {
   const TorchTypes* torch = torch_types();
   if (torch == nullptr || !PyObject_TypeCheck(obj.ptr(), torch->tensor)) return;
-  struct Bit {
-    PyObject* method;
-    const char *what, *resolve;
-  };
-  static const Bit kBits[] = {
-      {PyUnicode_InternFromString("is_neg"), "negated", "resolve_neg"},
-      {PyUnicode_InternFromString("is_conj"), "conjugated", "resolve_conj"}};
-  for (const Bit& bit : kBits) {
-    const auto set = py::reinterpret_steal<py::object>(torch_call(obj, bit.method));
-    if (!set) {
-      PyErr_Clear();  // not answerable here: the DLPack path reports what is wrong
-      return;
-    }
-    if (set.ptr() == Py_True) {
-      throw py::value_error(
-          fmt::format("argument '{}' is a lazily {} torch view (its memory holds the values "
-                      "before that); pass tensor.{}()",
-                      arg, bit.what, bit.resolve));
-    }
-  }
+  if (refuse_lazy_bit(arg, obj, neg_bit())) refuse_lazy_bit(arg, obj, conj_bit());
 }
 
-/// The view of `obj` when it is a plain CPU torch.Tensor (or nn.Parameter) the fast path
-/// takes, else nullopt (with no Python error pending).
-std::optional<Tensor> torch_cpu_view(const py::handle& obj) {
+/// The view of `obj` when it is a plain CPU torch.Tensor (or nn.Parameter) of a dtype kiln
+/// takes, else nullopt (with no Python error pending). A lazily negated one is refused by name
+/// here (refuse_lazy_views); its conj bit needs a complex dtype, which this path never takes,
+/// so it is not read (110 ns a tensor).
+std::optional<Tensor> torch_cpu_view(std::string_view arg, const py::handle& obj) {
   const TorchTypes* torch = torch_types();
   if (torch == nullptr) return std::nullopt;
   PyTypeObject* type = Py_TYPE(obj.ptr());
@@ -213,8 +227,9 @@ std::optional<Tensor> torch_cpu_view(const py::handle& obj) {
   for (const auto& [object, kiln_dtype] : torch->dtypes) {
     if (object == dtype_object.ptr()) dtype = kiln_dtype;
   }
+  if (!dtype || !refuse_lazy_bit(arg, obj, neg_bit())) return declined();
   const py::object shape = own(torch_attr(obj, kShape)), stride = own(torch_call(obj, kStride));
-  if (!dtype || !shape || !stride || !PyTuple_Check(shape.ptr()) || !PyTuple_Check(stride.ptr())) {
+  if (!shape || !stride || !PyTuple_Check(shape.ptr()) || !PyTuple_Check(stride.ptr())) {
     return declined();
   }
   const Py_ssize_t rank = PyTuple_GET_SIZE(shape.ptr());
@@ -247,8 +262,8 @@ class Borrow {
       const auto& view = obj.cast<const PyTensor&>();
       return (*this)(arg, view.owner, as ? as : view.dtype);
     }
+    if (std::optional<Tensor> t = torch_cpu_view(arg, obj)) return as ? retype(arg, *t, *as) : *t;
     refuse_lazy_views(arg, obj);
-    if (std::optional<Tensor> t = torch_cpu_view(obj)) return as ? retype(arg, *t, *as) : *t;
     py::capsule cap = dlpack_capsule(arg, obj);
     auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), kCapsuleName));
     keep_.push_back(cap);

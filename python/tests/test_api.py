@@ -335,9 +335,15 @@ def test_torch_cpu_tensors_read_directly_give_the_dlpack_view():
     # are): refused by name, whichever route the tensor would take.
     negated = torch.randn(5, 32, dtype=torch.complex64).conj().imag
     assert negated.is_neg()
-    for t in (negated, torch._neg_view(x), torch.nn.Parameter(torch._neg_view(x), False)):
+    grad_negated = torch._neg_view(x.clone().requires_grad_())  # the DLPack route's check
+    for t in (negated, torch._neg_view(x), torch.nn.Parameter(torch._neg_view(x), False),
+              grad_negated):
         with pytest.raises(ValueError, match="argument 'input' is a lazily negated torch view"):
             kiln.ops.rms_norm(out_fast, t, w, 1e-6)
+    # A conjugation bit needs a complex dtype: the fast path never takes one, the other path
+    # names the bit before the dtype.
+    with pytest.raises(ValueError, match="argument 'input' is a lazily conjugated torch view"):
+        kiln.ops.rms_norm(out_fast, torch.randn(5, 32, dtype=torch.complex64).conj(), w, 1e-6)
     kiln.ops.rms_norm(out_fast, torch._neg_view(x).resolve_neg(), w, 1e-6)
     torch.testing.assert_close(out_fast, -want, rtol=1e-5, atol=1e-5)
 

@@ -306,6 +306,11 @@ def print_row(case, us_v, us_k, check=None, note=""):
     print(f"{case.name:27} {str(case.shape):>7} {vllm_cols} {kiln_cols} {ratio:>7}  {tail}")
 
 
+def parse_ints(text):
+    """'1,32,512' -> [1, 32, 512] ('' -> [])."""
+    return [int(n) for n in text.split(",") if n]
+
+
 def parse_shapes(text):
     """'1x512,8x2048' -> [(1, 512), (8, 2048)]."""
     if not text:
@@ -347,14 +352,12 @@ def main():
           f", OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '-')}")
     print(f"{'op':27} {'shape':>7} {'vLLM us':>9} {'GB/s':>8} {'kiln us':>9} {'GB/s':>8} "
           f"{'vLLM/kiln':>7}  {'max|diff|':>9} {'same':>7}   (GFLOP/s: prefill, onednn_mm)")
-    prefill = [int(n) for n in args.prefill.split(",") if n]
     # Each case runs as its generator makes it: the next one's tensors are not allocated yet.
     cases = itertools.chain(
-        *(row_cases(torch, int(t)) for t in args.tokens.split(",") if t),
-        attention_cases(torch, parse_shapes(args.decode), prefill,
-                        [int(n) for n in args.head_sizes.split(",") if n], args.kv_heads),
-        gemm_cases(torch, [int(m) for m in args.gemm_m.split(",") if m],
-                   [d for d in args.gemm_dtypes.split(",") if d]))
+        *(row_cases(torch, t) for t in parse_ints(args.tokens)),
+        attention_cases(torch, parse_shapes(args.decode), parse_ints(args.prefill),
+                        parse_ints(args.head_sizes), args.kv_heads),
+        gemm_cases(torch, parse_ints(args.gemm_m), [d for d in args.gemm_dtypes.split(",") if d]))
     for case in cases:
         check = None if args.kiln_only or case.op is None else case.check()
         if check is None:

@@ -174,10 +174,9 @@ class NormGenerator : public Generator {
     if (pairs_end > 0 && avx512()) unpin_constants();
     // The extra accumulators into kAcc.. before the per-vector tail, which loads into 4..11.
     for (int s = kPairsUnroll; s < steps; ++s) {
-      const auto acc = square_accumulators(s);
-      const int first = 2 * (s - kPairsUnroll);
-      vaddps(vmm(kAcc + first), vmm(kAcc + first), acc[0]);
-      vaddps(vmm(kAcc + first + 1), vmm(kAcc + first + 1), acc[1]);
+      const auto acc = square_accumulators(s), into = square_accumulators(s - kPairsUnroll);
+      vaddps(into[0], into[0], acc[0]);
+      vaddps(into[1], into[1], acc[1]);
     }
     for_each_vector([&](int u, auto at, int count) { square_vector(u, at, count); }, pairs_end);
     vaddps(vmm(kAcc), vmm(kAcc), vmm(kAcc + 1));

@@ -195,8 +195,8 @@ void refuse_lazy_views(std::string_view arg, const py::handle& obj) {
 
 /// The view of `obj` when it is a plain CPU torch.Tensor (or nn.Parameter) of a dtype kiln
 /// takes, else nullopt (with no Python error pending). A lazily negated one is refused by name
-/// here (refuse_lazy_views); its conj bit needs a complex dtype, which this path never takes,
-/// so it is not read (110 ns a tensor).
+/// here, as refuse_lazy_views does on the other path; the conj bit needs a complex dtype, which
+/// this path never takes, so it is not read (110 ns a tensor).
 std::optional<Tensor> torch_cpu_view(std::string_view arg, const py::handle& obj) {
   const TorchTypes* torch = torch_types();
   if (torch == nullptr) return std::nullopt;

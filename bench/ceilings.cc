@@ -71,25 +71,30 @@ void copy_vector(uint8_t* dst, const uint8_t* src, size_t bytes, bool streaming)
   (streaming ? copy_streaming : avx512 ? copy_avx512 : copy_avx2)(dst, src, bytes);
 }
 
-double measure_copy_gbps(size_t bytes, int threads, int repeats) {
-  if (threads <= 0) threads = omp_get_max_threads();
-  const size_t n = bytes / sizeof(float);
-  std::unique_ptr<float[]> src(new float[n]), dst(new float[n]);
+CopyProbe::CopyProbe(size_t bytes, int threads)
+    : floats_(bytes / sizeof(float)),
+      threads_(threads > 0 ? threads : omp_get_max_threads()),
+      src_(new float[floats_]),
+      dst_(new float[floats_]) {
   // First touch from the threads that will copy (page placement), and fault everything in.
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (size_t i = 0; i < n; ++i) {
-    src[i] = float(i & 1023);
-    dst[i] = 0;
+#pragma omp parallel for num_threads(threads_) schedule(static)
+  for (size_t i = 0; i < floats_; ++i) {
+    src_[i] = float(i & 1023);
+    dst_[i] = 0;
   }
+}
+
+double CopyProbe::measure(int repeats) {
+  const size_t n = floats_;
   double best = 0;
   for (int r = 0; r < 3 * repeats; ++r) {
     const auto start = std::chrono::steady_clock::now();
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads_)
     {
       const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
       const size_t begin = n * t / nt, end = n * (t + 1) / nt;
-      auto* to = reinterpret_cast<uint8_t*>(dst.get() + begin);
-      const auto* from = reinterpret_cast<const uint8_t*>(src.get() + begin);
+      auto* to = reinterpret_cast<uint8_t*>(dst_.get() + begin);
+      const auto* from = reinterpret_cast<const uint8_t*>(src_.get() + begin);
       if (r % 3 == 0) {
         std::memcpy(to, from, (end - begin) * sizeof(float));
       } else {
@@ -101,6 +106,10 @@ double measure_copy_gbps(size_t bytes, int threads, int repeats) {
     best = std::max(best, 2.0 * double(n * sizeof(float)) / seconds / 1e9);
   }
   return best;
+}
+
+double measure_copy_gbps(size_t bytes, int threads, int repeats) {
+  return CopyProbe(bytes, threads).measure(repeats);
 }
 
 }  // namespace jit::bench

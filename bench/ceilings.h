@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace jit::bench {
 
@@ -13,6 +14,20 @@ namespace jit::bench {
 /// on the AMD EPYC VM, where a 2 x 32 MB `rep movsb` copy ran at 17-20 GB/s against 30 for the
 /// streaming loop), so no single copy is the machine's ceiling at every size.
 double measure_copy_gbps(size_t bytes, int threads, int repeats = 7);
+
+/// measure_copy_gbps with its buffers kept between measurements (allocated and first touched
+/// once), so that a benchmark can measure the ceiling again next to each of its rows.
+class CopyProbe {
+ public:
+  CopyProbe(size_t bytes, int threads);
+  /// Best-of-`repeats` GB/s, as measure_copy_gbps.
+  double measure(int repeats);
+
+ private:
+  size_t floats_;
+  int threads_;
+  std::unique_ptr<float[]> src_, dst_;
+};
 
 /// Copies `bytes` from `src` to `dst` with the host's widest plain vector loop (AVX-512, else
 /// AVX2: four 64- or 32-byte loads, then their stores), the same at every size; with

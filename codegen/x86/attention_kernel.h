@@ -152,8 +152,9 @@ std::shared_ptr<const Executable> make_cpu_attn_cache_write_executable(const OpS
                                                                        const void* code,
                                                                        size_t size);
 /// The config knob of paged attention's keys per chunk (one kernel call): 16, 32, 64, 128, 256
-/// or 512, for v2 dividing partition_size; unset: for the direct kernel 512 (v2: the largest
-/// power of two up to 512 dividing the partition), for the gather 128 (v2: up to 128).
+/// or 512 (a v2 partition it does not divide ends in a partial chunk); unset: for the direct
+/// kernel 512 (v2: the largest power of two up to 512 dividing the partition, if any), for the
+/// gather 128 (v2: up to 128).
 /// Generation refuses other values, naming the knob.
 inline constexpr std::string_view kPagedChunkKnob = "chunk";
 /// The config knob that picks paged attention's kernel where both serve (paged_direct_serves):
@@ -219,8 +220,7 @@ Result<std::vector<uint8_t>> generate_paged_direct_avx2(const ir::PagedAttention
                                                         const std::vector<int>& row_counts,
                                                         X86Isa isa);
 /// paged_attention_v1/v2 (attention_paged.cc): the direct kernel, or the tile kernel over
-/// chunks gathered from the legacy cache into the vec layout.
-Support paged_attention_support(const OpSpec& spec);
+/// chunks gathered from the legacy cache into the vec layout (every spec the IR allows).
 Result<std::vector<uint8_t>> generate_paged_attention(const OpSpec& spec, const Config& config,
                                                       X86Isa isa);
 std::shared_ptr<const Executable> make_paged_attention_executable(const OpSpec& spec,

@@ -25,14 +25,13 @@
 // slope·(j − L + 1), the kernel's slope·(j − pos) with pos = L − 1. Normalisation follows
 // §2.3: out = acc / (S + 1e-6); v2 writes each partition's max logit, exp sum and
 // rnd_T(acc / (S + 1e-6)) and reduces them per §3.2.
-//
-// Not served: a v2 partition size that is not a multiple of 16 (supports() says so).
 #include <fmt/format.h>
 #include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -85,7 +84,11 @@ Result<bool> direct_for(const OpSpec& spec, const Config& config, X86Isa isa) {
 }
 
 // Keys per chunk by default: `largest` for v1; for v2 the largest power of two from `largest`
-// down to 16 dividing the partition, so chunks never straddle partitions. 0 when none does.
+// down to 16 dividing the partition, so that every chunk of a partition is whole. A partition
+// that no such power divides (not a multiple of 16: block sizes off the 16 grid) gets `largest`,
+// or the partition rounded up to a power of two where that is smaller: its last chunk is then
+// partial, as a sequence's last chunk is (chunks never straddle partitions either way: a v2
+// task walks its own partition's keys).
 // The gather's 128 keys keep the slabs (64 KiB of bf16 K+V at D = 128) in L2 between the
 // gather and the kernel: v1 decode +7% against 256 (bench_attention
 // --benchmark_filter=paged, 1 thread); 32 and 64 ran level with 128 since the whole-line copies
@@ -96,25 +99,23 @@ int64_t default_chunk(const ir::PagedAttentionParams& p, int64_t largest) {
   for (int64_t c = largest; c >= 16; c /= 2) {
     if (p.partition_size % c == 0) return c;
   }
-  return 0;
+  return std::min(largest,
+                  std::max<int64_t>(16, int64_t(std::bit_ceil(uint64_t(p.partition_size)))));
 }
 
-// The chunk of `config` (knob kPagedChunkKnob: 16 .. 512 keys, a power of two, for v2
-// dividing partition_size), or the default of the kernel `direct` picks; an error names the
-// knob and the allowed values.
+// The chunk of `config` (knob kPagedChunkKnob: 16 .. 512 keys, a power of two; a v2 partition
+// it does not divide ends in a partial chunk), or the default of the kernel `direct` picks; an
+// error names the knob and the allowed values.
 Result<int64_t> chunk_for(const OpSpec& spec, const Config& config, bool direct) {
   const auto& p = spec.get<ir::PagedAttentionParams>();
   const int64_t knob = config.get(kPagedChunkKnob, 0);
   if (knob == 0) return default_chunk(p, direct ? kDirectChunk : kGatherChunk);
   const bool allowed = knob >= 16 && knob <= kMaxChunk && (knob & (knob - 1)) == 0;
-  if (!allowed || (p.partition_size != 0 && p.partition_size % knob != 0)) {
+  if (!allowed) {
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("config knob {}={}: allowed values are 16, 32, 64, 128, 256 and 512 "
-                              "keys{}",
-                              kPagedChunkKnob, knob,
-                              p.partition_size != 0
-                                  ? fmt::format(" dividing partition_size={}", p.partition_size)
-                                  : ""));
+                              "keys",
+                              kPagedChunkKnob, knob));
   }
   return knob;
 }
@@ -1048,16 +1049,6 @@ class PagedAttentionExecutable final : public Executable {
 };
 
 }  // namespace
-
-Support paged_attention_support(const OpSpec& spec) {
-  const auto& p = spec.get<ir::PagedAttentionParams>();
-  if (default_chunk(p, kGatherChunk) == 0) {
-    return Support::no(
-        fmt::format("x86 backend serves {} with partition_size a multiple of 16; got {}",
-                    op_name(spec.op), p.partition_size));
-  }
-  return Support::yes();
-}
 
 Result<std::vector<uint8_t>> generate_paged_attention(const OpSpec& spec, const Config& config,
                                                       X86Isa isa) {

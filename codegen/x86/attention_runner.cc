@@ -629,7 +629,7 @@ std::vector<std::string_view> cpu_attention_knob_names(OpKind op) {
 }
 
 Support cpu_attention_support(const OpSpec& spec, const Target& target) {
-  if (is_paged_attention_op(spec.op)) return paged_attention_support(spec);
+  if (is_paged_attention_op(spec.op)) return Support::yes();
   const CpuAttnIsa layout = spec.op == OpKind::kCpuAttentionWithKvCache
                                 ? spec.get<ir::CpuAttentionParams>().isa
                                 : spec.get<ir::CpuAttnCacheWriteParams>().isa;
@@ -664,11 +664,15 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
   space.push_back(Config{});  // heuristic default
   if (is_paged_attention_op(spec.op)) {
     for (int64_t threads : {1, 2}) space.push_back(Config().set(std::string(kThreads), threads));
-    // Keys per chunk (kPagedChunkKnob; v2: those dividing the partition), and the kernel that
-    // is not the default where both serve (kPagedDirectKnob).
+    // Keys per chunk (kPagedChunkKnob; v2: those dividing the partition, so that its chunks are
+    // whole, or all of them where none does), and the kernel that is not the default where
+    // both serve (kPagedDirectKnob).
     const auto& p = spec.get<ir::PagedAttentionParams>();
-    for (int64_t chunk : {32, 64, 128, 256}) {
-      if (p.partition_size == 0 || p.partition_size % chunk == 0) {
+    constexpr int64_t kChunks[] = {32, 64, 128, 256};
+    const bool any_divides = std::any_of(std::begin(kChunks), std::end(kChunks),
+                                         [&](int64_t c) { return p.partition_size % c == 0; });
+    for (int64_t chunk : kChunks) {
+      if (p.partition_size == 0 || !any_divides || p.partition_size % chunk == 0) {
         space.push_back(Config().set(std::string(kPagedChunkKnob), chunk));
       }
     }

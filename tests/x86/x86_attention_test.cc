@@ -1167,6 +1167,35 @@ TEST_P(X86AttentionTest, PagedDirectKernelMatchesRef) {
   }
 }
 
+// v2 partitions that no chunk of 16 .. 512 keys divides (a multiple of a block size off the 16
+// grid): each partition ends in a partial chunk, and the next partition's first chunk starts
+// inside a block and off the token groups. The direct kernel (its stage) and the gather, a
+// 16-bit and an fp8 cache, ALiBi, block-sparse, and a chunk knob that does not divide the
+// partition (64 keys of 96).
+TEST_P(X86AttentionTest, PagedPartitionsOffTheSixteenGrid) {
+  struct Shape {
+    DType dtype;
+    ir::KvCacheDtype kv;
+    int64_t head, block, hq, hkv, partition;
+    bool alibi, blocksparse;
+  };
+  for (const Shape& sh :
+       {Shape{DType::kBF16, ir::KvCacheDtype::kAuto, 64, 25, 8, 2, 100, true, false},
+        Shape{DType::kF16, ir::KvCacheDtype::kAuto, 80, 138, 6, 1, 414, false, false},
+        Shape{DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, 3, 4, 4, 9, true, false},
+        Shape{DType::kF32, ir::KvCacheDtype::kAuto, 48, 7, 4, 2, 21, false, false},
+        Shape{DType::kBF16, ir::KvCacheDtype::kAuto, 64, 10, 8, 2, 30, false, true}}) {
+    const OpSpec spec = paged_spec(true, sh.dtype, sh.kv, sh.head, sh.block, sh.hq, sh.hkv,
+                                   sh.alibi, sh.partition, sh.blocksparse);
+    check(spec, GetParam(), 6, {}, {InputKind::kNormal});
+    if (codegen::x86::paged_direct_serves(spec.get<ir::PagedAttentionParams>(), GetParam())) {
+      check(spec, GetParam(), 6, Config().set("direct", 0), {InputKind::kNormal});
+    }
+  }
+  check(paged_spec(true, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, true, 96), GetParam(),
+        6, Config().set("chunk", 64));
+}
+
 // The direct kernel on 16-bit caches whose block or head size is off the 16 grid, each chunk
 // copied into the stage (one block of the chunk's tokens, the head padded with zero dims), against
 // ref and through the gather: blocks 1 (a run per token), 8 and 24 (chunk edges inside blocks),
@@ -1510,9 +1539,13 @@ TEST(X86AttentionConfig, BadPagedChunkKnobIsAClearError) {
   for (int64_t chunk : {8, 48, 1024, -16}) {
     expect_refused(v1, chunk, "allowed values are 16, 32, 64, 128, 256 and 512 keys");
   }
-  expect_refused(v2, 64, "dividing partition_size=96");
-  EXPECT_TRUE(codegen::x86::generate_paged_attention(v2, Config().set("chunk", 32), X86Isa::kAvx512)
-                  .is_ok());
+  expect_refused(v2, 48, "allowed values are 16, 32, 64, 128, 256 and 512 keys");
+  // A chunk that does not divide the partition (96) leaves a partial chunk per partition.
+  for (int64_t chunk : {32, 64}) {
+    EXPECT_TRUE(
+        codegen::x86::generate_paged_attention(v2, Config().set("chunk", chunk), X86Isa::kAvx512)
+            .is_ok());
+  }
   expect_compile_refused(v1, Config().set("chunk", 100), "chunk=100");
 }
 

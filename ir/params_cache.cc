@@ -27,7 +27,11 @@ Status check_block_size(int64_t block_size) {
 // BS * (D + 4 * D / quant_block) bytes.
 Status check_indexer_layout(int64_t head_dim, int64_t quant_block, int64_t block_size) {
   KILN_RETURN_IF_ERROR(check_field_range("head_dim", head_dim, 1, kMaxHeadSize));
-  KILN_RETURN_IF_ERROR(check_field_range("quant_block", quant_block, 1, head_dim));
+  if (quant_block < 1 || quant_block > head_dim) {
+    return invalid_argument(
+        fmt::format("quant_block={} is out of range (allowed: 1 .. head_dim={}, dividing it)",
+                    quant_block, head_dim));
+  }
   if (head_dim % quant_block != 0) {
     return invalid_argument(
         fmt::format("quant_block={} must divide head_dim={}", quant_block, head_dim));

@@ -69,7 +69,8 @@ Status check_isa_kv(CpuAttnIsa isa, KvCacheDtype kv) {
                     "isa=amx only; use kv=auto){}",
                     enum_name(kv), enum_name(isa),
                     isa == CpuAttnIsa::kVec16
-                        ? " (head sizes that are multiples of 16 but not 32 always run as vec16)"
+                        ? " (vLLM picks isa=vec16 for head sizes that are multiples of 16 but "
+                          "not of 32, so such heads have no fp8 cache)"
                         : ""));
   }
   return Status::ok();

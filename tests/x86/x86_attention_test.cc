@@ -886,12 +886,9 @@ TEST_P(X86AttentionTest, PagedHeadSizesAndBlocks) {
 TEST_P(X86AttentionTest, PagedDtypesFp8GqaAlibi) {
   for (bool v2 : {false, true}) {
     for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-      // f32 with ALiBi only on v1's shorter sequences: over v2's ~1000-token ones the bias
-      // slope·(j − L + 1) reaches |logit| ~ 500, where one fp32 rounding (ulp 3e-5) already
-      // exceeds the f32 tolerance (1e-5) against the double-precision ref (vLLM's kernels
-      // compute logits in fp32 too).
-      const bool alibi = dtype != DType::kF32 || !v2;
-      check(paged_spec(v2, dtype, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, alibi), GetParam(), 6);
+      // f32 with ALiBi over v2's ~1000-token sequences: logits of |slope|·L ~ 500, held to the
+      // harness's tolerance for that magnitude (paged_attention_case).
+      check(paged_spec(v2, dtype, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, true), GetParam(), 6);
     }
     for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
       check(paged_spec(v2, DType::kBF16, kv, 128, 16, 8, 1, false), GetParam(), 6);

@@ -153,9 +153,8 @@ std::shared_ptr<const Executable> make_cpu_attn_cache_write_executable(const OpS
                                                                        size_t size);
 /// The config knob of paged attention's keys per chunk (one kernel call): 16, 32, 64, 128, 256
 /// or 512 (a v2 partition it does not divide ends in a partial chunk); unset: for the direct
-/// kernel 512 (v2: the largest power of two up to 512 dividing the partition, if any), for the
-/// gather 128 (v2: up to 128).
-/// Generation refuses other values, naming the knob.
+/// kernel 512, for the gather 128, each for v2 at most the partition rounded up to a power of
+/// two. Generation refuses other values, naming the knob.
 inline constexpr std::string_view kPagedChunkKnob = "chunk";
 /// The config knob that picks paged attention's kernel where both serve (paged_direct_serves):
 /// 1 the direct kernel, which reads the legacy layout (in place, or through a per-chunk stage);

@@ -83,22 +83,20 @@ Result<bool> direct_for(const OpSpec& spec, const Config& config, X86Isa isa) {
   return knob == 1;
 }
 
-// Keys per chunk by default: `largest` for v1; for v2 the largest power of two from `largest`
-// down to 16 dividing the partition, so that every chunk of a partition is whole. A partition
-// that no such power divides (not a multiple of 16: block sizes off the 16 grid) gets `largest`,
-// or the partition rounded up to a power of two where that is smaller: its last chunk is then
-// partial, as a sequence's last chunk is (chunks never straddle partitions either way: a v2
-// task walks its own partition's keys).
-// The gather's 128 keys keep the slabs (64 KiB of bf16 K+V at D = 128) in L2 between the
-// gather and the kernel: v1 decode +7% against 256 (bench_attention
-// --benchmark_filter=paged, 1 thread); 32 and 64 ran level with 128 since the whole-line copies
-// (session 14). The direct kernel sums its P·V accumulators once per chunk: 512 keys ran 3–6%
-// faster than 256 and ~10% faster than 128 (v1, batch 1 and 8, 1 thread, two runs, session 17).
+// Keys per chunk by default: `largest` for v1; for v2 `largest`, or the partition rounded up to
+// a power of two (at least 16) where that is smaller: the fewest chunks per partition, the last
+// one partial where the chunk does not divide the partition, as a sequence's last chunk is
+// (chunks never straddle partitions: a v2 task walks its own partition's keys). The largest
+// power of two dividing the partition, the rule before session 27, gave a partition of 1008
+// keys (16 · 63) chunks of 16: 1.8x slower than chunks of 256 (`kiln tune`, bf16, D 128, GQA
+// 4, block 16, 8 sequences: 1624 against 908 µs per call). The gather's 128 keys keep the slabs
+// (64 KiB of bf16 K+V at D = 128) in L2 between the gather and the kernel: v1 decode +7% against
+// 256 (bench_attention --benchmark_filter=paged, 1 thread); 32 and 64 ran level with 128 since
+// the whole-line copies (session 14). The direct kernel sums its P·V accumulators once per
+// chunk: 512 keys ran 3–6% faster than 256 and ~10% faster than 128 (v1, batch 1 and 8, 1
+// thread, two runs, session 17).
 int64_t default_chunk(const ir::PagedAttentionParams& p, int64_t largest) {
   if (p.partition_size == 0) return largest;
-  for (int64_t c = largest; c >= 16; c /= 2) {
-    if (p.partition_size % c == 0) return c;
-  }
   return std::min(largest,
                   std::max<int64_t>(16, int64_t(std::bit_ceil(uint64_t(p.partition_size)))));
 }

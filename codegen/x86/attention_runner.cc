@@ -664,17 +664,11 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
   space.push_back(Config{});  // heuristic default
   if (is_paged_attention_op(spec.op)) {
     for (int64_t threads : {1, 2}) space.push_back(Config().set(std::string(kThreads), threads));
-    // Keys per chunk (kPagedChunkKnob; v2: those dividing the partition, so that its chunks are
-    // whole, or all of them where none does), and the kernel that is not the default where
-    // both serve (kPagedDirectKnob).
+    // Keys per chunk (kPagedChunkKnob), and the kernel that is not the default where both
+    // serve (kPagedDirectKnob).
     const auto& p = spec.get<ir::PagedAttentionParams>();
-    constexpr int64_t kChunks[] = {32, 64, 128, 256};
-    const bool any_divides = std::any_of(std::begin(kChunks), std::end(kChunks),
-                                         [&](int64_t c) { return p.partition_size % c == 0; });
-    for (int64_t chunk : kChunks) {
-      if (p.partition_size == 0 || !any_divides || p.partition_size % chunk == 0) {
-        space.push_back(Config().set(std::string(kPagedChunkKnob), chunk));
-      }
+    for (int64_t chunk : {32, 64, 128, 256}) {
+      space.push_back(Config().set(std::string(kPagedChunkKnob), chunk));
     }
     if (paged_direct_serves(p, target.isa)) {
       const int64_t other = paged_direct_default(p, target.isa) ? 0 : 1;

@@ -905,18 +905,20 @@ TEST_P(X86AttentionTest, PagedDtypesFp8GqaAlibi) {
 }
 
 // The gather from the legacy layout: 16-bit caches by 8 x 8 transposes, with chunks that start
-// inside a block (128-key chunks over blocks of 256: runs from slot 128) and 16-key chunks (a
-// partition of 144 = 16 · 9, no multiple of 32: 16-key groups in the tile kernel), and fp8 by the
-// per-call value tables at both.
+// inside a block (128-key chunks over blocks of 256: runs from slot 128) and 16-key chunks (the
+// chunk knob at 16 over a partition of 144 = 16 · 9: 16-key groups in the tile kernel), and fp8
+// by the per-call value tables at both.
 TEST_P(X86AttentionTest, PagedChunksInsideBlocks) {
-  for (auto [block, partition] : {std::pair<int64_t, int64_t>{256, 256}, {16, 144}}) {
+  for (auto [block, partition, chunk] :
+       {std::tuple<int64_t, int64_t, int64_t>{256, 256, 0}, {16, 144, 16}}) {
+    const Config config = chunk == 0 ? Config{} : Config().set("chunk", chunk);
     for (DType dtype : {DType::kBF16, DType::kF16}) {
       check(paged_spec(true, dtype, ir::KvCacheDtype::kAuto, 72, block, 8, 2, false, partition),
-            GetParam(), 6);
+            GetParam(), 6, config);
     }
     check(paged_spec(true, DType::kBF16, ir::KvCacheDtype::kFp8E4m3, 64, block, 8, 2, true,
                      partition),
-          GetParam(), 6);
+          GetParam(), 6, config);
   }
 }
 
@@ -1119,7 +1121,7 @@ TEST_P(X86AttentionTest, PagedChunkKnobMatchesRef) {
 // by its knob: every row count of a pass (GQA 1 .. 8, and 12 = 8 + 4, 16 = 8 + 8), rows that
 // pad to 2, 4 or 8 (3, 5, 6, 7), block sizes 16 and 48 (groups of halves read apart), 32, 64
 // and 128 (groups inside one block: value rows read as one line), head sizes 16 .. 256, v1 and
-// v2 with partitions of 512 and of three blocks (144 at block 16: chunks of 16), ALiBi, and the
+// v2 with partitions of 512 and of three blocks (144 at block 16) in chunks of 16, ALiBi, and the
 // sequences' partial last groups (their values staged, NaN in the slots past them); the
 // harness's other input kinds (ties, small integers, ...) on the shapes of 6 and 8 query
 // heads. Then direct=0 (the gather) on the same specs; chunks of 16 .. 512 keys. AVX2 runs its
@@ -1135,22 +1137,25 @@ TEST_P(X86AttentionTest, PagedDirectKernelMatchesRef) {
           Shape{112, 64, 10, 2, false}, Shape{64, 32, 5, 1, true}, Shape{96, 16, 7, 1, false},
           Shape{256, 16, 24, 2, true}, Shape{48, 32, 16, 1, false}, Shape{16, 16, 2, 1, true},
           Shape{64, 48, 6, 1, false}, Shape{256, 128, 8, 1, true}}) {
-      // v2: 512 (480 = 10 blocks of 48) and three blocks (48 for block 16 is 144: chunks of 16
-      // keys).
+      // v2: 512 (480 = 10 blocks of 48) and three blocks (48 for block 16 is 144), the small
+      // one in chunks of 16 keys (the default would take it in one chunk).
       const int64_t large = 512 / sh.block * sh.block;
       const int64_t small = sh.block == 16 ? 144 : 3 * sh.block;
       for (int64_t partition : v2 ? std::vector<int64_t>{large, small} : std::vector<int64_t>{0}) {
         const OpSpec spec = paged_spec(v2, DType::kBF16, ir::KvCacheDtype::kAuto, sh.head, sh.block,
                                        sh.hq, sh.hkv, sh.alibi, partition);
+        const Config direct_config = partition == small ? Config().set("direct", 1).set("chunk", 16)
+                                                        : Config().set("direct", 1);
         for (int64_t direct : {1, 0}) {
-          check(spec, GetParam(), 6, Config().set("direct", direct), {InputKind::kNormal});
+          check(spec, GetParam(), 6, Config(direct_config).set("direct", direct),
+                {InputKind::kNormal});
         }
-        if (sh.hq == 8 || sh.hq == 6) check(spec, GetParam(), 6, Config().set("direct", 1));
+        if (sh.hq == 8 || sh.hq == 6) check(spec, GetParam(), 6, direct_config);
         // f16 (converted by vcvtph2ps; its values as halves, not by parity) on every other shape.
         if (sh.hq % 2 == 0) {
           check(paged_spec(v2, DType::kF16, ir::KvCacheDtype::kAuto, sh.head, sh.block, sh.hq,
                            sh.hkv, sh.alibi, partition),
-                GetParam(), 6, Config().set("direct", 1));
+                GetParam(), 6, direct_config);
         }
       }
     }
@@ -1189,6 +1194,16 @@ TEST_P(X86AttentionTest, PagedPartitionsOffTheSixteenGrid) {
       check(spec, GetParam(), 6, Config().set("direct", 0), {InputKind::kNormal});
     }
   }
+  // Multiples of 16 whose default chunk does not divide them either: 144 in one chunk of 256
+  // (gather: 128 + 16), 1008 = 16 · 63 in chunks of 512 + 496 (gather: 7 of 128 + 112); one
+  // sequence, the harness's long one (three partitions).
+  for (int64_t partition : {144, 1008}) {
+    const OpSpec spec =
+        paged_spec(true, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, true, partition);
+    for (int64_t direct : {1, 0}) {
+      check(spec, GetParam(), 1, Config().set("direct", direct), {InputKind::kNormal});
+    }
+  }
   check(paged_spec(true, DType::kBF16, ir::KvCacheDtype::kAuto, 64, 16, 8, 2, true, 96), GetParam(),
         6, Config().set("chunk", 64));
 }
@@ -1197,7 +1212,7 @@ TEST_P(X86AttentionTest, PagedPartitionsOffTheSixteenGrid) {
 // copied into the stage (one block of the chunk's tokens, the head padded with zero dims), against
 // ref and through the gather: blocks 1 (a run per token), 8 and 24 (chunk edges inside blocks),
 // heads 40, 72, 120 and 200 (padded to 48, 80, 128, 208) at blocks 16 and 32, GQA 1 .. 12, v1 and
-// v2 with partitions of about 512 and of a few blocks (chunks of 16 and 32), bf16 and f16.
+// v2 with partitions of about 512 and of a few blocks (in chunks of 16), bf16 and f16.
 TEST_P(X86AttentionTest, PagedDirectStagedCopyMatchesRef) {
   struct Shape {
     DType dtype;
@@ -1212,15 +1227,16 @@ TEST_P(X86AttentionTest, PagedDirectStagedCopyMatchesRef) {
           Shape{DType::kF16, 72, 32, 12, 1, 96, false},
           Shape{DType::kBF16, 120, 16, 4, 4, 144, true},
           Shape{DType::kBF16, 200, 32, 8, 1, 96, false}}) {
-      // The x86 backend's partitions are multiples of 16 (and of the block).
+      // Partitions that are multiples of 16 (PagedPartitionsOffTheSixteenGrid has the others).
       const int64_t unit = std::lcm(sh.block, int64_t(16));
       const int64_t large = 512 / unit * unit;
       for (int64_t partition :
            v2 ? std::vector<int64_t>{large, sh.small_partition} : std::vector<int64_t>{0}) {
         const OpSpec spec = paged_spec(v2, sh.dtype, ir::KvCacheDtype::kAuto, sh.head, sh.block,
                                        sh.hq, sh.hkv, sh.alibi, partition);
+        const Config chunk = partition == sh.small_partition ? Config().set("chunk", 16) : Config{};
         for (int64_t direct : {1, 0}) {
-          check(spec, GetParam(), 6, Config().set("direct", direct), {InputKind::kNormal});
+          check(spec, GetParam(), 6, Config(chunk).set("direct", direct), {InputKind::kNormal});
         }
       }
     }

@@ -26,7 +26,8 @@
 namespace jit::codegen::x86 {
 
 /// Most query rows one kernel call serves: the AMX path (one 16-row A tile); the AVX-512 vec
-/// path serves kMaxAttnRowsVec, AVX2 kMaxAttnRowsAvx2 (their register tiles).
+/// path serves kMaxAttnRowsVec (its register tile); AVX2's register tile has kMaxAttnRowsAvx2
+/// rows, and a call serves twice that for a 16-bit cache (two halves per key group).
 inline constexpr int kMaxAttnRows = 16;
 inline constexpr int kMaxAttnRowsVec = 8;
 inline constexpr int kMaxAttnRowsAvx2 = 4;

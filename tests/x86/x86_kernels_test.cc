@@ -287,7 +287,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-117", 0xedc34498be57ed10ull};
+constexpr PinnedCode kAllExampleCode{"x86-118", 0xd5d32bb4dbbb5cedull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -223,8 +223,8 @@ class AttentionGenerator : public Generator {
   // or DRAM. Here the second half reads the group's K and V rows (2 x 4 KiB at D = 128 bf16)
   // from L1 and prefetches nothing (the first fetched the next groups for both). A/B, eight
   // alternated rounds (bench_attention decode, GQA 8, 1 thread): batch 1 / context 512 faster
-  // in 7 of 8 (medians 155 -> 138 µs), batch 32 / context 8192 in 6 of 8 (92 -> 85 ms), batch
-  // 8 / context 2048 level.
+  // in 7 of 8 (medians 156 -> 139 µs), batch 32 / context 8192 in 6 of 8 (95 -> 86 ms), batch
+  // 8 / context 2048 slower in 6 of 8 (5.35 -> 5.57 ms).
   void emit_half(int rows, int row0) {
     if (row0 > 0 && (avx512() || dpbf16_ || amx_)) {
       throw std::logic_error("emit_half: a second half exists at AVX2's fp32 path only");

@@ -19,6 +19,7 @@ double measure_copy_gbps(size_t bytes, int threads, int repeats = 7);
 /// once), so that a benchmark can measure the ceiling again next to each of its rows.
 class CopyProbe {
  public:
+  /// Two `bytes`-sized buffers, first touched by the `threads` (0 = all) that will copy.
   CopyProbe(size_t bytes, int threads);
   /// Best-of-`repeats` GB/s, as measure_copy_gbps.
   double measure(int repeats);

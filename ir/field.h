@@ -18,8 +18,9 @@ namespace jit::ir {
 /// How a KV cache stores elements. Spec text names them as EnumNames below (kv=auto,
 /// fp8_e4m3, fp8_e5m2, fp8_ds_mla); jit::ops take vLLM's `kv_cache_dtype` strings and map them
 /// (detail::parse_kv_cache_dtype): "auto"/"float16"/"bfloat16" -> kAuto; "fp8"/"fp8_e4m3" ->
-/// kFp8E4m3; "fp8_e5m2" -> kFp8E5m2; "fp8_ds_mla" -> kFp8DsMla (DeepSeek MLA layout, e4m3
-/// with per-tile scales).
+/// kFp8E4m3; "fp8_e5m2" -> kFp8E5m2; "fp8_ds_mla" -> kFp8DsMla for the MLA cache writes (DeepSeek
+/// MLA layout, e4m3 with per-tile scales) and kFp8E4m3 for the ops that read such a cache's
+/// codes.
 enum class KvCacheDtype : uint8_t { kAuto, kFp8E4m3, kFp8E5m2, kFp8DsMla };
 
 /// Paged KV-cache layout of the flash cache: [blocks, block_size, heads, head_size] (NHD) or

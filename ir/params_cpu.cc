@@ -66,11 +66,11 @@ Status check_isa_kv(CpuAttnIsa isa, KvCacheDtype kv) {
   if (kv != KvCacheDtype::kAuto && isa != CpuAttnIsa::kVec && isa != CpuAttnIsa::kAmx) {
     return invalid_argument(
         fmt::format("kv={} is not supported with isa={} (fp8 KV caches exist for isa=vec and "
-                    "isa=amx only; use kv=auto){}",
+                    "isa=amx only{}); use kv=auto",
                     enum_name(kv), enum_name(isa),
                     isa == CpuAttnIsa::kVec16
-                        ? " (vLLM picks isa=vec16 for head sizes that are multiples of 16 but "
-                          "not of 32, so such heads have no fp8 cache)"
+                        ? ", and vLLM picks isa=vec16 for head sizes that are multiples of 16 "
+                          "but not of 32"
                         : ""));
   }
   return Status::ok();

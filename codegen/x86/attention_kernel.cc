@@ -6,6 +6,7 @@
 // the block size, so a group never straddles a block). Per group, for the call's R rows:
 //
 //   QK   S[r][t] = <q_r, k_t> (unscaled)                        R x G fp32, kept in registers
+//        (AVX2 calls of 5-8 rows: two halves per group, emit_half)
 //   soft s = scale·S; s = c·tanh(s/c) (softcap); s += slope_r·(j − pos_r) (ALiBi);
 //        s = −inf outside [lo_r, hi_r]; m' = max(m, max_t s); α = e^(m − m');
 //        p_t = e^(s_t − m') (0 where masked); l = α·l + Σ_t p_t; m = m'
@@ -226,8 +227,10 @@ class AttentionGenerator : public Generator {
   // in 7 of 8 (medians 156 -> 139 µs), batch 32 / context 8192 in 6 of 8 (95 -> 86 ms), batch
   // 8 / context 2048 slower in 6 of 8 (5.35 -> 5.57 ms).
   void emit_half(int rows, int row0) {
-    if (row0 > 0 && (avx512() || dpbf16_ || amx_)) {
-      throw std::logic_error("emit_half: a second half exists at AVX2's fp32 path only");
+    if (row0 > 0 && (avx512() || dpbf16_ || amx_ || rows < 2)) {
+      // Only AVX2's fp32 path and its batched softmax (2-4 rows) offset their rows by row0_.
+      throw std::logic_error(
+          "emit_half: a second half exists at AVX2's fp32 path only, of 2-4 rows");
     }
     row0_ = row0;
     if (dpbf16_) {
@@ -2120,15 +2123,21 @@ int attention_token_group(const OpSpec& spec, X86Isa isa) {
   return isa >= X86Isa::kAvx512 && bs % 32 == 0 ? 32 : 16;
 }
 
+// The largest head size whose AVX2 kernel serves 8 rows per call (attention_max_rows).
+constexpr int64_t kMaxPairedHead = 128;
+
 int attention_max_rows(const OpSpec& spec, X86Isa isa) {
   if (spec.get<ir::CpuAttentionParams>().isa == ir::CpuAttnIsa::kAmx) return kMaxAttnRows;
   if (isa >= X86Isa::kAvx512) return kMaxAttnRowsVec;
-  // AVX2: two halves of its 4-row register tile per group for a 16-bit cache (emit_half); an
-  // fp8 cache keeps passes of 4 rows, whose tiles the runner decodes once (predecode) where
-  // the halves would each decode the codes again (and the variants would not fit the code
-  // buffer at D = 256).
-  const bool fp8 = spec.get<ir::CpuAttentionParams>().kv != ir::KvCacheDtype::kAuto;
-  return fp8 ? kMaxAttnRowsAvx2 : 2 * kMaxAttnRowsAvx2;
+  // AVX2: two halves of its 4-row register tile per group (emit_half) for a 16-bit cache with
+  // heads of up to kMaxPairedHead dims. Variants 5-8 emit two bodies each, whose unrolled P·V
+  // grows with D: at D = 128 the kernel is 77 KiB, 100 KiB with softcap, ALiBi, window and
+  // sinks, of the 128 KiB code buffer; D = 192 reached 125 KiB and D = 256 with softcap did not
+  // fit. An fp8 cache keeps passes of 4 rows, whose tiles the runner decodes once (predecode)
+  // where the halves would each decode the codes again.
+  const auto& p = spec.get<ir::CpuAttentionParams>();
+  const bool paired = p.kv == ir::KvCacheDtype::kAuto && p.head_size <= kMaxPairedHead;
+  return paired ? 2 * kMaxAttnRowsAvx2 : kMaxAttnRowsAvx2;
 }
 
 Status request_amx_permission() {
@@ -2159,7 +2168,17 @@ Result<std::vector<uint8_t>> generate_cpu_attention(const OpSpec& spec, const Co
   AttentionGenerator gen(p, isa, attention_uses_dpbf16(spec, config, isa),
                          attention_token_group(spec, isa), attention_max_rows(spec, isa));
   gen.generate();
-  return gen.finish();
+  Result<std::vector<uint8_t>> code = gen.finish();
+  if (!code.is_ok() && code.status().message().find("code is too big") != std::string::npos) {
+    // The row-count variants unroll P·V over the head: very large heads outgrow the buffer
+    // (LargestKernelsFitTheCodeBuffer: heads up to 256 fit with every feature at every level).
+    return Status(StatusCode::kCompileError,
+                  fmt::format("{}: head_size={} makes a kernel larger than the x86 backend's code "
+                              "buffer at {} (heads up to 256 fit with every feature at every "
+                              "level, up to ~900 at AVX2)",
+                              op_name(spec.op), p.head_size, x86_isa_name(isa)));
+  }
+  return code;
 }
 
 bool attention_predecodes_fp8(const OpSpec& spec, const Config& config, X86Isa isa) {

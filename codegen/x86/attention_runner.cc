@@ -18,6 +18,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -664,11 +665,14 @@ std::vector<Config> cpu_attention_configs(const OpSpec& spec, const Target& targ
   space.push_back(Config{});  // heuristic default
   if (is_paged_attention_op(spec.op)) {
     for (int64_t threads : {1, 2}) space.push_back(Config().set(std::string(kThreads), threads));
-    // Keys per chunk (kPagedChunkKnob), and the kernel that is not the default where both
+    // Keys per chunk (kPagedChunkKnob; for v2 none past the partition rounded up to a power of
+    // two, which would do the same work), and the kernel that is not the default where both
     // serve (kPagedDirectKnob).
     const auto& p = spec.get<ir::PagedAttentionParams>();
     for (int64_t chunk : {32, 64, 128, 256}) {
-      space.push_back(Config().set(std::string(kPagedChunkKnob), chunk));
+      if (p.partition_size == 0 || uint64_t(chunk) <= std::bit_ceil(uint64_t(p.partition_size))) {
+        space.push_back(Config().set(std::string(kPagedChunkKnob), chunk));
+      }
     }
     if (paged_direct_serves(p, target.isa)) {
       const int64_t other = paged_direct_default(p, target.isa) ? 0 : 1;

@@ -1189,9 +1189,11 @@ TEST_P(X86AttentionTest, PagedPartitionsOffTheSixteenGrid) {
         Shape{DType::kBF16, ir::KvCacheDtype::kAuto, 64, 10, 8, 2, 30, false, true}}) {
     const OpSpec spec = paged_spec(true, sh.dtype, sh.kv, sh.head, sh.block, sh.hq, sh.hkv,
                                    sh.alibi, sh.partition, sh.blocksparse);
-    check(spec, GetParam(), 6, {}, {InputKind::kNormal});
-    if (codegen::x86::paged_direct_serves(spec.get<ir::PagedAttentionParams>(), GetParam())) {
-      check(spec, GetParam(), 6, Config().set("direct", 0), {InputKind::kNormal});
+    const bool direct_serves =
+        codegen::x86::paged_direct_serves(spec.get<ir::PagedAttentionParams>(), GetParam());
+    for (int64_t direct : {1, 0}) {
+      if (direct == 1 && !direct_serves) continue;
+      check(spec, GetParam(), 6, Config().set("direct", direct), {InputKind::kNormal});
     }
   }
   // Multiples of 16 whose default chunk does not divide them either: 144 in one chunk of 256
@@ -1535,6 +1537,45 @@ TEST(X86AttentionConfig, PagedTuningSpaceGenerates) {
     }
     EXPECT_EQ(direct_entries, c.direct_served ? 1 : 0) << to_string(c.spec);
   }
+}
+
+// Every variant of the largest kernels fits the code buffer at every level (nothing runs):
+// heads up to 256 with every feature, both 16-bit layouts and f32,
+// 8 query rows per KV head (AVX2's two halves per group up to D = 128), and the paged
+// gather's tile kernel at heads 320 (f32) and 512 (bf16). A session's first form of the AVX2
+// halves overflowed it from D = 192 with softcap.
+TEST(X86AttentionConfig, LargestKernelsFitTheCodeBuffer) {
+  const Features all{.causal = true, .window = true, .alibi = true, .softcap = true, .sinks = true};
+  for (X86Isa isa : {X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16}) {
+    for (int64_t head : {128, 144, 256}) {
+      for (auto [layout, dtype] : {std::pair{CpuAttnIsa::kVec, DType::kBF16},
+                                   {CpuAttnIsa::kVec16, DType::kF16},
+                                   {CpuAttnIsa::kVec, DType::kF32}}) {
+        const OpSpec spec = attention_spec(layout, dtype, head, 32, 16, 2, all);
+        const auto code = codegen::x86::generate_cpu_attention(spec, Config{}, isa);
+        EXPECT_TRUE(code.is_ok()) << to_string(spec) << " at " << x86_isa_name(isa) << ": "
+                                  << code.status().to_string();
+      }
+    }
+    for (auto [dtype, head] : {std::pair{DType::kF32, int64_t(320)}, {DType::kBF16, 512}}) {
+      const OpSpec spec =
+          paged_spec(true, dtype, ir::KvCacheDtype::kAuto, head, 16, 16, 2, true, 512);
+      const auto code =
+          codegen::x86::generate_paged_attention(spec, Config().set("direct", 0), isa);
+      EXPECT_TRUE(code.is_ok()) << to_string(spec) << " at " << x86_isa_name(isa) << ": "
+                                << code.status().to_string();
+    }
+  }
+  // Past that the unrolled P·V outgrows the buffer: AVX2 still fits 512 (4 rows per call
+  // there); the AVX-512 f32 kernel does not, and says so naming the head size.
+  const OpSpec large = attention_spec(CpuAttnIsa::kVec, DType::kF32, 512, 32, 16, 2, all);
+  EXPECT_TRUE(codegen::x86::generate_cpu_attention(large, Config{}, X86Isa::kAvx2).is_ok());
+  const auto refused = codegen::x86::generate_cpu_attention(large, Config{}, X86Isa::kAvx512);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().to_string().find("head_size=512 makes a kernel larger than the x86 "
+                                              "backend's code buffer at avx512"),
+            std::string::npos)
+      << refused.status().to_string();
 }
 
 TEST(X86AttentionConfig, BadPagedChunkKnobIsAClearError) {

@@ -287,7 +287,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-118", 0xd5d32bb4dbbb5cedull};
+constexpr PinnedCode kAllExampleCode{"x86-119", 0x5f601897b95bd4f7ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

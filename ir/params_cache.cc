@@ -27,11 +27,7 @@ Status check_block_size(int64_t block_size) {
 // BS * (D + 4 * D / quant_block) bytes.
 Status check_indexer_layout(int64_t head_dim, int64_t quant_block, int64_t block_size) {
   KILN_RETURN_IF_ERROR(check_field_range("head_dim", head_dim, 1, kMaxHeadSize));
-  if (quant_block < 1 || quant_block > head_dim) {
-    return invalid_argument(
-        fmt::format("quant_block={} is out of range (allowed: 1 .. head_dim={}, dividing it)",
-                    quant_block, head_dim));
-  }
+  KILN_RETURN_IF_ERROR(check_field_range("quant_block", quant_block, 1, head_dim, "head_dim"));
   if (head_dim % quant_block != 0) {
     return invalid_argument(
         fmt::format("quant_block={} must divide head_dim={}", quant_block, head_dim));
@@ -71,10 +67,11 @@ int64_t paged_key_x(DType dtype, KvCacheDtype kv) {
   return 16 / int64_t(cache_element_size(dtype, kv));
 }
 
-Status check_field_range(const char* field, int64_t value, int64_t lo, int64_t hi) {
+Status check_field_range(const char* field, int64_t value, int64_t lo, int64_t hi,
+                         std::string_view hi_name) {
   if (value >= lo && value <= hi) return Status::ok();
-  return invalid_argument(
-      fmt::format("{}={} is out of range (allowed: {} .. {})", field, value, lo, hi));
+  return invalid_argument(fmt::format("{}={} is out of range (allowed: {} .. {}{}{})", field, value,
+                                      lo, hi_name, hi_name.empty() ? "" : "=", hi));
 }
 
 Status check_field_float(const char* field, DType dtype) {

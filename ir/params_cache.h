@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "ir/estimate.h"
 #include "ir/field.h"
@@ -302,8 +303,10 @@ size_t cache_element_size(DType dtype, KvCacheDtype kv);
 /// x of the legacy paged key layout [NB, H, D/x, BS, x]: cache elements per 16 bytes.
 int64_t paged_key_x(DType dtype, KvCacheDtype kv);
 
-/// OK when `value` is in [lo, hi]; else "<field>=<value> is out of range (allowed: lo .. hi)".
-Status check_field_range(const char* field, int64_t value, int64_t lo, int64_t hi);
+/// OK when `value` is in [lo, hi]; else "<field>=<value> is out of range (allowed: lo .. hi)",
+/// or "(allowed: lo .. <hi_name>=hi)" when the bound is another field's value `hi_name`.
+Status check_field_range(const char* field, int64_t value, int64_t lo, int64_t hi,
+                         std::string_view hi_name = {});
 
 /// OK for f32, f16 and bf16; else "<field>=<name> is not supported (allowed: f32, f16, bf16)".
 Status check_field_float(const char* field, DType dtype);

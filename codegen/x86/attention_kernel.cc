@@ -2169,7 +2169,7 @@ Result<std::vector<uint8_t>> generate_cpu_attention(const OpSpec& spec, const Co
                          attention_token_group(spec, isa), attention_max_rows(spec, isa));
   gen.generate();
   Result<std::vector<uint8_t>> code = gen.finish();
-  if (!code.is_ok() && code.status().message().find("code is too big") != std::string::npos) {
+  if (gen.code_too_big()) {
     // The row-count variants unroll P·V over the head: very large heads outgrow the buffer
     // (LargestKernelsFitTheCodeBuffer: heads up to 256 fit with every feature at every level).
     return Status(StatusCode::kCompileError,

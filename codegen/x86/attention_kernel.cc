@@ -379,14 +379,16 @@ class AttentionGenerator : public Generator {
     mov(r14, ptr[ARG(q)]);
     mov(rax, d * 2);  // Q row stride
     mov(rcx, 64);     // B-tile row stride: one dim pair of 16 keys
-    for (int64_t c = 0; c < d / 32; ++c) {
+    // 32-dim chunk c: Q at r14 + c·64, K at r8 + c·1024 (a large head's loop moves both on).
+    const auto chunk = [&](int64_t c) {
       t_load(0, r14, rax, c * 64);
       t_load_b(1, r8, rcx, c * 1024);
       t_load_b(2, r8, rcx, 32 * d + c * 1024);  // keys 16-31: 16·D elements on
       t_dp(4, 0, 1);
       t_dp(5, 0, 2);
       call(l_prefetch_k_);  // the next group's K lines of this chunk, while the products run
-    }
+    };
+    emit_amx_dim_steps(d / 32, chunk, {{r14, 64}, {r8, 1024}});
     mov(rsi, ptr[ARG(scratch)]);
     mov(rcx, kGroupMax * 4);
     t_store(rsi, rcx, 0, 4);
@@ -406,10 +408,11 @@ class AttentionGenerator : public Generator {
     cmp(dword[ARG(alpha) + rbp * 4], kOneBits);
     je(l_scaled, T_NEAR);
     vbroadcastss(zwork(3), ptr[ARG(alpha) + rbp * 4]);
-    for (int64_t v = 0; v < d / 16; ++v) {
+    const auto scale = [&](int64_t v) {
       vmulps(zwork(0), zwork(3), ptr[rsi + v * 64]);
       vmovups(ptr[rsi + v * 64], zwork(0));
-    }
+    };
+    emit_amx_dim_steps(d / 16, scale, {{rsi, 64}});
     L(l_scaled);
     add(rsi, d * 4);
     inc(rbp);
@@ -423,7 +426,9 @@ class AttentionGenerator : public Generator {
     je(l_full, T_NEAR);
     mov(r13, ptr[ARG(scratch)]);
     add(r13, amx_tail_offset());
-    for (int64_t g = 0; g < d / 16; ++g) {
+    // The copy of V tile g (16 dims): from r9 + g·32·bs, to r13 + g·1024 (a large head's loop
+    // moves r9 and r13 on).
+    const auto copy_tile = [&](int64_t g) {
       // Row k holds keys 2k, 2k+1 (odd words): all valid, the even word only, or none.
       Label l_k;
       xor_(ebp, ebp);
@@ -446,7 +451,8 @@ class AttentionGenerator : public Generator {
       inc(ebp);
       cmp(ebp, 16);
       jl(l_k, T_NEAR);
-    }
+    };
+    emit_amx_dim_steps(d / 16, copy_tile, {{r9, 32 * p_.block_size}, {r13, 1024}});
     mov(r15, 1024);
     jmp(l_tiles, T_NEAR);
     L(l_full);
@@ -460,14 +466,40 @@ class AttentionGenerator : public Generator {
     mov(rsi, ptr[ARG(acc)]);
     mov(rax, d * 4);
     mov(rcx, 64);
-    for (int64_t g = 0; g < d / 16; ++g) {
+    // 16 dims g: acc at rsi + g·64 (a large head's loop moves rsi on), V tile at r13.
+    const auto tile = [&](int64_t g) {
       t_load(4, rsi, rax, g * 64);
       t_load_b(1, r13, rcx, 0);
       t_dp(4, 0, 1);
       t_store(rsi, rax, g * 64, 4);
       add(r13, r15);
       call(l_prefetch_v_);  // the next group's V tile of these 16 dims (1 KiB, 32 keys)
+    };
+    emit_amx_dim_steps(d / 16, tile, {{rsi, 64}});
+  }
+
+  // Emits step(i) for the `count` dim steps of an AMX walk over the head (Q·Kᵀ's 32-dim
+  // chunks, P·V's 16-dim tiles, the α scaling and the partial group's V copies): in line for
+  // heads of up to kUnrolledHead dims; past that as a loop of step(0), each step moving the
+  // registers of `cursors` on by their byte counts (ARG(dim_steps_left) counting: the steps
+  // and the tile emulation take the scratch registers), then moving them back. As P·V's
+  // emit_dim_chunks, so that a variant's size does not grow with D (16 AMX variants unrolled
+  // over D = 1024 outgrew the code buffer).
+  template <class Step>
+  void emit_amx_dim_steps(int64_t count, const Step& step,
+                          std::initializer_list<std::pair<Reg64, int64_t>> cursors) {
+    if (p_.head_size <= kUnrolledHead) {
+      for (int64_t i = 0; i < count; ++i) step(i);
+      return;
     }
+    Label l_step;
+    mov(qword[ARG(dim_steps_left)], count);
+    L(l_step);
+    step(0);
+    for (const auto& [reg, bytes] : cursors) add(reg, bytes);
+    dec(qword[ARG(dim_steps_left)]);
+    jnz(l_step, T_NEAR);
+    for (const auto& [reg, bytes] : cursors) sub(reg, count * bytes);
   }
 
   // Software prefetch of the next group's K/V. The blocks come from the block table, so the
@@ -1682,10 +1714,10 @@ class AttentionGenerator : public Generator {
   }
   Xmm dim_tail_mask() const { return vmm(12); }
 
-  // Loads row r's accumulators of chunk [c0, c0 + count·lanes) and scales them by α[r]; the
-  // last vector holds `tail` dims (set_dim_tail) when tail < lanes.
+  // Loads row r's accumulators of chunk [c0, c0 + count·lanes) (from rsi, the call's acc
+  // or a dims cursor over it: emit_dim_chunks) and scales them by α[r]; the last vector holds
+  // `tail` dims (set_dim_tail) when tail < lanes.
   void load_scaled_acc(int rows, int64_t c0, int count, int tail) {
-    mov(rsi, ptr[ARG(acc)]);
     for (int r = 0; r < rows; ++r) {
       vbroadcastss(work(3), row_arg(offsetof(CpuAttnTileArgs, alpha), r));
       for (int c = 0; c < count; ++c) {
@@ -1828,14 +1860,63 @@ class AttentionGenerator : public Generator {
     return cst_table(table);
   }
 
+  // P·V walks the head in chunks of `chunk` dims (two vectors, or 32 dims of bf16 pairs; the
+  // last chunk holds D % chunk when that is not 0) and emits each by
+  // body(c0, dims, first): c0 is relative to the cursors r9 (the group's V rows: element c0 of
+  // row t at r9 + t·D·e + c0·e) and rsi (the call's accumulator rows: float c0 of row r at
+  // rsi + (r·D + c0)·4), `first` marks the head's first chunk.
+  // Heads of up to kUnrolledHead dims emit every chunk in line, at its own offset. Larger
+  // heads run their whole chunks as a loop whose step emits `step` chunks (the V bytes of a
+  // step are a multiple of the 64-byte line, so each step's chunks sit at the same offsets in
+  // their lines and prefetch_next_chunk's pattern repeats), advancing r9 and rsi; the chunks
+  // past the last whole step, the tail and (`first_apart`) the first chunk are emitted in
+  // line. Unrolled, the variants' P·V grew with D until the kernel outgrew the code buffer
+  // (AVX-512 f32 with every feature at D = 512, fp8 at D = 512, AVX2 past ~900); looped, a
+  // variant's size no longer depends on D. r9 is restored after the loop (the second half of
+  // a group, and the caller, read the group's V from it); rsi is left where the walk ended.
+  // ARG(dim_steps_left) counts the steps (every register is taken inside a chunk).
+  static constexpr int64_t kUnrolledHead = 256;
+  template <class Body>
+  void emit_dim_chunks(int chunk, bool first_apart, const Body& body) {
+    const int64_t d = p_.head_size;
+    const int64_t whole = d / chunk;
+    if (d <= kUnrolledHead) {
+      for (int64_t c0 = 0; c0 < d; c0 += chunk) {
+        body(c0, int(std::min<int64_t>(d - c0, chunk)), c0 == 0);
+      }
+      return;
+    }
+    const int step = int(std::max<int64_t>(1, 64 / (chunk * kv_esize_)));
+    const int64_t apart = first_apart ? 1 : 0;
+    const int64_t steps = (whole - apart) / step;
+    for (int64_t c = 0; c < apart; ++c) body(c * chunk, chunk, c == 0);
+    if (steps > 0) {
+      Label l_step;
+      mov(qword[ARG(dim_steps_left)], steps);
+      L(l_step);
+      for (int k = 0; k < step; ++k) body((apart + k) * chunk, chunk, apart + k == 0);
+      add(r9, step * chunk * kv_esize_);
+      add(rsi, step * chunk * 4);
+      dec(qword[ARG(dim_steps_left)]);
+      jnz(l_step, T_NEAR);
+    }
+    // The cursors moved on by `moved` dims: the rest of the chunks relative to them.
+    const int64_t moved = steps * step * chunk;
+    for (int64_t c0 = apart * chunk + moved; c0 < d; c0 += chunk) {
+      body(c0 - moved, int(std::min<int64_t>(d - c0, chunk)), c0 == 0);
+    }
+    if (moved > 0) sub(r9, moved * kv_esize_);
+  }
+
   void emit_pv_dpbf16(int rows) {
     const int64_t d = p_.head_size;
     const int64_t v_row = d * kv_esize_;
     const int prob_offset = max_rows_ * kGroupMax * 4;
-    for (int64_t c0 = 0; c0 < d; c0 += 32) {
-      const int n = int(std::min<int64_t>(d - c0, 32));  // dims of this chunk
-      const int count = n > 16 ? 2 : 1;                  // zmm of 16 dims
-      const int tail = n - (count - 1) * 16;             // dims in the last zmm
+    mov(rsi, ptr[ARG(acc)]);
+    // The first chunk prefetches the next groups' V rows (spread_prefetch): emitted on its own.
+    emit_dim_chunks(32, /*first_apart=*/spread_prefetch(), [&](int64_t c0, int n, bool first) {
+      const int count = n > 16 ? 2 : 1;       // zmm of 16 dims
+      const int tail = n - (count - 1) * 16;  // dims in the last zmm
       const bool masked = tail < 16;
       if (masked) {
         set_dim_tail(tail);
@@ -1852,7 +1933,7 @@ class AttentionGenerator : public Generator {
       load_pair_tables(count);
       load_scaled_acc(rows, c0, count, masked ? tail : 16);
       mov(r13, r9);
-      if (spread_prefetch() && c0 == 0) {
+      if (spread_prefetch() && first) {
         hoist_prefetch_bases(r9, offsetof(CpuAttnTileArgs, next_v),
                              offsetof(CpuAttnTileArgs, next2_v));
       }
@@ -1877,7 +1958,7 @@ class AttentionGenerator : public Generator {
         }
       };
       L(l_pair);
-      if (spread_prefetch() && c0 == 0) {
+      if (spread_prefetch() && first) {
         prefetch_next_alongside(r13, 2, v_row, (v_row + 63) / 64);
       }
       {
@@ -1896,7 +1977,7 @@ class AttentionGenerator : public Generator {
       accumulate();
       L(l_store);
       store_acc(rows, c0, count, masked ? tail : 16);
-    }
+    });
   }
 
   void emit_pv_fp32(int rows) {
@@ -1910,8 +1991,8 @@ class AttentionGenerator : public Generator {
       hoist_prefetch_bases(r9, offsetof(CpuAttnTileArgs, next_v),
                            offsetof(CpuAttnTileArgs, next2_v));
     }
-    for (int64_t c0 = 0; c0 < d;) {
-      const int n = int(std::min<int64_t>(d - c0, 2 * lanes()));  // dims of this chunk
+    mov(rsi, ptr[ARG(acc)]);
+    emit_dim_chunks(2 * lanes(), /*first_apart=*/false, [&](int64_t c0, int n, bool) {
       const int count = (n + lanes() - 1) / lanes();
       const int tail = n - (count - 1) * lanes();  // dims in the last vector
       if (tail < lanes()) set_dim_tail(tail);
@@ -1985,8 +2066,7 @@ class AttentionGenerator : public Generator {
       if (split) unpin_constants();
       sum_accumulator_sets(sets, rows, count);
       store_acc(rows, c0, count, tail);
-      c0 += n;
-    }
+    });
   }
 
   // `count` (1 .. lanes) cache elements at `addr` as fp32 lanes (zeros past `count`):
@@ -2168,17 +2248,9 @@ Result<std::vector<uint8_t>> generate_cpu_attention(const OpSpec& spec, const Co
   AttentionGenerator gen(p, isa, attention_uses_dpbf16(spec, config, isa),
                          attention_token_group(spec, isa), attention_max_rows(spec, isa));
   gen.generate();
-  Result<std::vector<uint8_t>> code = gen.finish();
-  if (gen.code_too_big()) {
-    // The row-count variants unroll P·V over the head: very large heads outgrow the buffer
-    // (LargestKernelsFitTheCodeBuffer: heads up to 256 fit with every feature at every level).
-    return Status(StatusCode::kCompileError,
-                  fmt::format("{}: head_size={} makes a kernel larger than the x86 backend's code "
-                              "buffer at {} (heads up to 256 fit with every feature at every "
-                              "level, up to ~900 at AVX2)",
-                              op_name(spec.op), p.head_size, x86_isa_name(isa)));
-  }
-  return code;
+  // Every head size the IR allows fits the code buffer (emit_dim_chunks; the largest kernels
+  // are D = 256's, unrolled: LargestKernelsFitTheCodeBuffer).
+  return gen.finish();
 }
 
 bool attention_predecodes_fp8(const OpSpec& spec, const Config& config, X86Isa isa) {

@@ -63,6 +63,7 @@ struct CpuAttnTileArgs {
   const uint8_t* next_v;      ///< kernel-internal: the next key group's V (prefetch)
   const uint8_t* next2_k;     ///< kernel-internal: K of the group after the next (vec paths)
   const uint8_t* next2_v;     ///< kernel-internal: V of the group after the next (vec paths)
+  int64_t dim_steps_left;     ///< kernel-internal: the P·V loop over the dims of large heads
 };
 
 /// Floats of CpuAttnTileArgs::scratch for head size `head_size`: logits [rows][32] fp32,

@@ -67,7 +67,6 @@ Result<std::vector<uint8_t>> Generator::finish() {
   }
   if (int err = Xbyak::GetError()) {
     Xbyak::ClearError();
-    code_too_big_ = err == Xbyak::ERR_CODE_IS_TOO_BIG;
     return Status(StatusCode::kCompileError,
                   fmt::format("x86 emitter error: {}", Xbyak::ConvertErrorToString(err)));
   }

@@ -41,9 +41,6 @@ class Generator : public Xbyak::CodeGenerator {
   /// Appends the constant pool, checks for emission errors, and returns the code bytes.
   /// The code is position independent (constants are addressed rip-relative).
   Result<std::vector<uint8_t>> finish();
-  /// Whether finish() failed because the code outgrew the generator's buffer (kMaxCodeBytes),
-  /// so that a generator can name the spec field that made it that large.
-  bool code_too_big() const { return code_too_big_; }
 
  protected:
   using Xmm = Xbyak::Xmm;
@@ -321,7 +318,6 @@ class Generator : public Xbyak::CodeGenerator {
   X86Isa isa_;
   bool avx512_;
   bool bf16_accuracy_ = false;
-  bool code_too_big_ = false;  // finish() ran out of the code buffer
   std::map<uint32_t, std::unique_ptr<Xbyak::Label>> constants_;
   std::map<uint32_t, Xbyak::Address> constant_addresses_;  // stable storage for cst()
   std::map<uint32_t, Xbyak::Xmm> pinned_constants_;        // pin_constants(): bits -> vmm

@@ -11,6 +11,7 @@
 //           path over an fp8 e4m3 cache (half the bytes); kiln_vec is the default config
 //           (attention_default_dpbf16 picks the arithmetic per ISA level), kiln_vec_dot and
 //           kiln_vec_fma the same kernel with config dpbf16=1 (vdpbf16ps) and 0 (fp32 FMA);
+//           kiln_vec_head256 / head512 at heads of 256 and 512 (batch 1 and 8, context 2048);
 //   prefill one request of 512..2048 tokens, causal: GFLOP/s (4·pairs·heads·D) against the
 //           measured vdpbf16ps peak (16 lanes x 2 products x 2 flops per instruction).
 // With 2 threads (the machine's cores) and 1 thread. Every figure comes twice: per wall-clock
@@ -152,6 +153,7 @@ using bench::HugeVector;
 struct Problem {
   int64_t requests = 0, q_len = 0, context = 0, tokens = 0, blocks = 0, max_blocks = 0;
   int64_t heads_q = kHeadsQ;  // query heads (kHeadsKv KV heads)
+  int64_t head = kHeadSize;   // head size D
   std::vector<uint16_t> query, out;
   HugeVector<uint16_t> key_cache, value_cache;
   HugeVector<uint8_t> key_codes, value_codes;  // fp8 caches (kv=fp8_e4m3)
@@ -161,26 +163,27 @@ struct Problem {
 };
 
 OpSpec attention_spec(ir::CpuAttnIsa isa, ir::KvCacheDtype kv = ir::KvCacheDtype::kAuto,
-                      int64_t heads_q = kHeadsQ) {
+                      int64_t heads_q = kHeadsQ, int64_t head = kHeadSize) {
   return OpSpec::make(OpKind::kCpuAttentionWithKvCache,
-                      ir::CpuAttentionParams{isa, DType::kBF16, kHeadSize, kBlockSize, heads_q,
-                                             kHeadsKv, true, false, false, false, false, kv});
+                      ir::CpuAttentionParams{isa, DType::kBF16, head, kBlockSize, heads_q, kHeadsKv,
+                                             true, false, false, false, false, kv});
 }
 
 std::unique_ptr<Problem> make_problem(int64_t requests, int64_t q_len, int64_t context,
                                       ir::CpuAttnIsa isa,
                                       ir::KvCacheDtype kv = ir::KvCacheDtype::kAuto,
-                                      int64_t heads_q = kHeadsQ) {
+                                      int64_t heads_q = kHeadsQ, int64_t head = kHeadSize) {
   auto p = std::make_unique<Problem>();
   p->heads_q = heads_q;
+  p->head = head;
   p->requests = requests;
   p->q_len = q_len;
   p->context = context;
   p->tokens = requests * q_len;
   p->max_blocks = (context + kBlockSize - 1) / kBlockSize;
   p->blocks = requests * p->max_blocks;
-  const int64_t cache_elems = p->blocks * kHeadsKv * kBlockSize * kHeadSize;
-  p->query = bench::random_bf16(size_t(p->tokens * heads_q * kHeadSize));
+  const int64_t cache_elems = p->blocks * kHeadsKv * kBlockSize * head;
+  p->query = bench::random_bf16(size_t(p->tokens * heads_q * head));
   const bool fp8 = kv != ir::KvCacheDtype::kAuto;
   if (fp8) {
     // e4m3 codes of |x| < 2 (bits 6 and 3 clear: never the NaN code 0x7f / 0xff).
@@ -206,24 +209,23 @@ std::unique_ptr<Problem> make_problem(int64_t requests, int64_t q_len, int64_t c
   const Tensor qsl(p->qsl.data(), DType::kI32, {requests + 1});
   const Tensor seq_lens(p->seq_lens.data(), DType::kI32, {requests});
   const Tensor metadata(p->metadata.data(), DType::kI8, {int64_t(p->metadata.size())});
-  const OpSpec sched = OpSpec::make(
-      OpKind::kCpuAttnGetSchedulerMetadata,
-      ir::CpuAttnSchedulerParams{isa, DType::kBF16, kHeadSize, heads_q, kHeadsKv, true});
+  const OpSpec sched =
+      OpSpec::make(OpKind::kCpuAttnGetSchedulerMetadata,
+                   ir::CpuAttnSchedulerParams{isa, DType::kBF16, head, heads_q, kHeadsKv, true});
   if (!codegen::ref::run(sched, KernelArgs({metadata, seq_lens, qsl}, {double(requests), -1, 1}))
            .is_ok()) {
     std::abort();
   }
-  const std::initializer_list<int64_t> cache_sizes = {p->blocks, kHeadsKv, kBlockSize, kHeadSize};
+  const std::initializer_list<int64_t> cache_sizes = {p->blocks, kHeadsKv, kBlockSize, head};
   const Tensor key_cache = fp8 ? Tensor(p->key_codes.data(), DType::kU8, cache_sizes)
                                : Tensor(p->key_cache.data(), DType::kBF16, cache_sizes);
   const Tensor value_cache = fp8 ? Tensor(p->value_codes.data(), DType::kU8, cache_sizes)
                                  : Tensor(p->value_cache.data(), DType::kBF16, cache_sizes);
   p->args = KernelArgs(
-      {Tensor(p->query.data(), DType::kBF16, {p->tokens, heads_q, kHeadSize}), key_cache,
-       value_cache, Tensor(p->out.data(), DType::kBF16, {p->tokens, heads_q, kHeadSize}), qsl,
-       seq_lens, Tensor{}, Tensor(p->table.data(), DType::kI32, {requests, p->max_blocks}),
-       metadata, Tensor{}},
-      {1.0 / std::sqrt(double(kHeadSize)), -1.0, -1.0, 0.0});
+      {Tensor(p->query.data(), DType::kBF16, {p->tokens, heads_q, head}), key_cache, value_cache,
+       Tensor(p->out.data(), DType::kBF16, {p->tokens, heads_q, head}), qsl, seq_lens, Tensor{},
+       Tensor(p->table.data(), DType::kI32, {requests, p->max_blocks}), metadata, Tensor{}},
+      {1.0 / std::sqrt(double(head)), -1.0, -1.0, 0.0});
   if (fp8) {
     p->args.add_scalar(0.05);  // k_scale
     p->args.add_scalar(0.05);  // v_scale
@@ -235,21 +237,19 @@ std::unique_ptr<Problem> make_problem(int64_t requests, int64_t q_len, int64_t c
 // layout, fp32 accumulation, a two-pass softmax over the row's logits.
 void plain_attention(Problem& p, int threads) {
   const int64_t group = p.heads_q / kHeadsKv;
-  const float scale = 1.0f / std::sqrt(float(kHeadSize));
-  const int64_t slab = kBlockSize * kHeadSize;
+  const float scale = 1.0f / std::sqrt(float(p.head));
+  const int64_t slab = kBlockSize * p.head;
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(threads)
   for (int64_t r = 0; r < p.requests; ++r) {
     for (int64_t g = 0; g < kHeadsKv; ++g) {
       std::vector<float> s(static_cast<size_t>(p.context));
-      std::vector<float> acc(static_cast<size_t>(kHeadSize));
-      std::vector<float> q(static_cast<size_t>(kHeadSize));
+      std::vector<float> acc(static_cast<size_t>(p.head));
+      std::vector<float> q(static_cast<size_t>(p.head));
       for (int64_t i = 0; i < p.q_len; ++i) {
         const int64_t pos = p.context - p.q_len + i;
         for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-          const uint16_t* qs =
-              p.query.data() + ((p.qsl[size_t(r)] + i) * p.heads_q + h) * kHeadSize;
-          for (int64_t d = 0; d < kHeadSize; ++d)
-            q[size_t(d)] = numeric::bf16_to_f32(qs[d]) * scale;
+          const uint16_t* qs = p.query.data() + ((p.qsl[size_t(r)] + i) * p.heads_q + h) * p.head;
+          for (int64_t d = 0; d < p.head; ++d) q[size_t(d)] = numeric::bf16_to_f32(qs[d]) * scale;
           float m = -INFINITY;
           for (int64_t j = 0; j <= pos; ++j) {
             const uint16_t* k =
@@ -258,7 +258,7 @@ void plain_attention(Problem& p, int threads) {
                     slab +
                 j % kBlockSize;
             float dot = 0;
-            for (int64_t d = 0; d < kHeadSize; ++d) {
+            for (int64_t d = 0; d < p.head; ++d) {
               dot += q[size_t(d)] * numeric::bf16_to_f32(k[d * kBlockSize]);
             }
             s[size_t(j)] = dot;
@@ -273,12 +273,11 @@ void plain_attention(Problem& p, int threads) {
                 p.value_cache.data() +
                 (int64_t(p.table[size_t(r * p.max_blocks + j / kBlockSize)]) * kHeadsKv + g) *
                     slab +
-                (j % kBlockSize) * kHeadSize;
-            for (int64_t d = 0; d < kHeadSize; ++d)
-              acc[size_t(d)] += e * numeric::bf16_to_f32(v[d]);
+                (j % kBlockSize) * p.head;
+            for (int64_t d = 0; d < p.head; ++d) acc[size_t(d)] += e * numeric::bf16_to_f32(v[d]);
           }
-          uint16_t* o = p.out.data() + ((p.qsl[size_t(r)] + i) * p.heads_q + h) * kHeadSize;
-          for (int64_t d = 0; d < kHeadSize; ++d) o[d] = numeric::f32_to_bf16(acc[size_t(d)] / sum);
+          uint16_t* o = p.out.data() + ((p.qsl[size_t(r)] + i) * p.heads_q + h) * p.head;
+          for (int64_t d = 0; d < p.head; ++d) o[d] = numeric::f32_to_bf16(acc[size_t(d)] / sum);
         }
       }
     }
@@ -436,7 +435,7 @@ double& copy_gbps_cpu(int threads) {
 // other processes, the CPU-time ratio does not.
 void report(benchmark::State& state, const Problem& p, int threads, double wall_per_call,
             double cpu_per_call, bool decode, ir::KvCacheDtype kv, bool fma_path) {
-  const Estimate e = estimates(attention_spec(ir::CpuAttnIsa::kVec, kv),
+  const Estimate e = estimates(attention_spec(ir::CpuAttnIsa::kVec, kv, kHeadsQ, p.head),
                                {.tokens = p.tokens, .batch = p.requests, .context = p.context});
   state.counters["us_per_call"] = 1e6 * wall_per_call;
   if (decode) {
@@ -474,10 +473,10 @@ void report(benchmark::State& state, const Problem& p, int threads, double wall_
 void bm_attention(benchmark::State& state, int64_t requests, int64_t q_len, int64_t context,
                   int threads, bool peer, ir::CpuAttnIsa isa,
                   ir::KvCacheDtype kv = ir::KvCacheDtype::kAuto, Config config = {},
-                  int64_t heads_q = kHeadsQ) {
-  auto p = make_problem(requests, q_len, context, isa, kv, heads_q);
-  const Kernel kernel =
-      bench::compile_x86_or_die(attention_spec(isa, kv, heads_q), config.set("threads", threads));
+                  int64_t heads_q = kHeadsQ, int64_t head = kHeadSize) {
+  auto p = make_problem(requests, q_len, context, isa, kv, heads_q, head);
+  const Kernel kernel = bench::compile_x86_or_die(attention_spec(isa, kv, heads_q, head),
+                                                  config.set("threads", threads));
   const auto start = std::chrono::steady_clock::now();
   const double cpu_start = process_cpu_seconds();
   for (auto _ : state) {
@@ -493,7 +492,7 @@ void bm_attention(benchmark::State& state, int64_t requests, int64_t q_len, int6
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
   const double cpu = (process_cpu_seconds() - cpu_start) / double(threads) / calls;
-  const bool fma_path = !codegen::x86::attention_uses_dpbf16(attention_spec(isa, kv, heads_q),
+  const bool fma_path = !codegen::x86::attention_uses_dpbf16(attention_spec(isa, kv, heads_q, head),
                                                              config, detect_host_x86_isa());
   report(state, *p, threads, wall, cpu, q_len == 1, kv, fma_path);
 }
@@ -557,6 +556,23 @@ void register_all() {
         }
       }
       if (who_index == 0) {
+        // Larger heads (GQA 8): 256, the largest whose P·V is unrolled over the head, and
+        // vLLM's newest 512, which loops over it (emit_dim_chunks), at 2x and 4x the KV bytes
+        // per token of the rows above.
+        for (int64_t head : {256, 512}) {
+          for (int64_t batch : {1, 8}) {
+            benchmark::RegisterBenchmark(
+                fmt::format("decode/kiln_vec_head{}/batch:{}/context:2048/threads:{}", head, batch,
+                            threads)
+                    .c_str(),
+                [=](benchmark::State& s) {
+                  bm_attention(s, batch, 1, 2048, threads, false, ir::CpuAttnIsa::kVec,
+                               ir::KvCacheDtype::kAuto, Config{}, kHeadsQ, head);
+                })
+                ->Unit(benchmark::kMicrosecond)
+                ->MinTime(0.2);
+          }
+        }
         // fp8 e4m3 KV (isa=vec): half the KV bytes, decoded to fp32 in the kernel.
         for (int64_t batch : {1, 8, 32}) {
           for (int64_t context : {512, 2048, 8192}) {

@@ -641,23 +641,35 @@ class AttentionGenerator : public Generator {
   // ahead will read start those streams early, so several pages stream at once.
   // Microbenchmark (random 8 KiB slabs, 1 GiB, light compute per line): full prefetch of the
   // next slab 9.0 GB/s, plus this kick 11.9.
+  // At most kKickPages pages of each span are kicked (the first ones): a group's K span is
+  // D·bs elements, 64 pages at D = 4096, bs = 32 (bf16) and 8192 at bs = 512 (f32), whose
+  // kicks outgrew the code buffer and would have outnumbered the group's own K lines. Spans of
+  // up to 16 pages (D·bs·e <= 64 KiB: every head up to 256 at blocks up to 128, bf16) are kicked
+  // whole, as before.
   static constexpr int kKickGroups = 4;
   static constexpr int64_t kPage = 4096;
+  static constexpr int64_t kKickPages = 16;
 
   void emit_stream_kick(int first) {
     Label l_end;
     for (int a = first; a <= kKickGroups; ++a) {
       emit_group_slabs(int64_t(a) * group_, l_end);
       for (const auto& [base, span] : group_spans()) {
-        for (int64_t offset = 0; offset < span; offset += kPage) kick_page(base, offset);
+        for (int64_t offset = 0; offset < std::min(span, kKickPages * kPage); offset += kPage) {
+          kick_page(base, offset);
+        }
       }
       if (amx_) {
         // V: one 1 KiB tile of 32 keys per 16 dims, 32·bs bytes apart: kick each tile that
-        // starts in a page the previous tile did not reach.
+        // starts in a page the previous tile did not reach (the first kKickPages of them).
         int64_t previous_page = -1;
-        for (int64_t tile = 0; tile < p_.head_size / 16; ++tile) {
+        int64_t kicked = 0;
+        for (int64_t tile = 0; tile < p_.head_size / 16 && kicked < kKickPages; ++tile) {
           const int64_t offset = tile * 32 * p_.block_size;
-          if (offset / kPage != previous_page) kick_page(rax, offset);
+          if (offset / kPage != previous_page) {
+            kick_page(rax, offset);
+            ++kicked;
+          }
           previous_page = (offset + 1023) / kPage;
         }
       }
@@ -1861,51 +1873,43 @@ class AttentionGenerator : public Generator {
   }
 
   // P·V walks the head in chunks of `chunk` dims (two vectors, or 32 dims of bf16 pairs; the
-  // last chunk holds D % chunk when that is not 0) and emits each by
-  // body(c0, dims, first): c0 is relative to the cursors r9 (the group's V rows: element c0 of
-  // row t at r9 + t·D·e + c0·e) and rsi (the call's accumulator rows: float c0 of row r at
-  // rsi + (r·D + c0)·4), `first` marks the head's first chunk.
+  // last chunk holds D % chunk when that is not 0) and emits each by body(c0, dims): c0 is
+  // relative to the cursors r9 (the group's V rows: element c0 of row t at r9 + t·D·e + c0·e)
+  // and rsi (the call's accumulator rows: float c0 of row r at rsi + (r·D + c0)·4).
   // Heads of up to kUnrolledHead dims emit every chunk in line, at its own offset. Larger
   // heads run their whole chunks as a loop whose step emits `step` chunks (the V bytes of a
   // step are a multiple of the 64-byte line, so each step's chunks sit at the same offsets in
   // their lines and prefetch_next_chunk's pattern repeats), advancing r9 and rsi; the chunks
-  // past the last whole step, the tail and (`first_apart`) the first chunk are emitted in
-  // line. Unrolled, the variants' P·V grew with D until the kernel outgrew the code buffer
-  // (AVX-512 f32 with every feature at D = 512, fp8 at D = 512, AVX2 past ~900); looped, a
-  // variant's size no longer depends on D. r9 is restored after the loop (the second half of
-  // a group, and the caller, read the group's V from it); rsi is left where the walk ended.
+  // past the last whole step and the tail follow in line. Unrolled, the variants' P·V grew
+  // with D until the kernel outgrew the code buffer (AVX-512 f32 with every feature at
+  // D = 512, fp8 at D = 512, AVX2 past ~900); looped, it does not grow with D. r9 is restored
+  // after the loop (the second half of a group, and the caller, read the group's V from it);
+  // rsi is left where the walk ended (every later use loads it again).
   // ARG(dim_steps_left) counts the steps (every register is taken inside a chunk).
   static constexpr int64_t kUnrolledHead = 256;
   template <class Body>
-  void emit_dim_chunks(int chunk, bool first_apart, const Body& body) {
+  void emit_dim_chunks(int chunk, const Body& body) {
     const int64_t d = p_.head_size;
-    const int64_t whole = d / chunk;
     if (d <= kUnrolledHead) {
-      for (int64_t c0 = 0; c0 < d; c0 += chunk) {
-        body(c0, int(std::min<int64_t>(d - c0, chunk)), c0 == 0);
-      }
+      for (int64_t c0 = 0; c0 < d; c0 += chunk) body(c0, int(std::min<int64_t>(d - c0, chunk)));
       return;
     }
     const int step = int(std::max<int64_t>(1, 64 / (chunk * kv_esize_)));
-    const int64_t apart = first_apart ? 1 : 0;
-    const int64_t steps = (whole - apart) / step;
-    for (int64_t c = 0; c < apart; ++c) body(c * chunk, chunk, c == 0);
-    if (steps > 0) {
-      Label l_step;
-      mov(qword[ARG(dim_steps_left)], steps);
-      L(l_step);
-      for (int k = 0; k < step; ++k) body((apart + k) * chunk, chunk, apart + k == 0);
-      add(r9, step * chunk * kv_esize_);
-      add(rsi, step * chunk * 4);
-      dec(qword[ARG(dim_steps_left)]);
-      jnz(l_step, T_NEAR);
-    }
+    const int64_t steps = d / chunk / step;
+    Label l_step;
+    mov(qword[ARG(dim_steps_left)], steps);
+    L(l_step);
+    for (int k = 0; k < step; ++k) body(k * chunk, chunk);
+    add(r9, step * chunk * kv_esize_);
+    add(rsi, step * chunk * 4);
+    dec(qword[ARG(dim_steps_left)]);
+    jnz(l_step, T_NEAR);
     // The cursors moved on by `moved` dims: the rest of the chunks relative to them.
     const int64_t moved = steps * step * chunk;
-    for (int64_t c0 = apart * chunk + moved; c0 < d; c0 += chunk) {
-      body(c0 - moved, int(std::min<int64_t>(d - c0, chunk)), c0 == 0);
+    for (int64_t c0 = moved; c0 < d; c0 += chunk) {
+      body(c0 - moved, int(std::min<int64_t>(d - c0, chunk)));
     }
-    if (moved > 0) sub(r9, moved * kv_esize_);
+    sub(r9, moved * kv_esize_);
   }
 
   void emit_pv_dpbf16(int rows) {
@@ -1913,8 +1917,17 @@ class AttentionGenerator : public Generator {
     const int64_t v_row = d * kv_esize_;
     const int prob_offset = max_rows_ * kGroupMax * 4;
     mov(rsi, ptr[ARG(acc)]);
-    // The first chunk prefetches the next groups' V rows (spread_prefetch): emitted on its own.
-    emit_dim_chunks(32, /*first_apart=*/spread_prefetch(), [&](int64_t c0, int n, bool first) {
+    // The next groups' V rows (spread_prefetch): heads of up to kUnrolledHead dims fetch whole
+    // rows in the first chunk; larger ones each chunk's lines of the rows as the chunk walks
+    // them (as emit_pv_fp32: whole rows made the first chunk 4·D/32 prefetches per key pair,
+    // the kernel's size growing with D again).
+    const bool rows_in_first = spread_prefetch() && d <= kUnrolledHead;
+    const bool by_chunk = spread_prefetch() && d > kUnrolledHead;
+    if (by_chunk) {
+      hoist_prefetch_bases(r9, offsetof(CpuAttnTileArgs, next_v),
+                           offsetof(CpuAttnTileArgs, next2_v));
+    }
+    emit_dim_chunks(32, [&](int64_t c0, int n) {
       const int count = n > 16 ? 2 : 1;       // zmm of 16 dims
       const int tail = n - (count - 1) * 16;  // dims in the last zmm
       const bool masked = tail < 16;
@@ -1933,7 +1946,7 @@ class AttentionGenerator : public Generator {
       load_pair_tables(count);
       load_scaled_acc(rows, c0, count, masked ? tail : 16);
       mov(r13, r9);
-      if (spread_prefetch() && first) {
+      if (rows_in_first && c0 == 0) {
         hoist_prefetch_bases(r9, offsetof(CpuAttnTileArgs, next_v),
                              offsetof(CpuAttnTileArgs, next2_v));
       }
@@ -1958,8 +1971,12 @@ class AttentionGenerator : public Generator {
         }
       };
       L(l_pair);
-      if (spread_prefetch() && first) {
+      if (rows_in_first && c0 == 0) {
         prefetch_next_alongside(r13, 2, v_row, (v_row + 63) / 64);
+      } else if (by_chunk) {
+        for (int64_t row : {int64_t(0), v_row}) {
+          prefetch_next_chunk(row, c0 * kv_esize_, n * kv_esize_);
+        }
       }
       {
         const Address b_addr = ptr[r13 + v_row + c0 * kv_esize_];
@@ -1992,7 +2009,7 @@ class AttentionGenerator : public Generator {
                            offsetof(CpuAttnTileArgs, next2_v));
     }
     mov(rsi, ptr[ARG(acc)]);
-    emit_dim_chunks(2 * lanes(), /*first_apart=*/false, [&](int64_t c0, int n, bool) {
+    emit_dim_chunks(2 * lanes(), [&](int64_t c0, int n) {
       const int count = (n + lanes() - 1) / lanes();
       const int tail = n - (count - 1) * lanes();  // dims in the last vector
       if (tail < lanes()) set_dim_tail(tail);

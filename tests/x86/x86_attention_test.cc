@@ -1545,14 +1545,15 @@ TEST(X86AttentionConfig, PagedTuningSpaceGenerates) {
 // gather's tile kernel at heads 320 (f32) and 512 (bf16). A session's first form of the AVX2
 // halves overflowed it from D = 192 with softcap.
 // Heads past 256 dims walk P·V as a loop over the dims (emit_dim_chunks): steps of one, two or
-// four chunks (by the bytes of a chunk's V row), the chunks past the last whole step and a tail
-// after it. 264 (16·16 + 8: one chunk past the loop at AVX2, a tail at AVX-512), 300 (a tail of
-// 12 dims), vLLM's newest 512, 1000 (62 chunks of 16) and 4096 (the IR's largest); 1, 2, 5 and 8
-// rows per call (the accumulator sets, the two halves' row offsets), every dtype and fp8 cache
-// (both decodes), every feature, splits forced and off, and the paged gather.
+// four chunks (by the bytes of a chunk's V row), the whole chunks past the last whole step and a
+// tail after it. 264 (16 chunks of 16 at AVX2, 8 steps of 2, and an 8-dim tail), 280 (17: one
+// whole chunk after the steps), 300 (a 12-dim tail; fp8 steps of 4 leave two chunks), vLLM's
+// newest 512, 1000 (62 chunks of 16) and 4096 (the IR's largest); 1, 2, 5 and 8 rows per call
+// (the accumulator sets, the two halves' row offsets), every dtype and fp8 cache (both decodes),
+// every feature, splits forced and off, and the paged gather.
 TEST_P(X86AttentionTest, LargeHeadsLoopOverTheDims) {
   const Features all{true, true, true, true, true};
-  for (int64_t head : {264, 300, 512, 1000}) {
+  for (int64_t head : {264, 280, 300, 512, 1000}) {
     check(attention_spec(CpuAttnIsa::kVec, DType::kBF16, head, 32, 8, 1), GetParam(), 3, {},
           {InputKind::kNormal});
     check(attention_spec(CpuAttnIsa::kVec16, DType::kF16, head, 16, 2, 2, all), GetParam(), 3, {},
@@ -1581,11 +1582,13 @@ TEST_P(X86AttentionTest, LargeHeadsLoopOverTheDims) {
 // dims unroll P·V over the head (the largest kernels: D = 256 with an fp8 cache and every
 // feature, ~100 KiB of the 128 KiB buffer at AVX-512), larger ones loop over it, so a kernel's
 // size stops growing with D (before the loop, AVX-512 f32 with every feature did not fit at
-// D = 512, fp8 caches at 512, AVX2 past ~900, the AMX layout at 1024).
+// D = 512, fp8 caches at 512, AVX2 past ~900, the AMX layout at 1024); large blocks too (the
+// stream kick covers at most 16 pages of a group's span: D = 4096 with blocks of 512-1024 did
+// not fit). Both arithmetics where vdpbf16ps serves (dpbf16 0 and 1, fp8 caches included).
 TEST(X86AttentionConfig, LargestKernelsFitTheCodeBuffer) {
   const Features all{.causal = true, .window = true, .alibi = true, .softcap = true, .sinks = true};
-  const std::vector<X86Isa> levels = {X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16,
-                                      X86Isa::kAvx512Fp16, X86Isa::kAmx};
+  const std::vector<X86Isa> levels = {X86Isa::kAvx2,       X86Isa::kAvx512,     X86Isa::kAvx512Bf16,
+                                      X86Isa::kAvx512Vbmi, X86Isa::kAvx512Fp16, X86Isa::kAmx};
   const auto expect_generates = [](const OpSpec& spec, const Config& config, X86Isa isa,
                                    auto generate) {
     const auto code = generate(spec, config, isa);
@@ -1599,29 +1602,46 @@ TEST(X86AttentionConfig, LargestKernelsFitTheCodeBuffer) {
     return codegen::x86::generate_paged_attention(spec, config, isa);
   };
   for (X86Isa isa : levels) {
+    // The arithmetic knob's values at this level (vdpbf16ps needs AVX512_BF16).
+    const std::vector<Config> arithmetics =
+        isa >= X86Isa::kAvx512Bf16
+            ? std::vector<Config>{Config().set("dpbf16", 0), Config().set("dpbf16", 1)}
+            : std::vector<Config>{Config{}};
     for (int64_t head : {128, 144, 256, 264, 512, 1000, 4096}) {
-      for (auto [layout, dtype] : {std::pair{CpuAttnIsa::kVec, DType::kBF16},
-                                   {CpuAttnIsa::kVec16, DType::kF16},
-                                   {CpuAttnIsa::kVec, DType::kF32}}) {
-        expect_generates(attention_spec(layout, dtype, head, 32, 16, 2, all), Config{}, isa,
-                         attention);
-      }
-      for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
-        for (int64_t predecode : {0, 1}) {
-          expect_generates(fp8_spec(kv, DType::kBF16, head, 32, 16, 2, all),
-                           Config().set("predecode", predecode), isa, attention);
+      for (int64_t block : {32, 1024}) {
+        if (block == 1024 && head < 512) continue;
+        for (auto [layout, dtype] : {std::pair{CpuAttnIsa::kVec, DType::kBF16},
+                                     {CpuAttnIsa::kVec16, DType::kF16},
+                                     {CpuAttnIsa::kVec, DType::kF32}}) {
+          const OpSpec spec = attention_spec(layout, dtype, head, block, 16, 2, all);
+          for (const Config& config :
+               dtype == DType::kBF16 ? arithmetics : std::vector<Config>{Config{}}) {
+            expect_generates(spec, config, isa, attention);
+          }
+        }
+        for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
+          const OpSpec spec = fp8_spec(kv, DType::kBF16, head, block, 16, 2, all);
+          for (int64_t predecode : {0, 1}) {
+            expect_generates(spec, Config().set("predecode", predecode), isa, attention);
+          }
+          if (isa >= X86Isa::kAvx512Bf16) {
+            expect_generates(spec, Config().set("dpbf16", 1), isa, attention);
+          }
+        }
+        if (isa >= X86Isa::kAvx512Bf16 && head % 32 == 0) {
+          // The AMX layout: native tiles at amx, their emulation below.
+          expect_generates(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, head, block, 16, 2, all),
+                           Config{}, isa, attention);
         }
       }
-      if (isa >= X86Isa::kAvx512Bf16 && head % 32 == 0) {
-        // The AMX layout: native tiles at amx, their emulation below.
-        expect_generates(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, head, 32, 16, 2, all),
-                         Config{}, isa, attention);
-      }
       if (head % 8 == 0) {
+        // The gather's tile kernel takes the chunk as its block size: the largest, 512.
         for (DType dtype : {DType::kF32, DType::kBF16}) {
-          expect_generates(
-              paged_spec(true, dtype, ir::KvCacheDtype::kAuto, head, 16, 16, 2, true, 512),
-              Config().set("direct", 0), isa, paged);
+          const OpSpec spec =
+              paged_spec(true, dtype, ir::KvCacheDtype::kAuto, head, 16, 16, 2, true, 512);
+          for (int64_t chunk : {128, 512}) {
+            expect_generates(spec, Config().set("direct", 0).set("chunk", chunk), isa, paged);
+          }
         }
       }
     }

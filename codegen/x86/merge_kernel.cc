@@ -31,9 +31,16 @@ constexpr int64_t kMaxUnrolled = 8;
 constexpr int kUnroll = 4;
 // Stack frame above the helpers' staging bytes [0, 96): the group's LSE inputs, weights, LSE
 // and M, one vector (64 bytes) each.
-// f32 inputs keep the weights as doubles (128 bytes each).
+// f32 inputs keep the weights as doubles (128 bytes each). Then the count of head groups
+// left in a token's loop (merge_token).
 constexpr int kLseP = 128, kLseS = 192, kWeightA = 256, kWeightB = 384, kLse = 512, kMax = 576;
-constexpr int kFrame = 640;
+constexpr int kGroupsLeft = 640;
+constexpr int kFrame = 704;
+// Head groups (one vector of heads each) of a token emitted in line up to this count (64
+// heads at AVX2, 128 at AVX-512); more run as a loop over one group's code. Each group's
+// code (staging, exp, log, the blend loop) is 1.5-4 KiB, so unrolled, 238-2000 heads (by
+// dtype and level; the IR allows 4096) outgrew the 128 KiB code buffer.
+constexpr int64_t kMaxUnrolledGroups = 8;
 constexpr uint32_t kNegInfBits = 0xFF800000u;
 constexpr uint32_t kDefaultNanBits = 0x7FC00000u;
 constexpr uint8_t kCmpEqual = 0;      // _CMP_EQ_OQ
@@ -123,9 +130,20 @@ class MergeGenerator : public Generator {
   }
 
   void merge_token() {
-    for (int64_t h0 = 0; h0 < p_.head_count; h0 += lanes()) {
-      merge_group(int(std::min<int64_t>(lanes(), p_.head_count - h0)));
+    const int64_t groups = p_.head_count / lanes();
+    const int rest = int(p_.head_count % lanes());
+    if (groups <= kMaxUnrolledGroups) {
+      for (int64_t g = 0; g < groups; ++g) merge_group(lanes());
+    } else {
+      // merge_group's code moves its pointers on to the next group, so it can repeat as is.
+      Label l_group;
+      mov(qword[rsp + kGroupsLeft], groups);
+      L(l_group);
+      merge_group(lanes());
+      dec(qword[rsp + kGroupsLeft]);
+      jnz(l_group, T_NEAR);
     }
+    if (rest > 0) merge_group(rest);
   }
 
   // `n` heads from the current pointers (which end at the next group).

@@ -474,6 +474,22 @@ TEST_P(X86MlaMergeIsaTest, MergeMatchesRefOverTheGrid) {
   }
 }
 
+// More heads than the groups emitted in line (8 vectors: 64 heads at AVX2, 128 at AVX-512)
+// loop over one group's code: 131 (a partial group after the loop), 256, and the IR's 4096
+// (its unrolled code outgrew the code buffer), every dtype, fp8 output, with the LSE output.
+TEST_P(X86MlaMergeIsaTest, MergeManyHeadsLoopOverTheGroups) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : kDtypes) {
+    for (int64_t heads : {131, 256}) {
+      for (bool fp8 : {false, true}) {
+        EXPECT_TRUE(check_spec(merge_spec(dtype, fp8, heads, 40, true), isa, 5, {}, true));
+      }
+    }
+  }
+  EXPECT_TRUE(check_spec(merge_spec(DType::kBF16, false, 4096, 128, true), isa, 3, {}, true));
+  EXPECT_TRUE(check_spec(merge_spec(DType::kF32, true, 4096, 8, false), isa, 3, {}, true));
+}
+
 TEST_P(X86MlaMergeIsaTest, MergeOneTokenAndManyTokens) {
   const X86Isa isa = GetParam();
   for (int64_t tokens : {1, 2, 3, 37}) {

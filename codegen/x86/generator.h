@@ -17,6 +17,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -255,12 +256,17 @@ class Generator : public Xbyak::CodeGenerator {
   /// Per token, before its heads: hoists the cos/sin row at [cs] and pins the pairs constants.
   void begin_rope_token(const RopeRotation& r, const Reg64& cs);
   /// The rot_dim values of the head at [head] rotated in place (the cos/sin row at [cs] when
-  /// not hoisted). Elements rot_dim.. are untouched.
+  /// not hoisted). Elements rot_dim.. are untouched. Clobbers rax.
   void rotate_rope_head(const RopeRotation& r, const Reg64& head, const Reg64& cs);
   /// After the token's heads: unpins the constants.
   void end_rope_token(const RopeRotation& r);
   /// rotate_rope_head's AVX2 pairs path (rope_rotation.cc).
   void rotate_rope_head_ymm_pairs(const RopeRotation& r, const Reg64& head, const Reg64& cs);
+  /// The `count` steps of a rotation: step(i) emitted for each i where they are few; else a
+  /// loop of step(0) (rax counting) that moves `head` on by `head_bytes` and `cs` by
+  /// `cs_bytes` per step, after which both are moved back. A rotation clobbers rax.
+  void emit_rope_steps(int64_t count, const Reg64& head, int head_bytes, const Reg64& cs,
+                       int cs_bytes, const std::function<void(int64_t)>& step);
 
   // ---- Math injectors (fp32, lane-wise, in place) over groups of independent vectors; each
   // step is emitted for every member before the next step. Temporaries must be distinct from

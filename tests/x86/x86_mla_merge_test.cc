@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "codegen/ref/ref.h"
+#include "codegen/x86/x86_backend.h"
+#include "ir/params_norm_act.h"
 #include "runtime/runtime.h"
 #include "tests/harness/op_cases.h"
 #include "tests/x86/x86_test_util.h"
@@ -468,6 +470,60 @@ TEST_P(X86MlaMergeIsaTest, MergeMatchesRefOverTheGrid) {
               return;
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// Rotations of more than 16 steps (vectors of each half, or of pairs) loop over one step's code
+// (Generator::emit_rope_steps): rot_dim 320 (AVX2 f32: 20 vectors; the bf16 pairs path: 10
+// NeoX steps of 16, 20 GPT-J steps of 8), 998 (62 vectors and a tail of 3 at AVX2) and 4096
+// (the IR's largest, whose unrolled bf16 rotations outgrew the code buffer), for
+// rotary_embedding (query and key, a cache of T and of f32) and both fused writers, both
+// pairings, every dtype.
+TEST_P(X86MlaMergeIsaTest, LongRotationsLoopOverTheSteps) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : kDtypes) {
+    for (ir::RopeStyle style : {ir::RopeStyle::kNeox, ir::RopeStyle::kGptj}) {
+      for (int64_t rot : {320, 998, 4096}) {
+        for (DType cache_dtype : {dtype, DType::kF32}) {
+          const ir::RopeParams p{dtype, cache_dtype, 4096, rot, style, 2, 1, true};
+          EXPECT_TRUE(check_spec(OpSpec::make(OpKind::kRotaryEmbedding, p), isa, 3, {}, true));
+        }
+        EXPECT_TRUE(
+            check_spec(rope_fused_spec(dtype, KvCacheDtype::kFp8E4m3, 64, rot, 2, style, 16), isa,
+                       3, {}, true));
+        EXPECT_TRUE(check_spec(rope_flash_spec(dtype, KvCacheDtype::kAuto, 2, 1, rot, rot, style,
+                                               16, ir::CacheLayout::kNhd, false),
+                               isa, 3, {}, true));
+      }
+    }
+  }
+}
+
+// The rotary writers at the largest rot_dim the IR allows generate at every level (the test
+// above runs them on the host's), with fp8 caches and per-head scales.
+TEST(X86MlaMergeLevels, LongestRotationsFitTheCodeBuffer) {
+  for (X86Isa isa : {X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16, X86Isa::kAvx512Vbmi,
+                     X86Isa::kAvx512Fp16, X86Isa::kAmx}) {
+    for (DType dtype : kDtypes) {
+      for (ir::RopeStyle style : {ir::RopeStyle::kNeox, ir::RopeStyle::kGptj}) {
+        const ir::RopeParams rope{dtype, DType::kF32, 4096, 4096, style, 32, 8, true};
+        const OpSpec specs[] = {
+            OpSpec::make(OpKind::kRotaryEmbedding, rope),
+            rope_fused_spec(dtype, KvCacheDtype::kFp8E4m3, 512, 4096, 128, style, 16),
+            rope_flash_spec(dtype, KvCacheDtype::kFp8E4m3, 32, 8, 4096, 4096, style, 16,
+                            ir::CacheLayout::kNhd, true)};
+        for (const OpSpec& spec : specs) {
+          const auto backend = codegen::x86::make_backend();
+          Target target;
+          target.backend = BackendKind::kX86;
+          target.isa = isa;
+          ASSERT_TRUE(backend->supports(spec, target).ok) << to_string(spec);
+          const auto artifact = backend->lower(spec, Config{}, target);
+          EXPECT_TRUE(artifact.is_ok()) << to_string(spec) << " at " << x86_isa_name(isa) << ": "
+                                        << artifact.status().to_string();
         }
       }
     }

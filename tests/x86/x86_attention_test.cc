@@ -1607,7 +1607,7 @@ TEST(X86AttentionConfig, LargestKernelsFitTheCodeBuffer) {
         isa >= X86Isa::kAvx512Bf16
             ? std::vector<Config>{Config().set("dpbf16", 0), Config().set("dpbf16", 1)}
             : std::vector<Config>{Config{}};
-    for (int64_t head : {128, 144, 256, 264, 512, 1000, 4096}) {
+    for (int64_t head : {128, 144, 255, 256, 264, 512, 1000, 4096}) {
       for (int64_t block : {32, 1024}) {
         if (block == 1024 && head < 512) continue;
         for (auto [layout, dtype] : {std::pair{CpuAttnIsa::kVec, DType::kBF16},
@@ -1620,12 +1620,16 @@ TEST(X86AttentionConfig, LargestKernelsFitTheCodeBuffer) {
           }
         }
         for (ir::KvCacheDtype kv : {ir::KvCacheDtype::kFp8E4m3, ir::KvCacheDtype::kFp8E5m2}) {
-          const OpSpec spec = fp8_spec(kv, DType::kBF16, head, block, 16, 2, all);
-          for (int64_t predecode : {0, 1}) {
-            expect_generates(spec, Config().set("predecode", predecode), isa, attention);
-          }
-          if (isa >= X86Isa::kAvx512Bf16) {
-            expect_generates(spec, Config().set("dpbf16", 1), isa, attention);
+          // The largest unrolled kernels: an f32 query over an fp8 cache at D = 255 (every
+          // tail), ~124 KiB at AVX512_BF16.
+          for (DType dtype : {DType::kBF16, DType::kF32}) {
+            const OpSpec spec = fp8_spec(kv, dtype, head, block, 16, 2, all);
+            for (int64_t predecode : {0, 1}) {
+              expect_generates(spec, Config().set("predecode", predecode), isa, attention);
+            }
+            if (isa >= X86Isa::kAvx512Bf16 && dtype == DType::kBF16) {
+              expect_generates(spec, Config().set("dpbf16", 1), isa, attention);
+            }
           }
         }
         if (isa >= X86Isa::kAvx512Bf16 && head % 32 == 0) {

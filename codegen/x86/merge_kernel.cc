@@ -29,10 +29,9 @@ using namespace Xbyak;
 // Units (vectors) of a head fully unrolled up to this count; longer heads loop over kUnroll.
 constexpr int64_t kMaxUnrolled = 8;
 constexpr int kUnroll = 4;
-// Stack frame above the helpers' staging bytes [0, 96): the group's LSE inputs, weights, LSE
-// and M, one vector (64 bytes) each.
-// f32 inputs keep the weights as doubles (128 bytes each). Then the count of head groups
-// left in a token's loop (merge_token).
+// Stack frame above the helpers' staging bytes [0, kStageBytes): the group's LSE inputs, weights,
+// LSE and M, one vector (64 bytes) each. f32 inputs keep the weights as doubles (128 bytes each).
+// Then the count of head groups left in a token's loop (merge_token).
 constexpr int kLseP = 128, kLseS = 192, kWeightA = 256, kWeightB = 384, kLse = 512, kMax = 576;
 constexpr int kGroupsLeft = 640;
 constexpr int kFrame = 704;

@@ -502,28 +502,37 @@ TEST_P(X86MlaMergeIsaTest, LongRotationsLoopOverTheSteps) {
   }
 }
 
-// The rotary writers at the largest rot_dim the IR allows generate at every level (the test
-// above runs them on the host's), with fp8 caches and per-head scales.
-TEST(X86MlaMergeLevels, LongestRotationsFitTheCodeBuffer) {
+// The rotary writers at the largest rot_dim the IR allows, and at the largest still emitted in
+// line at AVX-512 (16 vectors and a tail: 542, ~106 KiB for the flash writer with fp8), generate
+// at every level (the test above runs them on the host's), with fp8 caches and per-head scales;
+// so does merge_attn_states at 4096 heads.
+TEST(X86MlaMergeLevels, LargestWritersFitTheCodeBuffer) {
+  const auto backend = codegen::x86::make_backend();
   for (X86Isa isa : {X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16, X86Isa::kAvx512Vbmi,
                      X86Isa::kAvx512Fp16, X86Isa::kAmx}) {
+    Target target;
+    target.backend = BackendKind::kX86;
+    target.isa = isa;
+    const auto expect_generates = [&](const OpSpec& spec) {
+      ASSERT_TRUE(backend->supports(spec, target).ok) << to_string(spec);
+      const auto artifact = backend->lower(spec, Config{}, target);
+      EXPECT_TRUE(artifact.is_ok()) << to_string(spec) << " at " << x86_isa_name(isa) << ": "
+                                    << artifact.status().to_string();
+    };
     for (DType dtype : kDtypes) {
       for (ir::RopeStyle style : {ir::RopeStyle::kNeox, ir::RopeStyle::kGptj}) {
-        const ir::RopeParams rope{dtype, DType::kF32, 4096, 4096, style, 32, 8, true};
-        const OpSpec specs[] = {
-            OpSpec::make(OpKind::kRotaryEmbedding, rope),
-            rope_fused_spec(dtype, KvCacheDtype::kFp8E4m3, 512, 4096, 128, style, 16),
-            rope_flash_spec(dtype, KvCacheDtype::kFp8E4m3, 32, 8, 4096, 4096, style, 16,
-                            ir::CacheLayout::kNhd, true)};
-        for (const OpSpec& spec : specs) {
-          const auto backend = codegen::x86::make_backend();
-          Target target;
-          target.backend = BackendKind::kX86;
-          target.isa = isa;
-          ASSERT_TRUE(backend->supports(spec, target).ok) << to_string(spec);
-          const auto artifact = backend->lower(spec, Config{}, target);
-          EXPECT_TRUE(artifact.is_ok()) << to_string(spec) << " at " << x86_isa_name(isa) << ": "
-                                        << artifact.status().to_string();
+        for (int64_t rot : {542, 4096}) {
+          const ir::RopeParams rope{dtype, DType::kF32, 4096, rot, style, 32, 8, true};
+          expect_generates(OpSpec::make(OpKind::kRotaryEmbedding, rope));
+          expect_generates(
+              rope_fused_spec(dtype, KvCacheDtype::kFp8E4m3, 512, rot, 128, style, 16));
+          expect_generates(rope_flash_spec(dtype, KvCacheDtype::kFp8E4m3, 32, 8, 4096, rot, style,
+                                           16, ir::CacheLayout::kNhd, true));
+        }
+      }
+      for (bool fp8 : {false, true}) {
+        for (int64_t head_size : {1, 128, 4096}) {
+          expect_generates(merge_spec(dtype, fp8, 4096, head_size, true));
         }
       }
     }

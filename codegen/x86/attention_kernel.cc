@@ -73,6 +73,8 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <functional>
+#include <initializer_list>
 #include <limits>
 #include <stdexcept>
 
@@ -478,28 +480,16 @@ class AttentionGenerator : public Generator {
     emit_amx_dim_steps(d / 16, tile, {{rsi, 64}});
   }
 
-  // Emits step(i) for the `count` dim steps of an AMX walk over the head (Q·Kᵀ's 32-dim
-  // chunks, P·V's 16-dim tiles, the α scaling and the partial group's V copies): in line for
-  // heads of up to kUnrolledHead dims; past that as a loop of step(0), each step moving the
-  // registers of `cursors` on by their byte counts (ARG(dim_steps_left) counting: the steps
-  // and the tile emulation take the scratch registers), then moving them back. As P·V's
-  // emit_dim_chunks, so that a variant's size does not grow with D (16 AMX variants unrolled
-  // over D = 1024 outgrew the code buffer).
-  template <class Step>
-  void emit_amx_dim_steps(int64_t count, const Step& step,
+  // The `count` dim steps of an AMX walk over the head (Q·Kᵀ's 32-dim chunks, P·V's 16-dim
+  // tiles, the α scaling and the partial group's V copies): in line for heads of up to
+  // kUnrolledHead dims, past that a loop (Generator::emit_steps; ARG(dim_steps_left) counts:
+  // the steps and the tile emulation take the scratch registers). As P·V's emit_dim_chunks,
+  // so that a variant's size does not grow with D (16 AMX variants unrolled over D = 1024
+  // outgrew the code buffer).
+  void emit_amx_dim_steps(int64_t count, const std::function<void(int64_t)>& step,
                           std::initializer_list<std::pair<Reg64, int64_t>> cursors) {
-    if (p_.head_size <= kUnrolledHead) {
-      for (int64_t i = 0; i < count; ++i) step(i);
-      return;
-    }
-    Label l_step;
-    mov(qword[ARG(dim_steps_left)], count);
-    L(l_step);
-    step(0);
-    for (const auto& [reg, bytes] : cursors) add(reg, bytes);
-    dec(qword[ARG(dim_steps_left)]);
-    jnz(l_step, T_NEAR);
-    for (const auto& [reg, bytes] : cursors) sub(reg, count * bytes);
+    emit_steps(count, p_.head_size <= kUnrolledHead ? count : 0, qword[ARG(dim_steps_left)],
+               cursors, step);
   }
 
   // Software prefetch of the next group's K/V. The blocks come from the block table, so the
@@ -1877,15 +1867,13 @@ class AttentionGenerator : public Generator {
   // relative to the cursors r9 (the group's V rows: element c0 of row t at r9 + t·D·e + c0·e)
   // and rsi (the call's accumulator rows: float c0 of row r at rsi + (r·D + c0)·4).
   // Heads of up to kUnrolledHead dims emit every chunk in line, at its own offset. Larger
-  // heads run their whole chunks as a loop whose step emits `step` chunks (the V bytes of a
-  // step are a multiple of the 64-byte line, so each step's chunks sit at the same offsets in
-  // their lines and prefetch_next_chunk's pattern repeats), advancing r9 and rsi; the chunks
-  // past the last whole step and the tail follow in line. Unrolled, the variants' P·V grew
-  // with D until the kernel outgrew the code buffer (AVX-512 f32 with every feature at
-  // D = 512, fp8 at D = 512, AVX2 past ~900); looped, it does not grow with D. r9 is restored
-  // after the loop (the second half of a group, and the caller, read the group's V from it);
-  // rsi is left where the walk ended (every later use loads it again).
-  // ARG(dim_steps_left) counts the steps (every register is taken inside a chunk).
+  // heads run their whole chunks as a loop (Generator::emit_steps) whose step emits `step`
+  // chunks (the V bytes of a step are a multiple of the 64-byte line, so each step's chunks sit
+  // at the same offsets in their lines and prefetch_next_chunk's pattern repeats), moving r9
+  // and rsi on and back; the chunks past the last whole step and the tail follow in line.
+  // Unrolled, the variants' P·V grew with D until the kernel outgrew the code buffer (AVX-512
+  // f32 with every feature at D = 512, fp8 at D = 512, AVX2 past ~900); looped, it does not
+  // grow with D. ARG(dim_steps_left) counts the steps (every register is taken inside a chunk).
   static constexpr int64_t kUnrolledHead = 256;
   template <class Body>
   void emit_dim_chunks(int chunk, const Body& body) {
@@ -1896,20 +1884,13 @@ class AttentionGenerator : public Generator {
     }
     const int step = int(std::max<int64_t>(1, 64 / (chunk * kv_esize_)));
     const int64_t steps = d / chunk / step;
-    Label l_step;
-    mov(qword[ARG(dim_steps_left)], steps);
-    L(l_step);
-    for (int k = 0; k < step; ++k) body(k * chunk, chunk);
-    add(r9, step * chunk * kv_esize_);
-    add(rsi, step * chunk * 4);
-    dec(qword[ARG(dim_steps_left)]);
-    jnz(l_step, T_NEAR);
-    // The cursors moved on by `moved` dims: the rest of the chunks relative to them.
-    const int64_t moved = steps * step * chunk;
-    for (int64_t c0 = moved; c0 < d; c0 += chunk) {
-      body(c0 - moved, int(std::min<int64_t>(d - c0, chunk)));
+    emit_steps(steps, 0, qword[ARG(dim_steps_left)],
+               {{r9, step * chunk * kv_esize_}, {rsi, step * chunk * 4}}, [&](int64_t) {
+                 for (int k = 0; k < step; ++k) body(k * chunk, chunk);
+               });
+    for (int64_t c0 = steps * step * chunk; c0 < d; c0 += chunk) {
+      body(c0, int(std::min<int64_t>(d - c0, chunk)));
     }
-    sub(r9, moved * kv_esize_);
   }
 
   void emit_pv_dpbf16(int rows) {

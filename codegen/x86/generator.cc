@@ -35,6 +35,23 @@ std::vector<int> Generator::free_registers() const {
   return regs;
 }
 
+void Generator::emit_steps(int64_t count, int64_t max_in_line, const Xbyak::Operand& counter,
+                           std::initializer_list<std::pair<Reg64, int64_t>> cursors,
+                           const std::function<void(int64_t)>& step) {
+  if (count <= max_in_line) {
+    for (int64_t i = 0; i < count; ++i) step(i);
+    return;
+  }
+  Xbyak::Label l_step;
+  mov(counter, count);
+  L(l_step);
+  step(0);
+  for (const auto& [reg, bytes] : cursors) add(reg, bytes);
+  dec(counter);
+  jnz(l_step, T_NEAR);
+  for (const auto& [reg, bytes] : cursors) sub(reg, count * bytes);
+}
+
 void Generator::prologue() {
   // Six pushes (48 bytes) plus 8 keep rsp 16-byte aligned with the staging buffer at [rsp].
   for (const Reg64& r : kSaved) push(r);

@@ -18,6 +18,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <span>
@@ -72,6 +73,16 @@ class Generator : public Xbyak::CodeGenerator {
   /// divisor (a block size): a shift and a mask when it is a power of two (the usual block
   /// sizes; `div r64` takes 10-40 cycles and is not pipelined), else `div`. Clobbers rcx.
   void divide_unsigned(int64_t divisor);
+
+  /// A walk of `count` steps whose code would otherwise grow with a size of the spec (a head,
+  /// a rotation, a head count): step(i) emitted for each i when count <= max_in_line; else a
+  /// loop of step(0) counted down in `counter` (a register or a qword in memory that no step
+  /// touches), each step moving the registers of `cursors` on by their byte counts, all of them
+  /// moved back after the loop. So step(i) must address from the cursors as step(0) plus i
+  /// steps' bytes, and a kernel's size stops growing with the walk's length.
+  void emit_steps(int64_t count, int64_t max_in_line, const Xbyak::Operand& counter,
+                  std::initializer_list<std::pair<Reg64, int64_t>> cursors,
+                  const std::function<void(int64_t)>& step);
 
   /// Saves callee-saved registers and reserves the tail staging buffer; `epilogue` undoes it.
   void prologue();
@@ -262,11 +273,6 @@ class Generator : public Xbyak::CodeGenerator {
   void end_rope_token(const RopeRotation& r);
   /// rotate_rope_head's AVX2 pairs path (rope_rotation.cc).
   void rotate_rope_head_ymm_pairs(const RopeRotation& r, const Reg64& head, const Reg64& cs);
-  /// The `count` steps of a rotation: step(i) emitted for each i where they are few; else a
-  /// loop of step(0) (rax counting) that moves `head` on by `head_bytes` and `cs` by
-  /// `cs_bytes` per step, after which both are moved back. A rotation clobbers rax.
-  void emit_rope_steps(int64_t count, const Reg64& head, int head_bytes, const Reg64& cs,
-                       int cs_bytes, const std::function<void(int64_t)>& step);
 
   // ---- Math injectors (fp32, lane-wise, in place) over groups of independent vectors; each
   // step is emitted for every member before the next step. Temporaries must be distinct from

@@ -129,20 +129,10 @@ class MergeGenerator : public Generator {
   }
 
   void merge_token() {
-    const int64_t groups = p_.head_count / lanes();
-    const int rest = int(p_.head_count % lanes());
-    if (groups <= kMaxUnrolledGroups) {
-      for (int64_t g = 0; g < groups; ++g) merge_group(lanes());
-    } else {
-      // merge_group's code moves its pointers on to the next group, so it can repeat as is.
-      Label l_group;
-      mov(qword[rsp + kGroupsLeft], groups);
-      L(l_group);
-      merge_group(lanes());
-      dec(qword[rsp + kGroupsLeft]);
-      jnz(l_group, T_NEAR);
-    }
-    if (rest > 0) merge_group(rest);
+    // merge_group's code moves its pointers on to the next group, so it can repeat as is.
+    emit_steps(p_.head_count / lanes(), kMaxUnrolledGroups, qword[rsp + kGroupsLeft], {},
+               [&](int64_t) { merge_group(lanes()); });
+    if (const int rest = int(p_.head_count % lanes()); rest > 0) merge_group(rest);
   }
 
   // `n` heads from the current pointers (which end at the next group).

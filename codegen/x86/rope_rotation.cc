@@ -35,8 +35,8 @@ constexpr int64_t kPairs = 32, kYmmPairs = 16;
 
 // Steps of a head's rotation (vectors of each half, or of pairs) emitted in line up to this
 // count: every rot_dim up to 256 at every level (AVX2 f32: 16 vectors of 8). Longer rotations
-// loop over one step's code (Generator::emit_rope_steps): unrolled, bf16 rotations of rot_dim
-// ~850-2300 (by op and level; the IR allows 4096) outgrew the 128 KiB code buffer.
+// loop over one step's code (rope_steps): unrolled, bf16 rotations of rot_dim ~850-2300 (by op
+// and level; the IR allows 4096) outgrew the 128 KiB code buffer.
 constexpr int64_t kMaxUnrolledRopeSteps = 16;
 
 // Hoisted registers the token's cos/sin take: 4 per pairs vector (c even/odd, s even/odd) on
@@ -118,41 +118,45 @@ void Generator::rotate_rope_head_ymm_pairs(const RopeRotation& r, const Reg64& h
   const Xmm c = vmm(13), s = vmm(14);  // the helpers' scratch: no helper runs in between
   if (r.style == ir::RopeStyle::kNeox) {
     const Xmm c_row = vmm(kT0), s_row = vmm(kT1);  // 16 bf16 of cos / sin, split twice
-    emit_rope_steps(half / kYmmPairs, head, kYmmPairs * 2, cs, kYmmPairs * 2, [&](int64_t step) {
-      const int64_t j = step * kYmmPairs;  // per 16 elements of each half
-      const auto x_at = ptr[head + j * 2], y_at = ptr[head + (half + j) * 2];
-      vmovdqu(xo, x_at);
-      split_bf16_pairs(xe, xo, xo);
-      vmovdqu(yo, y_at);
-      split_bf16_pairs(ye, yo, yo);
-      vmovdqu(c_row, ptr[cs + j * 2]);
-      vmovdqu(s_row, ptr[cs + (half + j) * 2]);
-      vpslld(c, c_row, 16);  // the even halves
-      vpslld(s, s_row, 16);
-      rotate_pair(xe, ye, c, s, a, b, r.dtype, /*on_bits=*/true);
-      vpand(c, c_row, cst_bits(0xFFFF0000));  // the odd halves (rotate_pair clobbered c)
-      vpand(s, s_row, cst_bits(0xFFFF0000));
-      rotate_pair(xo, yo, c, s, a, b, r.dtype, /*on_bits=*/true);
-      pack_bf16_pairs(xo, xe, a);
-      vmovdqu(x_at, xo);
-      pack_bf16_pairs(yo, ye, a);
-      vmovdqu(y_at, yo);
-    });
+    // rax counts a long rotation's loop: no step touches a general register but head and cs
+    // (whole vectors: no tail staging or mask), and no caller holds rax across a rotation.
+    emit_steps(half / kYmmPairs, kMaxUnrolledRopeSteps, rax,
+               {{head, kYmmPairs * 2}, {cs, kYmmPairs * 2}}, [&](int64_t step) {
+                 const int64_t j = step * kYmmPairs;  // per 16 elements of each half
+                 const auto x_at = ptr[head + j * 2], y_at = ptr[head + (half + j) * 2];
+                 vmovdqu(xo, x_at);
+                 split_bf16_pairs(xe, xo, xo);
+                 vmovdqu(yo, y_at);
+                 split_bf16_pairs(ye, yo, yo);
+                 vmovdqu(c_row, ptr[cs + j * 2]);
+                 vmovdqu(s_row, ptr[cs + (half + j) * 2]);
+                 vpslld(c, c_row, 16);  // the even halves
+                 vpslld(s, s_row, 16);
+                 rotate_pair(xe, ye, c, s, a, b, r.dtype, /*on_bits=*/true);
+                 vpand(c, c_row, cst_bits(0xFFFF0000));  // the odd halves (rotate_pair clobbered c)
+                 vpand(s, s_row, cst_bits(0xFFFF0000));
+                 rotate_pair(xo, yo, c, s, a, b, r.dtype, /*on_bits=*/true);
+                 pack_bf16_pairs(xo, xe, a);
+                 vmovdqu(x_at, xo);
+                 pack_bf16_pairs(yo, ye, a);
+                 vmovdqu(y_at, yo);
+               });
     return;
   }
-  emit_rope_steps(half / (kYmmPairs / 2), head, kYmmPairs * 2, cs, kYmmPairs, [&](int64_t step) {
-    const int64_t j = step * (kYmmPairs / 2);  // GPT-J: per 8 (x, y) pairs
-    const auto at = ptr[head + j * 4];         // pair j = elements 2j, 2j + 1
-    vmovdqu(xo, at);
-    split_bf16_pairs(xe, xo, xo);  // xe = x, xo = y
-    vpmovzxwd(c, ptr[cs + j * 2]);
-    vpslld(c, c, 16);
-    vpmovzxwd(s, ptr[cs + (half + j) * 2]);
-    vpslld(s, s, 16);
-    rotate_pair(xe, xo, c, s, a, b, r.dtype, /*on_bits=*/true);
-    pack_bf16_pairs(xo, xe, a);
-    vmovdqu(at, xo);
-  });
+  emit_steps(half / (kYmmPairs / 2), kMaxUnrolledRopeSteps, rax,
+             {{head, kYmmPairs * 2}, {cs, kYmmPairs}}, [&](int64_t step) {
+               const int64_t j = step * (kYmmPairs / 2);  // GPT-J: per 8 (x, y) pairs
+               const auto at = ptr[head + j * 4];         // pair j = elements 2j, 2j + 1
+               vmovdqu(xo, at);
+               split_bf16_pairs(xe, xo, xo);  // xe = x, xo = y
+               vpmovzxwd(c, ptr[cs + j * 2]);
+               vpslld(c, c, 16);
+               vpmovzxwd(s, ptr[cs + (half + j) * 2]);
+               vpslld(s, s, 16);
+               rotate_pair(xe, xo, c, s, a, b, r.dtype, /*on_bits=*/true);
+               pack_bf16_pairs(xo, xe, a);
+               vmovdqu(at, xo);
+             });
 }
 
 void Generator::rotate_rope_head(const RopeRotation& r, const Reg64& head, const Reg64& cs) {
@@ -230,39 +234,15 @@ void Generator::rotate_rope_head(const RopeRotation& r, const Reg64& head, const
       store_pairs(x, y, vmm(kT0), vmm(kT1), r.dtype, head + int(2 * j * esize), count);
     }
   };
+  // A whole vector per step: x (NeoX) or the pairs (GPT-J) and the cos/sin row move on (rax
+  // counting, as above); a hoisted rotation (at most 8 vectors) stays in line. The tail after.
   const int64_t whole = half / lanes();
   const int tail = int(half % lanes());
-  if (r.hoisted || whole <= kMaxUnrolledRopeSteps) {
-    for (int64_t v = 0; v < whole; ++v) step(v, lanes());
-    if (tail > 0) step(whole, tail);
-    return;
-  }
-  // A whole vector per step: x (NeoX) or the pairs (GPT-J) and the cos/sin row move on.
   const int head_bytes = lanes() * esize * (neox ? 1 : 2);
-  emit_rope_steps(whole, head, head_bytes, cs, lanes() * cache_esize,
-                  [&](int64_t v) { step(v, lanes()); });
+  emit_steps(whole, r.hoisted ? whole : kMaxUnrolledRopeSteps, rax,
+             {{head, head_bytes}, {cs, lanes() * cache_esize}},
+             [&](int64_t v) { step(v, lanes()); });
   if (tail > 0) step(whole, tail);
-}
-
-void Generator::emit_rope_steps(int64_t count, const Reg64& head, int head_bytes, const Reg64& cs,
-                                int cs_bytes, const std::function<void(int64_t)>& step) {
-  if (count <= kMaxUnrolledRopeSteps) {
-    for (int64_t i = 0; i < count; ++i) step(i);
-    return;
-  }
-  // rax counts: no step touches a general register but head and cs (whole vectors: no tail
-  // staging or mask), and no caller holds rax across a rotation (a tail's staging clobbers it).
-  Xbyak::Label l_step;
-  mov(rax, count);
-  L(l_step);
-  step(0);
-  add(head, head_bytes);
-  add(cs, cs_bytes);
-  dec(rax);
-  jnz(l_step, T_NEAR);
-  // Moved back: a tail step after the loop addresses from the head's start.
-  sub(head, count * head_bytes);
-  sub(cs, count * cs_bytes);
 }
 
 }  // namespace jit::codegen::x86

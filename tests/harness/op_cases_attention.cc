@@ -34,6 +34,24 @@ void fill(HostTensor& t, InputKind kind, uint64_t seed) {
   }
 }
 
+}  // namespace
+
+// The kernels form each logit scale·(q·k) + slope·(j − i) in fp32 (as vLLM's do), the ref in
+// double. With ALiBi the logits reach B = max|slope|·(the largest key distance), hundreds at
+// contexts of ~1000 keys (a negative slope puts a row's largest logits at its oldest keys, a
+// bidirectional CPU attention's positive slopes at its newest), and their fp32 roundings (a
+// few of 2^-24·B each) move every weight e^(s − m) by as much relative: the output by
+// ~2^-24·B times the spread of the values. 1e-5 alone failed at 1.1-4x (randomized sweeps:
+// session 27, paged attention at contexts of 450-1000 keys, |diff| up to 3e-5 at B ~ 300;
+// session 28, bidirectional cpu_attention_with_kv_cache at heads 240-3648 and 128-256 tokens,
+// |diff| up to 4.3e-5; head 240, the unrolled kernel, as the looped ones), so atol grows by
+// 8·2^-24·B (1.4e-4 at B = 300; vLLM's own tests allow 1e-3).
+Tolerance alibi_f32_tolerance(double bias) {
+  return Tolerance::abs_rel(1e-5 + 8 * std::ldexp(bias, -24), 1e-5);
+}
+
+namespace {
+
 // spec/testing.md: attention fp16 1e-3/1e-3, bf16 1e-2/1e-2, fp8 KV 3e-2/1e-2; f32 1e-5/1e-5.
 Tolerance attention_tolerance(DType dtype, bool fp8_cache) {
   if (fp8_cache) return Tolerance::abs_rel(3e-2, 1e-2);
@@ -130,17 +148,9 @@ OpCase paged_attention_case(const OpSpec& spec, int64_t seqs, InputKind kind, ui
   c.names = {"out"};
   Tolerance tol = attention_tolerance(p.dtype, fp8);
   if (p.alibi && p.dtype == DType::kF32 && !fp8) {
-    // The kernels form each logit scale·(q·k) + slope·(j − L + 1) in fp32 (as vLLM's do), the
-    // ref in double. With ALiBi the logits reach B = max|slope|·(L − 1), hundreds here (a
-    // negative slope puts a row's largest logits at its oldest keys), and their fp32 roundings
-    // (a few of 2^-24·B each) move every weight e^(s − m) by as much relative: the output by
-    // ~2^-24·B times the spread of the values. 1e-5 alone failed at 1.1-2.9x (a randomized
-    // sweep, session 27: contexts of 450-1000 keys, |diff| up to 3e-5 at B ~ 300), so atol
-    // grows by 8·2^-24·B (1.4e-4 at B = 300; vLLM's own tests allow 1e-3).
     double max_slope = 0;
     for (int64_t h = 0; h < hq; ++h) max_slope = std::max(max_slope, std::abs(slopes.get(h)));
-    const double bias = max_slope * double(max_seq_len - 1);
-    tol = Tolerance::abs_rel(1e-5 + 8 * std::ldexp(bias, -24), 1e-5);
+    tol = alibi_f32_tolerance(max_slope * double(max_seq_len - 1));
   }
   if (v2) {
     const int64_t parts = (max_seq_len + p.partition_size - 1) / p.partition_size;

@@ -287,7 +287,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-123", 0xc1f6443ea756fe78ull};
+constexpr PinnedCode kAllExampleCode{"x86-124", 0xc1f6443ea756fe78ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -477,7 +477,7 @@ TEST_P(X86MlaMergeIsaTest, MergeMatchesRefOverTheGrid) {
 }
 
 // Rotations of more than 16 steps (vectors of each half, or of pairs) loop over one step's code
-// (Generator::emit_rope_steps): rot_dim 320 (AVX2 f32: 20 vectors; the bf16 pairs path: 10
+// (Generator::emit_steps): rot_dim 320 (AVX2 f32: 20 vectors; the bf16 pairs path: 10
 // NeoX steps of 16, 20 GPT-J steps of 8), 998 (62 vectors and a tail of 3 at AVX2) and 4096
 // (the IR's largest, whose unrolled bf16 rotations outgrew the code buffer), for
 // rotary_embedding (query and key, a cache of T and of f32) and both fused writers, both

@@ -20,7 +20,6 @@
 // (rotate_rope_head_ymm_pairs, bf16 rows with a bf16 cos/sin table) reads them per head from
 // the row at [cs], 16 elements of each half per NeoX step, 8 pairs per GPT-J step.
 #include <algorithm>
-#include <functional>
 
 #include "codegen/x86/generator.h"
 
@@ -35,8 +34,8 @@ constexpr int64_t kPairs = 32, kYmmPairs = 16;
 
 // Steps of a head's rotation (vectors of each half, or of pairs) emitted in line up to this
 // count: every rot_dim up to 256 at every level (AVX2 f32: 16 vectors of 8). Longer rotations
-// loop over one step's code (rope_steps): unrolled, bf16 rotations of rot_dim ~850-2300 (by op
-// and level; the IR allows 4096) outgrew the 128 KiB code buffer.
+// loop over one step's code (Generator::emit_steps): unrolled, bf16 rotations of rot_dim ~850-2300
+// (by op and level; the IR allows 4096) outgrew the 128 KiB code buffer.
 constexpr int64_t kMaxUnrolledRopeSteps = 16;
 
 // Hoisted registers the token's cos/sin take: 4 per pairs vector (c even/odd, s even/odd) on
@@ -200,8 +199,7 @@ void Generator::rotate_rope_head(const RopeRotation& r, const Reg64& head, const
     return;
   }
   const int esize = int(dtype_size(r.dtype)), cache_esize = int(dtype_size(r.cache_dtype));
-  // Vector v of each half (elements j = v·lanes ..), `count` of them; the hoisted cos/sin sit
-  // in registers, so a hoisted rotation (at most 8 vectors) is always emitted in line.
+  // Vector v of each half (elements j = v·lanes ..), `count` of them.
   const auto step = [&](int64_t v_index, int count) {
     const int64_t j = v_index * lanes();
     const int v = int(v_index);

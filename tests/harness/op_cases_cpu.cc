@@ -221,7 +221,7 @@ Result<OpCase> attention_case(const OpSpec& spec, int64_t requests, InputKind ki
     // Logits of slope·(j − i) over a request's whole context (alibi_f32_tolerance): the
     // largest slope is the first head's, the largest distance the longest sequence's.
     const double longest = *std::max_element(l.seq_lens.begin(), l.seq_lens.end());
-    c.tolerances = {alibi_f32_tolerance(std::exp2(-8.0 / double(p.head_count_q)) * (longest - 1))};
+    c.tolerances = {alibi_f32_tolerance(slopes.get(0) * (longest - 1))};
   }
   c.scalars = {1.0 / std::sqrt(double(p.head_size)), left, right, p.softcap ? 10.0 : 0.0};
   if (fp8) {

@@ -1587,8 +1587,6 @@ TEST_P(X86AttentionTest, LargeHeadsLoopOverTheDims) {
 // not fit). Both arithmetics where vdpbf16ps serves (dpbf16 0 and 1, fp8 caches included).
 TEST(X86AttentionConfig, LargestKernelsFitTheCodeBuffer) {
   const Features all{.causal = true, .window = true, .alibi = true, .softcap = true, .sinks = true};
-  const std::vector<X86Isa> levels = {X86Isa::kAvx2,       X86Isa::kAvx512,     X86Isa::kAvx512Bf16,
-                                      X86Isa::kAvx512Vbmi, X86Isa::kAvx512Fp16, X86Isa::kAmx};
   const auto expect_generates = [](const OpSpec& spec, const Config& config, X86Isa isa,
                                    auto generate) {
     const auto code = generate(spec, config, isa);
@@ -1601,7 +1599,7 @@ TEST(X86AttentionConfig, LargestKernelsFitTheCodeBuffer) {
   const auto paged = [](const OpSpec& spec, const Config& config, X86Isa isa) {
     return codegen::x86::generate_paged_attention(spec, config, isa);
   };
-  for (X86Isa isa : levels) {
+  for (X86Isa isa : test::kX86Levels) {
     // The arithmetic knob's values at this level (vdpbf16ps needs AVX512_BF16).
     const std::vector<Config> arithmetics =
         isa >= X86Isa::kAvx512Bf16

@@ -205,8 +205,7 @@ TEST(X86Isa, LevelIsTheHighestWhoseFeaturesAreAllPresent) {
   EXPECT_EQ(x86_isa_of(spr), X86Isa::kAmx);
   EXPECT_EQ(x86_isa_of(amx_without_fp16), X86Isa::kAvx512Vbmi);
   // Every level's name parses back to it, and the message list names them all in order.
-  for (X86Isa isa : {X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16, X86Isa::kAvx512Vbmi,
-                     X86Isa::kAvx512Fp16, X86Isa::kAmx}) {
+  for (X86Isa isa : test::kX86Levels) {
     X86Isa parsed = X86Isa::kNone;
     EXPECT_TRUE(parse_x86_isa(x86_isa_name(isa), &parsed)) << x86_isa_name(isa);
     EXPECT_EQ(parsed, isa);
@@ -297,8 +296,7 @@ TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   for (const auto& [op, texts] : test::valid_examples()) {
     for (const std::string& text : texts) {
       const OpSpec spec = parse_spec(text).value();
-      for (X86Isa isa : {X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16, X86Isa::kAvx512Vbmi,
-                         X86Isa::kAvx512Fp16, X86Isa::kAmx}) {
+      for (X86Isa isa : test::kX86Levels) {
         Target target;
         target.backend = BackendKind::kX86;
         target.isa = isa;

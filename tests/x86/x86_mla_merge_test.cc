@@ -508,8 +508,7 @@ TEST_P(X86MlaMergeIsaTest, LongRotationsLoopOverTheSteps) {
 // so does merge_attn_states at 4096 heads.
 TEST(X86MlaMergeLevels, LargestWritersFitTheCodeBuffer) {
   const auto backend = codegen::x86::make_backend();
-  for (X86Isa isa : {X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16, X86Isa::kAvx512Vbmi,
-                     X86Isa::kAvx512Fp16, X86Isa::kAmx}) {
+  for (X86Isa isa : test::kX86Levels) {
     Target target;
     target.backend = BackendKind::kX86;
     target.isa = isa;

@@ -18,6 +18,12 @@
 
 namespace jit::test {
 
+/// Every x86 level whose generated code differs, lowest first (code generated for each runs
+/// only where the host has it: isa_paths).
+inline constexpr X86Isa kX86Levels[] = {X86Isa::kAvx2,       X86Isa::kAvx512,
+                                        X86Isa::kAvx512Bf16, X86Isa::kAvx512Vbmi,
+                                        X86Isa::kAvx512Fp16, X86Isa::kAmx};
+
 /// The x86 ISA paths among `wanted` that this host runs; a path the host lacks is reported on
 /// stdout, not silently dropped.
 inline std::vector<X86Isa> isa_paths(std::initializer_list<X86Isa> wanted = {

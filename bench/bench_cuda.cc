@@ -11,8 +11,10 @@
 // launch rate (a few µs) is timed by the GPU; a shorter one shows the launch rate, which is what
 // a caller without CUDA graphs gets.
 //
-//   build/release/bench/bench_cuda [--quick] [--row NAME]
+//   build/release/bench/bench_cuda [--quick | --sweep] [--row NAME]
 //     --quick     batch 8 and context 2048 only, memory-bound rows at 4096 tokens
+//     --sweep     paged attention only, every threads x heads_per_cta point (128-1024 x 1-8) at
+//                 batch 1 / 8 / 32 x context 2048 / 8192
 //     --row NAME  only the row of that name (e.g. for `ncu` on one kernel)
 #include <fmt/format.h>
 
@@ -90,7 +92,7 @@ double device_copy_gbps(const cu::Driver& driver) {
 
 // The paged attention decode rows over one set of device caches sized for the largest row
 // (each row's block table draws its blocks from a permutation of all of them).
-void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool quick,
+void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool quick, bool sweep,
                 const std::string& only) {
   constexpr int64_t kHeadSize = 128, kBlock = 16, kHeadsQ = 32, kHeadsKv = 4, kPartition = 512;
   const std::vector<int64_t> batches =
@@ -129,34 +131,56 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
       const int64_t x = ir::paged_key_x(DType::kBF16, kv);
       // The default (128 threads, 8 heads per CTA) on every shape; other points of the tuning
       // space at one shape each: thread counts at batch 8, fewer heads per CTA (more CTAs) at
-      // batch 1, where the default gives v1 4 CTAs (v2 16: 4 partitions of 512 tokens).
+      // batch 1, where the default gives v1 4 CTAs (v2 16: 4 partitions of 512 tokens). The
+      // sweep times every threads x heads_per_cta point at batch 1-32 x context 2048 / 8192.
       struct Shape {
         int64_t batch, context;
-        std::string knob;  // "" for the default config
-        int64_t setting;
+        std::optional<Config> config;  // unset: the default config
       };
       std::vector<Shape> shapes;
-      for (const int64_t batch : batches) {
-        for (const int64_t context : contexts) {
+      for (const int64_t batch : sweep ? std::vector<int64_t>{1, 8, 32} : batches) {
+        for (const int64_t context : sweep ? std::vector<int64_t>{2048, 8192} : contexts) {
+          if (sweep) {
+            for (int64_t threads : {128, 256, 512, 1024}) {
+              for (int64_t heads : {1, 2, 4, 8}) {
+                shapes.push_back(
+                    {batch, context, Config().set("threads", threads).set("heads_per_cta", heads)});
+              }
+            }
+            continue;
+          }
           if (fp8 && (batch == 1 || context == 512)) continue;  // fp8: the larger rows only
-          shapes.push_back({batch, context, "", 0});
+          shapes.push_back({batch, context, std::nullopt});
           if (batch == 8 && context == 2048) {
             for (int64_t threads : {256, 512})
-              shapes.push_back({batch, context, "threads", threads});
+              shapes.push_back({batch, context, Config().set("threads", threads)});
           }
           if (batch == 1 && context == 2048) {
-            for (int64_t heads : {1, 2}) shapes.push_back({batch, context, "heads_per_cta", heads});
+            for (int64_t heads : {1, 2})
+              shapes.push_back({batch, context, Config().set("heads_per_cta", heads)});
           }
         }
       }
-      for (const auto& [batch, context, knob, setting] : shapes) {
-        const std::string name = fmt::format(
-            "paged_{}{}/batch:{}/context:{}{}", v2 ? "v2" : "v1", fp8 ? "_fp8_e4m3" : "", batch,
-            context, knob.empty() ? "" : fmt::format("/{}:{}", knob, setting));
+      for (const auto& [batch, context, config] : shapes) {
+        std::string knobs;
+        if (config) {
+          for (const auto& [knob, setting] : config->knobs) {
+            knobs += fmt::format("/{}:{}", knob, setting);
+          }
+        }
+        const std::string name = fmt::format("paged_{}{}/batch:{}/context:{}{}", v2 ? "v2" : "v1",
+                                             fp8 ? "_fp8_e4m3" : "", batch, context, knobs);
         if (!only.empty() && name != only) continue;
-        const Kernel kernel = knob.empty()
-                                  ? compile_cuda(runtime, spec)
-                                  : compile_cuda(runtime, spec, Config().set(knob, setting));
+        CompileOptions options;
+        options.backend = BackendKind::kCuda;
+        options.config = config;
+        Result<Kernel> compiled = runtime.compile(spec, options);
+        if (!compiled.is_ok()) {
+          if (!sweep) die(name, compiled.status());
+          fmt::print("{:<44} refused: {}\n", name, compiled.status().message());
+          continue;
+        }
+        const Kernel kernel = std::move(compiled).value();
         const int64_t width = (context + kBlock - 1) / kBlock;
         const int64_t parts = (context + kPartition - 1) / kPartition;
         std::vector<int32_t> table(permutation.begin(), permutation.begin() + batch * width);
@@ -268,15 +292,18 @@ void memory_rows(Runtime& runtime, const cu::Driver& driver, double copy, int64_
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, sweep = false;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--sweep") == 0) {
+      sweep = true;
     } else if (std::strcmp(argv[i], "--row") == 0 && i + 1 < argc) {
       only = argv[++i];
     } else {
-      fmt::print(stderr, "bench_cuda: unknown argument '{}'; allowed: --quick, --row NAME\n",
+      fmt::print(stderr,
+                 "bench_cuda: unknown argument '{}'; allowed: --quick, --sweep, --row NAME\n",
                  argv[i]);
       return 2;
     }
@@ -289,7 +316,7 @@ int main(int argc, char** argv) {
   Runtime runtime{RuntimeOptions{}};
   const double copy = device_copy_gbps(*driver.value());
   fmt::print("device-to-device copy (1 GiB, read + write): {:.0f} GB/s\n", copy);
-  paged_rows(runtime, *driver.value(), copy, quick, only);
-  memory_rows(runtime, *driver.value(), copy, quick ? 4096 : 16384, only);
+  paged_rows(runtime, *driver.value(), copy, quick, sweep, only);
+  if (!sweep) memory_rows(runtime, *driver.value(), copy, quick ? 4096 : 16384, only);
   return 0;
 }

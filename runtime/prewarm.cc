@@ -107,7 +107,7 @@ PrewarmReport prewarm(Runtime& runtime, const std::vector<OpSpec>& specs,
   size_t done = 0;
   const auto work = [&] {
     for (size_t i = next++; i < tasks.size(); i = next++) {
-      CompileOptions compile_options;
+      CompileOptions compile_options = options.compile;
       if (tasks[i].second != 0) compile_options.tokens_hint = tasks[i].second;
       Result<Kernel> kernel = runtime.compile(*tasks[i].first, compile_options);
       std::lock_guard lock(mutex);
@@ -138,11 +138,13 @@ PrewarmReport prewarm(Runtime& runtime, const std::vector<OpSpec>& specs,
   return report;
 }
 
-Result<PrewarmReport> prewarm(const std::filesystem::path& path, int threads) {
+Result<PrewarmReport> prewarm(const std::filesystem::path& path, int threads,
+                              const CompileOptions& compile) {
   Result<std::vector<OpSpec>> specs = read_manifest(path);
   if (!specs.is_ok()) return specs.status();
   PrewarmOptions options;
   options.threads = threads;
+  options.compile = compile;
   if (::isatty(STDERR_FILENO)) {
     options.progress = [](size_t done, size_t total) {
       fmt::print(stderr, "\rprewarm: {}/{} kernels", done, total);

@@ -27,6 +27,9 @@ Result<std::vector<OpSpec>> parse_manifest(std::string_view text, std::string_vi
 struct PrewarmOptions {
   int threads = 0;   ///< compile threads; 0: std::thread::hardware_concurrency()
   bool seal = true;  ///< seal the runtime when done (strict mode then rejects other compiles)
+  /// The options every kernel is compiled with (backend, target, config), e.g. a CUDA target
+  /// to prewarm GPU kernels; each tuned bucket's compile sets its own tokens_hint on top.
+  CompileOptions compile;
   /// Called after each kernel (from the compiling threads, one call at a time).
   std::function<void(size_t done, size_t total)> progress;
 };
@@ -49,8 +52,10 @@ PrewarmReport prewarm(Runtime& runtime, const std::vector<OpSpec>& specs,
                       const PrewarmOptions& options = {});
 
 /// Prewarms the global runtime from the manifest at `path` with `threads` threads (0: all
-/// cores), drawing a progress line on stderr when it is a terminal. An error when the
-/// manifest cannot be read or any spec fails to compile (the message lists them).
-Result<PrewarmReport> prewarm(const std::filesystem::path& path, int threads = 0);
+/// cores) and `compile` options (default: the host's best backend), drawing a progress line on
+/// stderr when it is a terminal. An error when the manifest cannot be read or any spec fails
+/// to compile (the message lists them).
+Result<PrewarmReport> prewarm(const std::filesystem::path& path, int threads = 0,
+                              const CompileOptions& compile = {});
 
 }  // namespace jit

@@ -401,7 +401,7 @@ KILN_FN void paged_attention_reduce(const PagedAttentionArgs& a) {
 /// Both phases in one kernel (the host launches phase 0, then for v2 phase 1 on the same
 /// stream), so that one compiled module serves the op.
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads) paged_attention_kernel(PagedAttentionArgs a) {
+__global__ void __launch_bounds__(Cfg::kThreads, 1) paged_attention_kernel(PagedAttentionArgs a) {
   if constexpr (Cfg::kPartitionSize > 0) {  // v1 has no reduce: its code is not compiled
     if (a.phase == 1) {
       paged_attention_reduce<Cfg>(a);

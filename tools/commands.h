@@ -38,8 +38,8 @@ struct TuneArgs {
 /// table and writes the winners to the tuning database; exit 1 when a spec could not be tuned.
 int cmd_tune(const TuneArgs& args);
 
-/// `kiln prewarm FILE`: compiles the manifest with `threads` threads (0: one per core) into
-/// the disk cache; exit 1 when a spec fails.
-int cmd_prewarm(const std::string& manifest, int threads, bool json);
+/// `kiln prewarm FILE`: compiles the manifest with `threads` threads (0: one per core) and
+/// `compile` options (the target) into the disk cache; exit 1 when a spec fails.
+int cmd_prewarm(const std::string& manifest, int threads, const CompileOptions& compile, bool json);
 
 }  // namespace jit::tools

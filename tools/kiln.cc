@@ -385,6 +385,10 @@ int main(int argc, char** argv) {
       "record one with KILN_RECORD=FILE");
   prewarm->add_option("manifest", manifest, "manifest file")->required();
   prewarm->add_option("--threads", prewarm_threads, "compile threads (0: one per core)");
+  std::string prewarm_target;
+  prewarm->add_option("--target", prewarm_target,
+                      "compile for this target instead of the host's x86 (arm:neon, "
+                      "cuda:sm_XX, e.g. cuda:sm_90: a GPU server's kernels, no GPU needed)");
   prewarm->add_flag("--json", json, "machine-readable output");
 
   auto* demo =
@@ -415,7 +419,11 @@ int main(int argc, char** argv) {
     tune_args.json = json;
     return cmd_tune(tune_args);
   }
-  if (*prewarm) return cmd_prewarm(manifest, prewarm_threads, json);
+  if (*prewarm) {
+    jit::CompileOptions options;
+    if (jit::Status s = apply_target(prewarm_target, options); !s.is_ok()) return report(s);
+    return cmd_prewarm(manifest, prewarm_threads, options, json);
+  }
   if (*demo) return cmd_demo();
   return 0;
 }

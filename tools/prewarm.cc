@@ -9,12 +9,13 @@
 
 namespace jit::tools {
 
-int cmd_prewarm(const std::string& manifest, int threads, bool json) {
+int cmd_prewarm(const std::string& manifest, int threads, const CompileOptions& compile,
+                bool json) {
   if (threads < 0) {
     return report(
         invalid_argument(fmt::format("--threads {} must be >= 0 (0: one per core)", threads)));
   }
-  Result<PrewarmReport> done = prewarm(manifest, threads);
+  Result<PrewarmReport> done = prewarm(manifest, threads, compile);
   if (!done.is_ok()) return report(done.status());
   const PrewarmReport& r = done.value();
   if (json) {

@@ -18,6 +18,8 @@ namespace {
 constexpr int64_t kSharedBudget = 44 * 1024;
 // Query heads per CTA at most; also the default's budget of P·V accumulators per thread.
 constexpr int64_t kMaxHeadsPerCta = 8;
+// The default keeps heads x threads at most this (see the header).
+constexpr int64_t kDefaultHeadThreads = 2048;
 constexpr int64_t kMaxGridYZ = 65535;         // grid.y (sequences) and grid.z (partitions)
 constexpr int64_t kReduceShared = 48 * 1024;  // dynamic smem without the opt-in attribute
 
@@ -84,14 +86,20 @@ std::vector<int64_t> paged_attention_heads_choices(const ir::PagedAttentionParam
   return choices;
 }
 
+int64_t paged_attention_default_threads(const ir::PagedAttentionParams& p) {
+  return p.partition_size > 0 ? 256 : 512;
+}
+
 int64_t paged_attention_heads_per_cta(const ir::PagedAttentionParams& p, int64_t threads) {
   // P·V keeps heads x dims-per-thread accumulators per thread (one dim each when the threads
-  // form slices, threads >= 2·D): the default keeps that at most 8, as at head 128 and 128
-  // threads (16 at head 256 made ptxas spill in the fp8 kernel on sm_90 / sm_100).
+  // form slices, threads >= 2·D): at most 8 (16 at head 256 made ptxas spill in the fp8 kernel
+  // on sm_90 / sm_100). heads x threads <= 2048 keeps a wide CTA's grid from shrinking further:
+  // (128, 8), (256, 8), (512, 4), (1024, 2) were the fastest heads at each thread count on the
+  // H200 at batch 1-8.
   const int64_t dims = threads >= 2 * p.head_size ? 1 : (p.head_size + threads - 1) / threads;
   const std::vector<int64_t> choices = paged_attention_heads_choices(p, threads);
   for (auto h = choices.rbegin(); h != choices.rend(); ++h) {
-    if (*h * dims <= kMaxHeadsPerCta) return *h;
+    if (*h * dims <= kMaxHeadsPerCta && *h * threads <= kDefaultHeadThreads) return *h;
   }
   return choices.front();
 }
@@ -112,8 +120,9 @@ Result<int64_t> paged_attention_heads_of(const OpSpec& spec, const Config& confi
 }
 
 Status resolve_paged_attention_config(const OpSpec& spec, const Config& config, Config& resolved) {
-  Result<int64_t> heads =
-      paged_attention_heads_of(spec, config, resolved.get(kThreads, kPagedAttentionThreads));
+  const auto& p = spec.get<ir::PagedAttentionParams>();
+  Result<int64_t> heads = paged_attention_heads_of(
+      spec, config, resolved.get(kThreads, paged_attention_default_threads(p)));
   if (!heads.is_ok()) return heads.status();
   resolved.set(std::string(kHeadsPerCta), heads.value());
   return Status::ok();
@@ -121,7 +130,7 @@ Status resolve_paged_attention_config(const OpSpec& spec, const Config& config, 
 
 void render_paged_attention(const OpSpec& spec, const Config& config, RenderedKernel& r) {
   const auto& p = spec.get<ir::PagedAttentionParams>();
-  const int64_t threads = config.get(kThreads, kPagedAttentionThreads);
+  const int64_t threads = config.get(kThreads, paged_attention_default_threads(p));
   const std::string_view t = cuda_type(p.dtype);
   r.header = "paged_attention.cuh";
   r.kernel_template = "kiln::paged_attention_kernel";
@@ -152,7 +161,7 @@ Result<LaunchPlan> plan_paged_attention(const OpSpec& spec, const Config& config
   const std::string_view op = op_name(spec.op);
   const bool v2 = spec.op == OpKind::kPagedAttentionV2;
   const int first = v2 ? 4 : 1;  // index of query
-  const int64_t threads = config.get(kThreads, kPagedAttentionThreads);
+  const int64_t threads = config.get(kThreads, paged_attention_default_threads(p));
   const Tensor& query = args.tensor(first);
   const Tensor& key_cache = args.tensor(first + 1);
   const Tensor& value_cache = args.tensor(first + 2);

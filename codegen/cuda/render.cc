@@ -145,7 +145,8 @@ int64_t default_threads(const OpSpec& spec, int64_t vec) {
       return threads_for(p.kv_lora_rank + p.pe_dim, 512);
     }
     case OpKind::kPagedAttentionV1:
-    case OpKind::kPagedAttentionV2: return kPagedAttentionThreads;
+    case OpKind::kPagedAttentionV2:
+      return paged_attention_default_threads(spec.get<ir::PagedAttentionParams>());
     case OpKind::kTopKPerRowPrefill:
     case OpKind::kTopKPerRowDecode: return spec.get<ir::TopKParams>().top_k >= 1024 ? 512 : 256;
     // One thread per row block (a sequential walk each); small blocks spread them over SMs.
@@ -163,9 +164,9 @@ Config default_config(const OpSpec& spec) {
   config.set(std::string(kThreads), default_threads(spec, vec));
   if (width > 0) config.set(std::string(kVec), vec);
   if (is_paged_attention_op(spec.op)) {
+    const auto& p = spec.get<ir::PagedAttentionParams>();
     config.set(std::string(kHeadsPerCta),
-               paged_attention_heads_per_cta(spec.get<ir::PagedAttentionParams>(),
-                                             kPagedAttentionThreads));
+               paged_attention_heads_per_cta(p, paged_attention_default_threads(p)));
   }
   return config;
 }
@@ -270,7 +271,7 @@ std::vector<Config> cuda_configs(const OpSpec& spec) {
   if (paged) {
     // Fewer heads per CTA: more CTAs for small batches (at the default threads).
     const auto& p = spec.get<ir::PagedAttentionParams>();
-    for (int64_t heads : paged_attention_heads_choices(p, kPagedAttentionThreads)) {
+    for (int64_t heads : paged_attention_heads_choices(p, paged_attention_default_threads(p))) {
       add(Config(base).set(std::string(kHeadsPerCta), heads));
     }
   }

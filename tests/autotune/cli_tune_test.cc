@@ -62,6 +62,20 @@ TEST_F(CliTune, RecordDuringDemoThenPrewarmReplaysIt) {
   const CliRun bad = run(kiln(dir_.path() / "c2", "prewarm " + (dir_.path() / "bad.txt").string()));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("bad.txt:2"), std::string::npos) << bad.output;
+
+  // --target: the same manifest as another machine's kernels (arm: AArch64 through LLVM, on
+  // any host), a cache entry apart from the host's; an unknown target names the allowed ones.
+  const CliRun arm =
+      run(kiln(dir_.path() / "c1", "prewarm --target arm:neon " + manifest.string()));
+  ASSERT_EQ(arm.exit_code, 0) << arm.output;
+  EXPECT_NE(arm.output.find("3 specs, 3 kernels (3 generated, 0 from the disk cache)"),
+            std::string::npos)
+      << arm.output;
+  const CliRun nowhere =
+      run(kiln(dir_.path() / "c1", "prewarm --target riscv " + manifest.string()));
+  EXPECT_EQ(nowhere.exit_code, 2) << nowhere.output;
+  EXPECT_NE(nowhere.output.find("--target 'riscv'"), std::string::npos) << nowhere.output;
+  EXPECT_NE(nowhere.output.find("arm:neon"), std::string::npos) << nowhere.output;
 }
 
 TEST_F(CliTune, TuneWritesTheDatabaseAndASummary) {

@@ -105,6 +105,42 @@ TEST(Prewarm, FiftySpecsCompileOnceEachWithTwoThreads) {
   EXPECT_EQ(warm.disk_hits, 50u);
 }
 
+// A GPU server prewarms its CUDA kernels with the host's cores: `PrewarmOptions::compile`
+// carries the backend to every compile (NVRTC needs no GPU).
+TEST(Prewarm, CudaKernelsCompileInParallelIntoTheDiskCache) {
+  test::TempDir dir;
+  Runtime runtime(with_cache(dir.path()));
+  const std::vector<OpSpec> all = fifty_specs();
+  const std::vector<OpSpec> specs(all.begin(), all.begin() + 6);
+  CompileOptions cuda;
+  cuda.backend = BackendKind::kCuda;
+  auto probe = runtime.compile(all[10], cuda);
+  if (!probe.is_ok()) GTEST_SKIP() << "no CUDA backend here: " << probe.status().to_string();
+
+  PrewarmOptions options = two_threads();
+  options.compile = cuda;
+  options.seal = false;
+  const PrewarmReport report = prewarm(runtime, specs, options);
+  EXPECT_TRUE(report.failures.empty()) << report.failures.front();
+  EXPECT_EQ(report.generated, 6u);
+  const RuntimeCounters warmed = runtime.counters();
+  for (const OpSpec& spec : specs) {
+    auto kernel = runtime.compile(spec, cuda);
+    ASSERT_TRUE(kernel.is_ok()) << kernel.status().to_string();
+    EXPECT_EQ(kernel->info().backend, BackendKind::kCuda) << to_string(spec);
+  }
+  EXPECT_EQ(runtime.counters().memory_hits, warmed.memory_hits + 6);
+  EXPECT_EQ(runtime.counters().generated, warmed.generated);
+  // Without the option the same spec is an x86 kernel, not compiled yet.
+  auto host = runtime.compile(specs[0]);
+  ASSERT_TRUE(host.is_ok());
+  EXPECT_NE(host->info().backend, BackendKind::kCuda);
+  EXPECT_EQ(runtime.counters().generated, warmed.generated + 1);
+
+  Runtime second(with_cache(dir.path()));
+  EXPECT_EQ(prewarm(second, specs, options).disk_hits, 6u);
+}
+
 TEST(Prewarm, StrictModeRejectsSpecsOutsideTheManifest) {
   RuntimeOptions options;
   options.strict = true;

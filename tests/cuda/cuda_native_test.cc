@@ -2,9 +2,12 @@
 // Skipped, with the reason printed, when no CUDA driver or GPU exists.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "codegen/cuda/cuda_backend.h"
 #include "codegen/cuda/driver.h"
 #include "codegen/ref/ref.h"
+#include "runtime/prewarm.h"
 #include "runtime/runtime.h"
 #include "tests/cuda/cuda_specs.h"
 #include "tests/cuda/device_case.h"
@@ -27,6 +30,14 @@ TEST(CudaNative, EveryKernelMatchesRefOnTheGpu) {
   Runtime runtime{RuntimeOptions{}};
   std::vector<OpSpec> specs = test::cuda::emulator_specs();
   for (const OpSpec& spec : test::cuda::paged_attention_specs()) specs.push_back(spec);
+  // NVRTC compiles the grid on every core first (a GPU host has many; one after another
+  // they took minutes); the launches below then find their kernels in memory.
+  PrewarmOptions warm;
+  warm.compile.backend = BackendKind::kCuda;
+  warm.seal = false;
+  const PrewarmReport warmed = prewarm(runtime, specs, warm);
+  std::printf("compiled %zu kernels in %.1f s (%zu failed, reported below)\n", warmed.kernels,
+              warmed.wall_ms / 1000, warmed.failures.size());
   // A failing kernel is reported and the grid goes on: one GPU run shows every failure.
   int cases_run = 0;
   for (const OpSpec& spec : specs) {

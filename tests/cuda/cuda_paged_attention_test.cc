@@ -110,15 +110,19 @@ ir::PagedAttentionParams gqa_params(int64_t partition_size) {
   return p;
 }
 
-// GQA: one CTA per (kv head, sequence, partition) serves the kv head's 8 query heads, so each
-// key/value is loaded once per query group; v2 adds the reduce launch (one CTA per query head).
+// GQA: one CTA per (kv head, sequence, partition) serves query heads of one kv head, so each
+// key/value is loaded once per CTA instead of once per query head: by default v2's 256 threads
+// serve the whole group of 8, v1's 512 threads half of it (heads x threads <= 2048); v2 adds the
+// reduce launch (one CTA per query head).
 TEST(CudaPagedAttention, OneCtaPerKvHeadAndAReduceForV2) {
   for (bool v2 : {false, true}) {
     const OpSpec spec = OpSpec::make(v2 ? OpKind::kPagedAttentionV2 : OpKind::kPagedAttentionV1,
                                      gqa_params(v2 ? 32 : 0));
     auto r = cu::render(spec, cu::cuda_configs(spec).front());
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-    EXPECT_NE(r->config_members.find("kHeadsPerCta = 8;"), std::string::npos) << r->config_members;
+    EXPECT_NE(r->config_members.find(v2 ? "kHeadsPerCta = 8;" : "kHeadsPerCta = 4;"),
+              std::string::npos)
+        << r->config_members;
     EXPECT_NE(r->config_members.find("using Kv = kiln::KvAuto<kiln::bf16>;"), std::string::npos);
     EXPECT_NE(r->config_members.find("using Bias = kiln::NoAlibi;"), std::string::npos);
     EXPECT_NE(r->config_members.find("using Sparse = kiln::Dense;"), std::string::npos);
@@ -128,9 +132,9 @@ TEST(CudaPagedAttention, OneCtaPerKvHeadAndAReduceForV2) {
     ASSERT_TRUE(plans.is_ok()) << plans.status().to_string();
     ASSERT_EQ(plans->size(), 1u);  // v2's reduce is chained to the one plan
     const cu::LaunchPlan* plan = &plans->front();
-    EXPECT_EQ(plan->grid[0], 4u);  // kv heads
-    EXPECT_EQ(plan->grid[1], 3u);  // sequences
-    EXPECT_EQ(plan->block[0], 128u);
+    EXPECT_EQ(plan->grid[0], v2 ? 4u : 8u);  // kv heads x CTAs per group
+    EXPECT_EQ(plan->grid[1], 3u);            // sequences
+    EXPECT_EQ(plan->block[0], v2 ? 256u : 512u);
     if (v2) {
       EXPECT_GE(plan->grid[2], 2u);  // partitions of 32 tokens
       ASSERT_NE(plan->then, nullptr);
@@ -160,19 +164,23 @@ TEST(CudaPagedAttention, OneCtaPerKvHeadAndAReduceForV2) {
   ir::PagedAttentionParams p = gqa_params(0);
   p.head_count_q = 48;
   EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 128), 6);
-  // Head 256 at 128 threads: two dims per thread in P·V, so 4 heads (8 accumulators); at 512
-  // threads the slices give one dim per thread, and the whole group of 8 fits.
+  // Head 256 at 128 threads: two dims per thread in P·V, so 4 heads (8 accumulators); at 256
+  // threads one dim each, and the whole group of 8 fits; from 512 threads heads x threads <=
+  // 2048 takes over.
   p.head_count_q = 32;
   p.head_size = 256;
   EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 128), 4);
-  EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 512), 8);
+  EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 256), 8);
+  EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 512), 4);
+  EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 1024), 2);
   // Head 4096 at 1024 threads: one head per CTA keeps static shared memory under 48 KiB.
   p.head_size = 4096;
   EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 1024), 1);
 }
 
 // A config as a caller gives it (threads only, or nothing) is rendered and launched with the
-// same heads per CTA: the default's accumulator cap (4 at head 256 and 128 threads) in both.
+// same heads per CTA: 4 at head 256 both with the default 512 threads (heads x threads <= 2048)
+// and with 128 (two dims per thread in P·V: the 8-accumulator cap).
 TEST(CudaPagedAttention, RenderAndLaunchAgreeOnTheDefaultHeadsPerCta) {
   ir::PagedAttentionParams p = gqa_params(0);
   p.head_size = 256;

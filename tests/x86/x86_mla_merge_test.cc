@@ -373,7 +373,8 @@ TEST_P(X86MlaMergeIsaTest, DynamicScalesSeeEveryValueAsTheGroupMaximum) {
           x.set_bits(first + at, uint64_t(is_nan ? n & 0x7FFF : n));
           if (n % 2 == 1) x.set_bits(first + (at + 1) % shape.group, nan);
           if (n % 3 == 0) {
-            const uint64_t smaller = (uint64_t(n) & 0x8000) ^ 0x8000 | (uint64_t(n) & 0x7FFF) >> 1;
+            const uint64_t smaller =
+                ((uint64_t(n) & 0x8000) ^ 0x8000) | ((uint64_t(n) & 0x7FFF) >> 1);
             x.set_bits(first + (at + 2) % shape.group, smaller);
           }
         }

@@ -286,7 +286,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-124", 0xc1f6443ea756fe78ull};
+constexpr PinnedCode kAllExampleCode{"x86-125", 0x5df24a4b41d91b10ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

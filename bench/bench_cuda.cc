@@ -31,6 +31,7 @@
 
 #include "bench/bench_util.h"
 #include "codegen/cuda/driver.h"
+#include "codegen/cuda/paged_attention.h"
 #include "runtime/runtime.h"
 #include "tests/cuda/device_case.h"
 #include "tests/harness/op_cases.h"
@@ -129,14 +130,17 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
                        ir::PagedAttentionParams{DType::kBF16, kv, kHeadSize, kBlock, kHeadsQ,
                                                 kHeadsKv, false, false, v2 ? kPartition : 0});
       const int64_t x = ir::paged_key_x(DType::kBF16, kv);
-      // The default (128 threads, 8 heads per CTA) on every shape; other points of the tuning
-      // space at one shape each: thread counts at batch 8, fewer heads per CTA (more CTAs) at
-      // batch 1, where the default gives v1 4 CTAs (v2 16: 4 partitions of 512 tokens). The
-      // sweep times every threads x heads_per_cta point at batch 1-32 x context 2048 / 8192.
+      // The default (v1: 512 threads, 4 heads per CTA; v2: 256, 4) on every shape; other points
+      // of the tuning space at one shape each: the other thread counts at batch 8, the other
+      // heads per CTA at batch 1. The sweep times every threads x heads_per_cta point at batch
+      // 1-32 x context 2048 / 8192.
       struct Shape {
         int64_t batch, context;
         std::optional<Config> config;  // unset: the default config
       };
+      const auto& params = spec.get<ir::PagedAttentionParams>();
+      const int64_t default_threads = cu::paged_attention_default_threads(params);
+      const int64_t default_heads = cu::paged_attention_heads_per_cta(params, default_threads);
       std::vector<Shape> shapes;
       for (const int64_t batch : sweep ? std::vector<int64_t>{1, 8, 32} : batches) {
         for (const int64_t context : sweep ? std::vector<int64_t>{2048, 8192} : contexts) {
@@ -152,12 +156,16 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
           if (fp8 && (batch == 1 || context == 512)) continue;  // fp8: the larger rows only
           shapes.push_back({batch, context, std::nullopt});
           if (batch == 8 && context == 2048) {
-            for (int64_t threads : {256, 512})
-              shapes.push_back({batch, context, Config().set("threads", threads)});
+            for (int64_t threads : {128, 256, 512, 1024}) {
+              if (threads != default_threads)
+                shapes.push_back({batch, context, Config().set("threads", threads)});
+            }
           }
           if (batch == 1 && context == 2048) {
-            for (int64_t heads : {1, 2})
-              shapes.push_back({batch, context, Config().set("heads_per_cta", heads)});
+            for (int64_t heads : cu::paged_attention_heads_choices(params, default_threads)) {
+              if (heads != default_heads)
+                shapes.push_back({batch, context, Config().set("heads_per_cta", heads)});
+            }
           }
         }
       }

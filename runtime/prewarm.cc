@@ -93,8 +93,14 @@ PrewarmReport prewarm(Runtime& runtime, const std::vector<OpSpec>& specs,
   // One task per kernel a later call can ask for: the spec without a hint, and the spec in
   // each tuned bucket (a different memory-cache key, see CompileOptions::tokens_hint).
   std::vector<std::pair<const OpSpec*, int64_t>> tasks;
+  // The tuning database's buckets are the host's (kiln tune times this machine's x86 kernels):
+  // a prewarm for another backend or target, or with a fixed config, compiles each spec once.
+  const CompileOptions& base = options.compile;
+  const bool host_default =
+      !base.target && !base.config && (!base.backend || *base.backend == BackendKind::kX86);
   for (const OpSpec& spec : specs) {
     tasks.emplace_back(&spec, 0);
+    if (!host_default) continue;
     for (int64_t bucket : runtime.tuned_buckets(spec)) tasks.emplace_back(&spec, bucket);
   }
   PrewarmReport report;

@@ -28,7 +28,8 @@ struct PrewarmOptions {
   int threads = 0;   ///< compile threads; 0: std::thread::hardware_concurrency()
   bool seal = true;  ///< seal the runtime when done (strict mode then rejects other compiles)
   /// The options every kernel is compiled with (backend, target, config), e.g. a CUDA target
-  /// to prewarm GPU kernels; each tuned bucket's compile sets its own tokens_hint on top.
+  /// to prewarm GPU kernels. Tuned buckets (the host's tuning database) are compiled only for
+  /// the host's x86 kernels: no target, no config, no backend other than x86.
   CompileOptions compile;
   /// Called after each kernel (from the compiling threads, one call at a time).
   std::function<void(size_t done, size_t total)> progress;

@@ -388,7 +388,7 @@ int main(int argc, char** argv) {
   std::string prewarm_target;
   prewarm->add_option("--target", prewarm_target,
                       "compile for this target instead of the host's x86 (arm:neon, "
-                      "cuda:sm_XX, e.g. cuda:sm_90: a GPU server's kernels, no GPU needed)");
+                      "cuda:sm_XX[a], e.g. cuda:sm_90: a GPU server's kernels, no GPU needed)");
   prewarm->add_flag("--json", json, "machine-readable output");
 
   auto* demo =

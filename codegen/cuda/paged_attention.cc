@@ -18,8 +18,8 @@ namespace {
 constexpr int64_t kSharedBudget = 44 * 1024;
 // Query heads per CTA at most; also the default's budget of P·V accumulators per thread.
 constexpr int64_t kMaxHeadsPerCta = 8;
-// The default keeps heads x threads at most this (see the header).
-constexpr int64_t kDefaultHeadThreads = 2048;
+// The default serves at most this many query heads per CTA (see the header).
+constexpr int64_t kDefaultMaxHeads = 4;
 constexpr int64_t kMaxGridYZ = 65535;         // grid.y (sequences) and grid.z (partitions)
 constexpr int64_t kReduceShared = 48 * 1024;  // dynamic smem without the opt-in attribute
 
@@ -93,13 +93,12 @@ int64_t paged_attention_default_threads(const ir::PagedAttentionParams& p) {
 int64_t paged_attention_heads_per_cta(const ir::PagedAttentionParams& p, int64_t threads) {
   // P·V keeps heads x dims-per-thread accumulators per thread (one dim each when the threads
   // form slices, threads >= 2·D): at most 8 (16 at head 256 made ptxas spill in the fp8 kernel
-  // on sm_90 / sm_100). heads x threads <= 2048 keeps a wide CTA's grid from shrinking further:
-  // (128, 8), (256, 8), (512, 4), (1024, 2) were the fastest heads at each thread count on the
-  // H200 at batch 1-8.
+  // on sm_90 / sm_100). At most 4 heads: half a GQA-8 group per CTA doubles the grid, which
+  // the H200 sweep favoured at 256 and 512 threads.
   const int64_t dims = threads >= 2 * p.head_size ? 1 : (p.head_size + threads - 1) / threads;
   const std::vector<int64_t> choices = paged_attention_heads_choices(p, threads);
   for (auto h = choices.rbegin(); h != choices.rend(); ++h) {
-    if (*h * dims <= kMaxHeadsPerCta && *h * threads <= kDefaultHeadThreads) return *h;
+    if (*h * dims <= kMaxHeadsPerCta && *h <= kDefaultMaxHeads) return *h;
   }
   return choices.front();
 }

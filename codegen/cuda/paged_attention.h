@@ -18,12 +18,14 @@
 namespace jit::codegen::cuda {
 
 /// Default threads per CTA (tokens per chunk of the online softmax): 512 for v1, 256 for v2.
-/// vLLM's kernel has 128 (NUM_THREADS). On an H200 (`bench_cuda --sweep`, head 128, GQA 8) v1
-/// at 128 threads was the slowest point at every batch 1-32 x context 2048-8192: its grid is
-/// heads_q / heads_per_cta CTAs per sequence, too few loads in flight per SM unless each CTA
-/// is wide (512 threads: 2.0-5.5x). v2 multiplies the grid by its partitions: 256 threads were
-/// 1.6-2.0x faster at batch 1 and 8 x 2048, 0.86-1.07x on the largest grids (docs/cuda.md,
-/// "Default threads and heads per CTA").
+/// vLLM's kernel has 128 (NUM_THREADS). On an H200 (`bench_cuda --sweep`, head 128, GQA 8,
+/// batch 1-32 x context 2048-8192, one binary) v1's grid is heads_q / heads_per_cta CTAs per
+/// sequence, too few to keep loads in flight unless each CTA is wide: 512 threads with 4 heads
+/// ran at 0.63 (bf16) / 0.67 (fp8) of each shape's best point, 128 with 8 at 0.22 / 0.29. v2
+/// multiplies the grid by its partitions: 256 threads with 4 heads at 0.80 / 0.76, 128 with 8
+/// at 0.66 / 0.75. vLLM runs v2 for small grids and v1 for large ones (num_seqs x heads >
+/// 512), where these two points are strongest (docs/cuda.md, "Default threads and heads per
+/// CTA").
 int64_t paged_attention_default_threads(const ir::PagedAttentionParams& p);
 
 /// Config knob: query heads one CTA serves (a divisor of heads_q / heads_kv, <= 8, whose static
@@ -36,10 +38,9 @@ inline constexpr std::string_view kHeadsPerCta = "heads_per_cta";
 Support paged_attention_support(const OpSpec& spec);
 
 /// The default query heads per CTA (all share one kv head): the largest divisor of
-/// heads_q / heads_kv that is <= 8, keeps the CTA's static shared memory (query, chunk
-/// probabilities, offsets) under 44 KiB at `threads`, keeps heads x (head dims per thread in
-/// P·V) <= 8 accumulators (4 at head 256 and 128 threads) and heads x threads <= 2048 (8 heads
-/// at 256 threads, 4 at 512, 2 at 1024: the H200's fastest heads per thread count at batch 1-8).
+/// heads_q / heads_kv that is <= 4, keeps the CTA's static shared memory (query, chunk
+/// probabilities, offsets) under 44 KiB at `threads`, and keeps heads x (head dims per thread
+/// in P·V) <= 8 accumulators.
 int64_t paged_attention_heads_per_cta(const ir::PagedAttentionParams& p, int64_t threads);
 
 /// The `heads_per_cta` values allowed at `threads`: the divisors of heads_q / heads_kv up to 8

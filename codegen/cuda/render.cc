@@ -264,15 +264,15 @@ std::vector<Config> cuda_configs(const OpSpec& spec) {
   };
   const bool paged = is_paged_attention_op(spec.op);
   for (int64_t threads : {128, 256, 512, 1024}) {
-    // Paged attention: the default heads per CTA at each thread count.
-    add(paged ? Config().set(std::string(kThreads), threads)
-              : Config(base).set(std::string(kThreads), threads));
-  }
-  if (paged) {
-    // Fewer heads per CTA: more CTAs for small batches (at the default threads).
+    if (!paged) {
+      add(Config(base).set(std::string(kThreads), threads));
+      continue;
+    }
+    // Paged attention: every heads per CTA allowed at each thread count (the fastest point
+    // moves with the grid: fewer heads for small batches, more for large ones).
     const auto& p = spec.get<ir::PagedAttentionParams>();
-    for (int64_t heads : paged_attention_heads_choices(p, paged_attention_default_threads(p))) {
-      add(Config(base).set(std::string(kHeadsPerCta), heads));
+    for (int64_t heads : paged_attention_heads_choices(p, threads)) {
+      add(Config().set(std::string(kThreads), threads).set(std::string(kHeadsPerCta), heads));
     }
   }
   if (vector_width_of(spec) > 0) add(Config(base).set(std::string(kVec), 1));

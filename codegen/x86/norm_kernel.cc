@@ -6,8 +6,8 @@
 //   inv = 1 / sqrt(ss / H + eps)           (vdivss/vsqrtss: correctly rounded steps)
 //   y_i = rnd_T(rnd_T(z_i * inv) * w_i)    (without weight: rnd_T(z_i * inv))
 // bf16 rows take the pairs path (rows read as dwords of two bf16, every rounding on the fp32
-// bits with integer ops; fused_add_rms_norm on AVX2 only, see pairs_path()), the others one
-// vector of widened elements at a time.
+// bits with integer ops; see pairs_path()), the others one vector of widened elements at a
+// time.
 // The second pass re-reads the row (the input, or the rounded residual just written), which
 // is still in L1/L2 for every hidden size models use.
 #include <array>
@@ -335,7 +335,7 @@ class NormGenerator : public Generator {
                          vmm(kFastRounded + u));
   }
 
-  // ---- The bf16 pairs path (rms_norm; fused_add_rms_norm on AVX2, whose pass 1 also rounds
+  // ---- The bf16 pairs path (rms_norm and fused_add_rms_norm, whose pass 1 also rounds
   // z = x + r there): rows are read as dwords of two bf16, and the roundings are done on the
   // fp32 bits (integer ops only: no vcvtne*bf16, no widening or packing shuffles). On AVX2 it
   // replaces the per-vector path's vpmovzxwd loads, blended NaN-safe roundings and vpackusdw /

@@ -181,6 +181,14 @@ TEST(Prewarm, TunedBucketsArePrewarmedSoOpsCallsStayInMemory) {
   EXPECT_EQ(tuned->info().config.to_string(), "threads=1,min_parallel_kib=64");
   hint.tokens_hint = 100;
   EXPECT_TRUE(runtime.compile(spec, hint).is_ok()) << "an untuned bucket uses the default kernel";
+  // A prewarm with a fixed config compiles that kernel once: the buckets' configs are the
+  // database's, not the caller's.
+  PrewarmOptions fixed = two_threads();
+  fixed.compile.config = Config().set("threads", 2);
+  fixed.seal = false;
+  Runtime other{RuntimeOptions{}};
+  other.set_tuning_db(db);
+  EXPECT_EQ(prewarm(other, {spec}, fixed).kernels, 1u);
 }
 
 TEST(Record, EveryCompiledSpecIsAppendedOnceAndReplays) {

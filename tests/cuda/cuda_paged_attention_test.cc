@@ -111,18 +111,15 @@ ir::PagedAttentionParams gqa_params(int64_t partition_size) {
 }
 
 // GQA: one CTA per (kv head, sequence, partition) serves query heads of one kv head, so each
-// key/value is loaded once per CTA instead of once per query head: by default v2's 256 threads
-// serve the whole group of 8, v1's 512 threads half of it (heads x threads <= 2048); v2 adds the
-// reduce launch (one CTA per query head).
+// key/value is loaded once per CTA instead of once per query head: by default half the group
+// of 8 (v1 at 512 threads, v2 at 256); v2 adds the reduce launch (one CTA per query head).
 TEST(CudaPagedAttention, OneCtaPerKvHeadAndAReduceForV2) {
   for (bool v2 : {false, true}) {
     const OpSpec spec = OpSpec::make(v2 ? OpKind::kPagedAttentionV2 : OpKind::kPagedAttentionV1,
                                      gqa_params(v2 ? 32 : 0));
     auto r = cu::render(spec, cu::cuda_configs(spec).front());
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-    EXPECT_NE(r->config_members.find(v2 ? "kHeadsPerCta = 8;" : "kHeadsPerCta = 4;"),
-              std::string::npos)
-        << r->config_members;
+    EXPECT_NE(r->config_members.find("kHeadsPerCta = 4;"), std::string::npos) << r->config_members;
     EXPECT_NE(r->config_members.find("using Kv = kiln::KvAuto<kiln::bf16>;"), std::string::npos);
     EXPECT_NE(r->config_members.find("using Bias = kiln::NoAlibi;"), std::string::npos);
     EXPECT_NE(r->config_members.find("using Sparse = kiln::Dense;"), std::string::npos);
@@ -132,8 +129,8 @@ TEST(CudaPagedAttention, OneCtaPerKvHeadAndAReduceForV2) {
     ASSERT_TRUE(plans.is_ok()) << plans.status().to_string();
     ASSERT_EQ(plans->size(), 1u);  // v2's reduce is chained to the one plan
     const cu::LaunchPlan* plan = &plans->front();
-    EXPECT_EQ(plan->grid[0], v2 ? 4u : 8u);  // kv heads x CTAs per group
-    EXPECT_EQ(plan->grid[1], 3u);            // sequences
+    EXPECT_EQ(plan->grid[0], 8u);  // kv heads x 2 CTAs per group
+    EXPECT_EQ(plan->grid[1], 3u);  // sequences
     EXPECT_EQ(plan->block[0], v2 ? 256u : 512u);
     if (v2) {
       EXPECT_GE(plan->grid[2], 2u);  // partitions of 32 tokens
@@ -160,43 +157,64 @@ TEST(CudaPagedAttention, OneCtaPerKvHeadAndAReduceForV2) {
     ASSERT_NE(plans->front().then, nullptr);
     EXPECT_EQ(plans->front().then->grid[0], 32u);  // the reduce: one CTA per query head
   }
-  // A group of 12 heads is split into CTAs of 6 (the largest divisor <= 8).
+  // A group of 12 heads is split into CTAs of 4 (the largest divisor <= 4); 6 is allowed.
   ir::PagedAttentionParams p = gqa_params(0);
   p.head_count_q = 48;
-  EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 128), 6);
-  // Head 256 at 128 threads: two dims per thread in P·V, so 4 heads (8 accumulators); at 256
-  // threads one dim each, and the whole group of 8 fits; from 512 threads heads x threads <=
-  // 2048 takes over.
+  EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 128), 4);
+  const std::vector<int64_t> twelve = cu::paged_attention_heads_choices(p, 128);
+  EXPECT_NE(std::find(twelve.begin(), twelve.end(), 6), twelve.end());
+  // At most 4 heads by default; head 512 at 128 threads has four dims per thread in P·V, so 2
+  // heads (8 accumulators); at 1024 threads (two slices) one dim each, 4 heads.
   p.head_count_q = 32;
   p.head_size = 256;
   EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 128), 4);
-  EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 256), 8);
   EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 512), 4);
-  EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 1024), 2);
+  p.head_size = 512;
+  EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 128), 2);
+  EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 1024), 4);
   // Head 4096 at 1024 threads: one head per CTA keeps static shared memory under 48 KiB.
   p.head_size = 4096;
   EXPECT_EQ(cu::paged_attention_heads_per_cta(p, 1024), 1);
 }
 
-// A config as a caller gives it (threads only, or nothing) is rendered and launched with the
-// same heads per CTA: 4 at head 256 both with the default 512 threads (heads x threads <= 2048)
-// and with 128 (two dims per thread in P·V: the 8-accumulator cap).
+// A config as a caller gives it (nothing, threads only, heads only) is rendered and launched
+// with the same threads and heads per CTA. Head 512, GQA 8: v1's default 512 threads serve 4
+// heads (one dim per thread in P·V), 128 threads 2 (four dims each: the 8-accumulator cap);
+// v2's default 256 threads serve 4 (two dims each).
 TEST(CudaPagedAttention, RenderAndLaunchAgreeOnTheDefaultHeadsPerCta) {
-  ir::PagedAttentionParams p = gqa_params(0);
-  p.head_size = 256;
-  const OpSpec spec = OpSpec::make(OpKind::kPagedAttentionV1, p);
+  struct Expect {
+    bool v2;
+    Config config;
+    int64_t threads, heads;
+  };
+  const std::vector<Expect> cases = {
+      {false, Config(), 512, 4},
+      {false, Config().set("threads", 128), 128, 2},
+      {false, Config().set(std::string(cu::kHeadsPerCta), 8), 512, 8},
+      {true, Config(), 256, 4},
+      {true, Config().set(std::string(cu::kHeadsPerCta), 1), 256, 1},
+  };
+  for (const Expect& e : cases) {
+    ir::PagedAttentionParams p = gqa_params(e.v2 ? 32 : 0);
+    p.head_size = 512;
+    const OpSpec spec =
+        OpSpec::make(e.v2 ? OpKind::kPagedAttentionV2 : OpKind::kPagedAttentionV1, p);
+    auto c = test::make_case(spec, 2, test::InputKind::kNormal, 3);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    const std::string what = fmt::format("{} {}", op_name(spec.op), e.config.to_string());
+    auto r = cu::render(spec, e.config);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_NE(r->config_members.find(fmt::format("kHeadsPerCta = {};", e.heads)), std::string::npos)
+        << what << "\n"
+        << r->config_members;
+    auto plans = cu::plan_launch(spec, e.config, c->args(), true);
+    ASSERT_TRUE(plans.is_ok()) << plans.status().to_string();
+    EXPECT_EQ(plans->front().grid[0], unsigned(32 / e.heads)) << what;  // query heads / heads
+    EXPECT_EQ(plans->front().block[0], unsigned(e.threads)) << what;
+  }
+  const OpSpec spec = OpSpec::make(OpKind::kPagedAttentionV1, gqa_params(0));
   auto c = test::make_case(spec, 2, test::InputKind::kNormal, 3);
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
-  for (const Config& config : {Config(), Config().set("threads", 128)}) {
-    auto r = cu::render(spec, config);
-    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-    EXPECT_NE(r->config_members.find("kHeadsPerCta = 4;"), std::string::npos)
-        << config.to_string() << "\n"
-        << r->config_members;
-    auto plans = cu::plan_launch(spec, config, c->args(), true);
-    ASSERT_TRUE(plans.is_ok()) << plans.status().to_string();
-    EXPECT_EQ(plans->front().grid[0], 8u) << config.to_string();  // 32 query heads / 4
-  }
   // A bad knob that never went through render is refused by the plan too (no division by 0).
   auto zero =
       cu::plan_launch(spec, Config().set(std::string(cu::kHeadsPerCta), 0), c->args(), true);

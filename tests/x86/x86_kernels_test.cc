@@ -389,6 +389,31 @@ TEST(X86Norm, Bf16PairsPathEdgeRowsMatchRef) {
   }
 }
 
+// bf16 fused_add_rms_norm takes the pairs path at every level (AVX-512 too, since x86-125):
+// its pass 1 rounds z = x + r on the bits, so it adds no widening load (vpmovzxwd) and no
+// hardware bf16 conversion to the ones rms_norm's pass 2 has (its per-vector fallback for rows
+// with inf/NaN). The per-vector pass 1 would add one of each per vector.
+TEST(X86Norm, FusedBf16PassOneTakesThePairsPathAtEveryLevel) {
+  const auto count = [](const std::string& text, std::string_view what) {
+    int64_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  for (X86Isa isa : test::kX86Levels) {
+    std::array<std::string, 2> text;
+    for (int fused = 0; fused < 2; ++fused) {
+      const OpSpec spec = OpSpec::make(fused ? OpKind::kFusedAddRmsNorm : OpKind::kRmsNorm,
+                                       ir::NormParams{DType::kBF16, 4096, true});
+      auto dis = compile_x86(spec, isa).disassembly();
+      ASSERT_TRUE(dis.is_ok()) << dis.status().to_string();
+      text[size_t(fused)] = dis.value();
+    }
+    for (std::string_view what : {"vpmovzxwd", "vcvtneps2bf16"}) {
+      EXPECT_EQ(count(text[1], what), count(text[0], what)) << x86_isa_name(isa) << " " << what;
+    }
+  }
+}
+
 // fused_add_rms_norm's residual z = rnd_bf16(x + r) is exact (the pairs path rounds the fp32
 // sum on its bits with integer adds): every bf16 pattern as x, against r = 0 (NaN payloads
 // quietened), r = x (doubling: overflow to inf, denormals), r = a scrambled pattern (ties,

@@ -1,9 +1,10 @@
 // GPU timings of the CUDA backend's kernels, next to the device's copy bandwidth measured in the
 // same run (needs a GPU: without one it prints why and exits 0).
 //   copy          cuMemcpyDtoD of 1 GiB: the ceiling, GB/s counting bytes read and written
-//   paged_v1/v2   decode: bf16 query and KV (or fp8 e4m3 KV codes), head 128, block 16, 32 query
-//                 heads over 4 KV heads (GQA 8), batch 1-32 x context 512-8192, v2 with vLLM's
-//                 512-token partitions: GB/s of KV read, its % of the copy, µs per call
+//   paged_v1/v2   decode: bf16 query and KV (or fp8 e4m3 KV codes), head 128 (--head-size),
+//                 block 16, 32 query heads over 4 KV heads (GQA 8), batch 1-32 x context
+//                 512-8192, v2 with vLLM's 512-token partitions: GB/s of KV read, its % of
+//                 the copy, µs per call
 //   memory-bound  rms_norm, fused_add_rms_norm, silu_and_mul, rotary_embedding and
 //                 reshape_and_cache_flash at 16384 tokens: GB/s moved and % of the copy
 // Timing: `reps` launches queued back to back on the default stream, then one synchronize; the
@@ -11,16 +12,18 @@
 // launch rate (a few µs) is timed by the GPU; a shorter one shows the launch rate, which is what
 // a caller without CUDA graphs gets.
 //
-//   build/release/bench/bench_cuda [--quick | --sweep] [--row NAME]
+//   build/release/bench/bench_cuda [--quick | --sweep] [--head-size N] [--row NAME]
 //     --quick     batch 8 and context 2048 only, memory-bound rows at 4096 tokens
 //     --sweep     paged attention only, every threads x heads_per_cta point (128-1024 x 1-8) at
 //                 batch 1 / 8 / 32 x context 2048 / 8192
+//     --head-size N  paged attention at head size N (default 128; a multiple of 8)
 //     --row NAME  only the row of that name (e.g. for `ncu` on one kernel)
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -94,8 +97,8 @@ double device_copy_gbps(const cu::Driver& driver) {
 // The paged attention decode rows over one set of device caches sized for the largest row
 // (each row's block table draws its blocks from a permutation of all of them).
 void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool quick, bool sweep,
-                const std::string& only) {
-  constexpr int64_t kHeadSize = 128, kBlock = 16, kHeadsQ = 32, kHeadsKv = 4, kPartition = 512;
+                int64_t head_size, const std::string& only) {
+  constexpr int64_t kBlock = 16, kHeadsQ = 32, kHeadsKv = 4, kPartition = 512;
   const std::vector<int64_t> batches =
       quick ? std::vector<int64_t>{8} : std::vector<int64_t>{1, 8, 32};
   const std::vector<int64_t> contexts =
@@ -103,7 +106,7 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   const int64_t max_context = *std::max_element(contexts.begin(), contexts.end());
   const int64_t max_blocks = max_batch * ((max_context + kBlock - 1) / kBlock);
-  const int64_t cache_elems = max_blocks * kHeadsKv * kBlock * kHeadSize;
+  const int64_t cache_elems = max_blocks * kHeadsKv * kBlock * head_size;
   // bf16 caches: values in [-1, 1]; fp8 codes: |x| < 2 and never the NaN code.
   const std::vector<uint16_t> host_kv = bench::random_bf16(size_t(cache_elems));
   std::vector<uint8_t> host_codes(static_cast<size_t>(cache_elems));
@@ -120,14 +123,15 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
   std::iota(permutation.begin(), permutation.end(), 0);
   std::shuffle(permutation.begin(), permutation.end(), std::mt19937_64(5));
 
-  fmt::print("\n{:<44} {:>10} {:>9} {:>10}\n", "paged attention decode (GQA 8, head 128)",
-             "GB/s KV", "% copy", "us/call");
+  fmt::print("\n{:<44} {:>10} {:>9} {:>10}\n",
+             fmt::format("paged attention decode (GQA 8, head {})", head_size), "GB/s KV", "% copy",
+             "us/call");
   for (const bool fp8 : {false, true}) {
     for (const bool v2 : {false, true}) {
       const auto kv = fp8 ? ir::KvCacheDtype::kFp8E4m3 : ir::KvCacheDtype::kAuto;
       const OpSpec spec =
           OpSpec::make(v2 ? OpKind::kPagedAttentionV2 : OpKind::kPagedAttentionV1,
-                       ir::PagedAttentionParams{DType::kBF16, kv, kHeadSize, kBlock, kHeadsQ,
+                       ir::PagedAttentionParams{DType::kBF16, kv, head_size, kBlock, kHeadsQ,
                                                 kHeadsKv, false, false, v2 ? kPartition : 0});
       const int64_t x = ir::paged_key_x(DType::kBF16, kv);
       // The default (v1: 512 threads, 4 heads per CTA; v2: 256, 4) on every shape; other points
@@ -193,11 +197,11 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
         const int64_t parts = (context + kPartition - 1) / kPartition;
         std::vector<int32_t> table(permutation.begin(), permutation.begin() + batch * width);
         const std::vector<int32_t> seq_lens(static_cast<size_t>(batch), int32_t(context));
-        DeviceBuffer query(&driver, bench::random_bf16(size_t(batch * kHeadsQ * kHeadSize)));
-        DeviceBuffer out(&driver, nullptr, size_t(batch * kHeadsQ * kHeadSize * 2));
+        DeviceBuffer query(&driver, bench::random_bf16(size_t(batch * kHeadsQ * head_size)));
+        DeviceBuffer out(&driver, nullptr, size_t(batch * kHeadsQ * head_size * 2));
         DeviceBuffer sums(&driver, nullptr, size_t(batch * kHeadsQ * parts * 4));
         DeviceBuffer maxes(&driver, nullptr, size_t(batch * kHeadsQ * parts * 4));
-        DeviceBuffer tmp(&driver, nullptr, size_t(batch * kHeadsQ * parts * kHeadSize * 2));
+        DeviceBuffer tmp(&driver, nullptr, size_t(batch * kHeadsQ * parts * head_size * 2));
         DeviceBuffer tables(&driver, table), lens(&driver, seq_lens);
         for (const DeviceBuffer* b : {&query, &out, &sums, &maxes, &tmp, &tables, &lens}) {
           check("paged attention buffers", b->status());
@@ -207,18 +211,18 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
           return Tensor(b.data(), dt, sizes, gpu);
         };
         KernelArgs args;
-        args.add(view(out, DType::kBF16, {batch, kHeadsQ, kHeadSize}));
+        args.add(view(out, DType::kBF16, {batch, kHeadsQ, head_size}));
         if (v2) {
           args.add(view(sums, DType::kF32, {batch, kHeadsQ, parts}));
           args.add(view(maxes, DType::kF32, {batch, kHeadsQ, parts}));
-          args.add(view(tmp, DType::kBF16, {batch, kHeadsQ, parts, kHeadSize}));
+          args.add(view(tmp, DType::kBF16, {batch, kHeadsQ, parts, head_size}));
         }
         const int64_t blocks = max_blocks;
-        args.add(view(query, DType::kBF16, {batch, kHeadsQ, kHeadSize}));
-        args.add(fp8 ? view(key_codes, DType::kU8, {blocks, kHeadsKv, kHeadSize / x, kBlock, x})
-                     : view(key, DType::kBF16, {blocks, kHeadsKv, kHeadSize / x, kBlock, x}));
-        args.add(fp8 ? view(value_codes, DType::kU8, {blocks, kHeadsKv, kHeadSize, kBlock})
-                     : view(value, DType::kBF16, {blocks, kHeadsKv, kHeadSize, kBlock}));
+        args.add(view(query, DType::kBF16, {batch, kHeadsQ, head_size}));
+        args.add(fp8 ? view(key_codes, DType::kU8, {blocks, kHeadsKv, head_size / x, kBlock, x})
+                     : view(key, DType::kBF16, {blocks, kHeadsKv, head_size / x, kBlock, x}));
+        args.add(fp8 ? view(value_codes, DType::kU8, {blocks, kHeadsKv, head_size, kBlock})
+                     : view(value, DType::kBF16, {blocks, kHeadsKv, head_size, kBlock}));
         args.add(view(tables, DType::kI32, {batch, width}));
         args.add(view(lens, DType::kI32, {batch}));
         args.add(Tensor{});  // no ALiBi slopes
@@ -226,11 +230,11 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
         args.add(view(v_scale, DType::kF32, {1}));
         // scale, max_seq_len, then the block-sparse scalars (unused: not block-sparse).
         for (double s :
-             {1.0 / std::sqrt(double(kHeadSize)), double(context), 0.0, 16.0, 8.0, 64.0, 0.0}) {
+             {1.0 / std::sqrt(double(head_size)), double(context), 0.0, 16.0, 8.0, 64.0, 0.0}) {
           args.add_scalar(s);
         }
         const double s = seconds_per_call(driver, [&] { return kernel.run(args); });
-        const double bytes = 2.0 * double(batch * context * kHeadsKv * kHeadSize) * (fp8 ? 1 : 2);
+        const double bytes = 2.0 * double(batch * context * kHeadsKv * head_size) * (fp8 ? 1 : 2);
         fmt::print("{:<44} {:>10.0f} {:>8.1f}% {:>10.1f}\n", name, bytes / s / 1e9,
                    100.0 * bytes / s / 1e9 / copy, s * 1e6);
       }
@@ -301,17 +305,25 @@ void memory_rows(Runtime& runtime, const cu::Driver& driver, double copy, int64_
 
 int main(int argc, char** argv) {
   bool quick = false, sweep = false;
+  int64_t head_size = 128;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--sweep") == 0) {
       sweep = true;
+    } else if (std::strcmp(argv[i], "--head-size") == 0 && i + 1 < argc) {
+      head_size = std::atoll(argv[++i]);
+      if (head_size < 8 || head_size % 8 != 0) {
+        fmt::print(stderr, "bench_cuda: --head-size {}: allowed: a multiple of 8, >= 8\n", argv[i]);
+        return 2;
+      }
     } else if (std::strcmp(argv[i], "--row") == 0 && i + 1 < argc) {
       only = argv[++i];
     } else {
       fmt::print(stderr,
-                 "bench_cuda: unknown argument '{}'; allowed: --quick, --sweep, --row NAME\n",
+                 "bench_cuda: unknown argument '{}'; allowed: --quick, --sweep, --head-size N, "
+                 "--row NAME\n",
                  argv[i]);
       return 2;
     }
@@ -324,7 +336,7 @@ int main(int argc, char** argv) {
   Runtime runtime{RuntimeOptions{}};
   const double copy = device_copy_gbps(*driver.value());
   fmt::print("device-to-device copy (1 GiB, read + write): {:.0f} GB/s\n", copy);
-  paged_rows(runtime, *driver.value(), copy, quick, sweep, only);
+  paged_rows(runtime, *driver.value(), copy, quick, sweep, head_size, only);
   if (!sweep) memory_rows(runtime, *driver.value(), copy, quick ? 4096 : 16384, only);
   return 0;
 }

@@ -701,6 +701,11 @@ class AttentionGenerator : public Generator {
   // a model's other layers do not leave a layer's KV in the caches between its decode steps.
   // Fetching two groups ahead into L1 instead (prefetcht0) lost in both; kicking 8 groups ahead
   // instead of 4 changed nothing.
+  // The next group goes into L2 too (prefetcht1), not L1 (x86-126): on Zen 4 (AVX-512,
+  // bench_attention decode/kiln_vec, three alternated rounds) with the KV in DRAM 10.5-12.1 ->
+  // 14.7-15.6 GB/s on 1 thread and 18.0-20.9 -> 21.7-25.5 on 2, in the caches level; fp8 KV
+  // (bound by its decode) level; the AVX2 code on that core level or better. The demand loads
+  // then hit L2, and the L1 miss buffers no longer hold the prefetches of a group ahead.
 
   // Before a loop that prefetches alongside a cursor walking this group's slab from `base`:
   // rdx = next − base and rbp = next2 − base (the next group's slab at [rdi + next_offset],
@@ -715,7 +720,7 @@ class AttentionGenerator : public Generator {
     sub(rbp, base);
   }
 
-  // prefetcht0 of the next group's lines at the place of `cursor` in this group, then
+  // prefetcht1 of the next group's lines at the place of `cursor` in this group, then
   // prefetcht2 of the same lines two groups ahead (bases from hoist_prefetch_bases): `rows`
   // rows `row_stride` bytes apart from the cursor, `lines_per_row` lines each.
   void prefetch_next_alongside(const Reg64& cursor, int64_t rows, int64_t row_stride,
@@ -730,7 +735,7 @@ class AttentionGenerator : public Generator {
   }
   void prefetch_ahead(const Address& line, bool next_group) {
     if (next_group) {
-      prefetcht0(line);
+      prefetcht1(line);
     } else {
       prefetcht2(line);
     }

@@ -286,7 +286,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-125", 0x5df24a4b41d91b10ull};
+constexpr PinnedCode kAllExampleCode{"x86-126", 0x14bfb5df95a605cull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -701,7 +701,7 @@ class AttentionGenerator : public Generator {
   // a model's other layers do not leave a layer's KV in the caches between its decode steps.
   // Fetching two groups ahead into L1 instead (prefetcht0) lost in both; kicking 8 groups ahead
   // instead of 4 changed nothing.
-  // The next group goes into L2 too (prefetcht1), not L1 (x86-126): on Zen 4 (AVX-512,
+  // The next group is fetched into L2 (prefetcht1) rather than L1 (x86-126): on Zen 4 (AVX-512,
   // bench_attention decode/kiln_vec, three alternated rounds) with the KV in DRAM 10.5-12.1 ->
   // 14.7-15.6 GB/s on 1 thread and 18.0-20.9 -> 21.7-25.5 on 2, in the caches level; fp8 KV
   // (bound by its decode) level; the AVX2 code on that core level or better. The demand loads

@@ -14,8 +14,9 @@
 //
 //   build/release/bench/bench_cuda [--quick | --sweep] [--head-size N] [--row NAME]
 //     --quick     batch 8 and context 2048 only, memory-bound rows at 4096 tokens
-//     --sweep     paged attention only, every threads x heads_per_cta point (128-1024 x 1-8) at
-//                 batch 1 / 8 / 32 x context 2048 / 8192
+//     --sweep     paged attention only, every point of the tuning space (cuda_configs: threads
+//                 128-1024 x each heads_per_cta allowed there) at batch 1 / 8 / 32 x context
+//                 2048 / 8192
 //     --head-size N  paged attention at head size N (default 128; a multiple of 8)
 //     --row NAME  only the row of that name (e.g. for `ncu` on one kernel)
 #include <fmt/format.h>
@@ -35,6 +36,7 @@
 #include "bench/bench_util.h"
 #include "codegen/cuda/driver.h"
 #include "codegen/cuda/paged_attention.h"
+#include "codegen/cuda/render.h"
 #include "runtime/runtime.h"
 #include "tests/cuda/device_case.h"
 #include "tests/harness/op_cases.h"
@@ -101,8 +103,9 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
   constexpr int64_t kBlock = 16, kHeadsQ = 32, kHeadsKv = 4, kPartition = 512;
   const std::vector<int64_t> batches =
       quick ? std::vector<int64_t>{8} : std::vector<int64_t>{1, 8, 32};
-  const std::vector<int64_t> contexts =
-      quick ? std::vector<int64_t>{2048} : std::vector<int64_t>{512, 2048, 8192};
+  const std::vector<int64_t> contexts = quick   ? std::vector<int64_t>{2048}
+                                        : sweep ? std::vector<int64_t>{2048, 8192}
+                                                : std::vector<int64_t>{512, 2048, 8192};
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   const int64_t max_context = *std::max_element(contexts.begin(), contexts.end());
   const int64_t max_blocks = max_batch * ((max_context + kBlock - 1) / kBlock);
@@ -146,14 +149,11 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
       const int64_t default_threads = cu::paged_attention_default_threads(params);
       const int64_t default_heads = cu::paged_attention_heads_per_cta(params, default_threads);
       std::vector<Shape> shapes;
-      for (const int64_t batch : sweep ? std::vector<int64_t>{1, 8, 32} : batches) {
-        for (const int64_t context : sweep ? std::vector<int64_t>{2048, 8192} : contexts) {
-          if (sweep) {
-            for (int64_t threads : {128, 256, 512, 1024}) {
-              for (int64_t heads : {1, 2, 4, 8}) {
-                shapes.push_back(
-                    {batch, context, Config().set("threads", threads).set("heads_per_cta", heads)});
-              }
+      for (const int64_t batch : batches) {
+        for (const int64_t context : contexts) {
+          if (sweep) {  // the backend's tuning space: every allowed threads x heads_per_cta
+            for (const Config& config : cu::cuda_configs(spec)) {
+              shapes.push_back({batch, context, config});
             }
             continue;
           }
@@ -183,16 +183,7 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
         const std::string name = fmt::format("paged_{}{}/batch:{}/context:{}{}", v2 ? "v2" : "v1",
                                              fp8 ? "_fp8_e4m3" : "", batch, context, knobs);
         if (!only.empty() && name != only) continue;
-        CompileOptions options;
-        options.backend = BackendKind::kCuda;
-        options.config = config;
-        Result<Kernel> compiled = runtime.compile(spec, options);
-        if (!compiled.is_ok()) {
-          if (!sweep) die(name, compiled.status());
-          fmt::print("{:<44} refused: {}\n", name, compiled.status().message());
-          continue;
-        }
-        const Kernel kernel = std::move(compiled).value();
+        const Kernel kernel = compile_cuda(runtime, spec, config);
         const int64_t width = (context + kBlock - 1) / kBlock;
         const int64_t parts = (context + kPartition - 1) / kPartition;
         std::vector<int32_t> table(permutation.begin(), permutation.begin() + batch * width);

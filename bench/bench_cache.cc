@@ -760,6 +760,14 @@ int main(int argc, char** argv) {
                                        peer)
               ->UseRealTime();
         }
+        if (tokens == 0) {
+          // merge_attn_states over a chunked prefill of 8192 tokens (a power of two, as vLLM's
+          // max_num_batched_tokens usually is): the [H, T] LSEs' head stride is then a multiple
+          // of 4 KiB, so one token's LSEs across the heads share their L1 and L2 sets.
+          benchmark::RegisterBenchmark((who + "merge_attn_states/bf16/t8192" + suffix).c_str(),
+                                       bm_merge, 8192, threads, peer)
+              ->UseRealTime();
+        }
         // The dynamic-scale writers at random slots, and at a prefill's slots (large calls).
         using QuantBm = void (*)(benchmark::State&, int64_t, int, bool, bool);
         const std::pair<const char*, QuantBm> quantisers[] = {

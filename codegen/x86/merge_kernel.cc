@@ -1,16 +1,25 @@
-// merge_attn_states (spec/attention_ops.md §4.3), one row per token t, heads in groups of one
-// vector (H and D are compile-time):
+// merge_attn_states (spec/attention_ops.md §4.3), one row per token t (H and D are
+// compile-time):
 //
 //   t >= with_context:  out[t, h] = suffix[t, h] (converted), lse_out[h, t] = suffix_lse raw.
-//   otherwise, per group of heads, vectorised across the heads:
-//     p, s = prefix_lse[h, t], suffix_lse[h, t], each +-inf -> -inf   (stride T: staged on the
-//            stack with scalar moves, then loaded as one vector)
+//   otherwise, per head h:
+//     p, s = prefix_lse[h, t], suffix_lse[h, t], each +-inf -> -inf
 //     M    = fmax(p, s)                      (a NaN operand is ignored if the other is not)
 //     a, b = e^(p - M), e^(s - M);  Z = a + b;  ca, cb = a / Z, b / Z   (Generator::exp_ps)
 //     lse  = ln Z + M  (Generator::log_ps), or -inf where M = -inf (both empty)
-//   then per head of the group: both empty (M = -inf): out = prefix (converted); else
+//   and both empty (M = -inf): out = prefix (converted); else
 //     out[d] = prefix[d] · ca + suffix[d] · cb    (fp32: a product and an FMA)
 //   fp8 output: code = e4m3(v · (1/scale)), the encoder saturating like the spec's clamp.
+// The LSEs are [H, T]: one head's tokens are contiguous, one token's heads T floats apart.
+// Tokens go in tiles of 16 (one vector at AVX-512, two at AVX2): per head the tile's LSEs are one
+// line and the weights are computed across the tile's tokens (merge_tile), so each LSE
+// line is read (and each output LSE line written) once, whole. Walking token by token across the
+// heads instead re-reads those lines every token, and at a large T they all fall in one L1 and
+// one L2 set (the stride T·4 is a multiple of 4 KiB): 48 lines for 16 heads thrash both and every
+// token waits on L3 (a scratch program at T = 32768, H 16, D 128: 22.5 GB/s without the LSE
+// accesses, 13.0 with them per token, 18.9-20.7 in tiles). Tokens that do not fill a tile (a
+// thread's last ones, those before with_context, T < 16) go one at a time, vectorised across
+// the heads (merge_token: the LSEs staged on the stack with scalar moves).
 // The ref evaluates the weights and the blend in double; fp32 here stays well inside the
 // attention tolerance (the weights are within a few ulp, the blend rounds once more).
 #include <array>
@@ -29,12 +38,18 @@ using namespace Xbyak;
 // Units (vectors) of a head fully unrolled up to this count; longer heads loop over kUnroll.
 constexpr int64_t kMaxUnrolled = 8;
 constexpr int kUnroll = 4;
-// Stack frame above the helpers' staging bytes [0, kStageBytes): the group's LSE inputs, weights,
-// LSE and M, one vector (64 bytes) each. f32 inputs keep the weights as doubles (128 bytes each).
-// Then the count of head groups left in a token's loop (merge_token).
-constexpr int kLseP = 128, kLseS = 192, kWeightA = 256, kWeightB = 384, kLse = 512, kMax = 576;
-constexpr int kGroupsLeft = 640;
-constexpr int kFrame = 704;
+// Stack frame above the helpers' staging bytes [0, kStageBytes): a head group's LSE inputs (one
+// vector, 64 bytes, each), its weights record (record_bytes(), see kRecordA) and its LSE; the
+// count of head groups left in a token's loop (merge_token); merge_tile's saved LSE pointers,
+// token of the tile, first head and chunks left; then merge_tile's records, one per head of a
+// chunk.
+constexpr int kLseP = 128, kLseS = 192, kGroupRecord = 256, kLse = 576;
+constexpr int kGroupsLeft = 640, kSavedPl = 648, kSavedSl = 656, kSavedOl = 664;
+constexpr int kTileToken = 672, kChunkFirst = 680, kChunksLeft = 688, kTileRecords = 704;
+// Tokens per tile: one 64-byte line of each head's LSEs (one vector at AVX-512, two at AVX2).
+constexpr int kTileTokens = 16;
+// Heads per chunk of a tile (records on the stack: 32 x 320 bytes).
+constexpr int64_t kChunkHeads = 32;
 // Head groups (one vector of heads each) of a token emitted in line up to this count (64
 // heads at AVX2, 128 at AVX-512); more run as a loop over one group's code. Each group's
 // code (staging, exp, log, the blend loop) is 1.5-4 KiB, so unrolled, 238-2000 heads (by
@@ -57,28 +72,48 @@ class MergeGenerator : public Generator {
 
   void generate() {
     prologue();
-    sub(rsp, kFrame);
+    sub(rsp, frame_bytes());
     mov(reg_args_, rdi);
     mov(reg_row_, rsi);
     mov(reg_row_end_, rdx);
     mov(reg_ls_, ptr[rdi + offsetof(MergeCallArgs, lse_head_stride)]);
     if (fp8_) vbroadcastss(vmm(kInvScale), ptr[rdi + offsetof(MergeCallArgs, inv_scale)]);
-    Label l_token, l_copy, l_next, l_done;
+    // A full tile of merged tokens where row + kTileTokens <= min(row_end, with_context), a
+    // full tile of copied ones where row >= with_context and row + kTileTokens <= row_end, else
+    // one token.
+    Label l_token, l_copy, l_one_merge, l_one_copy, l_done;
     L(l_token);
     cmp(reg_row_, reg_row_end_);
     jge(l_done, T_NEAR);
-    head_pointers();
-    cmp(reg_row_, ptr[reg_args_ + offsetof(MergeCallArgs, with_context)]);
+    mov(rax, ptr[reg_args_ + offsetof(MergeCallArgs, with_context)]);
+    lea(rcx, ptr[reg_row_ + kTileTokens]);
+    cmp(reg_row_, rax);
     jge(l_copy, T_NEAR);
+    cmp(rcx, reg_row_end_);
+    jg(l_one_merge, T_NEAR);
+    cmp(rcx, rax);
+    jg(l_one_merge, T_NEAR);
+    merge_tile();
+    add(reg_row_, kTileTokens);
+    jmp(l_token, T_NEAR);
+    L(l_one_merge);
+    head_pointers(reg_row_);
     merge_token();
-    jmp(l_next, T_NEAR);
+    inc(reg_row_);
+    jmp(l_token, T_NEAR);
     L(l_copy);
+    cmp(rcx, reg_row_end_);
+    jg(l_one_copy, T_NEAR);
+    copy_tile();
+    add(reg_row_, kTileTokens);
+    jmp(l_token, T_NEAR);
+    L(l_one_copy);
+    head_pointers(reg_row_);
     copy_token();
-    L(l_next);
     inc(reg_row_);
     jmp(l_token, T_NEAR);
     L(l_done);
-    add(rsp, kFrame);
+    add(rsp, frame_bytes());
     epilogue();
   }
 
@@ -86,23 +121,29 @@ class MergeGenerator : public Generator {
   // Vector registers: spans 0..3 (x) and 4..7 (y); weights; the fp8 output's 1/scale.
   static constexpr int kWa = 8, kWb = 9, kInvScale = 10, kBound = 11, kNegBound = 12;
 
-  // Head 0 of token reg_row_: out/prefix/suffix pointers, and the LSE pointers at [0, t].
-  void head_pointers() {
+  // Head 0 of token `token`: out/prefix/suffix pointers (row_pointers), and the LSE pointers
+  // at [0, token].
+  void head_pointers(const Reg64& token) {
+    row_pointers(token);
+    auto lse = [&](const Reg64& r, size_t data) {
+      mov(r, ptr[reg_args_ + data]);
+      lea(r, ptr[r + token * 4]);
+    };
+    lse(reg_pl_, offsetof(MergeCallArgs, prefix_lse));
+    lse(reg_sl_, offsetof(MergeCallArgs, suffix_lse));
+    if (p_.output_lse) lse(reg_ol_, offsetof(MergeCallArgs, output_lse));
+  }
+
+  // Head 0 of token `token` (not one of them): the out/prefix/suffix pointers.
+  void row_pointers(const Reg64& token) {
     auto at = [&](const Reg64& r, size_t data, size_t token_stride) {
       mov(r, ptr[reg_args_ + token_stride]);
-      imul(r, reg_row_);
+      imul(r, token);
       add(r, ptr[reg_args_ + data]);
     };
     at(reg_out_, offsetof(MergeCallArgs, output), offsetof(MergeCallArgs, output_token_stride));
     at(reg_pre_, offsetof(MergeCallArgs, prefix), offsetof(MergeCallArgs, prefix_token_stride));
     at(reg_suf_, offsetof(MergeCallArgs, suffix), offsetof(MergeCallArgs, suffix_token_stride));
-    auto lse = [&](const Reg64& r, size_t data) {
-      mov(r, ptr[reg_args_ + data]);
-      lea(r, ptr[r + reg_row_ * 4]);
-    };
-    lse(reg_pl_, offsetof(MergeCallArgs, prefix_lse));
-    lse(reg_sl_, offsetof(MergeCallArgs, suffix_lse));
-    if (p_.output_lse) lse(reg_ol_, offsetof(MergeCallArgs, output_lse));
   }
 
   void next_head() {
@@ -146,19 +187,59 @@ class MergeGenerator : public Generator {
       add(reg_pl_, reg_ls_);
       add(reg_sl_, reg_ls_);
     }
-    const Xmm p = vmm(0), s = vmm(1), m = vmm(2), a = vmm(3), b = vmm(4), z = vmm(5);
-    const Xmm t0 = vmm(6), t1 = vmm(7), t2 = vmm(8), t3 = vmm(9);
+    const Xmm p = vmm(0), s = vmm(1), lse = vmm(5);
     vmovups(p, ptr[rsp + kLseP]);
     vmovups(s, ptr[rsp + kLseS]);
+    lane_weights(p, s, rsp + kGroupRecord);
+    if (p_.output_lse) {
+      vmovups(ptr[rsp + kLse], lse);
+      for (int i = 0; i < n; ++i) {
+        mov(eax, ptr[rsp + kLse + 4 * i]);
+        mov(ptr[reg_ol_], eax);
+        add(reg_ol_, reg_ls_);
+      }
+    }
+    // Per head of the group (a run-time loop: the span code is emitted once).
+    Label l_head;
+    xor_(reg_i_, reg_i_);
+    L(l_head);
+    if (double_) {
+      lea(rax, ptr[rsp + reg_i_ * 8 + kGroupRecord]);
+    } else {
+      lea(rax, ptr[rsp + reg_i_ * 4 + kGroupRecord]);
+    }
+    lea(rcx, ptr[rsp + reg_i_ * 4 + kGroupRecord]);
+    merge_head(rax, rcx);
+    next_head();
+    inc(reg_i_);
+    cmp(reg_i_, n);
+    jl(l_head, T_NEAR);
+  }
+
+  // The weights record of one head group (merge_group) or one head of a tile (merge_tile),
+  // per lane: ca and cb (fp32, or doubles for f32 inputs) and M.
+  // Sized for kTileTokens lanes at either width.
+  static constexpr int record_a() { return 0; }
+  static constexpr int record_b() { return kTileTokens * 8; }
+  static constexpr int record_m() { return kTileTokens * 16; }
+  static constexpr int record_bytes() { return kTileTokens * 20; }
+  int frame_bytes() const { return int(kTileRecords + kChunkHeads * record_bytes()); }
+
+  // Per lane i of p, s (the prefix and suffix LSEs; both clobbered): M, ca and cb into lane
+  // first + i of the record at `record`; the LSE (when output_lse) left in vmm(5). Uses
+  // vmm0..11.
+  void lane_weights(const Xmm& p, const Xmm& s, const RegExp& record, int first = 0) {
+    const Xmm m = vmm(2), a = vmm(3), b = vmm(4), z = vmm(5);
+    const Xmm t0 = vmm(6), t1 = vmm(7), t2 = vmm(8), t3 = vmm(9);
     infinite_to_negative(p, t0);
     infinite_to_negative(s, t0);
     // M = fmax(p, s): vmaxps returns its second operand (p) when either is NaN; a NaN p then
     // takes s.
     vmaxps(m, s, p);
     select_if(m, m, s, p, p, kCmpUnordered, t0);
-    vmovups(ptr[rsp + kMax], m);
+    vmovups(ptr[record + record_m() + 4 * first], m);
     if (double_) {
-      double_weights(p, s, m);
+      double_weights(p, s, m, record + 8 * first);
       // z = 1 + e^-|p - s| for the LSE, in fp32 (exp_ps is accurate enough there).
       vsubps(a, p, s);
       uni_vpor(a, a, cst_bits(0x80000000));
@@ -175,8 +256,8 @@ class MergeGenerator : public Generator {
       // where a payload in the low half would carry into the exponent (or the sign).
       select_if(a, a, cst_bits(kDefaultNanBits), a, a, kCmpUnordered, t0);
       select_if(b, b, cst_bits(kDefaultNanBits), b, b, kCmpUnordered, t0);
-      vmovups(ptr[rsp + kWeightA], a);
-      vmovups(ptr[rsp + kWeightB], b);
+      vmovups(ptr[record + record_a() + 4 * first], a);
+      vmovups(ptr[record + record_b() + 4 * first], b);
     }
     if (p_.output_lse) {
       vmovaps(t2, z);
@@ -186,35 +267,158 @@ class MergeGenerator : public Generator {
       select_if(z, z, t2, t2, t2, kCmpUnordered, t0);
       // Both empty: lse = M = -inf (ln Z of the NaN weights is meaningless there).
       select_if(z, z, m, m, cst_bits(kNegInfBits), kCmpEqual, t0);
-      vmovups(ptr[rsp + kLse], z);
-      for (int i = 0; i < n; ++i) {
-        mov(eax, ptr[rsp + kLse + 4 * i]);
-        mov(ptr[reg_ol_], eax);
-        add(reg_ol_, reg_ls_);
-      }
     }
-    // Per head of the group (a run-time loop: the span code is emitted once).
-    Label l_head, l_blend, l_next;
-    xor_(reg_i_, reg_i_);
-    L(l_head);
-    cmp(dword[rsp + kMax + reg_i_ * 4], kNegInfBits);
+  }
+
+  // The current head from its lane of a record: `wd` addresses the lane's double weights (f32
+  // inputs), `wf` its fp32 ones and M (record + 8·lane and record + 4·lane).
+  void merge_head(const Reg64& wd, const Reg64& wf) {
+    Label l_blend, l_done;
+    cmp(dword[wf + record_m()], kNegInfBits);
     jne(l_blend, T_NEAR);
     span(Mode::kPrefix);
-    jmp(l_next, T_NEAR);
+    jmp(l_done, T_NEAR);
     L(l_blend);
     if (double_) {
-      broadcast_sd(kWa, ptr[rsp + kWeightA + reg_i_ * 8]);
-      broadcast_sd(kWb, ptr[rsp + kWeightB + reg_i_ * 8]);
+      broadcast_sd(kWa, ptr[wd + record_a()]);
+      broadcast_sd(kWb, ptr[wd + record_b()]);
     } else {
-      vbroadcastss(vmm(kWa), ptr[rsp + kWeightA + reg_i_ * 4]);
-      vbroadcastss(vmm(kWb), ptr[rsp + kWeightB + reg_i_ * 4]);
+      vbroadcastss(vmm(kWa), ptr[wf + record_a()]);
+      vbroadcastss(vmm(kWb), ptr[wf + record_b()]);
     }
     span(Mode::kBlend);
-    L(l_next);
+    L(l_done);
+  }
+
+  // Tokens [row, row + kTileTokens) (all before with_context), in chunks of up to kChunkHeads
+  // heads: per head of the chunk the tile's weights into its record (vectors across the tokens),
+  // then per token of the tile each head of the chunk.
+  void merge_tile() {
+    auto save = [&](int slot, size_t data) {
+      mov(rax, ptr[reg_args_ + data]);
+      lea(rax, ptr[rax + reg_row_ * 4]);
+      mov(ptr[rsp + slot], rax);
+    };
+    save(kSavedPl, offsetof(MergeCallArgs, prefix_lse));
+    save(kSavedSl, offsetof(MergeCallArgs, suffix_lse));
+    if (p_.output_lse) save(kSavedOl, offsetof(MergeCallArgs, output_lse));
+    mov(qword[rsp + kChunkFirst], 0);
+    const int64_t chunks = p_.head_count / kChunkHeads;
+    const int rest = int(p_.head_count % kChunkHeads);
+    if (chunks > 1) {
+      Label l_chunk;
+      mov(qword[rsp + kChunksLeft], chunks);
+      L(l_chunk);
+      merge_chunk(kChunkHeads);
+      add(qword[rsp + kChunkFirst], kChunkHeads);
+      dec(qword[rsp + kChunksLeft]);
+      jnz(l_chunk, T_NEAR);
+    } else if (chunks == 1) {
+      merge_chunk(kChunkHeads);
+      add(qword[rsp + kChunkFirst], kChunkHeads);
+    }
+    if (rest > 0) merge_chunk(rest);
+  }
+
+  // `heads` heads of the tile from the saved LSE pointers (left at the next chunk's) and head
+  // [rsp + kChunkFirst].
+  void merge_chunk(int heads) {
+    // The weights: reg_i_ counts the heads, rdx walks the records.
+    mov(reg_pl_, ptr[rsp + kSavedPl]);
+    mov(reg_sl_, ptr[rsp + kSavedSl]);
+    if (p_.output_lse) mov(reg_ol_, ptr[rsp + kSavedOl]);
+    lea(rdx, ptr[rsp + kTileRecords]);
+    mov(reg_i_, heads);
+    Label l_weights;
+    L(l_weights);
+    const Xmm p = vmm(0), s = vmm(1), lse = vmm(5);
+    for (int first = 0; first < kTileTokens; first += lanes()) {
+      vmovups(p, ptr[reg_pl_ + 4 * first]);
+      vmovups(s, ptr[reg_sl_ + 4 * first]);
+      lane_weights(p, s, rdx, first);
+      if (p_.output_lse) vmovups(ptr[reg_ol_ + 4 * first], lse);
+    }
+    if (p_.output_lse) add(reg_ol_, reg_ls_);
+    add(reg_pl_, reg_ls_);
+    add(reg_sl_, reg_ls_);
+    add(rdx, record_bytes());
+    dec(reg_i_);
+    jnz(l_weights, T_NEAR);
+    mov(ptr[rsp + kSavedPl], reg_pl_);
+    mov(ptr[rsp + kSavedSl], reg_sl_);
+    if (p_.output_lse) mov(ptr[rsp + kSavedOl], reg_ol_);
+    // The blends, token by token: reg_pl_ / reg_sl_ (free until the next chunk) walk the
+    // token's lane of the records, as fp32 and as doubles.
+    Label l_token, l_head;
+    mov(qword[rsp + kTileToken], 0);
+    L(l_token);
+    mov(rax, ptr[rsp + kTileToken]);
+    add(rax, reg_row_);
+    row_pointers(rax);
+    skip_heads(qword[rsp + kChunkFirst]);
+    mov(rax, ptr[rsp + kTileToken]);
+    lea(reg_pl_, ptr[rsp + rax * 4 + kTileRecords]);
+    lea(reg_sl_, ptr[rsp + rax * 8 + kTileRecords]);
+    mov(reg_i_, heads);
+    L(l_head);
+    merge_head(reg_sl_, reg_pl_);
     next_head();
-    inc(reg_i_);
-    cmp(reg_i_, n);
-    jl(l_head, T_NEAR);
+    add(reg_pl_, record_bytes());
+    add(reg_sl_, record_bytes());
+    dec(reg_i_);
+    jnz(l_head, T_NEAR);
+    inc(qword[rsp + kTileToken]);
+    cmp(qword[rsp + kTileToken], kTileTokens);
+    jl(l_token, T_NEAR);
+  }
+
+  // The out/prefix/suffix pointers moved on by `heads` heads (a qword in memory).
+  void skip_heads(const Address& heads) {
+    auto skip = [&](const Reg64& r, size_t head_stride) {
+      mov(rax, heads);
+      imul(rax, ptr[reg_args_ + head_stride]);
+      add(r, rax);
+    };
+    skip(reg_out_, offsetof(MergeCallArgs, output_head_stride));
+    skip(reg_pre_, offsetof(MergeCallArgs, prefix_head_stride));
+    skip(reg_suf_, offsetof(MergeCallArgs, suffix_head_stride));
+  }
+
+  // Tokens [row, row + kTileTokens) (all from with_context on): each head's LSE tile copied
+  // raw, then each token's heads.
+  void copy_tile() {
+    if (p_.output_lse) {
+      Label l_lse;
+      mov(reg_sl_, ptr[reg_args_ + offsetof(MergeCallArgs, suffix_lse)]);
+      lea(reg_sl_, ptr[reg_sl_ + reg_row_ * 4]);
+      mov(reg_ol_, ptr[reg_args_ + offsetof(MergeCallArgs, output_lse)]);
+      lea(reg_ol_, ptr[reg_ol_ + reg_row_ * 4]);
+      mov(reg_i_, p_.head_count);
+      L(l_lse);
+      for (int first = 0; first < kTileTokens; first += lanes()) {
+        vmovups(vmm(0), ptr[reg_sl_ + 4 * first]);
+        vmovups(ptr[reg_ol_ + 4 * first], vmm(0));
+      }
+      add(reg_sl_, reg_ls_);
+      add(reg_ol_, reg_ls_);
+      dec(reg_i_);
+      jnz(l_lse, T_NEAR);
+    }
+    Label l_token, l_head;
+    mov(qword[rsp + kTileToken], 0);
+    L(l_token);
+    mov(rax, ptr[rsp + kTileToken]);
+    add(rax, reg_row_);
+    row_pointers(rax);
+    mov(reg_i_, p_.head_count);
+    L(l_head);
+    span(Mode::kSuffix);
+    next_head();
+    dec(reg_i_);
+    jnz(l_head, T_NEAR);
+    inc(qword[rsp + kTileToken]);
+    cmp(qword[rsp + kTileToken], kTileTokens);
+    jl(l_token, T_NEAR);
   }
 
   // d = (x pred y) ? b : a, lane-wise (vcmpps predicate `pred`); `t` is a temporary (AVX2).
@@ -239,9 +443,9 @@ class MergeGenerator : public Generator {
   // any weight error by |x - y| / |result|, so fp32 weights (a few ulp from exp) would miss
   // the fp32 tolerance where the ref's double math does not; in double they are exact to
   // ~1e-14 and the blend's only visible rounding is the final one to fp32.
-  // Per half of the group's vector (lanes/2 doubles): ca, cb = a / Z, b / Z with
-  // a, b = e^(p - M), e^(s - M) (exp_pd), stored as doubles.
-  void double_weights(const Xmm& p, const Xmm& s, const Xmm& m) {
+  // Per half of the lanes (lanes/2 doubles): ca, cb = a / Z, b / Z with a, b = e^(p - M),
+  // e^(s - M) (exp_pd), stored as doubles into the record at `record`.
+  void double_weights(const Xmm& p, const Xmm& s, const Xmm& m, const RegExp& record) {
     const int half = lanes() / 2;
     const Xmm dp = vmm(6), ds = vmm(7), dm = vmm(8), t0 = vmm(9), t1 = vmm(10), t2 = vmm(11);
     for (int h = 0; h < 2; ++h) {
@@ -255,8 +459,8 @@ class MergeGenerator : public Generator {
       vaddpd(dm, dp, ds);
       vdivpd(dp, dp, dm);
       vdivpd(ds, ds, dm);
-      vmovupd(ptr[rsp + kWeightA + h * half * 8], dp);
-      vmovupd(ptr[rsp + kWeightB + h * half * 8], ds);
+      vmovupd(ptr[record + record_a() + h * half * 8], dp);
+      vmovupd(ptr[record + record_b() + h * half * 8], ds);
     }
   }
 

@@ -286,7 +286,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-126", 0x14bfb5df95a605cull};
+constexpr PinnedCode kAllExampleCode{"x86-127", 0x62f5a3efd8cb1741ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

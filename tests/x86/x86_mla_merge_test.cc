@@ -555,6 +555,26 @@ TEST_P(X86MlaMergeIsaTest, MergeManyHeadsLoopOverTheGroups) {
   EXPECT_TRUE(check_spec(merge_spec(DType::kF32, true, 4096, 8, false), isa, 3, {}, true));
 }
 
+// Tiles of one vector of tokens (merge_tile, copy_tile) beside the single tokens: 37 tokens
+// (with_context at T/2 = 18 cuts a tile at both widths; two full tiles and a rest at AVX2) and
+// 67 on two threads (33 / 34: a rest in each thread), every dtype, fp8 output, with and without
+// output_lse, heads below, at and above a chunk of the tile (kChunkHeads = 32: 33 is one chunk
+// and a rest, 70 two chunks and a rest).
+TEST_P(X86MlaMergeIsaTest, MergeTilesOfTokensMatchRef) {
+  const X86Isa isa = GetParam();
+  for (DType dtype : kDtypes) {
+    for (bool fp8 : {false, true}) {
+      for (int64_t heads : {1, 9, 16, 33, 70}) {
+        for (bool lse : {true, false}) {
+          const OpSpec spec = merge_spec(dtype, fp8, heads, heads == 16 ? 128 : 40, lse);
+          if (!check_spec(spec, isa, 37, {}, /*few=*/heads != 9)) return;
+          if (!check_spec(spec, isa, 67, kParallel, /*few=*/true)) return;
+        }
+      }
+    }
+  }
+}
+
 TEST_P(X86MlaMergeIsaTest, MergeOneTokenAndManyTokens) {
   const X86Isa isa = GetParam();
   for (int64_t tokens : {1, 2, 3, 37}) {

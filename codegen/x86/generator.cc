@@ -104,6 +104,10 @@ const Xbyak::Operand& Generator::cst_bits(uint32_t bits) {
   if (auto pinned = pinned_constants_.find(bits); pinned != pinned_constants_.end()) {
     return pinned->second;
   }
+  return pool_bits(bits);
+}
+
+const Xbyak::Address& Generator::pool_bits(uint32_t bits) {
   auto& label = constants_[bits];
   if (!label) label = std::make_unique<Label>();
   return constant_addresses_.try_emplace(bits, ptr[rip + *label]).first->second;

@@ -153,6 +153,9 @@ class Generator : public Xbyak::CodeGenerator {
   /// to (pin_constants), else a memory operand of the constant pool.
   const Xbyak::Operand& cst(float value);
   const Xbyak::Operand& cst_bits(uint32_t bits);
+  /// cst_bits' constant as a memory operand of the pool even while it is pinned: for VEX
+  /// (AVX2) instructions in AVX-512 code, which cannot name the registers pins use (zmm16+).
+  const Xbyak::Address& pool_bits(uint32_t bits);
   /// Keeps the constants `bits` in the vector registers `regs` (one each) until
   /// unpin_constants(): emits one broadcast load per constant here, and cst()/cst_bits() of
   /// those values then return the register. Why: every memory operand is a load uop, and a

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -305,8 +306,9 @@ TEST_P(X86CacheIsaTest, ConvertFp8ExactProductsSubnormalLaneAtEveryPosition) {
 
 // Power-of-two scales (vLLM's default 1.0, the ue8m0 scales) take the 16-bit lanes of
 // quantise_pow2_unit on AVX512-FP16: bf16 -> e4m3 for 2^k, k in [-100, 100], f16 -> e4m3 for k
-// in [0, 15]; the fp32 steps outside (2^+-101 and, for f16, 2^1 and 2^-16). At AVX2 both take
-// quantise_pow2_ymm_unit's 16-bit lanes for the same k (NaN and inf handled in the step). Every
+// in [0, 15]; the fp32 steps outside (2^+-101 and, for f16, 2^1 and 2^-16). At AVX2 and the
+// AVX-512 levels without AVX512-FP16 both take quantise_pow2_ymm_unit's 16-bit lanes on ymm for
+// the same k (NaN and inf handled in the step). Every
 // bf16 / f16 value (zero, denormals, the fp8 subnormal range and
 // its ties, saturation, +-inf, NaN: on AVX512-FP16 a NaN sends its step to the generic path,
 // and for f16 an inf), then a tail.
@@ -323,10 +325,11 @@ TEST_P(X86CacheIsaTest, ConvertFp8PowerOfTwoScalesAreBitExactForEveryInput) {
     ASSERT_TRUE(text.is_ok()) << text.status().to_string();
     EXPECT_EQ(text.value().find("vaddph") != std::string::npos, isa >= X86Isa::kAvx512Fp16)
         << dtype_name(dtype) << " isa=" << x86_isa_name(isa);
-    // AVX2's 16-bit steps: the normal range's arithmetic shift on words.
-    if (isa == X86Isa::kAvx2) {
-      EXPECT_NE(text.value().find("vpsraw"), std::string::npos) << dtype_name(dtype);
-    }
+    // The 256-bit 16-bit steps below AVX512-FP16: the normal range's arithmetic shift on the
+    // words of a ymm (the fp32 steps have none).
+    const bool ymm_word_shift = std::regex_search(text.value(), std::regex("vpsraw[^\n]*%ymm"));
+    EXPECT_EQ(ymm_word_shift, isa < X86Isa::kAvx512Fp16)
+        << dtype_name(dtype) << " isa=" << x86_isa_name(isa);
   }
 }
 

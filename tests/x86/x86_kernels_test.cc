@@ -286,7 +286,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-127", 0x62f5a3efd8cb1741ull};
+constexpr PinnedCode kAllExampleCode{"x86-128", 0xd851768cacd21c2ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -56,10 +56,11 @@ static_assert(pow2_format(DType::kBF16, DType::kFp8E5m2)->min_k >= -102 &&
                   pow2_format(DType::kBF16, DType::kFp8E4m3)->max_k <= 119 &&
                   pow2_format(DType::kF16, DType::kFp8E4m3)->min_k >= 0,
               "see the range of k at quantise_pow2_unit");
-// quantise_pow2_ymm_unit (AVX2) takes the same ranges. bf16: its words stay inside signed 16
-// bits for k + R >= 1 (R = 120 / 112) and k + R <= 256, and C' = 2^(14 + k) (e4m3) / 2^(7 + k)
-// (e5m2) is a normal fp32 for k <= 113 / 120. f16 (e4m3): k >= 0 (an f16 denormal must fall
-// below the fp8 range), and round = 63 - 1024·(k + 8) stays above -2^15 for k <= 23.
+// quantise_pow2_ymm_unit (AVX2, AVX-512 without AVX512-FP16) takes the same ranges. bf16: its words
+// stay inside signed 16 bits for k + R >= 1 (R = 120 / 112) and k + R <= 256, and C' = 2^(14 + k)
+// (e4m3) / 2^(7 + k) (e5m2) is a normal fp32 for k <= 113 / 120. f16 (e4m3): k >= 0 (an f16
+// denormal must fall below the fp8 range), and round = 63 - 1024·(k + 8) stays above -2^15 for k
+// <= 23.
 static_assert(pow2_format(DType::kBF16, DType::kFp8E4m3)->min_k + 120 >= 1 &&
                   pow2_format(DType::kBF16, DType::kFp8E4m3)->max_k <= 113 &&
                   pow2_format(DType::kBF16, DType::kFp8E5m2)->min_k + 112 >= 1 &&
@@ -698,7 +699,7 @@ class CacheGenerator : public Generator {
   // vectors to vdivps through an unpredictable branch. These steps take 32 values (bf16 as even /
   // odd dword halves of two loads, no widening shuffles); the exact ones encode them with
   // fp8_encode_minmax, which has no select and is exact for every fp32 value, and four vectors of
-  // codes become 32 bytes with 2-4 packs (at AVX2 bf16 / f16 with a power-of-two scale take the
+  // codes become 32 bytes with 2-4 packs (bf16 / f16 with a power-of-two scale take the
   // 16-bit lanes of quantise_pow2_ymm_unit instead). Exact steps (x·r is the ref's quotient, see
   // exact_products_bound()) encode x·r as it is: no window, no branch. Window steps encode x·r by
   // the fast quantiser's integer rounding (ymm_window_encode), which also tests the window, and
@@ -1002,8 +1003,8 @@ class CacheGenerator : public Generator {
     const int m = f.mantissa_bits, d = pow2_format(dtype, format)->exponent_lsb - m;
     const uint32_t inf_bits = f16 ? 0x7C00 : 0x7F80;
     const Ymm round(14), magic(15), w(2), a(3), t(13);
-    // Constants from the pool at AVX-512: a pinned one is a zmm16+ register, which these VEX
-    // instructions cannot name.
+    // Constants from the pool at AVX-512: a pinned one is a zmm register there (zmm8..12 or
+    // zmm16+), which these VEX instructions cannot take.
     const auto pool_or_cst = [&](uint32_t bits) -> const Xbyak::Operand& {
       return avx512() ? pool_bits(bits) : cst_bits(bits);
     };

@@ -154,7 +154,7 @@ class Generator : public Xbyak::CodeGenerator {
   const Xbyak::Operand& cst(float value);
   const Xbyak::Operand& cst_bits(uint32_t bits);
   /// cst_bits' constant as a memory operand of the pool even while it is pinned: for VEX
-  /// (AVX2) instructions in AVX-512 code, which cannot name the registers pins use (zmm16+).
+  /// (AVX2) instructions in AVX-512 code, which cannot take a pin's zmm register.
   const Xbyak::Address& pool_bits(uint32_t bits);
   /// Keeps the constants `bits` in the vector registers `regs` (one each) until
   /// unpin_constants(): emits one broadcast load per constant here, and cst()/cst_bits() of

@@ -22,6 +22,7 @@
 // the heads (merge_token: the LSEs staged on the stack with scalar moves).
 // The ref evaluates the weights and the blend in double; fp32 here stays well inside the
 // attention tolerance (the weights are within a few ulp, the blend rounds once more).
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstddef>
@@ -39,7 +40,7 @@ using namespace Xbyak;
 constexpr int64_t kMaxUnrolled = 8;
 constexpr int kUnroll = 4;
 // Stack frame above the helpers' staging bytes [0, kStageBytes): a head group's LSE inputs (one
-// vector, 64 bytes, each), its weights record (record_bytes(), see kRecordA) and its LSE; the
+// vector, 64 bytes, each), its weights record (record_bytes(), see record_a()) and its LSE; the
 // count of head groups left in a token's loop (merge_token); merge_tile's saved LSE pointers,
 // token of the tile, first head and chunks left; then merge_tile's records, one per head of a
 // chunk.
@@ -223,7 +224,9 @@ class MergeGenerator : public Generator {
   static constexpr int record_b() { return kTileTokens * 8; }
   static constexpr int record_m() { return kTileTokens * 16; }
   static constexpr int record_bytes() { return kTileTokens * 20; }
-  int frame_bytes() const { return int(kTileRecords + kChunkHeads * record_bytes()); }
+  int frame_bytes() const {
+    return int(kTileRecords + std::min(p_.head_count, kChunkHeads) * record_bytes());
+  }
 
   // Per lane i of p, s (the prefix and suffix LSEs; both clobbered): M, ca and cb into lane
   // first + i of the record at `record`; the LSE (when output_lse) left in vmm(5). Uses
@@ -349,24 +352,34 @@ class MergeGenerator : public Generator {
     if (p_.output_lse) mov(ptr[rsp + kSavedOl], reg_ol_);
     // The blends, token by token: reg_pl_ / reg_sl_ (free until the next chunk) walk the
     // token's lane of the records, as fp32 and as doubles.
-    Label l_token, l_head;
+    for_each_tile_token([&] {
+      Label l_head;
+      skip_heads(qword[rsp + kChunkFirst]);
+      mov(rax, ptr[rsp + kTileToken]);
+      lea(reg_pl_, ptr[rsp + rax * 4 + kTileRecords]);
+      lea(reg_sl_, ptr[rsp + rax * 8 + kTileRecords]);
+      mov(reg_i_, heads);
+      L(l_head);
+      merge_head(reg_sl_, reg_pl_);
+      next_head();
+      add(reg_pl_, record_bytes());
+      add(reg_sl_, record_bytes());
+      dec(reg_i_);
+      jnz(l_head, T_NEAR);
+    });
+  }
+
+  // body() once per token of the tile [row, row + kTileTokens) ([rsp + kTileToken] counts), the
+  // out/prefix/suffix pointers at the token's head 0.
+  template <class Body>
+  void for_each_tile_token(Body body) {
+    Label l_token;
     mov(qword[rsp + kTileToken], 0);
     L(l_token);
     mov(rax, ptr[rsp + kTileToken]);
     add(rax, reg_row_);
     row_pointers(rax);
-    skip_heads(qword[rsp + kChunkFirst]);
-    mov(rax, ptr[rsp + kTileToken]);
-    lea(reg_pl_, ptr[rsp + rax * 4 + kTileRecords]);
-    lea(reg_sl_, ptr[rsp + rax * 8 + kTileRecords]);
-    mov(reg_i_, heads);
-    L(l_head);
-    merge_head(reg_sl_, reg_pl_);
-    next_head();
-    add(reg_pl_, record_bytes());
-    add(reg_sl_, record_bytes());
-    dec(reg_i_);
-    jnz(l_head, T_NEAR);
+    body();
     inc(qword[rsp + kTileToken]);
     cmp(qword[rsp + kTileToken], kTileTokens);
     jl(l_token, T_NEAR);
@@ -404,21 +417,15 @@ class MergeGenerator : public Generator {
       dec(reg_i_);
       jnz(l_lse, T_NEAR);
     }
-    Label l_token, l_head;
-    mov(qword[rsp + kTileToken], 0);
-    L(l_token);
-    mov(rax, ptr[rsp + kTileToken]);
-    add(rax, reg_row_);
-    row_pointers(rax);
-    mov(reg_i_, p_.head_count);
-    L(l_head);
-    span(Mode::kSuffix);
-    next_head();
-    dec(reg_i_);
-    jnz(l_head, T_NEAR);
-    inc(qword[rsp + kTileToken]);
-    cmp(qword[rsp + kTileToken], kTileTokens);
-    jl(l_token, T_NEAR);
+    for_each_tile_token([&] {
+      Label l_head;
+      mov(reg_i_, p_.head_count);
+      L(l_head);
+      span(Mode::kSuffix);
+      next_head();
+      dec(reg_i_);
+      jnz(l_head, T_NEAR);
+    });
   }
 
   // d = (x pred y) ? b : a, lane-wise (vcmpps predicate `pred`); `t` is a temporary (AVX2).
@@ -659,7 +666,7 @@ class MergeGenerator : public Generator {
   // 2·lanes elements into two fp32 vectors, each blended as in `span` (a product and an FMA),
   // and both are rounded to nearest even on the bits and packed back (no widening loads, no
   // narrowing stores). A NaN stays a NaN: every NaN here has a zero low half (a bf16 input's,
-  // the default NaN of inf·0, or the weights' default NaN, see merge_group), so the rounding
+  // the default NaN of inf·0, or the weights' default NaN, see lane_weights), so the rounding
   // bias cannot carry out of it. Pointers are left as they were. Uses vmm0..7 and 11, 12 (k2,
   // k3 on AVX-512).
   void blend_pairs(int64_t pairs) {

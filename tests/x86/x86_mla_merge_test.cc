@@ -555,16 +555,16 @@ TEST_P(X86MlaMergeIsaTest, MergeManyHeadsLoopOverTheGroups) {
   EXPECT_TRUE(check_spec(merge_spec(DType::kF32, true, 4096, 8, false), isa, 3, {}, true));
 }
 
-// Tiles of one vector of tokens (merge_tile, copy_tile) beside the single tokens: 37 tokens
-// (with_context at T/2 = 18 cuts a tile at both widths; two full tiles and a rest at AVX2) and
-// 67 on two threads (33 / 34: a rest in each thread), every dtype, fp8 output, with and without
-// output_lse, heads below, at and above a chunk of the tile (kChunkHeads = 32: 33 is one chunk
-// and a rest, 70 two chunks and a rest).
+// Tiles of 16 tokens (merge_tile, copy_tile) beside the single tokens: 37 tokens (a tile, then
+// with_context at T/2 = 18 leaves two single tokens before the copy tile, and three after it)
+// and 67 on two threads (33 / 34: single tokens after each thread's tiles), every dtype, fp8
+// output, with and without output_lse, heads below, at and above a chunk of the tile
+// (kChunkHeads = 32: 33 is one chunk and a rest, 64 two chunks, 70 two chunks and a rest).
 TEST_P(X86MlaMergeIsaTest, MergeTilesOfTokensMatchRef) {
   const X86Isa isa = GetParam();
   for (DType dtype : kDtypes) {
     for (bool fp8 : {false, true}) {
-      for (int64_t heads : {1, 9, 16, 33, 70}) {
+      for (int64_t heads : {1, 9, 16, 33, 64, 70}) {
         for (bool lse : {true, false}) {
           const OpSpec spec = merge_spec(dtype, fp8, heads, heads == 16 ? 128 : 40, lse);
           if (!check_spec(spec, isa, 37, {}, /*few=*/heads != 9)) return;

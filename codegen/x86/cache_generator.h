@@ -950,13 +950,14 @@ class CacheGenerator : public Generator {
   // max(n, sub) takes sub). f16's infinity would read as 2^(16 - k), inside e4m3's range for
   // k > 7, so lanes with a >= 0x7C00 are raised to the largest code before the clamp. ~28 uops
   // per 16 values against ~42 on the fp32 steps.
-  // AVX-512 without AVX512-FP16 (x86-128) runs these 256-bit steps too, two per 64 values: the
-  // exact fp32 steps there (quantise_fast_unit with its subnormal fix-up) cost ~70 vector uops
-  // per 64 values against ~52 ymm uops per 32 here, and Zen 4 issues a 512-bit uop as two
-  // 256-bit halves. Zen 4, bf16 at scale 1.0 (three alternated rounds, 1 thread): convert_fp8
-  // 13.1-13.4 -> 19.7-20.6 GB/s at 64 MB, 3.3 -> 2.1 us at 16 K values; the flash fp8 write
-  // 9.4-9.9 -> 13.6-14.7 GB/s (random slots) and 10.3-10.7 -> 16.0-16.7 (a prefill's);
-  // indexer_k_quant_and_cache (ue8m0) 5.3 -> 5.7-6.2 GB/s, 16 rows 0.53 -> 0.42-0.48 us.
+  // AVX-512 without AVX512-FP16 (x86-128) runs these steps too: 256-bit ones two per 64 values,
+  // and for bf16 at VBMI the same steps on 512-bit vectors (quantise_pow2_zmm_unit, x86-130).
+  // The exact fp32 steps there (quantise_fast_unit with its subnormal fix-up) cost ~70 vector
+  // uops per 64 values, and Zen 4 issues a 512-bit uop as two 256-bit halves. Zen 4, bf16 at
+  // scale 1.0, x86-127 -> x86-130 (two alternated rounds, 1 thread): convert_fp8 13.2-13.3 ->
+  // 20.8-21.6 GB/s at 64 MB, 3.3 -> 1.8 us at 16 K values; the flash fp8 write 9.5-11.0 ->
+  // 20.5-21.7 GB/s (random slots) and 11.3-12.1 -> 22.7-23.7 (a prefill's);
+  // indexer_k_quant_and_cache (ue8m0) 5.4-5.5 -> 7.7-7.8 GB/s, 16 rows 0.51 -> 0.35 us.
 
   bool pow2_ymm_quantise(DType dtype, DType format) const {
     return !pow2_quantise(dtype, format) && pow2_format(dtype, format).has_value();
@@ -981,7 +982,11 @@ class CacheGenerator : public Generator {
     // C' = 2^(23 + log2 Q + k): the scale's bits with 23 + log2 Q added to the exponent.
     add(eax, (23 + log2_quantum) << 23);
     vmovd(Xbyak::Xmm(15), eax);
-    vpbroadcastd(Xbyak::Ymm(15), Xbyak::Xmm(15));
+    if (pow2_zmm_steps_) {
+      vpbroadcastd(Xbyak::Zmm(15), Xbyak::Xmm(15));
+    } else {
+      vpbroadcastd(Xbyak::Ymm(15), Xbyak::Xmm(15));
+    }
     // round = 2^(D-1) - 1 - 2^L·(k + R) = 2^(D-1) - 1 - 2^L·(R - 127) - (127 + k)·2^L, with L
     // the input's exponent lsb (bf16 7, f16 10).
     shr(eax, 23);
@@ -990,7 +995,11 @@ class CacheGenerator : public Generator {
     neg(eax);
     add(eax, (1 << (d - 1)) - 1 - (1 << lsb) * (rebias - 127));
     vmovd(Xbyak::Xmm(14), eax);
-    vpbroadcastw(Xbyak::Ymm(14), Xbyak::Xmm(14));
+    if (pow2_zmm_steps_) {
+      vpbroadcastw(Xbyak::Zmm(14), Xbyak::Xmm(14));
+    } else {
+      vpbroadcastw(Xbyak::Ymm(14), Xbyak::Xmm(14));
+    }
   }
 
   // 32 codes of the bf16 / f16 values at [src + src_off] to [dst + dst_off] (see above; ymm14
@@ -1064,6 +1073,60 @@ class CacheGenerator : public Generator {
     vpackuswb(Ymm(0), Ymm(0), Ymm(1));
     store_lane_split_codes(Ymm(0), dst, dst_off, /*quadwords=*/true, streaming);
   }
+
+  // quantise_pow2_ymm_unit's steps for bf16 on 512-bit vectors (VBMI, without AVX512-FP16): 64
+  // values, one zmm of 32 words at a time, with masks for the lsb's increment and the NaN code
+  // (vptestmw, vpcmpuw), a bit-select for the sign and one vpermt2b packing the 64 codes'
+  // low bytes: ~22 vector uops per 32 values against ~50 ymm uops. zmm14 and zmm15 hold round
+  // and C' (load_pow2_ymm_constants with pow2_zmm_steps_). Uses zmm0, zmm1, zmm16..19, k2, k3.
+  void quantise_pow2_zmm_unit(const Reg64& dst, const Reg64& src, int dst_off, int src_off,
+                              DType format, bool streaming) {
+    using Xbyak::Zmm;
+    const Fp8Layout f = fp8_layout(format);
+    const int m = f.mantissa_bits, d = pow2_format(DType::kBF16, format)->exponent_lsb - m;
+    constexpr uint8_t kGt = 6, kOrAnd = 0xF8;  // vpcmpuw predicate; vpternlogd: A | (B & C)
+    const Zmm round(14), magic(15), w(16), a(17), t(18), u(19);
+    for (int h = 0; h < 2; ++h) {
+      const Zmm code(h);
+      vmovdqu16(w, ptr[src + src_off + 64 * h]);
+      vpandd(a, w, cst_bits(words(0x7FFF)));
+      // the normal range: n = (a + round + lsb) >> D, clamped, NaN moved to its code
+      vptestmw(k2, a, cst_bits(words(1u << d)));
+      vpaddw(code, a, round);
+      vpaddw(code | k2, code, cst_bits(words(1)));
+      vpsraw(code, code, d);
+      vpminsw(code, code, cst_bits(words(f.max_code)));
+      vpcmpuw(k3, a, cst_bits(words(0x7F80)), kGt);
+      vmovdqu16(code | k3, cst_bits(words(f.nan_code)));
+      // the subnormal grid on the even (low word) and odd (high word) values as fp32
+      vpslld(t, a, 16);
+      vpandd(u, a, cst_bits(0xFFFF0000u));
+      for (const Zmm& v : {t, u}) {
+        vaddps(v, v, magic);
+        vpsubd(v, v, magic);
+        vpminsd(v, v, cst_bits(1u << m));
+      }
+      vpslld(u, u, 16);
+      vpord(t, t, u);
+      vpmaxsw(code, code, t);
+      vpsrlw(t, w, 8);
+      vpternlogd(code, t, cst_bits(words(0x80)), kOrAnd);
+    }
+    // bytes 0, 2, .. 126 of (zmm0, zmm1): the codes in order
+    std::array<uint32_t, 16> low_bytes{};
+    for (uint32_t i = 0; i < 64; ++i) low_bytes[i / 4] |= (2 * i) << (8 * (i % 4));
+    vmovdqu32(t, cst_table(low_bytes));
+    vpermi2b(t, Zmm(0), Zmm(1));
+    if (streaming) {
+      vmovntdq(ptr[dst + dst_off], t);
+    } else {
+      vmovdqu8(ptr[dst + dst_off], t);
+    }
+  }
+
+  // Whether the power-of-two steps run on 512-bit vectors (quantise_pow2_zmm_unit): set by
+  // emit_quantise_span around its kPow2Ymm steps, read by load_pow2_ymm_constants.
+  bool pow2_zmm_steps_ = false;
 
   // ---- Fast quantiser (AVX-512 with VBMI) -------------------------------------------------
   //
@@ -1832,7 +1895,9 @@ class CacheGenerator : public Generator {
       const auto table = quantise_tables_.find(scale.getIdx());
       const bool has_table = dtype == DType::kBF16 && table != quantise_tables_.end();
       auto unit = [&](Steps steps, int dst_off, int src_off) {
-        if (steps == Steps::kPow2Ymm) {
+        if (steps == Steps::kPow2Ymm && pow2_zmm_steps_) {
+          quantise_pow2_zmm_unit(dst, src, dst_off, src_off, format, streaming);
+        } else if (steps == Steps::kPow2Ymm) {
           for (int off = 0; off < step; off += kYmmUnit) {
             quantise_pow2_ymm_unit(dst, src, dst_off + off, src_off + off * esize, dtype, format,
                                    streaming);
@@ -1922,8 +1987,10 @@ class CacheGenerator : public Generator {
         L(l_exact);
         if (pow2_ymm_quantise(dtype, format)) {
           Label l_fp32;
+          pow2_zmm_steps_ = step == kFastUnit && dtype == DType::kBF16;
           load_pow2_ymm_constants(scale, dtype, format, l_fp32);
           fast(Steps::kPow2Ymm);
+          pow2_zmm_steps_ = false;
           jmp(l_fast_done, T_NEAR);
           L(l_fp32);
         }

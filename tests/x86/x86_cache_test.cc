@@ -325,11 +325,14 @@ TEST_P(X86CacheIsaTest, ConvertFp8PowerOfTwoScalesAreBitExactForEveryInput) {
     ASSERT_TRUE(text.is_ok()) << text.status().to_string();
     EXPECT_EQ(text.value().find("vaddph") != std::string::npos, isa >= X86Isa::kAvx512Fp16)
         << dtype_name(dtype) << " isa=" << x86_isa_name(isa);
-    // The 256-bit 16-bit steps below AVX512-FP16: the normal range's arithmetic shift on the
-    // words of a ymm (the fp32 steps have none).
-    const bool ymm_word_shift = std::regex_search(text.value(), std::regex("vpsraw[^\n]*%ymm"));
-    EXPECT_EQ(ymm_word_shift, isa < X86Isa::kAvx512Fp16)
-        << dtype_name(dtype) << " isa=" << x86_isa_name(isa);
+    // The 16-bit steps below AVX512-FP16: the normal range's arithmetic shift on words (the
+    // fp32 steps have none), on a zmm for bf16 at VBMI (quantise_pow2_zmm_unit), else on a ymm.
+    if (isa < X86Isa::kAvx512Fp16) {
+      const bool zmm = isa >= X86Isa::kAvx512Vbmi && dtype == DType::kBF16;
+      EXPECT_TRUE(std::regex_search(text.value(),
+                                    std::regex(zmm ? "vpsraw[^\\n]*%zmm" : "vpsraw[^\\n]*%ymm")))
+          << dtype_name(dtype) << " isa=" << x86_isa_name(isa);
+    }
   }
 }
 

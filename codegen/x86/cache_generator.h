@@ -964,7 +964,8 @@ class CacheGenerator : public Generator {
   }
 
   // Jumps to `l_other` unless lane 0 of `scale` is 2^k with k in pow2_format's range; else
-  // ymm14 = round (words) and ymm15 = C' (dwords) for quantise_pow2_ymm_unit (uses eax).
+  // ymm14 = round (words) and ymm15 = C' (dwords) for quantise_pow2_ymm_unit, or zmm14 / zmm15
+  // for quantise_pow2_zmm_unit where pow2_zmm_steps_ (uses eax).
   void load_pow2_ymm_constants(const Xmm& scale, DType dtype, DType format, const Label& l_other) {
     const Pow2Format range = pow2_format(dtype, format).value();
     const Fp8Layout f = fp8_layout(format);
@@ -1076,7 +1077,7 @@ class CacheGenerator : public Generator {
 
   // quantise_pow2_ymm_unit's steps for bf16 on 512-bit vectors (VBMI, without AVX512-FP16): 64
   // values, one zmm of 32 words at a time, with masks for the lsb's increment and the NaN code
-  // (vptestmw, vpcmpuw), a bit-select for the sign and one vpermt2b packing the 64 codes'
+  // (vptestmw, vpcmpuw), a bit-select for the sign and one vpermi2b packing the 64 codes'
   // low bytes: ~22 vector uops per 32 values against ~50 ymm uops. zmm14 and zmm15 hold round
   // and C' (load_pow2_ymm_constants with pow2_zmm_steps_). Uses zmm0, zmm1, zmm16..19, k2, k3.
   void quantise_pow2_zmm_unit(const Reg64& dst, const Reg64& src, int dst_off, int src_off,
@@ -1837,8 +1838,9 @@ class CacheGenerator : public Generator {
   // advanced): code = fp8(x / scale), through load_scaled (`recip` = scale_reciprocal(scale)),
   // in steps of 64 by quantise_pow2_unit (bf16 / f16 with a power-of-two scale, AVX512-FP16) or
   // quantise_fast_unit where fast_quantise(dtype), in steps of 32 by quantise_pow2_ymm_unit
-  // (bf16 / f16 with a power-of-two scale, AVX2 and AVX-512 without AVX512-FP16; two per step
-  // of 64 at VBMI) or quantise_ymm_unit where ymm_quantise(dtype)
+  // (bf16 / f16 with a power-of-two scale, AVX2 and AVX-512 without AVX512-FP16; at VBMI bf16
+  // in steps of 64 by quantise_pow2_zmm_unit, f16 two per step) or quantise_ymm_unit where
+  // ymm_quantise(dtype)
   // (AVX2, AVX-512 without VBMI). `streaming`: the fast steps' stores are streaming (dst 64-byte
   // aligned). Clobbers vmm0..3, vmm13..15, zmm16..22, k1..k7, eax and reg_count_: callers keep
   // their scales in vmm4..12 (write_span's callers do).

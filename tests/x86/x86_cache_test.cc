@@ -329,8 +329,9 @@ TEST_P(X86CacheIsaTest, ConvertFp8PowerOfTwoScalesAreBitExactForEveryInput) {
     // fp32 steps have none), on a zmm for bf16 at VBMI (quantise_pow2_zmm_unit), else on a ymm.
     if (isa < X86Isa::kAvx512Fp16) {
       const bool zmm = isa >= X86Isa::kAvx512Vbmi && dtype == DType::kBF16;
-      EXPECT_TRUE(std::regex_search(text.value(),
-                                    std::regex(zmm ? "vpsraw[^\\n]*%zmm" : "vpsraw[^\\n]*%ymm")))
+      EXPECT_EQ(std::regex_search(text.value(), std::regex("vpsraw[^\\n]*%zmm")), zmm)
+          << dtype_name(dtype) << " isa=" << x86_isa_name(isa);
+      EXPECT_EQ(std::regex_search(text.value(), std::regex("vpsraw[^\\n]*%ymm")), !zmm)
           << dtype_name(dtype) << " isa=" << x86_isa_name(isa);
     }
   }

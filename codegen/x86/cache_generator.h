@@ -1053,11 +1053,7 @@ class CacheGenerator : public Generator {
         vpslld(t, a, 16);
         vpand(a, a, pool_or_cst(0xFFFF0000u));
       }
-      for (const Ymm& v : {t, a}) {
-        vaddps(v, v, magic);
-        vpsubd(v, v, magic);
-        vpminsd(v, v, pool_or_cst(1u << m));
-      }
+      for (const Ymm& v : {t, a}) subnormal_code(v, magic, pool_or_cst(1u << m));
       if (f16) {
         vpackusdw(t, t, a);  // values 0-3, 8-11 | 4-7, 12-15
         vpermq(t, t, 0xD8);
@@ -1073,6 +1069,14 @@ class CacheGenerator : public Generator {
     // Words to bytes: vpackuswb interleaves the 128-bit lanes (0-7, 16-23 | 8-15, 24-31).
     vpackuswb(Ymm(0), Ymm(0), Ymm(1));
     store_lane_split_codes(Ymm(0), dst, dst_off, /*quadwords=*/true, streaming);
+  }
+
+  // The power-of-two steps' subnormal grid on fp32 lanes v >= 0: v = min(bits(v + C') -
+  // bits(C'), 2^M) (the magic add rounds v to the grid; C' = `magic`, `max_sub` = 2^M).
+  void subnormal_code(const Xmm& v, const Xmm& magic, const Xbyak::Operand& max_sub) {
+    vaddps(v, v, magic);
+    vpsubd(v, v, magic);
+    vpminsd(v, v, max_sub);
   }
 
   // quantise_pow2_ymm_unit's steps for bf16 on 512-bit vectors (VBMI, without AVX512-FP16): 64
@@ -1102,11 +1106,7 @@ class CacheGenerator : public Generator {
       // the subnormal grid on the even (low word) and odd (high word) values as fp32
       vpslld(t, a, 16);
       vpandd(u, a, cst_bits(0xFFFF0000u));
-      for (const Zmm& v : {t, u}) {
-        vaddps(v, v, magic);
-        vpsubd(v, v, magic);
-        vpminsd(v, v, cst_bits(1u << m));
-      }
+      for (const Zmm& v : {t, u}) subnormal_code(v, magic, cst_bits(1u << m));
       vpslld(u, u, 16);
       vpord(t, t, u);
       vpmaxsw(code, code, t);

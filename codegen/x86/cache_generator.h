@@ -965,8 +965,10 @@ class CacheGenerator : public Generator {
 
   // Jumps to `l_other` unless lane 0 of `scale` is 2^k with k in pow2_format's range; else
   // ymm14 = round (words) and ymm15 = C' (dwords) for quantise_pow2_ymm_unit, or zmm14 / zmm15
-  // for quantise_pow2_zmm_unit where pow2_zmm_steps_ (uses eax).
-  void load_pow2_ymm_constants(const Xmm& scale, DType dtype, DType format, const Label& l_other) {
+  // for quantise_pow2_zmm_unit (`zmm`) (uses eax).
+  void load_pow2_ymm_constants(const Xmm& scale, DType dtype, DType format, const Label& l_other,
+                               bool zmm = false) {
+    const auto wide = [&](int idx) -> Xmm { return zmm ? Xmm(Xbyak::Zmm(idx)) : Xbyak::Ymm(idx); };
     const Pow2Format range = pow2_format(dtype, format).value();
     const Fp8Layout f = fp8_layout(format);
     const int lsb = range.exponent_lsb, d = lsb - f.mantissa_bits;
@@ -983,11 +985,7 @@ class CacheGenerator : public Generator {
     // C' = 2^(23 + log2 Q + k): the scale's bits with 23 + log2 Q added to the exponent.
     add(eax, (23 + log2_quantum) << 23);
     vmovd(Xbyak::Xmm(15), eax);
-    if (pow2_zmm_steps_) {
-      vpbroadcastd(Xbyak::Zmm(15), Xbyak::Xmm(15));
-    } else {
-      vpbroadcastd(Xbyak::Ymm(15), Xbyak::Xmm(15));
-    }
+    vpbroadcastd(wide(15), Xbyak::Xmm(15));
     // round = 2^(D-1) - 1 - 2^L·(k + R) = 2^(D-1) - 1 - 2^L·(R - 127) - (127 + k)·2^L, with L
     // the input's exponent lsb (bf16 7, f16 10).
     shr(eax, 23);
@@ -996,11 +994,7 @@ class CacheGenerator : public Generator {
     neg(eax);
     add(eax, (1 << (d - 1)) - 1 - (1 << lsb) * (rebias - 127));
     vmovd(Xbyak::Xmm(14), eax);
-    if (pow2_zmm_steps_) {
-      vpbroadcastw(Xbyak::Zmm(14), Xbyak::Xmm(14));
-    } else {
-      vpbroadcastw(Xbyak::Ymm(14), Xbyak::Xmm(14));
-    }
+    vpbroadcastw(wide(14), Xbyak::Xmm(14));
   }
 
   // 32 codes of the bf16 / f16 values at [src + src_off] to [dst + dst_off] (see above; ymm14
@@ -1083,7 +1077,7 @@ class CacheGenerator : public Generator {
   // values, one zmm of 32 words at a time, with masks for the lsb's increment and the NaN code
   // (vptestmw, vpcmpuw), a bit-select for the sign and one vpermi2b packing the 64 codes'
   // low bytes: ~22 vector uops per 32 values against ~50 ymm uops. zmm14 and zmm15 hold round
-  // and C' (load_pow2_ymm_constants with pow2_zmm_steps_). Uses zmm0, zmm1, zmm16..19, k2, k3.
+  // and C' (load_pow2_ymm_constants with `zmm`). Uses zmm0, zmm1, zmm16..19, k2, k3.
   void quantise_pow2_zmm_unit(const Reg64& dst, const Reg64& src, int dst_off, int src_off,
                               DType format, bool streaming) {
     using Xbyak::Zmm;
@@ -1124,10 +1118,6 @@ class CacheGenerator : public Generator {
       vmovdqu8(ptr[dst + dst_off], t);
     }
   }
-
-  // Whether the power-of-two steps run on 512-bit vectors (quantise_pow2_zmm_unit): set by
-  // emit_quantise_span around its kPow2Ymm steps, read by load_pow2_ymm_constants.
-  bool pow2_zmm_steps_ = false;
 
   // ---- Fast quantiser (AVX-512 with VBMI) -------------------------------------------------
   //
@@ -1894,10 +1884,12 @@ class CacheGenerator : public Generator {
       const int64_t units = elements / step;
       constexpr int64_t kMaxFastUnrolled = 1;  // code size: each step carries its fallback
       enum class Steps { kWindow, kExact, kExactProducts, kPow2, kPow2Ymm, kTable };
+      // The power-of-two steps on 512-bit vectors (bf16 in steps of 64: VBMI).
+      const bool pow2_zmm = step == kFastUnit && dtype == DType::kBF16;
       const auto table = quantise_tables_.find(scale.getIdx());
       const bool has_table = dtype == DType::kBF16 && table != quantise_tables_.end();
       auto unit = [&](Steps steps, int dst_off, int src_off) {
-        if (steps == Steps::kPow2Ymm && pow2_zmm_steps_) {
+        if (steps == Steps::kPow2Ymm && pow2_zmm) {
           quantise_pow2_zmm_unit(dst, src, dst_off, src_off, format, streaming);
         } else if (steps == Steps::kPow2Ymm) {
           for (int off = 0; off < step; off += kYmmUnit) {
@@ -1989,10 +1981,8 @@ class CacheGenerator : public Generator {
         L(l_exact);
         if (pow2_ymm_quantise(dtype, format)) {
           Label l_fp32;
-          pow2_zmm_steps_ = step == kFastUnit && dtype == DType::kBF16;
-          load_pow2_ymm_constants(scale, dtype, format, l_fp32);
+          load_pow2_ymm_constants(scale, dtype, format, l_fp32, pow2_zmm);
           fast(Steps::kPow2Ymm);
-          pow2_zmm_steps_ = false;
           jmp(l_fast_done, T_NEAR);
           L(l_fp32);
         }

@@ -204,11 +204,7 @@ class MergeGenerator : public Generator {
     Label l_head;
     xor_(reg_i_, reg_i_);
     L(l_head);
-    if (double_) {
-      lea(rax, ptr[rsp + reg_i_ * 8 + kGroupRecord]);
-    } else {
-      lea(rax, ptr[rsp + reg_i_ * 4 + kGroupRecord]);
-    }
+    lea(rax, ptr[rsp + reg_i_ * 8 + kGroupRecord]);
     lea(rcx, ptr[rsp + reg_i_ * 4 + kGroupRecord]);
     merge_head(rax, rcx);
     next_head();

@@ -152,9 +152,9 @@ using bench::HugeVector;
 // (shuffled pages), lengths and the scheduler metadata.
 struct Problem {
   int64_t requests = 0, q_len = 0, context = 0, tokens = 0, blocks = 0, max_blocks = 0;
-  int64_t heads_q = kHeadsQ;  // query heads (kHeadsKv KV heads)
-  int64_t head = kHeadSize;   // head size D
-  std::vector<uint16_t> query, out;
+  int64_t heads_q = kHeadsQ;                    // query heads (kHeadsKv KV heads)
+  int64_t head = kHeadSize;                     // head size D
+  bench::Aligned64Vector<uint16_t> query, out;  // 64-byte aligned, as PyTorch allocates
   HugeVector<uint16_t> key_cache, value_cache;
   HugeVector<uint8_t> key_codes, value_codes;  // fp8 caches (kv=fp8_e4m3)
   std::vector<int32_t> qsl, seq_lens, table;
@@ -194,7 +194,7 @@ std::unique_ptr<Problem> make_problem(int64_t requests, int64_t q_len, int64_t c
     }
   } else {
     for (auto* cache : {&p->key_cache, &p->value_cache}) {
-      const std::vector<uint16_t> values = bench::random_bf16(size_t(cache_elems));
+      const auto values = bench::random_bf16(size_t(cache_elems));
       cache->assign(values.begin(), values.end());
     }
   }
@@ -870,8 +870,8 @@ void bm_cache_write(benchmark::State& state, ir::CpuAttnIsa layout, ir::KvCacheD
       ir::CpuAttnCacheWriteParams{layout, DType::kBF16, kHeadsKv, kHeadSize, kBlockSize, kv});
   if (tokens == 0) tokens = bench::tokens_for(spec);
   const int64_t blocks = 2 * (tokens + kBlockSize - 1) / kBlockSize + 2;
-  const std::vector<uint16_t> key = bench::random_bf16(size_t(tokens * kHeadsKv * kHeadSize));
-  const std::vector<uint16_t> value = key;
+  const auto key = bench::random_bf16(size_t(tokens * kHeadsKv * kHeadSize));
+  const auto value = key;
   const bool fp8 = kv != ir::KvCacheDtype::kAuto;
   const size_t cache_bytes = size_t(blocks * kHeadsKv * kBlockSize * kHeadSize) * (fp8 ? 1 : 2);
   bench::Aligned64Vector<uint8_t> key_cache(cache_bytes), value_cache(cache_bytes);

@@ -111,7 +111,7 @@ void paged_rows(Runtime& runtime, const cu::Driver& driver, double copy, bool qu
   const int64_t max_blocks = max_batch * ((max_context + kBlock - 1) / kBlock);
   const int64_t cache_elems = max_blocks * kHeadsKv * kBlock * head_size;
   // bf16 caches: values in [-1, 1]; fp8 codes: |x| < 2 and never the NaN code.
-  const std::vector<uint16_t> host_kv = bench::random_bf16(size_t(cache_elems));
+  const auto host_kv = bench::random_bf16(size_t(cache_elems));
   std::vector<uint8_t> host_codes(static_cast<size_t>(cache_elems));
   std::mt19937 rng(7);
   for (auto& c : host_codes) c = uint8_t(rng() & 0xb7);

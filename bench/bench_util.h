@@ -67,18 +67,6 @@ inline void measure_copy_ceilings() {
   }
 }
 
-/// Deterministic bf16 (or, with `f16`, fp16) values in [-1, 1].
-inline std::vector<uint16_t> random_bf16(size_t n, bool f16 = false) {
-  std::vector<uint16_t> v(n);
-  uint32_t state = 12345;
-  for (auto& x : v) {
-    state = state * 1664525u + 1013904223u;
-    const float value = float(int(state >> 9) % 2001 - 1000) / 1000.0f;
-    x = f16 ? numeric::f32_to_f16(value) : numeric::f32_to_bf16(value);
-  }
-  return v;
-}
-
 /// Allocates on 64-byte boundaries, as PyTorch's allocator does (and as non-temporal stores
 /// need): std::vector's default heap blocks are 16-byte aligned.
 template <class T>
@@ -95,6 +83,19 @@ struct Aligned64 {
 };
 template <class T>
 using Aligned64Vector = std::vector<T, Aligned64<T>>;
+
+/// Deterministic bf16 (or, with `f16`, fp16) values in [-1, 1], on 64-byte boundaries like a
+/// PyTorch activation.
+inline Aligned64Vector<uint16_t> random_bf16(size_t n, bool f16 = false) {
+  Aligned64Vector<uint16_t> v(n);
+  uint32_t state = 12345;
+  for (auto& x : v) {
+    state = state * 1664525u + 1013904223u;
+    const float value = float(int(state >> 9) % 2001 - 1000) / 1000.0f;
+    x = f16 ? numeric::f32_to_f16(value) : numeric::f32_to_bf16(value);
+  }
+  return v;
+}
 
 /// Allocates on 2 MiB boundaries and, when `huge` (and KILN_BENCH_HUGEPAGES is not 0), asks for
 /// transparent huge pages: madvise(MADV_HUGEPAGE) before the first touch, since this system's

@@ -28,8 +28,8 @@ class DeviceBuffer {
     if (host != nullptr) status_ = driver->copy_to_device(data_, host, bytes);
   }
   /// A device copy of a host vector's elements.
-  template <class T>
-  DeviceBuffer(const codegen::cuda::Driver* driver, const std::vector<T>& host)
+  template <class T, class Allocator>
+  DeviceBuffer(const codegen::cuda::Driver* driver, const std::vector<T, Allocator>& host)
       : DeviceBuffer(driver, host.data(), host.size() * sizeof(T)) {}
   DeviceBuffer(DeviceBuffer&& other) noexcept
       : driver_(other.driver_),

@@ -320,9 +320,18 @@ class PagedWriteGenerator : public CacheGenerator {
     const int64_t bs = p_.block_size;
     return bs >= 16 && bs <= kMaxColumnTokens && (bs & (bs - 1)) == 0;
   }
-  // The value rows through transposed_columns (AVX-512; fp8's byte columns need vpermb), else
-  // transposed_lanes.
-  bool gathered_values() const { return avx512() && (!fp8_ || has_vbmi()); }
+  // The value rows through transposed_columns' gathers, else transposed_lanes' in-register
+  // transposes. fp8's byte columns take the gathers where vpermb exists (VBMI). 16- and 32-bit
+  // columns take them on the AVX-512 levels of the Xeons they were measured on, not at the
+  // VBMI level (Zen 4 and 5, the level no Intel CPU stops at): on Zen 4 the transposes wrote a
+  // prefill's bf16 blocks at twice the gathers' rate (24-28 against 12.6-13.2 GB/s on 1
+  // thread; docs/decisions.md, "Twenty-ninth round"), while fp8 through the transposes there
+  // ran at half the gathers' rate.
+  bool gathered_values() const {
+    if (!avx512()) return false;
+    if (fp8_) return has_vbmi();
+    return !(has_vbmi() && !has_fp16());
+  }
 
   // The bf16 table steps' constants pinned in kPinnedRegs for the whole-block stages.
   bool pins_table_constants() const { return fp8_ && p_.dtype == DType::kBF16 && has_vbmi(); }

@@ -467,12 +467,12 @@ TEST_P(X86CacheIsaTest, MantissaTableScalesAreBitExactForEveryBf16) {
 }
 
 // reshape_and_cache's whole-block path (BS rows with the consecutive slots of one block write
-// the block's lines; the value rows through gathers, or on AVX2 and for fp8 without VBMI
-// through in-register transposes): prefill slot mappings with full and partial blocks, blocks
-// with a padding slot, a swapped pair or a shifted start inside (those take the per-token
-// path), for 2- and 4-byte types and several head sizes, block sizes 16 to 128, single- and
-// multi-threaded; and the same slot mappings into fp8 caches (e4m3, e5m2), normal and
-// adversarial values.
+// the block's lines; the value rows through gathers, or on AVX2, for fp8 without VBMI and for
+// 16- and 32-bit values at the avx512_vbmi level through in-register transposes): prefill slot
+// mappings with full and partial blocks, blocks with a padding slot, a swapped pair or a shifted
+// start inside (those take the per-token path), for 2- and 4-byte types and several head sizes,
+// block sizes 16 to 128, single- and multi-threaded; and the same slot mappings into fp8 caches
+// (e4m3, e5m2), normal and adversarial values.
 TEST_P(X86CacheIsaTest, PagedWholeBlocksMatchRef) {
   const X86Isa isa = GetParam();
   const Config parallel = Config().set("threads", 2).set("min_parallel_kib", 0);
@@ -488,11 +488,13 @@ TEST_P(X86CacheIsaTest, PagedWholeBlocksMatchRef) {
             const Kernel kernel = compile_x86(spec, isa, config);
             auto text = kernel.disassembly();
             ASSERT_TRUE(text.is_ok()) << text.status().to_string();
-            const bool lanes =
-                isa < X86Isa::kAvx512 || (kv != KvCacheDtype::kAuto && isa < X86Isa::kAvx512Vbmi);
+            const bool fp8 = kv != KvCacheDtype::kAuto;
+            const bool lanes = isa < X86Isa::kAvx512 || (fp8 && isa < X86Isa::kAvx512Vbmi) ||
+                               (!fp8 && isa == X86Isa::kAvx512Vbmi);
             EXPECT_EQ(text.value().find("vpunpckhdq") != std::string::npos, lanes)
                 << to_string(spec) << " isa=" << x86_isa_name(isa)
-                << ": the value rows' transposes (vpunpckhdq) on AVX2 and for fp8 without VBMI";
+                << ": the value rows' transposes (vpunpckhdq) on AVX2, for fp8 without VBMI and "
+                   "for 16- and 32-bit values at the avx512_vbmi level";
             const int64_t tokens = bs * 6 + 5;
             for (InputKind kind : {InputKind::kNormal, InputKind::kAdversarial}) {
               auto c = test::make_case(spec, tokens, kind, uint64_t(d) * 7 + 1);

@@ -286,7 +286,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-131", 0x9d5253817767e3beull};
+constexpr PinnedCode kAllExampleCode{"x86-132", 0x7a370c975bf1a272ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -352,7 +352,9 @@ class CacheGenerator : public Generator {
   // `v` (an xmm or ymm, VEX-encoded) to `dst`: a streaming store when `streaming`.
   void store_vex(const Xbyak::Address& dst, const Xmm& v, bool streaming) {
     if (streaming) {
-      vmovntdq(dst, v);
+      vmovntdq(dst, v);  // EVEX-encoded for registers 16..31
+    } else if (v.getIdx() >= 16) {
+      vmovdqu32(dst, v);
     } else {
       vmovdqu(dst, v);
     }
@@ -361,6 +363,9 @@ class CacheGenerator : public Generator {
   // transposed_lanes' vector registers in the cache writers: clear of vmm4..7 (their fp8
   // scales) and of 13..15 (the helpers').
   static constexpr std::array<int, 9> kLaneRegs{0, 1, 2, 3, 8, 9, 10, 11, 12};
+  // The same on AVX-512 where vmm8..12 hold pinned constants (the bf16 table steps of the
+  // legacy writer's fp8 stage): ymm16..24, EVEX-encoded.
+  static constexpr std::array<int, 9> kHighLaneRegs{16, 17, 18, 19, 20, 21, 22, 23, 24};
 
   // The low `bytes` (16, 32 or 64) of `v` to `dst`, streaming in the streaming loop.
   void store_slab_piece(const Xbyak::Address& dst, const Xbyak::Zmm& v, int bytes) {
@@ -439,8 +444,14 @@ class CacheGenerator : public Generator {
           }
         };
         phys[size_t(k)] = vregs[size_t(k)];
-        vmovdqu(Xmm(vregs[size_t(k)]), row(t));
-        vinserti128(Ymm(vregs[size_t(k)]), Ymm(vregs[size_t(k)]), row(t + 8), 1);
+        const Ymm v(vregs[size_t(k)]);
+        if (v.getIdx() >= 16) {  // EVEX forms (ymm16..31 have no VEX encoding)
+          vmovdqu32(Xmm(v.getIdx()), row(t));
+          vinserti32x4(v, v, row(t + 8), 1);
+        } else {
+          vmovdqu(Xmm(v.getIdx()), row(t));
+          vinserti128(v, v, row(t + 8), 1);
+        }
       }
       int spare = vregs[8];
       const std::vector<int> widths =
@@ -483,14 +494,23 @@ class CacheGenerator : public Generator {
             store(ptr[dst + int(2 * e * slab_row)], v(e));
           } else {
             store(ptr[dst + int(2 * e * slab_row)], Xmm(phys[size_t(e)]));
-            vextracti128(ptr[dst + int((2 * e + 1) * slab_row)], v(e), 1);
+            if (phys[size_t(e)] >= 16) {
+              vextracti32x4(ptr[dst + int((2 * e + 1) * slab_row)], v(e), 1);
+            } else {
+              vextracti128(ptr[dst + int((2 * e + 1) * slab_row)], v(e), 1);
+            }
           }
         }
       } else {
         const Ymm first(spare);
         for (int e = 0; e < 4; ++e) {
-          vperm2i128(first, v(e), v(e + 4), 0x20);
-          vperm2i128(v(e + 4), v(e), v(e + 4), 0x31);
+          if (first.getIdx() >= 16) {  // vshufi64x2 picks the same 128-bit halves
+            vshufi64x2(first, v(e), v(e + 4), 0x0);
+            vshufi64x2(v(e + 4), v(e), v(e + 4), 0x3);
+          } else {
+            vperm2i128(first, v(e), v(e + 4), 0x20);
+            vperm2i128(v(e + 4), v(e), v(e + 4), 0x31);
+          }
           store(ptr[dst + int(e * slab_row)], first);
           store(ptr[dst + int(e * slab_row + 32)], v(e + 4));
         }

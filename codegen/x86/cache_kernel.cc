@@ -328,9 +328,8 @@ class PagedWriteGenerator : public CacheGenerator {
   // thread; docs/decisions.md, "Twenty-ninth round"), while fp8 through the transposes there
   // ran at half the gathers' rate.
   bool gathered_values() const {
-    if (!avx512()) return false;
-    if (fp8_) return has_vbmi();
-    return !(has_vbmi() && !has_fp16());
+    if (!avx512() || (has_vbmi() && !has_fp16())) return false;
+    return !fp8_ || has_vbmi();
   }
 
   // The bf16 table steps' constants pinned in kPinnedRegs for the whole-block stages.
@@ -422,7 +421,8 @@ class PagedWriteGenerator : public CacheGenerator {
         key_lines();
       } else {
         transposed_lanes(reg_q_, {{reg_p_, rax, reg_o_, reg_count_}, rcx, rdx}, reg_offset_,
-                         p_.head_size * csize_, int(p_.block_size), int(csize_), kLaneRegs);
+                         p_.head_size * csize_, int(p_.block_size), int(csize_),
+                         pins_table_constants() ? kHighLaneRegs : kLaneRegs);
       }
     };
     if (!fp8_) {

@@ -666,19 +666,21 @@ void bm_paged(benchmark::State& state, bool v2, ir::KvCacheDtype kv, int64_t bat
   auto query = bench::random_bf16(size_t(batch * kHeadsQ * kHeadSize), dtype == DType::kF16);
   auto key_cache = bench::random_bf16(size_t(fp8 ? 0 : cache_elems), dtype == DType::kF16);
   auto value_cache = bench::random_bf16(size_t(fp8 ? 0 : cache_elems), dtype == DType::kF16);
-  std::vector<uint8_t> key_codes(size_t(fp8 ? cache_elems : 0)), value_codes(key_codes.size());
+  bench::Aligned64Vector<uint8_t> key_codes(size_t(fp8 ? cache_elems : 0)),
+      value_codes(key_codes.size());
   std::mt19937 rng(7);
   for (auto* codes : {&key_codes, &value_codes}) {
     for (auto& c : *codes) c = uint8_t(rng() & 0xb7);  // |x| < 2, never the NaN code
   }
-  std::vector<uint16_t> out(query.size());
+  bench::Aligned64Vector<uint16_t> out(query.size());
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   std::iota(table.begin(), table.end(), 0);
   std::shuffle(table.begin(), table.end(), std::mt19937_64(5));
   std::vector<int32_t> seq_lens(static_cast<size_t>(batch), int32_t(context));
   const int64_t parts = (context + kPartition - 1) / kPartition;
-  std::vector<float> sums(static_cast<size_t>(batch * kHeadsQ * parts)), maxes(sums.size());
-  std::vector<uint16_t> tmp(static_cast<size_t>(batch * kHeadsQ * parts * kHeadSize));
+  bench::Aligned64Vector<float> sums(static_cast<size_t>(batch * kHeadsQ * parts)),
+      maxes(sums.size());
+  bench::Aligned64Vector<uint16_t> tmp(static_cast<size_t>(batch * kHeadsQ * parts * kHeadSize));
   std::vector<Tensor> tensors = {Tensor(out.data(), dtype, {batch, kHeadsQ, kHeadSize})};
   if (v2) {
     tensors.push_back(Tensor(sums.data(), DType::kF32, {batch, kHeadsQ, parts}));
@@ -805,7 +807,8 @@ void bm_fp8_decode(benchmark::State& state, int64_t batch, int64_t context, int 
   params.kv = ir::KvCacheDtype::kFp8E4m3;
   spec = OpSpec::make(OpKind::kCpuAttentionWithKvCache, params);
   const float k_scale = 0.05f, v_scale = 0.05f;
-  std::vector<uint8_t> key_codes(p->key_cache.size()), value_codes(p->value_cache.size());
+  bench::Aligned64Vector<uint8_t> key_codes(p->key_cache.size()),
+      value_codes(p->value_cache.size());
   for (size_t i = 0; i < key_codes.size(); ++i) {
     key_codes[i] = numeric::f32_to_fp8_e4m3(numeric::bf16_to_f32(p->key_cache[i]) / k_scale);
     value_codes[i] = numeric::f32_to_fp8_e4m3(numeric::bf16_to_f32(p->value_cache[i]) / v_scale);

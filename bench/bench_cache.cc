@@ -118,8 +118,8 @@ void bm_swap_blocks(benchmark::State& state, int64_t pairs, int threads, bool pe
   const OpSpec spec = OpSpec::make(OpKind::kSwapBlocks, ir::SwapBlocksParams{block_bytes});
   if (pairs == 0) pairs = bench::tokens_for(spec);
   const int64_t blocks = 2 * pairs;
-  auto src = std::vector<uint8_t>(size_t(blocks * block_bytes), 1);
-  auto dst = std::vector<uint8_t>(src.size(), 0);
+  auto src = bench::Aligned64Vector<uint8_t>(size_t(blocks * block_bytes), 1);
+  auto dst = bench::Aligned64Vector<uint8_t>(src.size(), 0);
   auto ids = std::vector<int64_t>(size_t(blocks));
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), std::mt19937_64(3));
@@ -158,7 +158,7 @@ void bm_convert_fp8_data(benchmark::State& state, int64_t elements, int threads,
   if (dtype == DType::kF16) {  // the same values as f16
     for (auto& v : src) v = numeric::f32_to_f16(numeric::bf16_to_f32(v));
   }
-  auto dst = std::vector<uint8_t>(size_t(elements));
+  auto dst = bench::Aligned64Vector<uint8_t>(size_t(elements));
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
   const KernelArgs args(
       {Tensor(dst.data(), DType::kU8, {elements}), Tensor(src.data(), dtype, {elements})}, {scale});
@@ -183,7 +183,7 @@ void bm_convert_fp8_dequant(benchmark::State& state, int64_t elements, int threa
   const OpSpec spec =
       OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kBF16, DType::kFp8E4m3});
   if (elements == 0) elements = bench::tokens_for(spec);
-  std::vector<uint8_t> src(static_cast<size_t>(elements));
+  bench::Aligned64Vector<uint8_t> src(static_cast<size_t>(elements));
   std::mt19937 rng(3);
   for (auto& code : src) code = uint8_t(rng() & 0xFF);
   bench::Aligned64Vector<uint16_t> dst(static_cast<size_t>(elements));
@@ -250,7 +250,7 @@ void bm_cp_gather(benchmark::State& state, int64_t rows, int threads, bool peer)
   if (rows == 0) rows = bench::tokens_for(spec);
   const GatherContext ctx(rows, rows >= kGatherRequests * 64 ? kGatherRequests : 1);
   auto cache = bench::random_bf16(size_t(ctx.num_blocks * kMlaBlockSize * kMlaEntry));
-  auto dst = std::vector<uint16_t>(size_t(rows * kMlaEntry));
+  auto dst = bench::Aligned64Vector<uint16_t>(size_t(rows * kMlaEntry));
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
   const KernelArgs args(
       {Tensor(cache.data(), DType::kBF16, {ctx.num_blocks, kMlaBlockSize, kMlaEntry}),
@@ -281,10 +281,10 @@ void bm_gather_dequant(benchmark::State& state, ir::KvCacheDtype kv, int64_t row
   const GatherContext ctx(rows, rows >= kGatherRequests * 64 ? kGatherRequests : 1);
   const size_t entries = size_t(ctx.num_blocks * kMlaBlockSize * kMlaEntry);
   auto cache_bf16 = bench::random_bf16(fp8 ? 0 : entries);
-  auto cache_fp8 = std::vector<uint8_t>(fp8 ? entries : 0);
+  auto cache_fp8 = bench::Aligned64Vector<uint8_t>(fp8 ? entries : 0);
   for (size_t i = 0; i < cache_fp8.size(); ++i) cache_fp8[i] = uint8_t((i * 37) % 0x7F);
   void* cache = fp8 ? static_cast<void*>(cache_fp8.data()) : cache_bf16.data();
-  auto dst = std::vector<uint16_t>(size_t(rows * kMlaEntry));
+  auto dst = bench::Aligned64Vector<uint16_t>(size_t(rows * kMlaEntry));
   float scale = 0.1f;
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
   const KernelArgs args(
@@ -315,8 +315,8 @@ int64_t blocks_for(int64_t tokens, int64_t block_size) {
 }
 
 // Deterministic fp32 values in [-3, 3] (log-sum-exp inputs).
-std::vector<float> random_lse(size_t n) {
-  std::vector<float> v(n);
+bench::Aligned64Vector<float> random_lse(size_t n) {
+  bench::Aligned64Vector<float> v(n);
   uint32_t state = 777;
   for (auto& x : v) {
     state = state * 1664525u + 1013904223u;
@@ -349,7 +349,7 @@ void bm_ds_mla(benchmark::State& state, int64_t tokens, int threads, bool peer, 
   const int64_t blocks = blocks_for(tokens, kMlaBlockSize);
   auto kv_c = bench::random_bf16(size_t(tokens * 512));
   auto k_pe = bench::random_bf16(size_t(tokens * 64));
-  auto cache = std::vector<uint8_t>(size_t(blocks * kMlaBlockSize * 656));
+  auto cache = bench::Aligned64Vector<uint8_t>(size_t(blocks * kMlaBlockSize * 656));
   auto slots = bench::cache_slots(tokens, blocks, kMlaBlockSize, prefill);
   float scale = 1.0f;
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
@@ -403,8 +403,8 @@ void bm_mla_rope_fused(benchmark::State& state, int64_t tokens, int threads, boo
 }
 
 // A valid fp8_ds_mla cache: e4m3 codes, tile scales, bf16 rope.
-std::vector<uint8_t> ds_mla_cache(int64_t entries) {
-  auto cache = std::vector<uint8_t>(size_t(entries * 656));
+bench::Aligned64Vector<uint8_t> ds_mla_cache(int64_t entries) {
+  auto cache = bench::Aligned64Vector<uint8_t>(size_t(entries * 656));
   for (int64_t e = 0; e < entries; ++e) {
     uint8_t* entry = cache.data() + e * 656;
     for (int64_t i = 0; i < 512; ++i) entry[i] = uint8_t((e * 131 + i * 37) % 0x7F);
@@ -424,7 +424,7 @@ void bm_upconvert(benchmark::State& state, int64_t rows, int threads, bool peer)
   if (rows == 0) rows = bench::tokens_for(spec);
   const GatherContext ctx(rows, 1);
   auto cache = ds_mla_cache(ctx.num_blocks * kMlaBlockSize);
-  auto dst = std::vector<uint16_t>(size_t(rows * 576));
+  auto dst = bench::Aligned64Vector<uint16_t>(size_t(rows * 576));
   int32_t seq_len = int32_t(rows), start = 0;
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
   const KernelArgs args(
@@ -449,7 +449,7 @@ void bm_indexer_quant(benchmark::State& state, int64_t tokens, int threads, bool
   if (tokens == 0) tokens = bench::tokens_for(spec);
   const int64_t blocks = blocks_for(tokens, kMlaBlockSize);
   auto k = bench::random_bf16(size_t(tokens * 128));
-  auto cache = std::vector<uint8_t>(size_t(blocks * kMlaBlockSize * 132));
+  auto cache = bench::Aligned64Vector<uint8_t>(size_t(blocks * kMlaBlockSize * 132));
   auto slots = bench::cache_slots(tokens, blocks, kMlaBlockSize, prefill);
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
   const KernelArgs args({Tensor(k.data(), DType::kBF16, {tokens, 128}),
@@ -468,9 +468,9 @@ void bm_indexer_gather(benchmark::State& state, int64_t rows, int threads, bool 
                                    ir::IndexerGatherParams{128, 128, kMlaBlockSize});
   if (rows == 0) rows = bench::tokens_for(spec);
   const GatherContext ctx(rows, rows >= kGatherRequests * 64 ? kGatherRequests : 1);
-  auto cache = std::vector<uint8_t>(size_t(ctx.num_blocks * kMlaBlockSize * 132), 7);
-  auto dst_k = std::vector<uint8_t>(size_t(rows * 128));
-  auto dst_scale = std::vector<uint8_t>(size_t(rows * 4));
+  auto cache = bench::Aligned64Vector<uint8_t>(size_t(ctx.num_blocks * kMlaBlockSize * 132), 7);
+  auto dst_k = bench::Aligned64Vector<uint8_t>(size_t(rows * 128));
+  auto dst_scale = bench::Aligned64Vector<uint8_t>(size_t(rows * 4));
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
   const KernelArgs args(
       {Tensor(cache.data(), DType::kU8, {ctx.num_blocks, kMlaBlockSize, 132}),
@@ -496,11 +496,11 @@ void bm_merge(benchmark::State& state, int64_t tokens, int threads, bool peer) {
   const size_t n = size_t(tokens * kMergeHeads * kHeadSize);
   auto prefix = bench::random_bf16(n);
   auto suffix = bench::random_bf16(n);
-  auto out = std::vector<uint16_t>(n);
+  auto out = bench::Aligned64Vector<uint16_t>(n);
   auto prefix_lse = random_lse(size_t(kMergeHeads * tokens));
   auto suffix_lse = random_lse(size_t(kMergeHeads * tokens));
   std::reverse(suffix_lse.begin(), suffix_lse.end());
-  auto out_lse = std::vector<float>(size_t(kMergeHeads * tokens));
+  auto out_lse = bench::Aligned64Vector<float>(size_t(kMergeHeads * tokens));
   const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
   const KernelArgs args({Tensor(out.data(), DType::kBF16, {tokens, kMergeHeads, kHeadSize}),
                          Tensor(out_lse.data(), DType::kF32, {kMergeHeads, tokens}),

@@ -40,7 +40,7 @@ void bm_rms_norm(benchmark::State& state) {
   const int64_t tokens = tokens_of(state, spec);
   auto x = bench::random_bf16(size_t(tokens * hidden));
   auto w = bench::random_bf16(size_t(hidden));
-  std::vector<uint16_t> y(x.size());
+  bench::Aligned64Vector<uint16_t> y(x.size());
   const Kernel kernel =
       bench::compile_x86_or_die(spec, Config().set("threads", threads).set("min_parallel_kib", 0));
   const KernelArgs args(

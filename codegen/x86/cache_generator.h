@@ -589,13 +589,15 @@ class CacheGenerator : public Generator {
   // (write_span streams 64-byte aligned spans; sfence at its end, since streaming stores are
   // weakly ordered and the caller may read the cache right after the call) taken when the
   // call's rows times `bytes_per_row` reach kStreamingBytes, and the ordinary version.
+  // `min_bytes`: the threshold instead of kStreamingBytes.
   template <class Loop>
-  void with_streaming_stores(int64_t bytes_per_row, Loop loop) {
+  void with_streaming_stores(int64_t bytes_per_row, Loop loop,
+                             int64_t min_bytes = kStreamingBytes) {
     Label l_plain, l_done;
     mov(rax, rdx);
     sub(rax, rsi);
     imul(rax, rax, int(bytes_per_row));
-    cmp(rax, int(kStreamingBytes));
+    cmp(rax, int(min_bytes));
     jl(l_plain, T_NEAR);
     streaming_ = true;
     loop();

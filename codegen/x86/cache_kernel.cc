@@ -710,26 +710,72 @@ class SwapBlocksGenerator : public CacheGenerator {
     mov(reg_src_, ptr[rdi + offsetof(SwapBlocksCallArgs, src)]);
     mov(reg_dst_, ptr[rdi + offsetof(SwapBlocksCallArgs, dst)]);
     mov(reg_slots_, ptr[rdi + offsetof(SwapBlocksCallArgs, pairs)]);
-    mov(reg_row_, rsi);
-    mov(reg_row_end_, rdx);
-    Label l_pair, l_done;
-    L(l_pair);
-    cmp(reg_row_, reg_row_end_);
-    jge(l_done, T_NEAR);
-    mov(reg_p_, reg_row_);
-    shl(reg_p_, 4);  // 16 bytes per pair
-    mov(reg_q_, ptr[reg_slots_ + reg_p_ + 8]);
-    mov(reg_p_, ptr[reg_slots_ + reg_p_]);
-    add(reg_p_, reg_src_);
-    add(reg_q_, reg_dst_);
-    copy_span(reg_q_, reg_p_, p_.block_bytes, reg_count_);
-    inc(reg_row_);
-    jmp(l_pair, T_NEAR);
-    L(l_done);
+    // (The threshold test multiplies the pair count by an imm32: a block of at least the
+    // threshold streams at one pair, so the block size is capped there.)
+    with_streaming_stores(
+        std::min(p_.block_bytes, kStreamingSwapBytes),
+        [&] {
+          mov(reg_row_, rsi);
+          mov(reg_row_end_, rdx);
+          Label l_pair, l_done;
+          L(l_pair);
+          cmp(reg_row_, reg_row_end_);
+          jge(l_done, T_NEAR);
+          mov(reg_p_, reg_row_);
+          shl(reg_p_, 4);  // 16 bytes per pair
+          mov(reg_q_, ptr[reg_slots_ + reg_p_ + 8]);
+          mov(reg_p_, ptr[reg_slots_ + reg_p_]);
+          add(reg_p_, reg_src_);
+          add(reg_q_, reg_dst_);
+          copy_block();
+          inc(reg_row_);
+          jmp(l_pair, T_NEAR);
+          L(l_done);
+        },
+        kStreamingSwapBytes);
     epilogue();
   }
 
  private:
+  // One block from reg_p_ to reg_q_, in the direction that keeps its loads clear of its own
+  // stores' low 12 address bits. A load whose bits 0..11 match a store still in the store
+  // queue waits for it (4K aliasing), and 64-byte stores let the queue hold up to 4 KiB: copied
+  // forward, a block whose destination sits a little above its source modulo 4 KiB (dst - src
+  // = 64 or 128 mod 4096) stalls on its loads. On Zen 4 that took `bench_cache`'s 16-pair swap
+  // from 23.2-23.9 to 28.3-30.6 us (glibc's memcpy picks its direction the same way and ran
+  // 23.7-25.1 at every offset; docs/decisions.md, "Twenty-ninth round"). So d = (dst - src)
+  // mod 4096 in (0, 2048) copies from the end down, where the stores trail the loads from
+  // above, and the rest forward: either way the loads stay 2 KiB of address bits clear of the
+  // stores behind them.
+  void copy_block() {
+    maybe_streaming(reg_q_, [&](bool streaming) {
+      if (streaming) {  // forward: streaming stores leave for the write-combining buffers
+        copy_span(reg_q_, reg_p_, p_.block_bytes, reg_count_, true);
+        return;
+      }
+      Label l_backward, l_done;
+      mov(rax, reg_q_);
+      sub(rax, reg_p_);
+      and_(eax, 4095);
+      sub(eax, 1);  // d = 0 wraps to the top: forward
+      cmp(eax, 2047);
+      jb(l_backward, T_NEAR);
+      copy_span(reg_q_, reg_p_, p_.block_bytes, reg_count_);
+      jmp(l_done, T_NEAR);
+      L(l_backward);
+      copy_span_backward(reg_q_, reg_p_, p_.block_bytes, reg_count_);
+      L(l_done);
+    });
+  }
+
+  // Calls that copy at least this much per thread store with streaming stores (no read for
+  // ownership of the destination lines): a 64 MB swap ran 1.3x memcpy's rate with them and
+  // 0.8-1.0x without (docs/decisions.md, "Twenty-ninth round"). Smaller swaps keep the
+  // ordinary stores, whose lines stay in the caches for the attention that reads the blocks
+  // next: 16 blocks of 64 KiB (1 MiB) from the L3 ran at 23 us with them, where streaming
+  // stores would write them to DRAM.
+  static constexpr int64_t kStreamingSwapBytes = int64_t(8) << 20;
+
   const ir::SwapBlocksParams p_;
 };
 

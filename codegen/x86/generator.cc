@@ -1059,7 +1059,39 @@ void Generator::copy_span(const Reg64& dst, const Reg64& src, int64_t bytes, con
     vectors %= kUnroll;
   }
   for (int64_t i = 0; i < vectors; ++i) move(int(i), i * width);
-  const int64_t done = vectors * width;
+  copy_tail(dst, src, vectors * width, rem);
+}
+
+void Generator::copy_span_backward(const Reg64& dst, const Reg64& src, int64_t bytes,
+                                   const Reg64& counter) {
+  const int width = lanes() * 4;
+  const int64_t vectors = bytes / width;
+  constexpr int kUnroll = 4;
+  auto move = [&](int i, int64_t offset) {
+    const Xmm v = vmm(13 + i % 2);
+    vmovups(v, ptr[src + offset]);
+    vmovups(ptr[dst + offset], v);
+  };
+  // The tail (the highest addresses) first, then the vectors from the last one down: those
+  // above the loop's steps, then the steps (which end at the span's start).
+  copy_tail(dst, src, vectors * width, int(bytes % width));
+  const int64_t looped = vectors >= 2 * kUnroll ? vectors / kUnroll * kUnroll : 0;
+  for (int64_t i = vectors - 1; i >= looped; --i) move(int(i), i * width);
+  if (looped == 0) return;
+  Label l_loop;
+  mov(rax, looped * width);
+  add(src, rax);
+  add(dst, rax);
+  mov(counter, looped / kUnroll);
+  L(l_loop);
+  sub(src, kUnroll * width);
+  sub(dst, kUnroll * width);
+  for (int i = kUnroll - 1; i >= 0; --i) move(i, int64_t(i) * width);
+  dec(counter);
+  jnz(l_loop, T_NEAR);
+}
+
+void Generator::copy_tail(const Reg64& dst, const Reg64& src, int64_t done, int rem) {
   if (rem == 0) return;
   if (avx512_) {
     mov(rax, (uint64_t(1) << rem) - 1);

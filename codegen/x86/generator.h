@@ -218,6 +218,14 @@ class Generator : public Xbyak::CodeGenerator {
   /// sfence before it returns (streaming stores are weakly ordered).
   void copy_span(const Reg64& dst, const Reg64& src, int64_t bytes, const Reg64& counter,
                  bool streaming = false);
+  /// copy_span from the span's end down (the tail first, then the vectors last to first), for
+  /// copies whose forward loads would alias the stores just issued (see SwapBlocksGenerator).
+  /// src and dst end at the span's start (when it has a loop) or where they began; `counter`
+  /// and rax are clobbered; uses vmm13..14.
+  void copy_span_backward(const Reg64& dst, const Reg64& src, int64_t bytes, const Reg64& counter);
+  /// The last `rem` (< one vector) bytes of a span, at `done` bytes from src / dst: a masked
+  /// move (AVX-512) or 16-byte and scalar moves (AVX2). Uses rax, vmm13 (and k1).
+  void copy_tail(const Reg64& dst, const Reg64& src, int64_t done, int rem);
 
   // ---- ISA-uniform integer/bitwise ops (VEX names on AVX2, EVEX names on AVX-512).
   void uni_vpand(const Xmm& d, const Xmm& a, const Xbyak::Operand& b);

@@ -1005,6 +1005,86 @@ TEST(X86SwapBlocks, RepeatedDestinationsFollowMappingOrder) {
   }
 }
 
+// swap_blocks copies a block forward or, when dst - src mod 4096 is in (0, 2048), from its end
+// down (4K aliasing, SwapBlocksGenerator::copy_block): every offset class either side of the
+// split, with block sizes that give the loop, the vectors above it and a masked / scalar tail,
+// against memcpy, bytes around every destination block untouched.
+TEST(X86SwapBlocks, BothCopyDirectionsMatchMemcpy) {
+  for (X86Isa isa : isa_paths()) {
+    for (int64_t bytes : {200, 1000, 4096 + 80, 65536}) {
+      const OpSpec spec = OpSpec::make(OpKind::kSwapBlocks, ir::SwapBlocksParams{bytes});
+      const Kernel kernel = compile_x86(spec, isa, Config());
+      for (int64_t delta : {0, 1, 64, 2047, 2048, 3000, 4095}) {
+        constexpr int64_t kBlocks = 3;
+        const int64_t span = kBlocks * bytes;
+        // src at a page boundary, dst `delta` bytes past a page boundary a page clear of src's
+        // blocks (so dst - src = delta mod 4096 for every block when the block size is a
+        // multiple of 4096, and varying with the block index otherwise); 64 guard bytes of
+        // 0xEE either side of dst's blocks.
+        const int64_t dst_at = (span + 4095) / 4096 * 4096 + 4096 + delta;
+        std::vector<uint8_t> memory(size_t(dst_at + span + 3 * 4096), 0xEE);
+        const auto base = reinterpret_cast<uintptr_t>(memory.data());
+        uint8_t* src = memory.data() + (4096 - base % 4096);
+        uint8_t* dst = src + dst_at;
+        for (int64_t i = 0; i < span; ++i) src[i] = uint8_t(i * 7 + 3);
+        std::vector<int64_t> mapping = {0, 2, 2, 0, 1, 1};
+        std::vector<uint8_t> expected(dst - 64, dst + span + 64);
+        for (size_t p = 0; p < 3; ++p) {
+          std::memcpy(expected.data() + 64 + mapping[2 * p + 1] * bytes,
+                      src + mapping[2 * p] * bytes, size_t(bytes));
+        }
+        const KernelArgs args(
+            {Tensor(src, DType::kU8, {kBlocks, bytes}), Tensor(dst, DType::kU8, {kBlocks, bytes}),
+             Tensor(mapping.data(), DType::kI64, {3, 2})},
+            {});
+        ASSERT_TRUE(kernel.run(args).is_ok());
+        EXPECT_TRUE(std::equal(expected.begin(), expected.end(), dst - 64))
+            << x86_isa_name(isa) << " bytes=" << bytes << " delta=" << delta;
+      }
+    }
+  }
+}
+
+// A swap_blocks call of at least 8 MiB per thread takes streaming stores for its 64-byte
+// aligned destination blocks and ordinary ones for the rest (and for the tails): aligned and
+// misaligned destinations, a block size that alternates the blocks' alignment, one thread.
+TEST(X86SwapBlocks, LargeCallsStreamAndMatchMemcpy) {
+  constexpr int64_t kPairs = 130;  // 130 x 64 KiB > 8 MiB
+  for (X86Isa isa : isa_paths()) {
+    for (int64_t bytes : {65536, 65536 + 16}) {
+      const OpSpec spec = OpSpec::make(OpKind::kSwapBlocks, ir::SwapBlocksParams{bytes});
+      const Kernel kernel = compile_x86(spec, isa, Config().set("threads", 1));
+      auto text = kernel.disassembly();
+      ASSERT_TRUE(text.is_ok()) << text.status().to_string();
+      EXPECT_NE(text.value().find("vmovntps"), std::string::npos) << x86_isa_name(isa);
+      for (int64_t misalign : {0, 16}) {
+        const int64_t span = kPairs * bytes;
+        std::vector<uint8_t> memory(size_t(2 * span + 3 * 4096), 0xEE);
+        const auto base = reinterpret_cast<uintptr_t>(memory.data());
+        uint8_t* src = memory.data() + (4096 - base % 4096);
+        uint8_t* dst = src + (span + 4095) / 4096 * 4096 + misalign;
+        for (int64_t i = 0; i < span; ++i) src[i] = uint8_t(i * 13 + i / 4096);
+        std::vector<int64_t> mapping(size_t(2 * kPairs));
+        for (int64_t p = 0; p < kPairs; ++p) {
+          mapping[size_t(2 * p)] = p;
+          mapping[size_t(2 * p + 1)] = kPairs - 1 - p;
+        }
+        std::vector<uint8_t> expected(dst, dst + span + 64);
+        for (int64_t p = 0; p < kPairs; ++p) {
+          std::memcpy(expected.data() + (kPairs - 1 - p) * bytes, src + p * bytes, size_t(bytes));
+        }
+        const KernelArgs args(
+            {Tensor(src, DType::kU8, {kPairs, bytes}), Tensor(dst, DType::kU8, {kPairs, bytes}),
+             Tensor(mapping.data(), DType::kI64, {kPairs, 2})},
+            {});
+        ASSERT_TRUE(kernel.run(args).is_ok());
+        EXPECT_TRUE(std::equal(expected.begin(), expected.end(), dst))
+            << x86_isa_name(isa) << " bytes=" << bytes << " misalign=" << misalign;
+      }
+    }
+  }
+}
+
 // A slot >= num_blocks * block_size: kInvalidArgument naming slot_mapping and the index, and
 // both caches untouched (the scan runs before the launch, whatever the thread count).
 TEST(X86CacheChecked, SlotOutsideTheCacheIsAnErrorAndWritesNothing) {

@@ -349,7 +349,8 @@ class CacheGenerator : public Generator {
     jnz(l_column, T_NEAR);
   }
 
-  // `v` (an xmm or ymm, VEX-encoded) to `dst`: a streaming store when `streaming`.
+  // `v` (an xmm or ymm; EVEX-encoded from register 16 on) to `dst`: a streaming store when
+  // `streaming`.
   void store_vex(const Xbyak::Address& dst, const Xmm& v, bool streaming) {
     if (streaming) {
       vmovntdq(dst, v);  // EVEX-encoded for registers 16..31
@@ -379,10 +380,11 @@ class CacheGenerator : public Generator {
     }
   }
 
-  // ---- The same slabs on AVX2: in-register transposes ------------------------------------
+  // ---- The same slabs without gathers: in-register transposes ----------------------------
   //
   // AVX2 has no 16-lane gather and no vpermw / vpermb, so transposed_lanes moves 16 tokens ×
-  // 16 bytes at a time through registers instead. Eight ymm are loaded as
+  // 16 bytes at a time through registers instead (as do the AVX-512 levels where it beats the
+  // gathers or vpermb is missing: the callers' choice). Eight ymm are loaded as
   //   v[k] = [ row of token r(k), 16 bytes | row of token r(k) + 8, 16 bytes ],
   // r(k) = bit-reversal of k's three bits (0, 4, 2, 6, 1, 5, 3, 7), and rounds of in-lane
   // interleaves pair v[j] with v[j + 4] into v'[2j] = vpunpckl(v[j], v[j + 4]) and

@@ -307,9 +307,10 @@ class PagedWriteGenerator : public CacheGenerator {
   //   key line (j, q)  = chunk j (16 bytes) of tokens 4q .. 4q + 3: one 16-byte load and three
   //                      vinserti32x4 (AVX2: two ymm halves of two chunks each);
   //   value rows       CacheGenerator::transposed_columns: per dword column one vpgatherdd per
-  //                      16 tokens, one vpermw / vpermb to the column's rows (AVX-512; fp8
-  //                      with VBMI), else transposed_lanes' in-register transposes of 16 × 16
-  //                      bytes.
+  //                      16 tokens, one vpermw / vpermb to the column's rows (the AVX-512
+  //                      levels but avx512_vbmi; fp8 from avx512_fp16 on), else
+  //                      transposed_lanes' in-register transposes of 16 × 16 bytes
+  //                      (gathered_values()).
   // kv=auto reads the lines' elements from the tokens' rows. fp8 first quantises the BS rows of
   // G heads at a time (quantise_span over G·D values per row: long sequential spans, the
   // mantissa tables where they apply) into a stack stage [BS][G·D] of codes, then builds the
@@ -321,12 +322,11 @@ class PagedWriteGenerator : public CacheGenerator {
     return bs >= 16 && bs <= kMaxColumnTokens && (bs & (bs - 1)) == 0;
   }
   // The value rows through transposed_columns' gathers, else transposed_lanes' in-register
-  // transposes. fp8's byte columns take the gathers where vpermb exists (VBMI). 16- and 32-bit
-  // columns take them on the AVX-512 levels of the Xeons they were measured on, not at the
-  // VBMI level (Zen 4 and 5, the level no Intel CPU stops at): on Zen 4 the transposes wrote a
-  // prefill's bf16 blocks at twice the gathers' rate (24-28 against 12.6-13.2 GB/s on 1
-  // thread; docs/decisions.md, "Twenty-ninth round"), while fp8 through the transposes there
-  // ran at half the gathers' rate.
+  // transposes. The gathers serve the AVX-512 levels of the Xeons they were measured on (fp8's
+  // byte columns only where vpermb exists), not the avx512_vbmi level (Zen 4 and 5, the level
+  // no Intel CPU stops at): on Zen 4 the transposes wrote a prefill's bf16 blocks at twice the
+  // gathers' rate and its fp8 blocks a little faster (docs/decisions.md, "Twenty-ninth
+  // round"). fp8 from bf16 there runs them on ymm16..24, clear of the pinned table constants.
   bool gathered_values() const {
     if (!avx512() || (has_vbmi() && !has_fp16())) return false;
     return !fp8_ || has_vbmi();

@@ -212,7 +212,7 @@ class Generator : public Xbyak::CodeGenerator {
   void store_fp8(const Xmm& codes, const RegExp& addr, int count);
   /// Copies `bytes` bytes from [src] to [dst] (non-overlapping) with full-width vector moves
   /// and a masked (AVX-512) or scalar (AVX2) tail; a loop of four vectors per step when long.
-  /// src, dst and `counter` are advanced/clobbered; uses rax and vmm13..14.
+  /// src, dst and `counter` are advanced/clobbered; uses rax and vmm13..14 (and k1 on AVX-512).
   /// `streaming`: the full vectors are stored non-temporally (vmovntdq: no read-for-ownership
   /// of the destination lines); dst must then be 64-byte aligned, and the kernel must execute
   /// sfence before it returns (streaming stores are weakly ordered).
@@ -221,7 +221,7 @@ class Generator : public Xbyak::CodeGenerator {
   /// copy_span from the span's end down (the tail first, then the vectors last to first), for
   /// copies whose forward loads would alias the stores just issued (see SwapBlocksGenerator).
   /// src and dst end at the span's start (when it has a loop) or where they began; `counter`
-  /// and rax are clobbered; uses vmm13..14.
+  /// and rax are clobbered; uses vmm13..14 (and k1 on AVX-512).
   void copy_span_backward(const Reg64& dst, const Reg64& src, int64_t bytes, const Reg64& counter);
   /// The last `rem` (< one vector) bytes of a span, at `done` bytes from src / dst: a masked
   /// move (AVX-512) or 16-byte and scalar moves (AVX2). Uses rax, vmm13 (and k1).

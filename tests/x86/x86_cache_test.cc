@@ -1008,7 +1008,10 @@ TEST(X86SwapBlocks, RepeatedDestinationsFollowMappingOrder) {
 // swap_blocks copies a block forward or, when dst - src mod 4096 is in (0, 2048), from its end
 // down (4K aliasing, SwapBlocksGenerator::copy_block): every offset class either side of the
 // split, with block sizes that give the loop, the vectors above it and a masked / scalar tail,
-// against memcpy, bytes around every destination block untouched.
+// against memcpy, bytes around every destination block untouched. Both directions give the
+// same bytes there, so a block copied onto itself shifted by 64 bytes probes which one ran:
+// dst = src + 64 (backward) and dst = src - 64 (d = 4032: forward) both move like memmove, and
+// either copy in the other direction would smear the block.
 TEST(X86SwapBlocks, BothCopyDirectionsMatchMemcpy) {
   for (X86Isa isa : isa_paths()) {
     for (int64_t bytes : {200, 1000, 4096 + 80, 65536}) {
@@ -1041,13 +1044,33 @@ TEST(X86SwapBlocks, BothCopyDirectionsMatchMemcpy) {
         EXPECT_TRUE(std::equal(expected.begin(), expected.end(), dst - 64))
             << x86_isa_name(isa) << " bytes=" << bytes << " delta=" << delta;
       }
+      for (int64_t shift : {64, -64}) {
+        std::vector<uint8_t> memory(size_t(bytes + 3 * 4096));
+        const auto base = reinterpret_cast<uintptr_t>(memory.data());
+        uint8_t* page = memory.data() + (4096 - base % 4096) + 64;
+        for (size_t i = 0; i < memory.size(); ++i) memory[i] = uint8_t(i * 5 + 1);
+        uint8_t* src = shift > 0 ? page : page + 64;
+        uint8_t* dst = src + shift;
+        std::vector<uint8_t> expected = memory;
+        std::memmove(expected.data() + (dst - memory.data()),
+                     expected.data() + (src - memory.data()), size_t(bytes));
+        std::vector<int64_t> mapping = {0, 0};
+        const KernelArgs args(
+            {Tensor(src, DType::kU8, {1, bytes}), Tensor(dst, DType::kU8, {1, bytes}),
+             Tensor(mapping.data(), DType::kI64, {1, 2})},
+            {});
+        ASSERT_TRUE(kernel.run(args).is_ok());
+        EXPECT_EQ(memory, expected) << x86_isa_name(isa) << " bytes=" << bytes
+                                    << ": a block moved by " << shift << " bytes onto itself";
+      }
     }
   }
 }
 
 // A swap_blocks call of at least 8 MiB per thread takes streaming stores for its 64-byte
 // aligned destination blocks and ordinary ones for the rest (and for the tails): aligned and
-// misaligned destinations, a block size that alternates the blocks' alignment, one thread.
+// misaligned destinations, a block size that aligns every 4th block (65552 = 16 mod 64), one
+// thread. (A streaming store to a misaligned block would fault.)
 TEST(X86SwapBlocks, LargeCallsStreamAndMatchMemcpy) {
   constexpr int64_t kPairs = 130;  // 130 x 64 KiB > 8 MiB
   for (X86Isa isa : isa_paths()) {

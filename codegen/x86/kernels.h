@@ -169,6 +169,9 @@ struct MergeCallArgs {
   int64_t lse_head_stride;
   int64_t with_context;  ///< tokens t >= with_context copy the suffix
   float inv_scale;       ///< fp8 output: float(1 / output_scale)
+  /// 1 when the output and both its strides are 64-byte aligned: a large call may then store
+  /// the bf16 blend with streaming stores.
+  int64_t output_aligned;
 };
 
 /// Emits reshape_and_cache (PagedCacheWriteParams) or reshape_and_cache_flash

@@ -46,7 +46,12 @@ constexpr int kUnroll = 4;
 // chunk.
 constexpr int kLseP = 128, kLseS = 192, kGroupRecord = 256, kLse = 576;
 constexpr int kGroupsLeft = 640, kSavedPl = 648, kSavedSl = 656, kSavedOl = 664;
-constexpr int kTileToken = 672, kChunkFirst = 680, kChunksLeft = 688, kTileRecords = 704;
+constexpr int kTileToken = 672, kChunkFirst = 680, kChunksLeft = 688, kStreaming = 696;
+constexpr int kTileRecords = 704;
+// A thread's call whose output reaches this many bytes stores the bf16 blend with streaming
+// stores (no read for ownership of the output lines: a quarter of a large merge's DRAM
+// traffic); smaller ones keep the output in the caches for the projection that reads it next.
+constexpr int64_t kStreamingBytes = int64_t(1) << 20;
 // Tokens per tile: one 64-byte line of each head's LSEs (one vector at AVX-512, two at AVX2).
 constexpr int kTileTokens = 16;
 // Heads per chunk of a tile (records on the stack: 32 x 320 bytes).
@@ -79,6 +84,19 @@ class MergeGenerator : public Generator {
     mov(reg_row_end_, rdx);
     mov(reg_ls_, ptr[rdi + offsetof(MergeCallArgs, lse_head_stride)]);
     if (fp8_) vbroadcastss(vmm(kInvScale), ptr[rdi + offsetof(MergeCallArgs, inv_scale)]);
+    if (pairs_blend()) {  // [rsp + kStreaming] = 1: blend_pairs streams its stores
+      Label l_ordinary;
+      mov(byte[rsp + kStreaming], 0);
+      mov(rax, rdx);
+      sub(rax, rsi);
+      imul(rax, rax, int(p_.head_count * p_.head_size * osize_));
+      cmp(rax, int(kStreamingBytes));
+      jl(l_ordinary, T_NEAR);
+      cmp(qword[rdi + offsetof(MergeCallArgs, output_aligned)], 0);
+      je(l_ordinary, T_NEAR);
+      mov(byte[rsp + kStreaming], 1);
+      L(l_ordinary);
+    }
     // A full tile of merged tokens where row + kTileTokens <= min(row_end, with_context), a
     // full tile of copied ones where row >= with_context and row + kTileTokens <= row_end, else
     // one token.
@@ -114,6 +132,8 @@ class MergeGenerator : public Generator {
     inc(reg_row_);
     jmp(l_token, T_NEAR);
     L(l_done);
+    // Streaming stores are weakly ordered: the caller may read the output right after.
+    if (pairs_blend()) sfence();
     add(rsp, frame_bytes());
     epilogue();
   }
@@ -666,6 +686,18 @@ class MergeGenerator : public Generator {
   // bias cannot carry out of it. Pointers are left as they were. Uses vmm0..7 and 11, 12 (k2,
   // k3 on AVX-512).
   void blend_pairs(int64_t pairs) {
+    Label l_ordinary, l_done;
+    cmp(byte[rsp + kStreaming], 0);
+    je(l_ordinary, T_NEAR);
+    blend_pairs(pairs, true);
+    jmp(l_done, T_NEAR);
+    L(l_ordinary);
+    blend_pairs(pairs, false);
+    L(l_done);
+  }
+  // The pairs blend with streaming stores (`streaming`: every vector 64-byte aligned, see
+  // MergeCallArgs::output_aligned) or ordinary ones.
+  void blend_pairs(int64_t pairs, bool streaming) {
     const int64_t bytes = 2 * lanes() * 2;  // one vector of bf16 pairs
     const auto pair = [&](int64_t i, int u) {
       const Xmm x_even = vmm(2 * u), x_odd = vmm(2 * u + 1);
@@ -684,7 +716,11 @@ class MergeGenerator : public Generator {
       } else {
         pack_bf16_pairs(x_odd, x_even, vmm(kBound + u));
       }
-      vmovups(ptr[reg_out_ + offset], x_odd);
+      if (streaming) {
+        vmovntdq(ptr[reg_out_ + offset], x_odd);
+      } else {
+        vmovups(ptr[reg_out_ + offset], x_odd);
+      }
     };
     constexpr int kPairUnroll = 2;
     if (pairs <= kMaxUnrolled / 2) {

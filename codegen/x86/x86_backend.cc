@@ -611,6 +611,8 @@ class X86Executable final : public Executable {
     if (p.out_dtype == DType::kFp8E4m3) {
       call.inv_scale = 1.0f / args.tensor(6).data_as<const float>()[0];
     }
+    call.output_aligned = reinterpret_cast<uintptr_t>(call.output) % 64 == 0 &&
+                          call.output_token_stride % 64 == 0 && call.output_head_stride % 64 == 0;
     run_rows(fn, &call, tokens, estimates(spec_, {.tokens = tokens}).bytes, config_);
   }
 

@@ -575,6 +575,40 @@ TEST_P(X86MlaMergeIsaTest, MergeTilesOfTokensMatchRef) {
   }
 }
 
+// A bf16 merge writing >= 1 MiB of output per thread into a 64-byte aligned output stores the
+// blend with streaming stores; a misaligned one (or a smaller call) keeps the ordinary stores.
+// Both against the ref: 300 tokens of 16 x 128 (4 KiB of output each) on one thread, the case's
+// output replaced by an aligned buffer (misaligned by 16 bytes for the second run).
+TEST_P(X86MlaMergeIsaTest, MergeLargeCallsStreamMatchRef) {
+  const X86Isa isa = GetParam();
+  const OpSpec spec = merge_spec(DType::kBF16, false, 16, 128, true);
+  const Kernel kernel = compile_x86(spec, isa, Config().set("threads", 1));
+  auto text = kernel.disassembly();
+  ASSERT_TRUE(text.is_ok()) << text.status().to_string();
+  EXPECT_NE(text.value().find("vmovntdq"), std::string::npos) << x86_isa_name(isa);
+  CompileOptions ref_options;
+  ref_options.backend = BackendKind::kRef;
+  auto ref = compile(spec, ref_options);
+  ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
+  for (int64_t misalign : {0, 16}) {
+    auto c = test::make_case(spec, 300, InputKind::kNormal, 11);
+    ASSERT_TRUE(c.is_ok());
+    const test::HostTensor& out = c->tensors[0];
+    const size_t bytes = size_t(out.numel()) * 2;
+    std::vector<uint8_t> memory(bytes + 128, 0xEE);
+    uint8_t* data =
+        memory.data() + (64 - reinterpret_cast<uintptr_t>(memory.data()) % 64) + misalign;
+    KernelArgs args = c->args();
+    args.tensors[0] = Tensor(data, DType::kBF16, {out.sizes()[0], out.sizes()[1], out.sizes()[2]});
+    ASSERT_TRUE(kernel.run(args).is_ok());
+    ASSERT_TRUE(ref.value().run(c->args()).is_ok());  // the case's own output: the ref's
+    // The case's own tolerance for the output (the attention tolerance), as check_spec uses.
+    ASSERT_FALSE(c->tolerances.empty());
+    const test::CompareResult r = test::compare(args.tensors[0], out.tensor(), c->tolerances[0]);
+    EXPECT_TRUE(r.ok()) << x86_isa_name(isa) << " misalign=" << misalign << "\n" << r.message;
+  }
+}
+
 TEST_P(X86MlaMergeIsaTest, MergeOneTokenAndManyTokens) {
   const X86Isa isa = GetParam();
   for (int64_t tokens : {1, 2, 3, 37}) {

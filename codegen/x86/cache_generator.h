@@ -4,6 +4,7 @@
 // generator .cc files (it brings in xbyak.h).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
@@ -582,8 +583,7 @@ class CacheGenerator : public Generator {
   // benches) moves 2: measured on this machine, 2 KiB rows to random slots of a 64 MB cache
   // run at 17-18 GB/s with vmovdqu64 and at 27 GB/s with vmovntdq. A small call (decode) keeps
   // the ordinary stores: its lines stay in the caches for the attention that reads them next.
-  // Calls that write at least kStreamingBytes (per thread) take the streaming loop.
-  static constexpr int64_t kStreamingBytes = int64_t(1) << 20;
+  // Calls that write at least Generator::kStreamingBytes (per thread) take the streaming loop.
   // Spans shorter than a line gain nothing from streaming stores.
   static constexpr int64_t kStreamingMinSpan = 64;
 
@@ -591,14 +591,16 @@ class CacheGenerator : public Generator {
   // (write_span streams 64-byte aligned spans; sfence at its end, since streaming stores are
   // weakly ordered and the caller may read the cache right after the call) taken when the
   // call's rows times `bytes_per_row` reach kStreamingBytes, and the ordinary version.
-  // `min_bytes`: the threshold instead of kStreamingBytes.
+  // `min_bytes`: the threshold instead of kStreamingBytes. (The test multiplies the row count
+  // by an imm32: a row of at least the threshold streams at one row, so it counts as the
+  // threshold.)
   template <class Loop>
   void with_streaming_stores(int64_t bytes_per_row, Loop loop,
                              int64_t min_bytes = kStreamingBytes) {
     Label l_plain, l_done;
     mov(rax, rdx);
     sub(rax, rsi);
-    imul(rax, rax, int(bytes_per_row));
+    imul(rax, rax, int(std::min(bytes_per_row, min_bytes)));
     cmp(rax, int(min_bytes));
     jl(l_plain, T_NEAR);
     streaming_ = true;

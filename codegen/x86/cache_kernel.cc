@@ -710,10 +710,8 @@ class SwapBlocksGenerator : public CacheGenerator {
     mov(reg_src_, ptr[rdi + offsetof(SwapBlocksCallArgs, src)]);
     mov(reg_dst_, ptr[rdi + offsetof(SwapBlocksCallArgs, dst)]);
     mov(reg_slots_, ptr[rdi + offsetof(SwapBlocksCallArgs, pairs)]);
-    // (The threshold test multiplies the pair count by an imm32: a block of at least the
-    // threshold streams at one pair, so the block size is capped there.)
     with_streaming_stores(
-        std::min(p_.block_bytes, kStreamingSwapBytes),
+        p_.block_bytes,
         [&] {
           mov(reg_row_, rsi);
           mov(reg_row_end_, rdx);

@@ -210,6 +210,11 @@ class Generator : public Xbyak::CodeGenerator {
   /// Stores the low byte of `count` (1..lanes) int32 lanes of `codes` (each 0..255) at `addr`;
   /// `codes` is preserved. Never writes past the `count` bytes.
   void store_fp8(const Xmm& codes, const RegExp& addr, int count);
+  /// A call that writes at least this many bytes per thread takes streaming stores where its
+  /// generator offers them (the cache writers, merge_attn_states): no read for ownership of
+  /// the destination lines. Smaller calls (decode) keep ordinary stores, whose lines stay in the
+  /// caches for the kernel that reads them next.
+  static constexpr int64_t kStreamingBytes = int64_t(1) << 20;
   /// Copies `bytes` bytes from [src] to [dst] (non-overlapping) with full-width vector moves
   /// and a masked (AVX-512) or scalar (AVX2) tail; a loop of four vectors per step when long.
   /// src, dst and `counter` are advanced/clobbered; uses rax and vmm13..14 (and k1 on AVX-512).

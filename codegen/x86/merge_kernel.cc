@@ -48,10 +48,6 @@ constexpr int kLseP = 128, kLseS = 192, kGroupRecord = 256, kLse = 576;
 constexpr int kGroupsLeft = 640, kSavedPl = 648, kSavedSl = 656, kSavedOl = 664;
 constexpr int kTileToken = 672, kChunkFirst = 680, kChunksLeft = 688, kStreaming = 696;
 constexpr int kTileRecords = 704;
-// A thread's call whose output reaches this many bytes stores the bf16 blend with streaming
-// stores (no read for ownership of the output lines: a quarter of a large merge's DRAM
-// traffic); smaller ones keep the output in the caches for the projection that reads it next.
-constexpr int64_t kStreamingBytes = int64_t(1) << 20;
 // Tokens per tile: one 64-byte line of each head's LSEs (one vector at AVX-512, two at AVX2).
 constexpr int kTileTokens = 16;
 // Heads per chunk of a tile (records on the stack: 32 x 320 bytes).
@@ -84,7 +80,10 @@ class MergeGenerator : public Generator {
     mov(reg_row_end_, rdx);
     mov(reg_ls_, ptr[rdi + offsetof(MergeCallArgs, lse_head_stride)]);
     if (fp8_) vbroadcastss(vmm(kInvScale), ptr[rdi + offsetof(MergeCallArgs, inv_scale)]);
-    if (pairs_blend()) {  // [rsp + kStreaming] = 1: blend_pairs streams its stores
+    // [rsp + kStreaming] = 1: blend_pairs streams its stores, when this thread's output reaches
+    // kStreamingBytes (the read for ownership it saves is a quarter of a large merge's DRAM
+    // traffic) and the output is aligned.
+    if (pairs_blend()) {
       Label l_ordinary;
       mov(byte[rsp + kStreaming], 0);
       mov(rax, rdx);

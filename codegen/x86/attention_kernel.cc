@@ -678,9 +678,9 @@ class AttentionGenerator : public Generator {
   }
 
   // The vec paths prefetch the next group as the AMX path does, spread over their loops: each
-  // Q·Kᵀ step fetches the next group's copies of the K rows it reads, each step of the first
-  // P·V chunk the next group's whole V rows (ARG(next_k) / ARG(next_v), set by
-  // l_stream_kick_). bench_attention, 1 / 2 threads, >= 128 MiB of KV: decode/kiln_vec
+  // Q·Kᵀ step fetches the next group's copies of the K rows it reads, each P·V step its
+  // chunk's lines of the next group's V rows (ARG(next_k) / ARG(next_v), set by
+  // l_stream_kick_; until x86-137 the dpbf16 P·V fetched whole rows in its first chunk). bench_attention, 1 / 2 threads, >= 128 MiB of KV: decode/kiln_vec
   // (dpbf16) 5.7-6.2 -> 7.3-8.3 / 11.5-14.3 -> 14.6-17.6 GB/s, in the caches (batch 8 / 2048)
   // 9.6-9.7 -> 9.9-10.4; decode/kiln_vec_fma (fp32 path) 6.4-6.7 -> 8.6-9.6 / 12.5-14.8 ->
   // 16.8-21.1, in the caches 12.8-13.1 -> 13.8-14.0. Not for fp8 caches on the old fp32 path
@@ -749,23 +749,38 @@ class AttentionGenerator : public Generator {
   // Then the same lines two groups ahead (ARG(next2_v), into L2). Bases from
   // hoist_prefetch_bases(r9, ...); the row at r13 + `row`.
   void prefetch_next_chunk(int64_t row, int64_t first, int64_t bytes) {
-    const bool aligned_rows = p_.head_size * kv_esize_ % 64 == 0;
     for (const Reg64& ahead : {rdx, rbp}) {
-      if (aligned_rows) {
-        // Rows of whole lines: the lines that start in the chunk (none for a chunk inside the
-        // previous chunk's line, as the second 32-byte chunk of each line at AVX2).
-        for (int64_t line = (first + 63) / 64 * 64; line < first + bytes; line += 64) {
-          prefetch_ahead(ptr[ahead + r13 + row + line], ahead == rdx);
-        }
-        continue;
-      }
-      // Rows that are not whole lines place the chunk at any offset in its lines: every line
-      // from its first byte to its last.
-      for (int64_t offset = first; offset < first + bytes; offset += 64) {
+      for (const int64_t offset : chunk_lines(first, bytes)) {
         prefetch_ahead(ptr[ahead + r13 + row + offset], ahead == rdx);
       }
-      prefetch_ahead(ptr[ahead + r13 + row + first + bytes - 1], ahead == rdx);
     }
+  }
+
+  // This group's lines of the chunk that follows (bytes [first, first + bytes) of the V row at
+  // r13 + `row`) into L1, while the current chunk walks the rows. The group came into L2 a
+  // group ahead (prefetch_next_chunk), but a chunk reads one line of each row, D·e bytes apart
+  // (512 at D = 128 bf16), a stride the L1 prefetcher did not follow: each chunk's loads waited
+  // on L2 (`perf`: ~40% of a P·V chunk's samples on its first two loads with the KV in DRAM).
+  void prefetch_following_chunk(int64_t row, int64_t first, int64_t bytes) {
+    if (bytes == 0) return;
+    for (const int64_t offset : chunk_lines(first, bytes)) prefetcht0(ptr[r13 + row + offset]);
+  }
+
+  // Offsets in a V row of the lines to fetch for its bytes [first, first + bytes): with rows of
+  // whole lines, the lines that start in that range (none for a chunk inside the previous
+  // chunk's line, as the second 32-byte chunk of each line at AVX2); rows that are not whole
+  // lines place it at any offset in its lines: every line from its first byte to its last.
+  std::vector<int64_t> chunk_lines(int64_t first, int64_t bytes) const {
+    std::vector<int64_t> offsets;
+    if (p_.head_size * kv_esize_ % 64 == 0) {
+      for (int64_t line = (first + 63) / 64 * 64; line < first + bytes; line += 64) {
+        offsets.push_back(line);
+      }
+      return offsets;
+    }
+    for (int64_t offset = first; offset < first + bytes; offset += 64) offsets.push_back(offset);
+    offsets.push_back(first + bytes - 1);
+    return offsets;
   }
 
   void kick_page(const Reg64& base, int64_t offset) {
@@ -1868,9 +1883,11 @@ class AttentionGenerator : public Generator {
   }
 
   // P·V walks the head in chunks of `chunk` dims (two vectors, or 32 dims of bf16 pairs; the
-  // last chunk holds D % chunk when that is not 0) and emits each by body(c0, dims): c0 is
-  // relative to the cursors r9 (the group's V rows: element c0 of row t at r9 + t·D·e + c0·e)
-  // and rsi (the call's accumulator rows: float c0 of row r at rsi + (r·D + c0)·4).
+  // last chunk holds D % chunk when that is not 0) and emits each by body(c0, dims,
+  // next_dims): c0 is relative to the cursors r9 (the group's V rows: element c0 of row t at
+  // r9 + t·D·e + c0·e) and rsi (the call's accumulator rows: float c0 of row r at
+  // rsi + (r·D + c0)·4); next_dims is the size of the chunk that follows at c0 + dims (0 for the
+  // last: prefetch_following_chunk).
   // Heads of up to kUnrolledHead dims emit every chunk in line, at its own offset. Larger
   // heads run their whole chunks as a loop (Generator::emit_steps) whose step emits `step`
   // chunks (the V bytes of a step are a multiple of the 64-byte line, so each step's chunks sit
@@ -1884,17 +1901,25 @@ class AttentionGenerator : public Generator {
   void emit_dim_chunks(int chunk, const Body& body) {
     const int64_t d = p_.head_size;
     if (d <= kUnrolledHead) {
-      for (int64_t c0 = 0; c0 < d; c0 += chunk) body(c0, int(std::min<int64_t>(d - c0, chunk)));
+      for (int64_t c0 = 0; c0 < d; c0 += chunk) {
+        body(c0, int(std::min<int64_t>(d - c0, chunk)),
+             int(std::clamp<int64_t>(d - c0 - chunk, 0, chunk)));
+      }
       return;
     }
     const int step = int(std::max<int64_t>(1, 64 / (chunk * kv_esize_)));
     const int64_t steps = d / chunk / step;
+    // In the loop every chunk names a whole chunk as the next one: past the last step that is
+    // the first chunk in line after it, or (D a multiple of the step) the line after the row,
+    // which a prefetch may name (it never faults; it lies in the group's next row, or past the
+    // slab).
     emit_steps(steps, 0, qword[ARG(dim_steps_left)],
                {{r9, step * chunk * kv_esize_}, {rsi, step * chunk * 4}}, [&](int64_t) {
-                 for (int k = 0; k < step; ++k) body(k * chunk, chunk);
+                 for (int k = 0; k < step; ++k) body(k * chunk, chunk, chunk);
                });
     for (int64_t c0 = steps * step * chunk; c0 < d; c0 += chunk) {
-      body(c0, int(std::min<int64_t>(d - c0, chunk)));
+      body(c0, int(std::min<int64_t>(d - c0, chunk)),
+           int(std::clamp<int64_t>(d - c0 - chunk, 0, chunk)));
     }
   }
 
@@ -1903,17 +1928,20 @@ class AttentionGenerator : public Generator {
     const int64_t v_row = d * kv_esize_;
     const int prob_offset = max_rows_ * kGroupMax * 4;
     mov(rsi, ptr[ARG(acc)]);
-    // The next groups' V rows (spread_prefetch): heads of up to kUnrolledHead dims fetch whole
-    // rows in the first chunk; larger ones each chunk's lines of the rows as the chunk walks
-    // them (as emit_pv_fp32: whole rows made the first chunk 4·D/32 prefetches per key pair,
-    // the kernel's size growing with D again).
-    const bool rows_in_first = spread_prefetch() && d <= kUnrolledHead;
-    const bool by_chunk = spread_prefetch() && d > kUnrolledHead;
+    // The next groups' V rows (spread_prefetch): each chunk fetches its lines of the rows as
+    // it walks them (as emit_pv_fp32), and the lines of this group's next chunk into L1
+    // (prefetch_following_chunk). Whole rows in the first chunk (as this path had for heads of
+    // up to 256 dims) put 16 prefetches in each of its steps, the next group's V in a burst
+    // through a sixteenth of the group's time; bench_attention decode/kiln_vec with the KV in
+    // DRAM, GQA 8, 1 thread: 14.4-15.5 GB/s with whole rows, 15.6-16.5 by chunk, 17.5-18.2 by
+    // chunk and the following chunk into L1 (two alternated rounds; docs/decisions.md,
+    // "Thirtieth round").
+    const bool by_chunk = spread_prefetch();
     if (by_chunk) {
       hoist_prefetch_bases(r9, offsetof(CpuAttnTileArgs, next_v),
                            offsetof(CpuAttnTileArgs, next2_v));
     }
-    emit_dim_chunks(32, [&](int64_t c0, int n) {
+    emit_dim_chunks(32, [&](int64_t c0, int n, int next_n) {
       const int count = n > 16 ? 2 : 1;       // zmm of 16 dims
       const int tail = n - (count - 1) * 16;  // dims in the last zmm
       const bool masked = tail < 16;
@@ -1932,10 +1960,6 @@ class AttentionGenerator : public Generator {
       load_pair_tables(count);
       load_scaled_acc(rows, c0, count, masked ? tail : 16);
       mov(r13, r9);
-      if (rows_in_first && c0 == 0) {
-        hoist_prefetch_bases(r9, offsetof(CpuAttnTileArgs, next_v),
-                             offsetof(CpuAttnTileArgs, next2_v));
-      }
       mov(r14, ptr[ARG(scratch)]);
       mov(r15, rbx);
       shr(r15, 1);
@@ -1957,11 +1981,10 @@ class AttentionGenerator : public Generator {
         }
       };
       L(l_pair);
-      if (rows_in_first && c0 == 0) {
-        prefetch_next_alongside(r13, 2, v_row, (v_row + 63) / 64);
-      } else if (by_chunk) {
+      if (by_chunk) {
         for (int64_t row : {int64_t(0), v_row}) {
           prefetch_next_chunk(row, c0 * kv_esize_, n * kv_esize_);
+          prefetch_following_chunk(row, (c0 + n) * kv_esize_, next_n * kv_esize_);
         }
       }
       {
@@ -1995,7 +2018,9 @@ class AttentionGenerator : public Generator {
                            offsetof(CpuAttnTileArgs, next2_v));
     }
     mov(rsi, ptr[ARG(acc)]);
-    emit_dim_chunks(2 * lanes(), [&](int64_t c0, int n) {
+    // (Its chunks do not fetch the following chunk into L1 as emit_pv_dpbf16's do: bound by its
+    // FMAs, it measured level with it, at AVX-512 and at AVX2, from DRAM and in the caches.)
+    emit_dim_chunks(2 * lanes(), [&](int64_t c0, int n, int /*next_n*/) {
       const int count = (n + lanes() - 1) / lanes();
       const int tail = n - (count - 1) * lanes();  // dims in the last vector
       if (tail < lanes()) set_dim_tail(tail);

@@ -1680,13 +1680,15 @@ TEST(X86AttentionConfig, BadPagedChunkKnobIsAClearError) {
 // The generated AMX kernel disassembles (objdump) to the tile sequence it is meant to be:
 // ldtilecfg before any tile op, Q·Kᵀ and P·V as tileloadd + tdpbf16ps, results through
 // tilestored, tilerelease before returning. Runs on any host (nothing is executed).
-// The tile instructions of the AMX kernel for head size `head`, in code order (objdump).
-std::vector<std::string> amx_tile_ops(int64_t head) {
-  const OpSpec spec = attention_spec(CpuAttnIsa::kAmx, DType::kBF16, head, 32, 8, 1);
-  auto code = codegen::x86::generate_cpu_attention(spec, Config{}, X86Isa::kAmx);
+// The instructions among `mnemonics` in the CPU attention kernel for `spec` at `isa`, in code
+// order (objdump of the emitted bytes).
+std::vector<std::string> emitted_ops(const OpSpec& spec, X86Isa isa,
+                                     std::initializer_list<const char*> mnemonics) {
+  auto code = codegen::x86::generate_cpu_attention(spec, Config{}, isa);
   EXPECT_TRUE(code.is_ok()) << code.status().to_string();
   if (!code.is_ok()) return {};
-  const std::string bin = ::testing::TempDir() + fmt::format("kiln_amx_attention_{}.bin", head);
+  const std::string bin =
+      ::testing::TempDir() + fmt::format("kiln_attention_{:016x}_{}.bin", hash64(spec), int(isa));
   const std::string txt = bin + ".txt";
   {
     std::ofstream out(bin, std::ios::binary);
@@ -1697,12 +1699,22 @@ std::vector<std::string> amx_tile_ops(int64_t head) {
   std::ifstream in(txt);
   std::vector<std::string> ops;
   for (std::string line; std::getline(in, line);) {
-    for (const char* m :
-         {"ldtilecfg", "tilezero", "tileloadd", "tdpbf16ps", "tilestored", "tilerelease"}) {
-      if (line.find(std::string("\t") + m) != std::string::npos) ops.push_back(m);
+    // "  offset:\tbytes\tmnemonic operands"
+    const size_t tab = line.rfind('\t');
+    if (tab == std::string::npos) continue;
+    const std::string mnemonic = line.substr(tab + 1, line.find(' ', tab + 1) - tab - 1);
+    for (const char* m : mnemonics) {
+      if (mnemonic == m) ops.push_back(m);
     }
   }
   return ops;
+}
+
+// The tile instructions of the AMX kernel for head size `head`, in code order.
+std::vector<std::string> amx_tile_ops(int64_t head) {
+  return emitted_ops(
+      attention_spec(CpuAttnIsa::kAmx, DType::kBF16, head, 32, 8, 1), X86Isa::kAmx,
+      {"ldtilecfg", "tilezero", "tileloadd", "tdpbf16ps", "tilestored", "tilerelease"});
 }
 
 TEST(X86AttentionAmx, EmittedBytesDisassembleToTileSequence) {
@@ -1733,6 +1745,27 @@ TEST(X86AttentionAmx, EmittedBytesDisassembleToTileSequence) {
       ASSERT_EQ(ops[i], variant[i % variant.size()])
           << "head_size=" << head << ": tile instruction " << i;
     }
+  }
+}
+
+// The vec path's P·V (vdpbf16ps, GQA 8, bf16 KV) fetches into L1, while each dims chunk of 32
+// walks the group's V rows, the lines of the chunk that follows: one prefetcht0 per row for
+// each line that starts in it (rows of whole lines), the first and last byte's lines
+// otherwise, none in the last chunk; the next groups' lines go to L2 (prefetcht1 /
+// prefetcht2), never through prefetcht0. Nothing is executed: the prefetches change no result,
+// so this is where their presence is checked.
+TEST(X86AttentionVec, PvChunksPrefetchTheFollowingChunk) {
+  if (std::system("objdump --version > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "objdump (binutils) not found: cannot disassemble the emitted bytes";
+  }
+  // Per P·V (the kernel holds one for each row count 1..8): D = 128, chunks at 0, 64, 128,
+  // 192 bytes of a 256-byte row; the three that have a follower fetch its one line for each of
+  // the step's two rows. D = 80: 160-byte rows, chunks [0, 64), [64, 128), [128, 160); the
+  // first two fetch two lines a row.
+  for (const auto& [head, per_pv] : {std::pair{int64_t(128), size_t(6)}, {int64_t(80), 8}}) {
+    const OpSpec spec = attention_spec(CpuAttnIsa::kVec, DType::kBF16, head, 32, 8, 1);
+    const std::vector<std::string> ops = emitted_ops(spec, X86Isa::kAvx512Bf16, {"prefetcht0"});
+    EXPECT_EQ(ops.size(), 8 * per_pv) << "head_size=" << head;
   }
 }
 

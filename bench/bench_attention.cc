@@ -7,7 +7,9 @@
 //           spec's byte estimate) against the copy bandwidth, overall (64 MB moved) and of a copy
 //           moving as many bytes as the call reads (copy_same_bytes: past the caches the
 //           kernel's KV is, too), and of a sequential read of as many bytes (read_same_bytes:
-//           decode only reads, and one core reads well below the copy figure); also the vec
+//           decode only reads, and one core reads well below the copy figure), and of a read
+//           of as many bytes as shuffled blocks, the kernel's access pattern (read_blocks:
+//           the ceiling of a kernel that reads random blocks); also the vec
 //           path over an fp8 e4m3 cache (half the bytes); kiln_vec is the default config
 //           (attention_default_dpbf16 picks the arithmetic per ISA level), kiln_vec_dot and
 //           kiln_vec_fma the same kernel with config dpbf16=1 (vdpbf16ps) and 0 (fp32 FMA);
@@ -39,6 +41,7 @@
 #include <numeric>
 #include <random>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -424,6 +427,65 @@ double measure_read_gbps_cpu(int threads, size_t bytes) {
   return best;
 }
 
+// The same bytes read as the decode kernel reads its KV: shuffled slabs of one block's K (or V)
+// of a KV head, each slab's lines loaded while the next slab's are prefetched into L2
+// (prefetcht1, spread over the current slab's loads, as the kernel spreads its prefetches over
+// its loops). Random blocks defeat the hardware streamers that a sequential read rides, so this
+// is the ceiling of a kernel that reads random blocks: one Zen 4 core of the development VM
+// reads 16-19 GB/s this way against 20-29 GB/s in address order (docs/decisions.md, "Thirtieth
+// round"). 32-byte loads: the bound is the memory, not the load width.
+__attribute__((target("avx2"))) uint64_t read_slabs(const uint8_t* base,
+                                                    const std::vector<int64_t>& order, size_t first,
+                                                    size_t last, size_t slab) {
+  __m256i acc = _mm256_setzero_si256();
+  for (size_t i = first; i < last; ++i) {
+    const uint8_t* cur = base + size_t(order[i]) * slab;
+    const uint8_t* next = base + size_t(order[i + 1 < last ? i + 1 : i]) * slab;
+    for (size_t line = 0; line < slab; line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(next + line), _MM_HINT_T1);
+      acc = _mm256_add_epi64(acc, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cur + line)));
+      acc = _mm256_add_epi64(acc,
+                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cur + line + 32)));
+    }
+  }
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc);
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+
+// Read bandwidth of `bytes` (rounded down to whole slabs) as shuffled `slab`-byte slabs
+// (read_slabs) with `threads` threads, each over its share of the shuffled order, per second of
+// CPU time; first touch and best of 7 as measure_read_gbps_cpu.
+double measure_slab_read_gbps_cpu(int threads, size_t bytes, size_t slab) {
+  const size_t slabs = bytes / slab;
+  const CeilingBuffer src = ceiling_buffer(slabs * slab);
+  std::vector<int64_t> order(slabs);
+  for (size_t i = 0; i < slabs; ++i) order[i] = int64_t(i);
+  std::mt19937_64 rng(17);
+  std::shuffle(order.begin(), order.end(), rng);
+#pragma omp parallel num_threads(threads)
+  {
+    size_t begin = 0, end = 0;
+    thread_part(slabs * slab, &begin, &end);
+    std::memset(src.get() + begin, 1, end - begin);
+  }
+  double best = 0;
+  uint64_t sum = 0;
+  for (int rep = 0; rep < 7; ++rep) {
+    double cpu = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : cpu, sum)
+    {
+      const size_t t = size_t(omp_get_thread_num()), n = size_t(omp_get_num_threads());
+      const double c0 = thread_cpu_seconds();
+      sum += read_slabs(src.get(), order, slabs * t / n, slabs * (t + 1) / n, slab);
+      cpu += thread_cpu_seconds() - c0;
+    }
+    best = std::max(best, double(slabs * slab) / (cpu / double(threads)) / 1e9);
+  }
+  benchmark::DoNotOptimize(sum);
+  return best;
+}
+
 double& copy_gbps_cpu(int threads) {
   static double gbps[3] = {0, 0, 0};
   return gbps[threads];
@@ -459,6 +521,14 @@ void report(benchmark::State& state, const Problem& p, int threads, double wall_
     if (read == 0) read = measure_read_gbps_cpu(threads, size_t(e.bytes));
     state.counters["read_same_bytes_GB/s_cpu"] = read;
     state.counters["pct_of_same_bytes_read_cpu"] = 100.0 * e.bytes / cpu_per_call / 1e9 / read;
+    // And against reading as many bytes in the kernel's pattern: shuffled slabs of one block's
+    // K or V of a KV head (measure_slab_read_gbps_cpu).
+    const size_t slab = size_t(kBlockSize * p.head * (kv == ir::KvCacheDtype::kAuto ? 2 : 1));
+    static std::map<std::tuple<int, int64_t, size_t>, double> slab_read;
+    double& blocks = slab_read[{threads, int64_t(e.bytes), slab}];
+    if (blocks == 0) blocks = measure_slab_read_gbps_cpu(threads, size_t(e.bytes), slab);
+    state.counters["read_blocks_GB/s_cpu"] = blocks;
+    state.counters["pct_of_block_read_cpu"] = 100.0 * e.bytes / cpu_per_call / 1e9 / blocks;
   } else {
     state.counters["GFLOP/s"] = e.flops / wall_per_call / 1e9;
     state.counters["GFLOP/s_cpu"] = e.flops / cpu_per_call / 1e9;

@@ -680,14 +680,14 @@ class AttentionGenerator : public Generator {
   // The vec paths prefetch the next group as the AMX path does, spread over their loops: each
   // Q·Kᵀ step fetches the next group's copies of the K rows it reads, each P·V step its
   // chunk's lines of the next group's V rows (ARG(next_k) / ARG(next_v), set by
-  // l_stream_kick_; until x86-137 the dpbf16 P·V fetched whole rows in its first chunk). bench_attention, 1 / 2 threads, >= 128 MiB of KV: decode/kiln_vec
-  // (dpbf16) 5.7-6.2 -> 7.3-8.3 / 11.5-14.3 -> 14.6-17.6 GB/s, in the caches (batch 8 / 2048)
-  // 9.6-9.7 -> 9.9-10.4; decode/kiln_vec_fma (fp32 path) 6.4-6.7 -> 8.6-9.6 / 12.5-14.8 ->
-  // 16.8-21.1, in the caches 12.8-13.1 -> 13.8-14.0. Not for fp8 caches on the old fp32 path
-  // (bound by the decode: mixed, -10 to +10%); since the codes are decoded as bf16 words
-  // (parity_split, x86-71) it serves them too: kiln_vec_fp8_e4m3 at >= 128 MiB of KV
-  // 3.8-4.5 -> 4.7-5.0 GB/s on 1 thread, in the caches level. (All 256 lines at the group start
-  // instead: -13-15% in the caches.)
+  // l_stream_kick_; until x86-137 the dpbf16 P·V fetched whole rows in its first chunk).
+  // bench_attention, 1 / 2 threads, >= 128 MiB of KV: decode/kiln_vec (dpbf16) 5.7-6.2 -> 7.3-8.3
+  // / 11.5-14.3 -> 14.6-17.6 GB/s, in the caches (batch 8 / 2048) 9.6-9.7 -> 9.9-10.4;
+  // decode/kiln_vec_fma (fp32 path) 6.4-6.7 -> 8.6-9.6 / 12.5-14.8 -> 16.8-21.1, in the
+  // caches 12.8-13.1 -> 13.8-14.0. Not for fp8 caches on the old fp32 path (bound by the decode:
+  // mixed, -10 to +10%); since the codes are decoded as bf16 words (parity_split, x86-71) it serves
+  // them too: kiln_vec_fp8_e4m3 at >= 128 MiB of KV 3.8-4.5 -> 4.7-5.0 GB/s on 1 thread, in the
+  // caches level. (All 256 lines at the group start instead: -13-15% in the caches.)
   bool spread_prefetch() const {
     return !amx_ && (p_.kv == ir::KvCacheDtype::kAuto || parity_split());
   }
@@ -759,7 +759,7 @@ class AttentionGenerator : public Generator {
   // This group's lines of the chunk that follows (bytes [first, first + bytes) of the V row at
   // r13 + `row`) into L1, while the current chunk walks the rows. The group came into L2 a
   // group ahead (prefetch_next_chunk), but a chunk reads one line of each row, D·e bytes apart
-  // (512 at D = 128 bf16), a stride the L1 prefetcher did not follow: each chunk's loads waited
+  // (256 at D = 128 bf16), a stride the L1 prefetcher did not follow: each chunk's loads waited
   // on L2 (`perf`: ~40% of a P·V chunk's samples on its first two loads with the KV in DRAM).
   void prefetch_following_chunk(int64_t row, int64_t first, int64_t bytes) {
     if (bytes == 0) return;
@@ -1933,9 +1933,9 @@ class AttentionGenerator : public Generator {
     // (prefetch_following_chunk). Whole rows in the first chunk (as this path had for heads of
     // up to 256 dims) put 16 prefetches in each of its steps, the next group's V in a burst
     // through a sixteenth of the group's time; bench_attention decode/kiln_vec with the KV in
-    // DRAM, GQA 8, 1 thread: 14.4-15.5 GB/s with whole rows, 15.6-16.5 by chunk, 17.5-18.2 by
-    // chunk and the following chunk into L1 (two alternated rounds; docs/decisions.md,
-    // "Thirtieth round").
+    // DRAM, GQA 8, 1 thread: 14.2-15.4 GB/s with whole rows, 13.7-17.4 by chunk, 16.7-18.2 by
+    // chunk and the following chunk into L1 (two rounds; docs/decisions.md, "Thirtieth
+    // round").
     const bool by_chunk = spread_prefetch();
     if (by_chunk) {
       hoist_prefetch_bases(r9, offsetof(CpuAttnTileArgs, next_v),

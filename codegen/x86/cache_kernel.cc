@@ -162,28 +162,34 @@ class FlashWriteGenerator : public CacheGenerator {
   // constants, the fused rope's reloaded per token), then store the batch. Head by head, the
   // cache heads BS·D·e bytes apart (4 KiB at D = 128, BS = 16) put every store of a token at
   // the same low 12 address bits, and a source load that met those bits waited for the queued
-  // stores (4K aliasing; the bench's 16-token call took 1.61-1.74 us against the plain loop's
-  // 1.60-1.68, 0.96-1.09x; four processes, each at its own buffer placement). With the loads of
-  // all 8 heads first, 1.33-1.41 against 1.57-1.75 (0.80-0.87x); with batches of 4 heads (16
+  // stores (4K aliasing). bench_cache's HND auto row of 16 tokens, four processes each (each
+  // places its buffers afresh): head by head 1.61-1.74 us, 0.96-1.09x the plain loop of the
+  // same process; all 8 heads loaded first 1.33-1.51 us, 0.80-0.89x; batches of 4 heads (16
   // registers) 0.86-0.97x, of 2 heads 1.02-1.14x. A one-token call pays for it (0.07-0.11 ->
   // 0.11-0.12 us; the plain loop 0.42-0.47): with nothing queued to alias, the head-by-head
-  // copy's early stores were the faster start. Heads whose bytes are not whole vectors keep
-  // the span path.
+  // copy's early stores were the faster start (docs/decisions.md, "Thirtieth round"). Heads
+  // whose bytes are not whole vectors keep the span path.
   static constexpr int kBatchRegs = 32;
+
+  // Whether write() copies the heads in batches (copy_heads_in_batches).
   bool copies_heads_in_batches() const {
     const int64_t head_bytes = p_.head_size * csize_;
     return avx512() && !fp8_ && !in_streaming_loop() && head_bytes % 64 == 0 &&
            head_bytes <= 64 * kBatchRegs;
   }
+
+  // The token's heads from reg_src_ (D elements apart) to reg_dst_ (`head_stride` bytes apart)
+  // in batches of kBatchRegs / (vectors per head) heads: a loop of whole batches, then the rest.
   void copy_heads_in_batches(int64_t head_stride) {
-    const int64_t head_bytes = p_.head_size * csize_;
-    const int vecs = int(head_bytes / 64);
+    const int64_t src_head = p_.head_size * esize_;  // == the cache's: kv=auto
+    const int vecs = int(p_.head_size * csize_ / 64);
     const int64_t batch = std::min<int64_t>(p_.head_count_kv, kBatchRegs / vecs);
-    // Batch of n heads at reg_src_ / reg_dst_: loads, then stores.
+    const int64_t whole = p_.head_count_kv / batch, rest = p_.head_count_kv % batch;
+    // n heads at reg_src_ / reg_dst_: every load, then every store.
     const auto copy_batch = [&](int64_t n) {
       for (int64_t h = 0; h < n; ++h) {
         for (int v = 0; v < vecs; ++v) {
-          vmovdqu64(Zmm(int(h) * vecs + v), ptr[reg_src_ + h * head_bytes + v * 64]);
+          vmovdqu64(Zmm(int(h) * vecs + v), ptr[reg_src_ + h * src_head + v * 64]);
         }
       }
       for (int64_t h = 0; h < n; ++h) {
@@ -192,27 +198,23 @@ class FlashWriteGenerator : public CacheGenerator {
         }
       }
     };
-    const int64_t whole = p_.head_count_kv / batch;
+    const auto next_batch = [&] {
+      add(reg_src_, batch * src_head);
+      add(reg_dst_, batch * head_stride);
+    };
     if (whole == 1) {
       copy_batch(batch);
+      if (rest > 0) next_batch();
     } else {
       Label l_batch;
       mov(reg_heads_, whole);
       L(l_batch);
       copy_batch(batch);
-      add(reg_src_, batch * head_bytes);
-      add(reg_dst_, batch * head_stride);
+      next_batch();
       dec(reg_heads_);
       jnz(l_batch, T_NEAR);
     }
-    const int64_t rest = p_.head_count_kv % batch;
-    if (rest > 0) {
-      if (whole == 1) {
-        add(reg_src_, batch * head_bytes);
-        add(reg_dst_, batch * head_stride);
-      }
-      copy_batch(rest);
-    }
+    if (rest > 0) copy_batch(rest);
   }
 
   void span(const Reg64& dst, const Reg64& src, int64_t elements, const Xmm& scale) {

@@ -34,7 +34,9 @@ const std::map<std::string, std::vector<std::string>>& valid_examples() {
         "layout=nhd)",
         "reshape_and_cache_flash(dtype=f32,kv=fp8_e4m3,heads_kv=8,head_size=64,block_size=32,"
         "layout=hnd,per_head_scale=true)",
-        "reshape_and_cache_flash(dtype=f16,kv=fp8_e5m2,heads_kv=1,head_size=1,block_size=1)"}},
+        "reshape_and_cache_flash(dtype=f16,kv=fp8_e5m2,heads_kv=1,head_size=1,block_size=1)",
+        "reshape_and_cache_flash(dtype=bf16,kv=auto,heads_kv=8,head_size=128,block_size=16,"
+        "layout=hnd)"}},
       {"concat_and_cache_mla",
        {"concat_and_cache_mla(dtype=bf16,kv=auto,kv_lora_rank=512,pe_dim=64,block_size=16)",
         "concat_and_cache_mla(dtype=bf16,kv=fp8_ds_mla,kv_lora_rank=512,pe_dim=64,"

@@ -14,6 +14,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -1681,7 +1682,7 @@ TEST(X86AttentionConfig, BadPagedChunkKnobIsAClearError) {
 // ldtilecfg before any tile op, Q·Kᵀ and P·V as tileloadd + tdpbf16ps, results through
 // tilestored, tilerelease before returning. Runs on any host (nothing is executed).
 // The instructions among `mnemonics` in the CPU attention kernel for `spec` at `isa`, in code
-// order (objdump of the emitted bytes).
+// order (objdump of the emitted bytes), each as "mnemonic operands" in AT&T syntax.
 std::vector<std::string> emitted_ops(const OpSpec& spec, X86Isa isa,
                                      std::initializer_list<const char*> mnemonics) {
   auto code = codegen::x86::generate_cpu_attention(spec, Config{}, isa);
@@ -1699,22 +1700,26 @@ std::vector<std::string> emitted_ops(const OpSpec& spec, X86Isa isa,
   std::ifstream in(txt);
   std::vector<std::string> ops;
   for (std::string line; std::getline(in, line);) {
-    // "  offset:\tbytes\tmnemonic operands"
+    // "  offset:\tbytes\tmnemonic operands", the operands padded with spaces
     const size_t tab = line.rfind('\t');
     if (tab == std::string::npos) continue;
-    const std::string mnemonic = line.substr(tab + 1, line.find(' ', tab + 1) - tab - 1);
+    std::istringstream instruction(line.substr(tab + 1));
+    std::string mnemonic, operands;
+    instruction >> mnemonic >> operands;
     for (const char* m : mnemonics) {
-      if (mnemonic == m) ops.push_back(m);
+      if (mnemonic == m) ops.push_back(operands.empty() ? mnemonic : mnemonic + " " + operands);
     }
   }
   return ops;
 }
 
-// The tile instructions of the AMX kernel for head size `head`, in code order.
+// The tile instructions of the AMX kernel for head size `head`, in code order (mnemonics).
 std::vector<std::string> amx_tile_ops(int64_t head) {
-  return emitted_ops(
-      attention_spec(CpuAttnIsa::kAmx, DType::kBF16, head, 32, 8, 1), X86Isa::kAmx,
-      {"ldtilecfg", "tilezero", "tileloadd", "tdpbf16ps", "tilestored", "tilerelease"});
+  std::vector<std::string> ops =
+      emitted_ops(attention_spec(CpuAttnIsa::kAmx, DType::kBF16, head, 32, 8, 1), X86Isa::kAmx,
+                  {"ldtilecfg", "tilezero", "tileloadd", "tdpbf16ps", "tilestored", "tilerelease"});
+  for (std::string& op : ops) op = op.substr(0, op.find(' '));
+  return ops;
 }
 
 TEST(X86AttentionAmx, EmittedBytesDisassembleToTileSequence) {
@@ -1758,14 +1763,24 @@ TEST(X86AttentionVec, PvChunksPrefetchTheFollowingChunk) {
   if (std::system("objdump --version > /dev/null 2>&1") != 0) {
     GTEST_SKIP() << "objdump (binutils) not found: cannot disassemble the emitted bytes";
   }
-  // Per P·V (the kernel holds one for each row count 1..8): D = 128, chunks at 0, 64, 128,
-  // 192 bytes of a 256-byte row; the three that have a follower fetch its one line for each of
-  // the step's two rows. D = 80: 160-byte rows, chunks [0, 64), [64, 128), [128, 160); the
-  // first two fetch two lines a row.
-  for (const auto& [head, per_pv] : {std::pair{int64_t(128), size_t(6)}, {int64_t(80), 8}}) {
+  // Per P·V (the kernel holds one for each row count 1..8; r13 at the step's first row): D = 128,
+  // chunks at 0, 64, 128, 192 bytes of a 256-byte row; the three that have a follower fetch its
+  // one line for each of the step's two rows. D = 80: 160-byte rows, chunks [0, 64), [64, 128),
+  // [128, 160); the first two fetch their follower's first and last byte's lines of each row.
+  // D = 512: the chunks run as a loop of one chunk a step (emit_dim_chunks), each fetching the
+  // next 64 bytes of both 1024-byte rows.
+  const std::pair<int64_t, std::vector<int64_t>> cases[] = {
+      {128, {64, 256 + 64, 128, 256 + 128, 192, 256 + 192}},
+      {80, {64, 127, 160 + 64, 160 + 127, 128, 159, 160 + 128, 160 + 159}},
+      {512, {64, 1024 + 64}}};
+  for (const auto& [head, offsets] : cases) {
     const OpSpec spec = attention_spec(CpuAttnIsa::kVec, DType::kBF16, head, 32, 8, 1);
     const std::vector<std::string> ops = emitted_ops(spec, X86Isa::kAvx512Bf16, {"prefetcht0"});
-    EXPECT_EQ(ops.size(), 8 * per_pv) << "head_size=" << head;
+    ASSERT_EQ(ops.size(), 8 * offsets.size()) << "head_size=" << head;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      EXPECT_EQ(ops[i], fmt::format("prefetcht0 {:#x}(%r13)", offsets[i % offsets.size()]))
+          << "head_size=" << head << ": prefetcht0 " << i;
+    }
   }
 }
 

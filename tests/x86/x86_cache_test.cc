@@ -134,14 +134,15 @@ TEST_P(X86CacheIsaTest, FlashUnalignedAndLongRowsMatchRef) {
 
 // HND copies at AVX-512 load a token's heads in batches that fill the 32 vector registers, then
 // store them (FlashWriteGenerator::copy_heads_in_batches): head counts of one batch, one batch
-// and a rest, several batches (a loop) and a rest, at heads of 2, 4 and 8 vectors (batches of
-// 16, 8 and 4 heads), and f32 heads of 8 vectors.
+// and a rest, several batches (a loop) and a rest, at heads of 2, 3, 4, 8 and 32 vectors
+// (batches of 16, 10 (30 registers), 8, 4 and 1 heads), bf16 and f32.
 TEST_P(X86CacheIsaTest, FlashHndHeadBatchesMatchRef) {
   const X86Isa isa = GetParam();
   for (const auto& [dtype, d] : {std::pair{DType::kBF16, int64_t(64)},
+                                 {DType::kBF16, int64_t(96)},
                                  {DType::kBF16, int64_t(128)},
-                                 {DType::kBF16, int64_t(256)},
-                                 {DType::kF32, int64_t(128)}}) {
+                                 {DType::kF32, int64_t(128)},
+                                 {DType::kBF16, int64_t(1024)}}) {
     for (int64_t heads : {4, 8, 9, 16, 17, 20}) {
       EXPECT_TRUE(check_spec(
           flash_spec(dtype, KvCacheDtype::kAuto, heads, d, 16, ir::CacheLayout::kHnd, false), isa,

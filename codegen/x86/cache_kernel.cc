@@ -165,8 +165,9 @@ class FlashWriteGenerator : public CacheGenerator {
   // stores (4K aliasing). bench_cache's HND auto row of 16 tokens, four processes each (each
   // places its buffers afresh): head by head 1.61-1.74 us, 0.96-1.09x the plain loop of the
   // same process; all 8 heads loaded first 1.33-1.51 us, 0.80-0.89x; batches of 4 heads (16
-  // registers) 0.86-0.97x, of 2 heads 1.02-1.14x. A one-token call pays for it (0.07-0.11 ->
-  // 0.11-0.12 us; the plain loop 0.42-0.47): with nothing queued to alias, the head-by-head
+  // registers) 0.86-0.97x, of 2 heads 1.02-1.14x; against x86-137 over ten processes
+  // 1.46-1.77 -> 1.36-1.61 us (0.79-0.95x). A one-token call pays for it (0.07-0.12 ->
+  // 0.11-0.14 us; the plain loop 0.42-0.49): with nothing queued to alias, the head-by-head
   // copy's early stores were the faster start (docs/decisions.md, "Thirtieth round"). Heads
   // whose bytes are not whole vectors keep the span path.
   static constexpr int kBatchRegs = 32;

@@ -396,16 +396,17 @@ __attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t* src, size_t by
   return sum;
 }
 
-// Read bandwidth of a `bytes` buffer with `threads` threads, per second of CPU time, measured
-// as measure_copy_gbps_cpu measures the copy (first touch by the reading threads, best of 7).
-double measure_read_gbps_cpu(int threads, size_t bytes) {
-  static const bool avx512 = detect_host_x86_isa() >= X86Isa::kAvx512;
+// `bytes` of huge pages, first touched by the threads that read them (thread_part), then read
+// 7 times by `threads` threads: read_part(src, thread, threads) reads the calling thread's share
+// and returns a sum to keep. The best rate per second of CPU time (each reading thread's own
+// CPU time, as measure_copy_gbps_cpu).
+template <class ReadPart>
+double best_read_gbps_cpu(int threads, size_t bytes, const ReadPart& read_part) {
   const CeilingBuffer src = ceiling_buffer(bytes);
-  const auto range = [&](size_t* begin, size_t* end) { thread_part(bytes, begin, end); };
 #pragma omp parallel num_threads(threads)
   {
     size_t begin = 0, end = 0;
-    range(&begin, &end);
+    thread_part(bytes, &begin, &end);
     std::memset(src.get() + begin, 1, end - begin);
   }
   double best = 0;
@@ -414,17 +415,25 @@ double measure_read_gbps_cpu(int threads, size_t bytes) {
     double cpu = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : cpu, sum)
     {
-      size_t begin = 0, end = 0;
-      range(&begin, &end);
       const double c0 = thread_cpu_seconds();
-      sum += avx512 ? read_avx512(src.get() + begin, end - begin)
-                    : read_avx2(src.get() + begin, end - begin);
+      sum += read_part(src.get(), size_t(omp_get_thread_num()), size_t(omp_get_num_threads()));
       cpu += thread_cpu_seconds() - c0;
     }
     best = std::max(best, double(bytes) / (cpu / double(threads)) / 1e9);
   }
   benchmark::DoNotOptimize(sum);
   return best;
+}
+
+// Read bandwidth of a `bytes` buffer read in order with `threads` threads, per second of CPU
+// time (best_read_gbps_cpu).
+double measure_read_gbps_cpu(int threads, size_t bytes) {
+  static const bool avx512 = detect_host_x86_isa() >= X86Isa::kAvx512;
+  return best_read_gbps_cpu(threads, bytes, [&](const uint8_t* src, size_t, size_t) {
+    size_t begin = 0, end = 0;
+    thread_part(bytes, &begin, &end);
+    return avx512 ? read_avx512(src + begin, end - begin) : read_avx2(src + begin, end - begin);
+  });
 }
 
 // The same bytes read as the decode kernel reads its KV: shuffled slabs of one block's K (or V)
@@ -455,35 +464,16 @@ __attribute__((target("avx2"))) uint64_t read_slabs(const uint8_t* base,
 
 // Read bandwidth of `bytes` (rounded down to whole slabs) as shuffled `slab`-byte slabs
 // (read_slabs) with `threads` threads, each over its share of the shuffled order, per second of
-// CPU time; first touch and best of 7 as measure_read_gbps_cpu.
+// CPU time (best_read_gbps_cpu).
 double measure_slab_read_gbps_cpu(int threads, size_t bytes, size_t slab) {
   const size_t slabs = bytes / slab;
-  const CeilingBuffer src = ceiling_buffer(slabs * slab);
   std::vector<int64_t> order(slabs);
   for (size_t i = 0; i < slabs; ++i) order[i] = int64_t(i);
   std::mt19937_64 rng(17);
   std::shuffle(order.begin(), order.end(), rng);
-#pragma omp parallel num_threads(threads)
-  {
-    size_t begin = 0, end = 0;
-    thread_part(slabs * slab, &begin, &end);
-    std::memset(src.get() + begin, 1, end - begin);
-  }
-  double best = 0;
-  uint64_t sum = 0;
-  for (int rep = 0; rep < 7; ++rep) {
-    double cpu = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : cpu, sum)
-    {
-      const size_t t = size_t(omp_get_thread_num()), n = size_t(omp_get_num_threads());
-      const double c0 = thread_cpu_seconds();
-      sum += read_slabs(src.get(), order, slabs * t / n, slabs * (t + 1) / n, slab);
-      cpu += thread_cpu_seconds() - c0;
-    }
-    best = std::max(best, double(slabs * slab) / (cpu / double(threads)) / 1e9);
-  }
-  benchmark::DoNotOptimize(sum);
-  return best;
+  return best_read_gbps_cpu(threads, slabs * slab, [&](const uint8_t* src, size_t t, size_t n) {
+    return read_slabs(src, order, slabs * t / n, slabs * (t + 1) / n, slab);
+  });
 }
 
 double& copy_gbps_cpu(int threads) {

@@ -1900,11 +1900,10 @@ class AttentionGenerator : public Generator {
   template <class Body>
   void emit_dim_chunks(int chunk, const Body& body) {
     const int64_t d = p_.head_size;
+    // Dims of the chunk at c0 (0 past the head).
+    const auto dims = [&](int64_t c0) { return int(std::clamp<int64_t>(d - c0, 0, chunk)); };
     if (d <= kUnrolledHead) {
-      for (int64_t c0 = 0; c0 < d; c0 += chunk) {
-        body(c0, int(std::min<int64_t>(d - c0, chunk)),
-             int(std::clamp<int64_t>(d - c0 - chunk, 0, chunk)));
-      }
+      for (int64_t c0 = 0; c0 < d; c0 += chunk) body(c0, dims(c0), dims(c0 + chunk));
       return;
     }
     const int step = int(std::max<int64_t>(1, 64 / (chunk * kv_esize_)));
@@ -1918,8 +1917,7 @@ class AttentionGenerator : public Generator {
                  for (int k = 0; k < step; ++k) body(k * chunk, chunk, chunk);
                });
     for (int64_t c0 = steps * step * chunk; c0 < d; c0 += chunk) {
-      body(c0, int(std::min<int64_t>(d - c0, chunk)),
-           int(std::clamp<int64_t>(d - c0 - chunk, 0, chunk)));
+      body(c0, dims(c0), dims(c0 + chunk));
     }
   }
 

@@ -591,18 +591,12 @@ class CacheGenerator : public Generator {
   // (write_span streams 64-byte aligned spans; sfence at its end, since streaming stores are
   // weakly ordered and the caller may read the cache right after the call) taken when the
   // call's rows times `bytes_per_row` reach kStreamingBytes, and the ordinary version.
-  // `min_bytes`: the threshold instead of kStreamingBytes. (The test multiplies the row count
-  // by an imm32: a row of at least the threshold streams at one row, so it counts as the
-  // threshold.)
+  // `min_bytes`: the threshold instead of kStreamingBytes (Generator::jump_if_below_streaming).
   template <class Loop>
   void with_streaming_stores(int64_t bytes_per_row, Loop loop,
                              int64_t min_bytes = kStreamingBytes) {
     Label l_plain, l_done;
-    mov(rax, rdx);
-    sub(rax, rsi);
-    imul(rax, rax, int(std::min(bytes_per_row, min_bytes)));
-    cmp(rax, int(min_bytes));
-    jl(l_plain, T_NEAR);
+    jump_if_below_streaming(bytes_per_row, l_plain, min_bytes);
     streaming_ = true;
     loop();
     sfence();

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <stdexcept>
@@ -1060,6 +1061,14 @@ void Generator::copy_span(const Reg64& dst, const Reg64& src, int64_t bytes, con
   }
   for (int64_t i = 0; i < vectors; ++i) move(int(i), i * width);
   copy_tail(dst, src, vectors * width, rem);
+}
+
+void Generator::jump_if_below_streaming(int64_t bytes_per_row, Label& l_below, int64_t min_bytes) {
+  mov(rax, rdx);
+  sub(rax, rsi);
+  imul(rax, rax, int(std::min(bytes_per_row, min_bytes)));
+  cmp(rax, int(min_bytes));
+  jl(l_below, T_NEAR);
 }
 
 void Generator::copy_span_backward(const Reg64& dst, const Reg64& src, int64_t bytes,

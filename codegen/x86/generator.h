@@ -215,6 +215,11 @@ class Generator : public Xbyak::CodeGenerator {
   /// the destination lines. Smaller calls (decode) keep ordinary stores, whose lines stay in the
   /// caches for the kernel that reads them next.
   static constexpr int64_t kStreamingBytes = int64_t(1) << 20;
+  /// Jumps to `l_below` when the call's rows [rsi, rdx) times `bytes_per_row` write fewer than
+  /// `min_bytes` bytes: the test for streaming stores. (The row count is multiplied by an imm32:
+  /// a row of at least `min_bytes` streams at one row, so it counts as `min_bytes`.) Uses rax.
+  void jump_if_below_streaming(int64_t bytes_per_row, Xbyak::Label& l_below,
+                               int64_t min_bytes = kStreamingBytes);
   /// Copies `bytes` bytes from [src] to [dst] (non-overlapping) with full-width vector moves
   /// and a masked (AVX-512) or scalar (AVX2) tail; a loop of four vectors per step when long.
   /// src, dst and `counter` are advanced/clobbered; uses rax and vmm13..14 (and k1 on AVX-512).

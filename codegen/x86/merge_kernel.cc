@@ -86,11 +86,7 @@ class MergeGenerator : public Generator {
     if (pairs_blend()) {
       Label l_ordinary;
       mov(byte[rsp + kStreaming], 0);
-      mov(rax, rdx);
-      sub(rax, rsi);
-      imul(rax, rax, int(p_.head_count * p_.head_size * osize_));
-      cmp(rax, int(kStreamingBytes));
-      jl(l_ordinary, T_NEAR);
+      jump_if_below_streaming(p_.head_count * p_.head_size * osize_, l_ordinary);
       cmp(qword[rdi + offsetof(MergeCallArgs, output_aligned)], 0);
       je(l_ordinary, T_NEAR);
       mov(byte[rsp + kStreaming], 1);

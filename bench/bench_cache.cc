@@ -113,7 +113,9 @@ void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
 }
 
 // Blocks of one layer's K+V for 16 tokens of 8 x 128 bf16 (64 KiB); pairs = 0: large shape.
-void bm_swap_blocks(benchmark::State& state, int64_t pairs, int threads, bool peer) {
+// `rep_movsb`: -1 the default copy for this host, else the knob's value (both measured in
+// the same run: the default differs by host, host_prefers_rep_movsb).
+void bm_swap_blocks(benchmark::State& state, int64_t pairs, int threads, bool peer, int rep_movsb) {
   const int64_t block_bytes = 2 * kBlockSize * kHeads * kHeadSize * 2;
   const OpSpec spec = OpSpec::make(OpKind::kSwapBlocks, ir::SwapBlocksParams{block_bytes});
   if (pairs == 0) pairs = bench::tokens_for(spec);
@@ -128,7 +130,9 @@ void bm_swap_blocks(benchmark::State& state, int64_t pairs, int threads, bool pe
     mapping[size_t(2 * i)] = ids[size_t(i)];
     mapping[size_t(2 * i + 1)] = ids[size_t(pairs + i)];
   }
-  const Kernel kernel = bench::compile_x86_or_die(spec, Config().set("threads", threads));
+  Config config = Config().set("threads", threads);
+  if (rep_movsb >= 0) config.set("rep_movsb", rep_movsb);
+  const Kernel kernel = bench::compile_x86_or_die(spec, config);
   const KernelArgs args({Tensor(src.data(), DType::kU8, {blocks, block_bytes}),
                          Tensor(dst.data(), DType::kU8, {blocks, block_bytes}),
                          Tensor(mapping.data(), DType::kI64, {pairs, 2})},
@@ -687,8 +691,18 @@ int main(int argc, char** argv) {
           }
         }
         benchmark::RegisterBenchmark((who + "swap_blocks" + shape + suffix).c_str(), bm_swap_blocks,
-                                     tokens, threads, peer)
+                                     tokens, threads, peer, -1)
             ->UseRealTime();
+        if (!peer) {
+          for (int rep_movsb : {0, 1}) {
+            benchmark::RegisterBenchmark(
+                (std::string(rep_movsb ? "kiln_rep_movsb" : "kiln_vector_loops") + "/swap_blocks" +
+                 shape + suffix)
+                    .c_str(),
+                bm_swap_blocks, tokens, threads, peer, rep_movsb)
+                ->UseRealTime();
+          }
+        }
         benchmark::RegisterBenchmark((who + "convert_fp8/bf16" + shape + suffix).c_str(),
                                      bm_convert_fp8, tokens * kHeads * kHeadSize, threads, peer,
                                      0.02, DType::kBF16)

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bench/ceilings.h"
+#include "codegen/x86/x86_backend.h"
 #include "ir/numeric.h"
 #include "runtime/runtime.h"
 
@@ -190,7 +191,11 @@ void run_and_report(benchmark::State& state, const OpSpec& spec, int64_t tokens,
 inline Kernel compile_x86_or_die(const OpSpec& spec, const Config& config) {
   CompileOptions options;
   options.backend = BackendKind::kX86;
-  options.config = config;
+  // The knobs given over the backend's default for this host (what jit::compile picks
+  // untuned), so a bench row measures the default code with the row's thread count.
+  Config merged = codegen::x86::make_backend()->configs(spec, host_target()).front();
+  for (const auto& [name, value] : config.knobs) merged.set(name, value);
+  options.config = merged;
   auto kernel = compile(spec, options);
   if (!kernel.is_ok()) {
     fmt::print(stderr, "{}\n", kernel.status().to_string());

@@ -36,4 +36,14 @@ X86Isa detect_host_x86_isa() {
   return isa;
 }
 
+bool host_prefers_rep_movsb() {
+  static const bool prefers = [] {
+    using Cpu = Xbyak::util::Cpu;
+    const Cpu cpu;
+    constexpr int kZen5Family = 0x1A;
+    return cpu.has(Cpu::tAMD) && cpu.displayFamily >= kZen5Family;
+  }();
+  return prefers;
+}
+
 }  // namespace jit

@@ -60,6 +60,14 @@ X86Isa x86_isa_of(const X86Features& f);
 /// The host CPU's x86 ISA as detected by CPUID (and the OS's XSAVE state), before any cap.
 X86Isa detect_host_x86_isa();
 
+/// Whether the host's `rep movsb` copies blocks of kilobytes faster than kiln's vector loops,
+/// so that swap_blocks defaults to it (its `rep_movsb` knob). True on AMD family 0x1A (Zen 5),
+/// where a 64 KiB block from the L3 copies ~15% faster with it (a read for ownership of the
+/// destination saved); false elsewhere: on Zen 4 glibc's memcpy, which is `rep movsb` at these
+/// sizes, ran level with the loops for 16 blocks and 1.3x slower for one (docs/decisions.md,
+/// "Thirty-first round"); Intel's is not measured here.
+bool host_prefers_rep_movsb();
+
 /// The host target for `backend`, with the ISA capped at `isa_cap` (KILN_ISA).
 Target host_target(BackendKind backend = BackendKind::kX86, X86Isa isa_cap = X86Isa::kAmx);
 

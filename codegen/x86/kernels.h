@@ -181,8 +181,9 @@ Result<std::vector<uint8_t>> generate_cache_write(const OpSpec& spec, X86Isa isa
 Result<std::vector<uint8_t>> generate_rope_cache_flash(const OpSpec& spec, X86Isa isa);
 /// Emits concat_and_cache_mla (MlaCacheWriteParams; kv auto, fp8_e4m3, fp8_e5m2) at `isa`.
 Result<std::vector<uint8_t>> generate_mla_cache_write(const OpSpec& spec, X86Isa isa);
-/// Emits swap_blocks (SwapBlocksParams) at `isa`.
-Result<std::vector<uint8_t>> generate_swap_blocks(const OpSpec& spec, X86Isa isa);
+/// Emits swap_blocks (SwapBlocksParams) at `isa`; `rep_movsb`: each block by `rep movsb`
+/// instead of vector loops.
+Result<std::vector<uint8_t>> generate_swap_blocks(const OpSpec& spec, bool rep_movsb, X86Isa isa);
 /// Emits cp_gather_cache (CpGatherCacheParams) or gather_and_maybe_dequant_cache
 /// (GatherCacheParams) at `isa`.
 Result<std::vector<uint8_t>> generate_gather(const OpSpec& spec, X86Isa isa);

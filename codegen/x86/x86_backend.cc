@@ -22,8 +22,12 @@ namespace {
 //   threads: OpenMP threads across rows (0 = omp_get_max_threads()).
 //   min_parallel_kib: below this many KiB moved per call, run on the calling thread (a
 //     parallel region costs a few microseconds, more than a decode-sized row takes).
+//   rep_movsb (swap_blocks only): 1 copies each block with `rep movsb`, 0 with vector loops
+//     (the direction that avoids 4K aliasing, streaming stores for large calls). Default: 1
+//     where host_prefers_rep_movsb() (Zen 5), else 0.
 constexpr std::string_view kThreads = "threads";
 constexpr std::string_view kMinParallelKib = "min_parallel_kib";
+constexpr std::string_view kRepMovsb = "rep_movsb";
 constexpr int64_t kDefaultMinParallelKib = 256;
 
 bool is_norm(OpKind op) {
@@ -103,8 +107,21 @@ constexpr int64_t kMaxParallelKib = 1ll << 40;  // 1 PiB: any call is below it
 // that nothing reads would otherwise be accepted and ignored.
 Status check_row_op_config(const OpSpec& spec, const Config& config) {
   constexpr std::string_view kRowOpKnobs[] = {kThreads, kMinParallelKib};
-  KILN_RETURN_IF_ERROR(check_knob_names("x86", spec, config, kRowOpKnobs));
+  constexpr std::string_view kSwapKnobs[] = {kThreads, kMinParallelKib, kRepMovsb};
+  KILN_RETURN_IF_ERROR(check_knob_names("x86", spec, config,
+                                        spec.op == OpKind::kSwapBlocks
+                                            ? std::span<const std::string_view>(kSwapKnobs)
+                                            : std::span<const std::string_view>(kRowOpKnobs)));
   for (const auto& [name, value] : config.knobs) {
+    if (name == kRepMovsb) {
+      if (value != 0 && value != 1) {
+        return invalid_argument(fmt::format(
+            "x86 config: rep_movsb={} is not allowed; allowed: 1 (rep movsb per block) or 0 "
+            "(vector loops)",
+            value));
+      }
+      continue;
+    }
     const int64_t limit = name == kThreads ? kMaxThreads : kMaxParallelKib;
     if (value < 0 || value > limit) {
       return invalid_argument(fmt::format(
@@ -707,12 +724,20 @@ class X86Backend final : public Backend {
 
   std::vector<Config> configs(const OpSpec& spec, const Target& target) const override {
     if (is_cpu_attention_op(spec.op)) return cpu_attention_configs(spec, target);
+    // swap_blocks: each point with either copy; the default is the host's (`target` is the
+    // host's, capped at most, when configs() serves a compile or `kiln tune`).
+    const bool swap = spec.op == OpKind::kSwapBlocks;
+    const std::vector<int64_t> copies = swap ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{};
     std::vector<Config> space;
-    space.push_back(Config{});  // heuristic default
+    space.push_back(swap && host_prefers_rep_movsb() ? Config().set(std::string(kRepMovsb), 1)
+                                                     : Config{});  // heuristic default
     for (int64_t threads : {1, 2}) {
       for (int64_t kib : {64, 256, 1024}) {
-        space.push_back(
-            Config().set(std::string(kThreads), threads).set(std::string(kMinParallelKib), kib));
+        const Config point =
+            Config().set(std::string(kThreads), threads).set(std::string(kMinParallelKib), kib);
+        if (!swap) space.push_back(point);
+        for (int64_t copy : copies)
+          space.push_back(Config(point).set(std::string(kRepMovsb), copy));
       }
     }
     return space;
@@ -756,8 +781,8 @@ class X86Backend final : public Backend {
   std::string_view codegen_version() const override { return kCodegenVersion; }
 
  private:
-  // `config` matters to the attention kernels only (the dpbf16 knob); the other generators'
-  // knobs are read by their runners.
+  // `config` matters to the attention kernels (the dpbf16 knob) and to swap_blocks (rep_movsb);
+  // the other generators' knobs are read by their runners.
   static Result<std::vector<uint8_t>> generate(const OpSpec& spec, const Config& config,
                                                X86Isa isa) {
     if (is_cpu_attention_op(spec.op)) return generate_cpu_attention_op(spec, config, isa);
@@ -779,7 +804,9 @@ class X86Backend final : public Backend {
     if (spec.op == OpKind::kMergeAttnStates) return generate_merge_attn_states(spec, isa);
     if (spec.op == OpKind::kRotaryEmbeddingAndCacheFlash)
       return generate_rope_cache_flash(spec, isa);
-    if (spec.op == OpKind::kSwapBlocks) return generate_swap_blocks(spec, isa);
+    if (spec.op == OpKind::kSwapBlocks) {
+      return generate_swap_blocks(spec, config.get(kRepMovsb, 0) != 0, isa);
+    }
     if (spec.op == OpKind::kConvertFp8) return generate_convert_fp8(spec, isa);
     if (is_gather(spec.op)) return generate_gather(spec, isa);
     return generate_activation(spec, isa);

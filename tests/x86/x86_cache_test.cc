@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "codegen/ref/ref.h"
+#include "codegen/x86/x86_backend.h"
 #include "ir/numeric.h"
 #include "runtime/runtime.h"
 #include "tests/harness/op_cases.h"
@@ -1125,6 +1126,96 @@ TEST(X86SwapBlocks, LargeCallsStreamAndMatchMemcpy) {
       }
     }
   }
+}
+
+// rep_movsb=1 (the default on Zen 5, host_prefers_rep_movsb) copies each block with `rep
+// movsb`: blocks of 1 byte to 64 KiB + 16, repeated destinations in mapping order, one and two
+// threads, small calls and one past the vector loops' streaming size, against memcpy with the
+// bytes around the destination untouched; the code holds the string copy and no vector loop.
+TEST(X86SwapBlocks, RepMovsbMatchesMemcpy) {
+  for (X86Isa isa : isa_paths()) {
+    for (int64_t bytes : {1, 200, 4096 + 80, 65536 + 16}) {
+      const OpSpec spec = OpSpec::make(OpKind::kSwapBlocks, ir::SwapBlocksParams{bytes});
+      for (int64_t threads : {1, 2}) {
+        const Kernel kernel = compile_x86(
+            spec, isa,
+            Config().set("threads", threads).set("min_parallel_kib", 0).set("rep_movsb", 1));
+        auto text = kernel.disassembly();
+        ASSERT_TRUE(text.is_ok()) << text.status().to_string();
+        EXPECT_NE(text.value().find("rep movsb"), std::string::npos) << x86_isa_name(isa);
+        EXPECT_EQ(text.value().find("vmovups"), std::string::npos) << x86_isa_name(isa);
+        EXPECT_EQ(text.value().find("vmovntps"), std::string::npos) << x86_isa_name(isa);
+        // 130 pairs of 64 KiB: past the 8 MiB at which the vector loops stream.
+        const int64_t pairs = bytes > 65536 ? 130 : 7;
+        const int64_t blocks = pairs + 1;
+        std::vector<uint8_t> src(size_t(blocks * bytes));
+        for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 13 + i / 4096);
+        std::vector<uint8_t> dst(size_t(blocks * bytes + 128), 0xEE);
+        std::vector<int64_t> mapping(size_t(2 * pairs));
+        for (int64_t p = 0; p < pairs; ++p) {
+          mapping[size_t(2 * p)] = (p * 5 + 1) % blocks;
+          // block 0 is written twice (pairs 0 and 1): the later pair's bytes stay
+          mapping[size_t(2 * p + 1)] = p < 2 ? 0 : blocks - p;
+        }
+        std::vector<uint8_t> expected = dst;
+        for (int64_t p = 0; p < pairs; ++p) {
+          std::memcpy(expected.data() + 64 + mapping[size_t(2 * p + 1)] * bytes,
+                      src.data() + mapping[size_t(2 * p)] * bytes, size_t(bytes));
+        }
+        const KernelArgs args({Tensor(src.data(), DType::kU8, {blocks, bytes}),
+                               Tensor(dst.data() + 64, DType::kU8, {blocks, bytes}),
+                               Tensor(mapping.data(), DType::kI64, {pairs, 2})},
+                              {});
+        ASSERT_TRUE(kernel.run(args).is_ok());
+        EXPECT_TRUE(dst == expected)
+            << x86_isa_name(isa) << " bytes=" << bytes << " threads=" << threads;
+      }
+    }
+  }
+}
+
+// The rep_movsb knob: 0 / 1 only, swap_blocks only (other ops refuse it, naming their knobs);
+// every point of swap_blocks' tuning space says which copy it takes, and the default (the
+// space's first point) is the host's (host_prefers_rep_movsb); the knob changes the code.
+TEST(X86SwapBlocks, RepMovsbKnob) {
+  const OpSpec swap = OpSpec::make(OpKind::kSwapBlocks, ir::SwapBlocksParams{4096});
+  CompileOptions options;
+  options.backend = BackendKind::kX86;
+  options.use_disk_cache = false;
+  options.config = Config().set("rep_movsb", 2);
+  auto refused = compile(swap, options);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("rep_movsb=2 is not allowed; allowed: 1"),
+            std::string::npos)
+      << refused.status().message();
+  options.config = Config().set("rep_movsb", 1);
+  const OpSpec norm = parse_spec("rms_norm(dtype=bf16,hidden=64,weight=true)").value();
+  auto other = compile(norm, options);
+  ASSERT_FALSE(other.is_ok());
+  EXPECT_NE(other.status().message().find("rep_movsb"), std::string::npos)
+      << other.status().message();
+  EXPECT_NE(other.status().message().find("min_parallel_kib"), std::string::npos)
+      << other.status().message();
+
+  auto backend = codegen::x86::make_backend();
+  const auto space = backend->configs(swap, host_target());
+  ASSERT_GT(space.size(), 2u);
+  EXPECT_EQ(space.front().get("rep_movsb", 0), host_prefers_rep_movsb() ? 1 : 0);
+  for (size_t i = 1; i < space.size(); ++i) {
+    EXPECT_NE(space[i].get("rep_movsb", -1), -1) << space[i].to_string();
+  }
+  const auto norm_space = backend->configs(norm, host_target());
+  for (const Config& c : norm_space) EXPECT_EQ(c.get("rep_movsb", -1), -1) << c.to_string();
+
+  Target target;
+  target.backend = BackendKind::kX86;
+  target.isa = X86Isa::kAvx2;
+  auto loops = backend->lower(swap, Config().set("rep_movsb", 0), target);
+  auto string_copy = backend->lower(swap, Config().set("rep_movsb", 1), target);
+  auto by_default = backend->lower(swap, Config(), target);
+  ASSERT_TRUE(loops.is_ok() && string_copy.is_ok() && by_default.is_ok());
+  EXPECT_NE(loops->code, string_copy->code);
+  EXPECT_EQ(loops->code, by_default->code) << "an empty config is the vector loops";
 }
 
 // A slot >= num_blocks * block_size: kInvalidArgument naming slot_mapping and the index, and

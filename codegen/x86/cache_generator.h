@@ -971,9 +971,9 @@ class CacheGenerator : public Generator {
   // k > 7, so lanes with a >= 0x7C00 are raised to the largest code before the clamp. ~28 uops
   // per 16 values against ~42 on the fp32 steps.
   // AVX-512 without AVX512-FP16 (x86-128) runs these steps too: 256-bit ones two per 64 values,
-  // and for bf16 at VBMI the same steps on 512-bit vectors (quantise_pow2_zmm_unit, x86-130).
-  // The exact fp32 steps there (quantise_fast_unit with its subnormal fix-up) cost ~70 vector
-  // uops per 64 values, and Zen 4 issues a 512-bit uop as two 256-bit halves. Zen 4, bf16 at
+  // and at VBMI the same steps on 512-bit vectors (quantise_pow2_zmm_unit: bf16 x86-130, f16
+  // x86-139). The exact fp32 steps there (quantise_fast_unit with its subnormal fix-up) cost ~70
+  // vector uops per 64 values, and Zen 4 issues a 512-bit uop as two 256-bit halves. Zen 4, bf16 at
   // scale 1.0, x86-127 -> x86-130 (two alternated rounds, 1 thread): convert_fp8 13.2-13.3 ->
   // 20.8-21.6 GB/s at 64 MB, 3.3 -> 1.8 us at 16 K values; the flash fp8 write 9.5-11.0 ->
   // 20.5-21.7 GB/s (random slots) and 11.3-12.1 -> 22.7-23.7 (a prefill's);
@@ -1093,18 +1093,24 @@ class CacheGenerator : public Generator {
     vpminsd(v, v, max_sub);
   }
 
-  // quantise_pow2_ymm_unit's steps for bf16 on 512-bit vectors (VBMI, without AVX512-FP16): 64
-  // values, one zmm of 32 words at a time, with masks for the lsb's increment and the NaN code
-  // (vptestmw, vpcmpuw), a bit-select for the sign and one vpermi2b packing the 64 codes'
-  // low bytes: ~22 vector uops per 32 values against ~50 ymm uops. zmm14 and zmm15 hold round
-  // and C' (load_pow2_ymm_constants with `zmm`). Uses zmm0, zmm1, zmm16..19, k2, k3.
+  // quantise_pow2_ymm_unit's steps for bf16 and f16 on 512-bit vectors (VBMI, without
+  // AVX512-FP16): 64 values, one zmm of 32 words at a time, with masks for the lsb's increment,
+  // f16's saturated infinities and the NaN code (vptestmw, vpcmpuw), a bit-select for the sign
+  // and one vpermi2b packing the 64 codes' low bytes. The subnormal grid takes the values as
+  // fp32: bf16's even (low word) and odd (high word) values in place, f16's 32 values by two
+  // vcvtph2ps (exact) whose dwords' low words one vpermi2w puts back in order. ~22 vector uops
+  // per 32 bf16 values and ~27 per 32 f16 values, against ~50 and ~56 on 256-bit vectors.
+  // zmm14 and zmm15 hold round and C' (load_pow2_ymm_constants with `zmm`). Uses zmm0, zmm1,
+  // zmm16..20, k2, k3.
   void quantise_pow2_zmm_unit(const Reg64& dst, const Reg64& src, int dst_off, int src_off,
-                              DType format, bool streaming) {
+                              DType dtype, DType format, bool streaming) {
     using Xbyak::Zmm;
     const Fp8Layout f = fp8_layout(format);
-    const int m = f.mantissa_bits, d = pow2_format(DType::kBF16, format)->exponent_lsb - m;
+    const bool f16 = dtype == DType::kF16;
+    const int m = f.mantissa_bits, d = pow2_format(dtype, format)->exponent_lsb - m;
+    const uint32_t inf_bits = f16 ? 0x7C00 : 0x7F80;
     constexpr uint8_t kGt = 6, kOrAnd = 0xF8;  // vpcmpuw predicate; vpternlogd: A | (B & C)
-    const Zmm round(14), magic(15), w(16), a(17), t(18), u(19);
+    const Zmm round(14), magic(15), w(16), a(17), t(18), u(19), sub(f16 ? 20 : 18);
     for (int h = 0; h < 2; ++h) {
       const Zmm code(h);
       vmovdqu16(w, ptr[src + src_off + 64 * h]);
@@ -1115,15 +1121,36 @@ class CacheGenerator : public Generator {
       vpaddw(code | k2, code, cst_bits(words(1)));
       vpsraw(code, code, d);
       vpminsw(code, code, cst_bits(words(f.max_code)));
-      vpcmpuw(k3, a, cst_bits(words(0x7F80)), kGt);
+      if (f16) {
+        // f16's inf reads as 2^(16 - k), inside e4m3's range for k > 7: saturate it (and NaN,
+        // moved on below). bf16's reads as 2^(128 - k), which the clamp saturates.
+        vpcmpuw(k3, a, cst_bits(words(inf_bits - 1)), kGt);
+        vmovdqu16(code | k3, cst_bits(words(f.max_code)));
+      }
+      vpcmpuw(k3, a, cst_bits(words(inf_bits)), kGt);
       vmovdqu16(code | k3, cst_bits(words(f.nan_code)));
-      // the subnormal grid on the even (low word) and odd (high word) values as fp32
-      vpslld(t, a, 16);
-      vpandd(u, a, cst_bits(0xFFFF0000u));
-      for (const Zmm& v : {t, u}) subnormal_code(v, magic, cst_bits(1u << m));
-      vpslld(u, u, 16);
-      vpord(t, t, u);
-      vpmaxsw(code, code, t);
+      if (f16) {
+        // the subnormal grid on values 0-15 and 16-31 as fp32, their dwords' low words in order
+        vextracti32x8(Xbyak::Ymm(u.getIdx()), a, 1);
+        vcvtph2ps(t, Xbyak::Ymm(a.getIdx()));
+        vcvtph2ps(u, Xbyak::Ymm(u.getIdx()));
+        for (const Zmm& v : {t, u}) subnormal_code(v, magic, cst_bits(1u << m));
+        std::array<uint32_t, 16> low_words{};
+        for (uint32_t i = 0; i < 32; ++i) {
+          const uint32_t index = i < 16 ? 2 * i : 32 + 2 * (i - 16);
+          low_words[i / 2] |= index << (16 * (i % 2));
+        }
+        vmovdqu32(sub, cst_table(low_words));
+        vpermi2w(sub, t, u);
+      } else {
+        // the subnormal grid on the even (low word) and odd (high word) values as fp32
+        vpslld(t, a, 16);
+        vpandd(u, a, cst_bits(0xFFFF0000u));
+        for (const Zmm& v : {t, u}) subnormal_code(v, magic, cst_bits(1u << m));
+        vpslld(u, u, 16);
+        vpord(sub, t, u);  // sub is t
+      }
+      vpmaxsw(code, code, sub);
       vpsrlw(t, w, 8);
       vpternlogd(code, t, cst_bits(words(0x80)), kOrAnd);
     }
@@ -1848,8 +1875,8 @@ class CacheGenerator : public Generator {
   // advanced): code = fp8(x / scale), through load_scaled (`recip` = scale_reciprocal(scale)),
   // in steps of 64 by quantise_pow2_unit (bf16 / f16 with a power-of-two scale, AVX512-FP16) or
   // quantise_fast_unit where fast_quantise(dtype), in steps of 32 by quantise_pow2_ymm_unit
-  // (bf16 / f16 with a power-of-two scale, AVX2 and AVX-512 without AVX512-FP16; at VBMI bf16
-  // in steps of 64 by quantise_pow2_zmm_unit, f16 two per step) or quantise_ymm_unit where
+  // (bf16 / f16 with a power-of-two scale, AVX2 and AVX-512 without AVX512-FP16; at VBMI in
+  // steps of 64 by quantise_pow2_zmm_unit) or quantise_ymm_unit where
   // ymm_quantise(dtype)
   // (AVX2, AVX-512 without VBMI). `streaming`: the fast steps' stores are streaming (dst 64-byte
   // aligned). Clobbers vmm0..3, vmm13..15, zmm16..22, k1..k7, eax and reg_count_: callers keep
@@ -1904,13 +1931,13 @@ class CacheGenerator : public Generator {
       const int64_t units = elements / step;
       constexpr int64_t kMaxFastUnrolled = 1;  // code size: each step carries its fallback
       enum class Steps { kWindow, kExact, kExactProducts, kPow2, kPow2Ymm, kTable };
-      // The power-of-two steps on 512-bit vectors (bf16 in steps of 64: VBMI).
-      const bool pow2_zmm = step == kFastUnit && dtype == DType::kBF16;
+      // The power-of-two steps on 512-bit vectors (bf16 and f16 in steps of 64: VBMI).
+      const bool pow2_zmm = step == kFastUnit && (dtype == DType::kBF16 || dtype == DType::kF16);
       const auto table = quantise_tables_.find(scale.getIdx());
       const bool has_table = dtype == DType::kBF16 && table != quantise_tables_.end();
       auto unit = [&](Steps steps, int dst_off, int src_off) {
         if (steps == Steps::kPow2Ymm && pow2_zmm) {
-          quantise_pow2_zmm_unit(dst, src, dst_off, src_off, format, streaming);
+          quantise_pow2_zmm_unit(dst, src, dst_off, src_off, dtype, format, streaming);
         } else if (steps == Steps::kPow2Ymm) {
           for (int off = 0; off < step; off += kYmmUnit) {
             quantise_pow2_ymm_unit(dst, src, dst_off + off, src_off + off * esize, dtype, format,

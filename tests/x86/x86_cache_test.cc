@@ -328,7 +328,7 @@ TEST_P(X86CacheIsaTest, ConvertFp8ExactProductsSubnormalLaneAtEveryPosition) {
 // quantise_pow2_unit on AVX512-FP16: bf16 -> e4m3 for 2^k, k in [-100, 100], f16 -> e4m3 for k
 // in [0, 15]; the fp32 steps outside (2^+-101 and, for f16, 2^1 and 2^-16). At AVX2 and the
 // AVX-512 levels without AVX512-FP16 both take quantise_pow2_ymm_unit's 16-bit lanes on ymm for
-// the same k (NaN and inf handled in the step). Every
+// the same k (NaN and inf handled in the step), at VBMI the same steps on zmm. Every
 // bf16 / f16 value (zero, denormals, the fp8 subnormal range and
 // its ties, saturation, +-inf, NaN: on AVX512-FP16 a NaN sends its step to the generic path,
 // and for f16 an inf), then a tail.
@@ -346,9 +346,9 @@ TEST_P(X86CacheIsaTest, ConvertFp8PowerOfTwoScalesAreBitExactForEveryInput) {
     EXPECT_EQ(text.value().find("vaddph") != std::string::npos, isa >= X86Isa::kAvx512Fp16)
         << dtype_name(dtype) << " isa=" << x86_isa_name(isa);
     // The 16-bit steps below AVX512-FP16: the normal range's arithmetic shift on words (the
-    // fp32 steps have none), on a zmm for bf16 at VBMI (quantise_pow2_zmm_unit), else on a ymm.
+    // fp32 steps have none), on a zmm at VBMI (quantise_pow2_zmm_unit), else on a ymm.
     if (isa < X86Isa::kAvx512Fp16) {
-      const bool zmm = isa >= X86Isa::kAvx512Vbmi && dtype == DType::kBF16;
+      const bool zmm = isa >= X86Isa::kAvx512Vbmi;
       EXPECT_EQ(std::regex_search(text.value(), std::regex("vpsraw[^\\n]*%zmm")), zmm)
           << dtype_name(dtype) << " isa=" << x86_isa_name(isa);
       EXPECT_EQ(std::regex_search(text.value(), std::regex("vpsraw[^\\n]*%ymm")), !zmm)
@@ -360,9 +360,12 @@ TEST_P(X86CacheIsaTest, ConvertFp8PowerOfTwoScalesAreBitExactForEveryInput) {
 // The specials on the power-of-two steps, one at each of a step's 64 positions among finite
 // values: a NaN must send its step to the generic path (the others' codes unchanged), and +-inf
 // must saturate there too (the bf16 steps read inf as 2^(128-k); f16 steps send it to the
-// generic path); at scales 2^-100, 1, 2^15 and 2^100 (the ends of the paths' ranges), e4m3
-// through convert_fp8 (bf16 and f16) and e5m2 through the flash write (a per-tensor scale).
-TEST_P(X86CacheIsaTest, PowerOfTwoStepsHandleNanAndInfAtEveryPosition) {
+// generic path); a zero and a value in e4m3's subnormal range among normal values must take
+// their own lane's subnormal code (the f16 steps at VBMI convert the values to fp32 and put the
+// lanes back in order, a misplaced lane gives a neighbour's); at scales 2^-100, 1, 2^15 and
+// 2^100 (the ends of the paths' ranges), e4m3 through convert_fp8 (bf16 and f16) and e5m2
+// through the flash write (a per-tensor scale).
+TEST_P(X86CacheIsaTest, PowerOfTwoStepsHandleSpecialLanesAtEveryPosition) {
   const X86Isa isa = GetParam();
   const auto convert = [](DType dtype) {
     return OpSpec::make(OpKind::kConvertFp8, ir::ConvertFp8Params{DType::kFp8E4m3, dtype});
@@ -374,8 +377,10 @@ TEST_P(X86CacheIsaTest, PowerOfTwoStepsHandleNanAndInfAtEveryPosition) {
   for (const OpSpec& spec : specs) {
     const bool is_convert = spec.op == OpKind::kConvertFp8;
     const Kernel kernel = compile_x86(spec, isa);
-    for (double special : {nan, inf, -inf}) {
+    for (double special_class : {nan, inf, -inf, 0.0, -1.0}) {
       for (int k : {-100, 0, 15, 100}) {
+        // -1: 1.25 * 2^(k-8), 2.5 quanta of e4m3's subnormal grid at this scale
+        const double special = special_class == -1.0 ? std::ldexp(1.25, k - 8) : special_class;
         // convert: 4096 values; flash: 64 rows of 1024.
         auto c = test::make_case(spec, is_convert ? 64 * 64 : 64, InputKind::kNormal, 5);
         ASSERT_TRUE(c.is_ok());

@@ -75,12 +75,12 @@ class CacheWriteGenerator : public CacheGenerator {
       reserve_quantise_tables(p_.dtype, fp8_format(p_.kv), {vmm(kKScale), vmm(kVScale)},
                               rows_times(p_.head_count_kv * p_.head_size), int(stage));
     }
-    // bf16's 16-bit steps with their most-used constants in registers (from the pool each is
-    // a 64-byte load per use).
-    const bool pinned = fp8 && p_.dtype == DType::kBF16 && has_vbmi();
-    if (pinned) {
-      pin_leading_constants(bf16_step_constants(fp8_format(p_.kv)), kPinnedRegs);
-    }
+    // The 16-bit steps with their most-used constants in registers (quantise_step_constants
+    // says why).
+    const std::vector<uint32_t> steps =
+        fp8 ? quantise_step_constants(p_.dtype, fp8_format(p_.kv)) : std::vector<uint32_t>{};
+    const bool pinned = !steps.empty();
+    if (pinned) pin_leading_constants(steps, kPinnedRegs);
     if (block_path()) {
       with_streaming_stores(2 * p_.head_count_kv * d * csize, [&] { token_loop(); });
     } else {

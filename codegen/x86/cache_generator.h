@@ -1100,41 +1100,68 @@ class CacheGenerator : public Generator {
   // fp32: bf16's even (low word) and odd (high word) values in place, f16's 32 values by two
   // vcvtph2ps (exact) whose dwords' low words one vpermi2w puts back in order. ~22 vector uops
   // per 32 bf16 values and ~27 per 32 f16 values, against ~50 and ~56 on 256-bit vectors.
-  // zmm14 and zmm15 hold round and C' (load_pow2_ymm_constants with `zmm`). Uses zmm0, zmm1,
-  // zmm16..20, k2, k3.
+  // zmm14 and zmm15 hold round and C' (load_pow2_ymm_constants with `zmm`); its other
+  // constants (pow2_zmm_constants) come from cst_bits, so a writer may pin them. Uses zmm0,
+  // zmm1, zmm16..20, k2, k3.
+  struct Pow2ZmmConstants {
+    uint32_t magnitude, lsb, one, max_code, below_inf, inf, nan_code, max_sub, sign, high_words;
+    bool f16;
+    // In a list, for pin_constants (below_inf for f16 only, high_words for bf16 only).
+    std::vector<uint32_t> list() const {
+      std::vector<uint32_t> all{magnitude, lsb, one, max_code, inf, nan_code, max_sub, sign};
+      all.push_back(f16 ? below_inf : high_words);
+      return all;
+    }
+  };
+  static Pow2ZmmConstants pow2_zmm_constants(DType dtype, DType format) {
+    const Fp8Layout f = fp8_layout(format);
+    const bool f16 = dtype == DType::kF16;
+    const int d = pow2_format(dtype, format)->exponent_lsb - f.mantissa_bits;
+    const uint32_t inf_bits = f16 ? 0x7C00 : 0x7F80;
+    return {words(0x7FFF),
+            words(1u << d),
+            words(1),
+            words(f.max_code),
+            words(inf_bits - 1),
+            words(inf_bits),
+            words(f.nan_code),
+            1u << f.mantissa_bits,
+            words(0x80),
+            0xFFFF0000u,
+            f16};
+  }
   void quantise_pow2_zmm_unit(const Reg64& dst, const Reg64& src, int dst_off, int src_off,
                               DType dtype, DType format, bool streaming) {
     using Xbyak::Zmm;
-    const Fp8Layout f = fp8_layout(format);
-    const bool f16 = dtype == DType::kF16;
-    const int m = f.mantissa_bits, d = pow2_format(dtype, format)->exponent_lsb - m;
-    const uint32_t inf_bits = f16 ? 0x7C00 : 0x7F80;
+    const Pow2ZmmConstants c = pow2_zmm_constants(dtype, format);
+    const bool f16 = c.f16;
+    const int d = pow2_format(dtype, format)->exponent_lsb - fp8_layout(format).mantissa_bits;
     constexpr uint8_t kGt = 6, kOrAnd = 0xF8;  // vpcmpuw predicate; vpternlogd: A | (B & C)
     const Zmm round(14), magic(15), w(16), a(17), t(18), u(19), sub(f16 ? 20 : 18);
     for (int h = 0; h < 2; ++h) {
       const Zmm code(h);
       vmovdqu16(w, ptr[src + src_off + 64 * h]);
-      vpandd(a, w, cst_bits(words(0x7FFF)));
+      vpandd(a, w, cst_bits(c.magnitude));
       // the normal range: n = (a + round + lsb) >> D, clamped, NaN moved to its code
-      vptestmw(k2, a, cst_bits(words(1u << d)));
+      vptestmw(k2, a, cst_bits(c.lsb));
       vpaddw(code, a, round);
-      vpaddw(code | k2, code, cst_bits(words(1)));
+      vpaddw(code | k2, code, cst_bits(c.one));
       vpsraw(code, code, d);
-      vpminsw(code, code, cst_bits(words(f.max_code)));
+      vpminsw(code, code, cst_bits(c.max_code));
       if (f16) {
         // f16's inf reads as 2^(16 - k), inside e4m3's range for k > 7: saturate it (and NaN,
         // moved on below). bf16's reads as 2^(128 - k), which the clamp saturates.
-        vpcmpuw(k3, a, cst_bits(words(inf_bits - 1)), kGt);
-        vmovdqu16(code | k3, cst_bits(words(f.max_code)));
+        vpcmpuw(k3, a, cst_bits(c.below_inf), kGt);
+        vmovdqu16(code | k3, cst_bits(c.max_code));
       }
-      vpcmpuw(k3, a, cst_bits(words(inf_bits)), kGt);
-      vmovdqu16(code | k3, cst_bits(words(f.nan_code)));
+      vpcmpuw(k3, a, cst_bits(c.inf), kGt);
+      vmovdqu16(code | k3, cst_bits(c.nan_code));
       if (f16) {
         // the subnormal grid on values 0-15 and 16-31 as fp32, their dwords' low words in order
         vextracti32x8(Xbyak::Ymm(u.getIdx()), a, 1);
         vcvtph2ps(t, Xbyak::Ymm(a.getIdx()));
         vcvtph2ps(u, Xbyak::Ymm(u.getIdx()));
-        for (const Zmm& v : {t, u}) subnormal_code(v, magic, cst_bits(1u << m));
+        for (const Zmm& v : {t, u}) subnormal_code(v, magic, cst_bits(c.max_sub));
         std::array<uint32_t, 16> low_words{};
         for (uint32_t i = 0; i < 32; ++i) {
           const uint32_t index = i < 16 ? 2 * i : 32 + 2 * (i - 16);
@@ -1145,14 +1172,14 @@ class CacheGenerator : public Generator {
       } else {
         // the subnormal grid on the even (low word) and odd (high word) values as fp32
         vpslld(t, a, 16);
-        vpandd(u, a, cst_bits(0xFFFF0000u));
-        for (const Zmm& v : {t, u}) subnormal_code(v, magic, cst_bits(1u << m));
+        vpandd(u, a, cst_bits(c.high_words));
+        for (const Zmm& v : {t, u}) subnormal_code(v, magic, cst_bits(c.max_sub));
         vpslld(u, u, 16);
         vpord(sub, t, u);  // sub is t
       }
       vpmaxsw(code, code, sub);
       vpsrlw(t, w, 8);
-      vpternlogd(code, t, cst_bits(words(0x80)), kOrAnd);
+      vpternlogd(code, t, cst_bits(c.sign), kOrAnd);
     }
     // bytes 0, 2, .. 126 of (zmm0, zmm1): the codes in order
     std::array<uint32_t, 16> low_bytes{};
@@ -1830,17 +1857,32 @@ class CacheGenerator : public Generator {
     pin_constants(constants.first(std::min(constants.size(), regs.size())), regs);
   }
 
-  // Every word constant of bf16's 16-bit steps into `format` (the table steps' and the
-  // power-of-two steps'), each once: for a writer that pins them around its spans.
-  static std::vector<uint32_t> bf16_step_constants(DType format) {
+  // The constants of the 16-bit steps that quantise `dtype` into `format` at this level, each
+  // once, the table steps' first: for a writer that pins them around its spans (from the pool
+  // each is a 64-byte load per use, ~16 per 64 codes). bf16: the table steps' and the
+  // power-of-two steps' (quantise_pow2_unit at AVX512-FP16, quantise_pow2_zmm_unit below it);
+  // f16 into e4m3 below AVX512-FP16: quantise_pow2_zmm_unit's; otherwise none. Pinned, the f16
+  // steps at scale 1.0 read from DRAM at the rate they run in the caches: on Zen 5 convert_fp8
+  // of 32 M values 15 -> 34 GB/s (the loads of the pool's constants, ~24 per 64 values, held up
+  // the source's misses; docs/decisions.md, "Thirty-first round").
+  std::vector<uint32_t> quantise_step_constants(DType dtype, DType format) const {
     std::vector<uint32_t> all;
     auto add = [&](auto list) {
       for (uint32_t c : list) {
         if (std::find(all.begin(), all.end(), c) == all.end()) all.push_back(c);
       }
     };
-    add(table_step_constants(format).list());
-    add(pow2_step_constants(pow2_format(DType::kBF16, format).value()).list());
+    if (!has_vbmi()) return all;
+    if (dtype == DType::kBF16) {
+      add(table_step_constants(format).list());
+      if (pow2_quantise(dtype, format)) {
+        add(pow2_step_constants(pow2_format(dtype, format).value()).list());
+      } else {
+        add(pow2_zmm_constants(dtype, format).list());
+      }
+    } else if (dtype == DType::kF16 && pow2_ymm_quantise(dtype, format)) {
+      add(pow2_zmm_constants(dtype, format).list());
+    }
     return all;
   }
 

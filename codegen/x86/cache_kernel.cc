@@ -67,11 +67,10 @@ class FlashWriteGenerator : public CacheGenerator {
   void generate() {
     prologue();
     load_scales();
-    // bf16's 16-bit steps with their constants in registers: from the pool each is a 64-byte
-    // load per use, ~16 per 64 codes.
+    // The 16-bit steps with their constants in registers (quantise_step_constants says why).
     // (kFlashPinnedRegs sit above the scales at their default registers 4..7.)
-    const bool pinned = quantises_bf16_steps() && k_scale_ == kKScale;
-    if (pinned) pin_constants(bf16_step_constants(format_), kFlashPinnedRegs);
+    const bool pinned = pins_step_constants() && k_scale_ == kKScale;
+    if (pinned) pin_leading_constants(step_constants(), kFlashPinnedRegs);
     with_streaming_stores(row_bytes(), [&] { token_loop(p_.block_size, [&] { write_token(); }); });
     if (pinned) unpin_constants();
     release_quantise_tables();
@@ -116,8 +115,12 @@ class FlashWriteGenerator : public CacheGenerator {
           vmm(v_scale_));
   }
 
-  // The writes quantise bf16 with the fast quantiser (its 16-bit steps' constants worth pinning).
-  bool quantises_bf16_steps() const { return fp8_ && p_.dtype == DType::kBF16 && has_vbmi(); }
+  // The constants of the 16-bit steps the writes quantise with, worth pinning (none: the
+  // writes keep them in the pool).
+  std::vector<uint32_t> step_constants() const {
+    return fp8_ ? quantise_step_constants(p_.dtype, format_) : std::vector<uint32_t>{};
+  }
+  bool pins_step_constants() const { return !step_constants().empty(); }
 
   const ir::FlashCacheWriteParams p_;
   const bool fp8_;
@@ -245,12 +248,11 @@ class RopeFlashGenerator : public FlashWriteGenerator {
   void generate() {
     prologue();
     load_scales();
-    // bf16's 16-bit steps with (all but one of) their constants in registers, loaded per
-    // token: the rotation holds those registers between tokens, and from the pool each
-    // constant is a 64-byte load per use, ~16 per 64 codes.
-    const bool pinned = quantises_bf16_steps();
+    // The 16-bit steps with (all but one of) their constants in registers, loaded per token:
+    // the rotation holds those registers between tokens (quantise_step_constants says why).
+    const bool pinned = pins_step_constants();
     auto write_pinned = [&] {
-      if (pinned) pin_leading_constants(bf16_step_constants(format_), kRopeFlashPinnedRegs);
+      if (pinned) pin_leading_constants(step_constants(), kRopeFlashPinnedRegs);
       write_token();
       if (pinned) unpin_constants();
     };
@@ -928,8 +930,10 @@ class ConvertFp8Generator : public CacheGenerator {
     }
     mov(reg_args_, rdi);
     // The steps' constants in registers (from the pool each is a 64-byte load per use).
-    const bool pin_steps = quantise_ && p_.src == DType::kBF16 && has_vbmi();
-    if (pin_steps) pin_constants(bf16_step_constants(DType::kFp8E4m3), kFlashPinnedRegs);
+    const std::vector<uint32_t> steps =
+        quantise_ ? quantise_step_constants(p_.src, DType::kFp8E4m3) : std::vector<uint32_t>{};
+    const bool pin_steps = !steps.empty();
+    if (pin_steps) pin_leading_constants(steps, kFlashPinnedRegs);
     if (table_) pin_constants(kSymmetricLookupConstants, kGatherPinnedRegs);
     // A large call (a whole cache converted) streams its output past the caches (the quantiser
     // and the table dequantiser have streaming steps).

@@ -983,9 +983,27 @@ class CacheGenerator : public Generator {
     return !pow2_quantise(dtype, format) && pow2_format(dtype, format).has_value();
   }
 
+  // The two constants of the power-of-two ymm / zmm steps at the scale 2^k (k in
+  // pow2_format's range), as load_pow2_ymm_constants computes them at run time: C' =
+  // 2^(23 + log2 Q + k) (fp32 bits) and round (a word) = 2^(D-1) - 1 - 2^L·(R - 127) -
+  // (127 + k)·2^L, L the input's exponent lsb, R relative to the input's bias.
+  struct Pow2StepScale {
+    uint16_t round;
+    uint32_t magic;
+  };
+  static Pow2StepScale pow2_step_scale(int k, DType dtype, DType format) {
+    const Pow2Format range = pow2_format(dtype, format).value();
+    const Fp8Layout f = fp8_layout(format);
+    const int lsb = range.exponent_lsb, d = lsb - f.mantissa_bits;
+    const int rebias = f.rebias - (dtype == DType::kF16 ? 112 : 0);
+    const int log2_quantum = std::ilogb(f.quantum);
+    const int round = (1 << (d - 1)) - 1 - (1 << lsb) * (rebias - 127) - (127 + k) * (1 << lsb);
+    return {uint16_t(round & 0xFFFF), uint32_t(127 + k + 23 + log2_quantum) << 23};
+  }
+
   // Jumps to `l_other` unless lane 0 of `scale` is 2^k with k in pow2_format's range; else
   // ymm14 = round (words) and ymm15 = C' (dwords) for quantise_pow2_ymm_unit, or zmm14 / zmm15
-  // for quantise_pow2_zmm_unit (`zmm`) (uses eax).
+  // for quantise_pow2_zmm_unit (`zmm`) (uses eax; pow2_step_scale gives the same values).
   void load_pow2_ymm_constants(const Xmm& scale, DType dtype, DType format, const Label& l_other,
                                bool zmm = false) {
     const auto wide = [&](int idx) -> Xmm { return zmm ? Xmm(Xbyak::Zmm(idx)) : Xbyak::Ymm(idx); };
@@ -1939,6 +1957,16 @@ class CacheGenerator : public Generator {
                        SpanSteps::kPow2Loaded);
   }
 
+  // quantise_span where the caller knows the scale is 2^k with k in pow2_format's range and
+  // has put the power-of-two steps' round in zmm14 and C' in zmm15 (as
+  // load_pow2_ymm_constants with `zmm`, or pow2_step_scale's values broadcast): the zmm steps
+  // without the scale's tests. Requires pow2_ymm_quantise(dtype, format) and VBMI.
+  void quantise_span_pow2_zmm(const Reg64& dst, const Reg64& src, int64_t elements, DType dtype,
+                              DType format, const Xmm& scale, const Xmm& recip) {
+    emit_quantise_span(dst, src, elements, dtype, format, scale, recip, false,
+                       SpanSteps::kPow2ZmmLoaded);
+  }
+
   // quantise_span with the window steps whatever the scale, without the tests that choose the
   // steps (~14 instructions per span): for spans of one dynamic scale each, such as
   // fp8_ds_mla's 128-value tiles, whose scales (amax / 448) are almost never the powers of two
@@ -1956,6 +1984,7 @@ class CacheGenerator : public Generator {
   enum class SpanSteps {
     kChosenByScale,  // the scale's tests choose (quantise_span)
     kPow2Loaded,     // the 16-bit steps, K2 in zmm22 (quantise_span_pow2)
+    kPow2ZmmLoaded,  // the 16-bit zmm steps, round / C' in zmm14 / zmm15 (quantise_span_pow2_zmm)
     kWindowOnly,     // the window steps (quantise_span_window)
   };
 
@@ -2024,6 +2053,9 @@ class CacheGenerator : public Generator {
       Label l_exact, l_window, l_fast_done;
       if (span_steps == SpanSteps::kPow2Loaded) {
         fast(Steps::kPow2);
+      } else if (span_steps == SpanSteps::kPow2ZmmLoaded) {
+        if (!pow2_zmm) throw std::logic_error("quantise_span_pow2_zmm: no zmm steps here");
+        fast(Steps::kPow2Ymm);
       } else if (span_steps == SpanSteps::kWindowOnly) {
         fast(Steps::kWindow);
       } else {

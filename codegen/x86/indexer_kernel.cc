@@ -12,8 +12,8 @@
 //     BS·D + 4(o·G + g).
 //   Rows go in chunks (CacheGenerator::chunked_token_loop): first every row's scales (and their
 //   reciprocals) into stack scratch, then each row's codes, reading the row again from L1.
-//   bf16 with ue8m0 on AVX-512 takes the scale from a table indexed by the amax's exponent
-//   (scale_table(), no division) and the 16-bit steps.
+//   bf16 with ue8m0 on AVX-512 (AVX512-FP16, or VBMI for its zmm steps) takes the scale from a
+//   table indexed by the amax's exponent (scale_table(), no division) and the 16-bit steps.
 //   Groups loop at run time when there are many (small qbs), else they are unrolled.
 // cp_gather_indexer_k_quant_cache: per run of destination rows that read consecutive positions
 //   of one cache block (resolved and checked by the runner), D value bytes and 4G scale bytes
@@ -50,8 +50,11 @@ class IndexerQuantGenerator : public CacheGenerator {
         esize_(int64_t(dtype_size(p.dtype))),
         groups_(p.head_dim / p.quant_block),
         scale_table_(p.dtype == DType::kBF16 && p.scale_fmt == ir::ScaleFormat::kUe8m0 &&
-                     avx512() && pow2_quantise(p.dtype, DType::kFp8E4m3) &&
+                     avx512() &&
+                     (pow2_quantise(p.dtype, DType::kFp8E4m3) ||
+                      (has_vbmi() && pow2_ymm_quantise(p.dtype, DType::kFp8E4m3))) &&
                      p.quant_block % kWordLanes == 0),
+        zmm_steps_(scale_table_ && !pow2_quantise(p.dtype, DType::kFp8E4m3)),
         group_scratch_(scale_table_ ? 16 : 8),
         chunk_(chunk_rows(groups_ * group_scratch_)) {}
 
@@ -59,13 +62,20 @@ class IndexerQuantGenerator : public CacheGenerator {
     prologue();
     sub(rsp, scratch_bytes());
     if (scale_table_) {
-      // Every constant of the amax and of the 16-bit steps in a register: from the pool each
-      // is a 64-byte load, and the two-per-cycle load ports bound the steps.
-      const auto steps = pow2_step_constants(pow2_format(p_.dtype, DType::kFp8E4m3).value());
-      const auto step_list = steps.list();
-      std::vector<uint32_t> constants(step_list.begin(), step_list.end());
-      for (uint32_t c : amax_word_constants(p_.dtype)) constants.push_back(c);
-      pin_constants(constants, kPinnedRegs);
+      // The constants of the 16-bit steps and of the amax in registers: from the pool each is
+      // a 64-byte load, and the two-per-cycle load ports bound the steps (the zmm steps' 9 and
+      // the amax's sign and K fill the 11 registers; its C stays in the pool, one load a group).
+      std::vector<uint32_t> constants;
+      if (zmm_steps_) {
+        constants = pow2_zmm_constants(p_.dtype, DType::kFp8E4m3).list();
+      } else {
+        const auto steps = pow2_step_constants(pow2_format(p_.dtype, DType::kFp8E4m3).value());
+        const auto step_list = steps.list();
+        constants.assign(step_list.begin(), step_list.end());
+      }
+      const auto [c, k, sign] = amax_word_constants(p_.dtype);
+      for (uint32_t amax : {sign, k, c}) constants.push_back(amax);
+      pin_leading_constants(constants, kPinnedRegs);
     }
     // Ordinary stores: streaming ones measured slower here (docs/decisions.md, tenth round).
     chunked_token_loop(
@@ -114,7 +124,8 @@ class IndexerQuantGenerator : public CacheGenerator {
   //   E' = (bits + 0x1F) >> 7     (m > 96 = 0x60 carries into the exponent),
   // for bits above the floor's (amax < 1e-4 takes max(amax, 1e-4) = 1e-4: one more entry),
   // and amax = inf gives sc = inf (a last entry; its E' is the largest finite amax's).
-  // Each entry holds (sc, 1/sc as scalar_reciprocal gives it, K2 | kPow2Flag or 0), computed
+  // Each entry holds (sc, 1/sc as scalar_reciprocal gives it, K2 | kPow2Flag or 0, 0) at
+  // AVX512-FP16, (sc, 1/sc, round | kPow2Flag or 0, C') for the zmm steps at VBMI, computed
   // here by the formula the generic path runs (max, IEEE division, round up on the bits) on a
   // representative amax of its class; K2 = load_pow2_bias's word where sc = 2^k lies in the
   // 16-bit steps' range (every entry but inf and sc > 2^100). Per group: ~12 scalar
@@ -144,10 +155,17 @@ class IndexerQuantGenerator : public CacheGenerator {
       const float recip = 1.0f / sc;
       const int k = int(std::bit_cast<uint32_t>(sc) >> 23) - 127;
       const bool steps = !std::isinf(sc) && k >= f.min_k && k <= f.max_k;
-      table.insert(table.end(),
-                   {std::bit_cast<uint32_t>(sc),
-                    std::isinf(recip) ? 0x7FC00000u : std::bit_cast<uint32_t>(recip),
-                    steps ? (uint32_t(k + f.shift) << f.exponent_lsb) | kPow2Flag : 0u, 0u});
+      uint32_t step_word = 0, magic = 0;
+      if (steps && zmm_steps_) {
+        const Pow2StepScale zmm = pow2_step_scale(k, p_.dtype, DType::kFp8E4m3);
+        step_word = zmm.round | kPow2Flag;
+        magic = zmm.magic;
+      } else if (steps) {
+        step_word = (uint32_t(k + f.shift) << f.exponent_lsb) | kPow2Flag;
+      }
+      table.insert(table.end(), {std::bit_cast<uint32_t>(sc),
+                                 std::isinf(recip) ? 0x7FC00000u : std::bit_cast<uint32_t>(recip),
+                                 step_word, magic});
     };
     entry(0.0f);
     for (uint32_t e = first_exponent(); e <= 255; ++e) {
@@ -198,8 +216,16 @@ class IndexerQuantGenerator : public CacheGenerator {
       mov(reg_dst_, reg_q_);
       cmp(dword[reg_scale_ + 8], 0);
       je(l_other, T_NEAR);
-      vpbroadcastw(Xbyak::Zmm(kPow2Bias), ptr[reg_scale_ + 8]);
-      quantise_span_pow2(reg_dst_, reg_src_, p_.quant_block, p_.dtype, DType::kFp8E4m3, sc, recip);
+      if (zmm_steps_) {
+        vpbroadcastw(Xbyak::Zmm(14), ptr[reg_scale_ + 8]);
+        vpbroadcastd(Xbyak::Zmm(15), ptr[reg_scale_ + 12]);
+        quantise_span_pow2_zmm(reg_dst_, reg_src_, p_.quant_block, p_.dtype, DType::kFp8E4m3, sc,
+                               recip);
+      } else {
+        vpbroadcastw(Xbyak::Zmm(kPow2Bias), ptr[reg_scale_ + 8]);
+        quantise_span_pow2(reg_dst_, reg_src_, p_.quant_block, p_.dtype, DType::kFp8E4m3, sc,
+                           recip);
+      }
       jmp(l_done, T_NEAR);
       L(l_other);
       quantise_span(reg_dst_, reg_src_, p_.quant_block, p_.dtype, DType::kFp8E4m3, sc, recip);
@@ -274,6 +300,9 @@ class IndexerQuantGenerator : public CacheGenerator {
   const ir::IndexerQuantParams p_;
   const int64_t esize_, groups_;
   const bool scale_table_;
+  // The table's steps are the zmm power-of-two steps (VBMI without AVX512-FP16): its entries
+  // hold their round and C' instead of quantise_pow2_unit's K2.
+  const bool zmm_steps_;
   const int64_t group_scratch_, chunk_;
 };
 

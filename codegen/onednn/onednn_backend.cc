@@ -822,6 +822,13 @@ int64_t default_small_m_rows(const OpSpec& spec, X86Isa isa) {
   return small_m::default_max_rows(dtype, small_m::variant_for(dtype, isa));
 }
 
+// The small-M bound measured for `spec`'s weight type at `isa` (small_m::measured_max_rows):
+// what the tuning space offers beside the default; 0 where the kernel does not run.
+int64_t measured_small_m_rows(const OpSpec& spec, X86Isa isa) {
+  const DType dtype = small_m_dtype(spec);
+  return small_m::measured_max_rows(dtype, small_m::variant_for(dtype, isa));
+}
+
 // oneDNN's ISA cap for kiln's level: avx2 → avx2, avx512 → avx512_core_vnni (kiln's level has
 // no separate VNNI step), avx512_bf16, avx512_vbmi and avx512_fp16 → avx512_core_bf16 (this
 // oneDNN has no FP16 level, and those levels add nothing it uses for GEMM), amx → all.
@@ -937,7 +944,8 @@ class OnednnBackend final : public Backend {
   // (chunk_rows, see kChunkRowChoices). The first entry is the default.
   // A second knob, small_m: calls with at most that many rows run kiln's small-M kernel
   // (small_m.h) instead of oneDNN; the default is the kernel's bound for the weight type on
-  // this ISA, and 0 (always oneDNN) is offered so the tuner compares the two.
+  // this ISA and host (small_m::default_max_rows: 0 on Zen 5), and the other of that bound and
+  // 0 (always oneDNN) is offered so the tuner compares the two.
   // The knobs `op` reads: the two above for the matmuls, none for the handler constructors.
   static std::span<const std::string_view> knob_names(OpKind op) {
     static constexpr std::string_view kMatmulKnobs[] = {kChunkRowsKnob, kSmallMKnob};
@@ -957,7 +965,12 @@ class OnednnBackend final : public Backend {
     for (int64_t rows : kChunkRowChoices) {
       if (rows != kDefaultChunkRows) space.push_back(config_of(rows, small));
     }
-    if (small > 0) space.push_back(config_of(kDefaultChunkRows, 0));
+    const int64_t measured = measured_small_m_rows(spec, target.isa);
+    if (small > 0) {
+      space.push_back(config_of(kDefaultChunkRows, 0));
+    } else if (measured > 0) {
+      space.push_back(config_of(kDefaultChunkRows, measured));
+    }
     return space;
   }
 
@@ -984,8 +997,9 @@ class OnednnBackend final : public Backend {
     }
     const int64_t small_default = default_small_m_rows(spec, target.isa);
     const int64_t small_m_rows = artifact.config.get(kSmallMKnob, small_default);
+    const bool kernel_runs = measured_small_m_rows(spec, target.isa) > 0;
     if (small_m_rows < 0 || small_m_rows > small_m::kMaxRows ||
-        (small_m_rows > 0 && small_default == 0)) {
+        (small_m_rows > 0 && !kernel_runs)) {
       return Status(
           StatusCode::kInvalidArgument,
           fmt::format("onednn config: {}={} is not allowed here; allowed: 0 … {} on a CPU and "

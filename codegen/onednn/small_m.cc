@@ -322,6 +322,11 @@ void run(Variant variant, int64_t rows, int64_t k, int64_t n_count, const std::b
 }  // namespace
 
 int64_t default_max_rows(DType dtype, Variant variant) {
+  if (variant == Variant::kAvx512 && host_core_traits().prefers_onednn_gemv) return 0;
+  return measured_max_rows(dtype, variant);
+}
+
+int64_t measured_max_rows(DType dtype, Variant variant) {
   const bool avx512 = variant == Variant::kAvx512;
   if (variant == Variant::kNone) return 0;
   switch (dtype) {

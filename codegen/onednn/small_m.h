@@ -61,8 +61,13 @@ inline constexpr int64_t kMaxRowsAvx2F32 = 8;
 inline constexpr int64_t kMaxRowsAvx2Bf16 = 16;
 inline constexpr int64_t kMaxRowsAvx2I8 = 16;
 
-/// The default bound for weight type `dtype` (kF32, kBF16, kI8; 0 for others) in `variant`
-/// (0 for kNone).
+/// The bound measured for weight type `dtype` (kF32, kBF16, kI8; 0 for others) in `variant`
+/// (0 for kNone): the constants above.
+int64_t measured_max_rows(DType dtype, Variant variant);
+
+/// The default bound on this host: measured_max_rows, or 0 (every M through oneDNN) for the
+/// AVX-512 variant where host_core_traits().prefers_onednn_gemv (Zen 5, whose oneDNN brgemm
+/// streams the weight faster).
 int64_t default_max_rows(DType dtype, Variant variant);
 
 /// The variant this CPU runs for `dtype` at ISA level `isa` (the target's level: KILN_ISA caps

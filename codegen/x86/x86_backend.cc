@@ -24,7 +24,7 @@ namespace {
 //     parallel region costs a few microseconds, more than a decode-sized row takes).
 //   rep_movsb (swap_blocks only): 1 copies each block with `rep movsb`, 0 with vector loops
 //     (the direction that avoids 4K aliasing, streaming stores for large calls). Default: 1
-//     where host_prefers_rep_movsb() (Zen 5), else 0.
+//     where host_core_traits().prefers_rep_movsb (Zen 5), else 0.
 constexpr std::string_view kThreads = "threads";
 constexpr std::string_view kMinParallelKib = "min_parallel_kib";
 constexpr std::string_view kRepMovsb = "rep_movsb";
@@ -729,8 +729,9 @@ class X86Backend final : public Backend {
     const bool swap = spec.op == OpKind::kSwapBlocks;
     const std::vector<int64_t> copies = swap ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{};
     std::vector<Config> space;
-    space.push_back(swap && host_prefers_rep_movsb() ? Config().set(std::string(kRepMovsb), 1)
-                                                     : Config{});  // heuristic default
+    space.push_back(swap && host_core_traits().prefers_rep_movsb
+                        ? Config().set(std::string(kRepMovsb), 1)
+                        : Config{});  // heuristic default
     for (int64_t threads : {1, 2}) {
       for (int64_t kib : {64, 256, 1024}) {
         const Config point =

@@ -1133,8 +1133,8 @@ TEST(X86SwapBlocks, LargeCallsStreamAndMatchMemcpy) {
   }
 }
 
-// rep_movsb=1 (the default on Zen 5, host_prefers_rep_movsb) copies each block with `rep
-// movsb`: blocks of 1 byte to 64 KiB + 16, repeated destinations in mapping order, one and two
+// rep_movsb=1 (the default on Zen 5, host_core_traits().prefers_rep_movsb) copies each block with
+// `rep movsb`: blocks of 1 byte to 64 KiB + 16, repeated destinations in mapping order, one and two
 // threads, small calls and one past the vector loops' streaming size, against memcpy with the
 // bytes around the destination untouched; the code holds the string copy and no vector loop.
 TEST(X86SwapBlocks, RepMovsbMatchesMemcpy) {
@@ -1181,7 +1181,8 @@ TEST(X86SwapBlocks, RepMovsbMatchesMemcpy) {
 
 // The rep_movsb knob: 0 / 1 only, swap_blocks only (other ops refuse it, naming their knobs);
 // every point of swap_blocks' tuning space says which copy it takes, and the default (the
-// space's first point) is the host's (host_prefers_rep_movsb); the knob changes the code.
+// space's first point) is the host's (host_core_traits().prefers_rep_movsb); the knob changes the
+// code.
 TEST(X86SwapBlocks, RepMovsbKnob) {
   const OpSpec swap = OpSpec::make(OpKind::kSwapBlocks, ir::SwapBlocksParams{4096});
   CompileOptions options;
@@ -1205,7 +1206,7 @@ TEST(X86SwapBlocks, RepMovsbKnob) {
   auto backend = codegen::x86::make_backend();
   const auto space = backend->configs(swap, host_target());
   ASSERT_GT(space.size(), 2u);
-  EXPECT_EQ(space.front().get("rep_movsb", 0), host_prefers_rep_movsb() ? 1 : 0);
+  EXPECT_EQ(space.front().get("rep_movsb", 0), host_core_traits().prefers_rep_movsb ? 1 : 0);
   for (size_t i = 1; i < space.size(); ++i) {
     EXPECT_NE(space[i].get("rep_movsb", -1), -1) << space[i].to_string();
   }

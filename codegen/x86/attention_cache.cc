@@ -199,9 +199,10 @@ class CacheWriteGenerator : public CacheGenerator {
   // token's head rows read in order): the V rows quantised to their slabs, the K codes to a
   // stack stage [bs][G·D] (quantise_span: the mantissa tables where they apply), then each
   // head's columns gathered from the stage (G: the largest divisor of H with bs·G·D <= 32 KiB).
-  // amx slabs (bf16) take their own lines (amx_block_keys, amx_block_values). On AVX2, and for
-  // fp8 without VBMI, the K slab comes from transposed_lanes' in-register transposes of 16
-  // tokens × 16 bytes instead of the gathers (D·c a multiple of 16 then).
+  // amx slabs (bf16) take their own lines (amx_block_keys, amx_block_values). On AVX2, for
+  // fp8 without VBMI and for 16- and 32-bit keys at avx512_vbmi (gathered_keys), the K slab
+  // comes from transposed_lanes' in-register transposes of 16 tokens × 16 bytes instead of the
+  // gathers (D·c a multiple of 16 then).
   // bs a multiple of 16 up to 128, D·c a multiple of 4, bs·D <= 32 KiB for fp8; gathers need
   // (bs - 1)·stride < 2^31.
   static constexpr int64_t kMaxBlockStage = 32768;
@@ -214,9 +215,16 @@ class CacheWriteGenerator : public CacheGenerator {
            (!fp8 || p_.block_size * p_.head_size <= kMaxBlockStage);
   }
   // The K slab's columns through transposed_columns (AVX-512; fp8's byte columns need
-  // vpermb), else transposed_lanes.
+  // vpermb), else transposed_lanes. The avx512_vbmi level (Zen 4 and 5, the level no Intel
+  // CPU stops at) takes the transposes for 16- and 32-bit keys: on Zen 5 a zmm vpgatherdd costs
+  // ~12 cycles per 16 elements where a shuffle costs 0.25-0.5, and the auto write at a
+  // prefill's slots ran 2.08-2.34 against 3.93-4.79 ms with the gathers (64 MB, 1 thread; on Zen
+  // 4 the two had measured level); fp8 there keeps the gathers (3.05-4.12 against 3.94-4.77 ms
+  // with the transposes; docs/decisions.md, "Thirty-first round").
   bool gathered_keys() const {
-    return avx512() && (p_.kv == ir::KvCacheDtype::kAuto || has_vbmi());
+    if (!avx512()) return false;
+    if (p_.kv == ir::KvCacheDtype::kAuto) return !(has_vbmi() && !has_fp16());
+    return has_vbmi();
   }
   // Stack bytes of the fp8 block stage ([bs][G·D] codes, 64-byte aligned at run time) and the
   // token loops' counter above it.

@@ -461,7 +461,8 @@ TEST_P(X86AttentionTest, CacheWriteBitExact) {
 
 // cpu_attn_reshape_and_cache's whole blocks (a prefill's consecutive slots of a block, written
 // head slab by head slab; attention_cache.cc) on every ISA path of the host up to avx512_fp16
-// (the K slab by gathers, or by in-register transposes on AVX2 and for fp8 without VBMI; amx
+// (the K slab by gathers, or by in-register transposes on AVX2, for fp8 without VBMI and for
+// 16- and 32-bit keys at avx512_vbmi; amx
 // emits the same cache-write code): vec (bs 32), vec16 (bs 16) and
 // amx (bs 64, bf16, heads 64 and 128) slabs, f32/f16/bf16 and fp8 e4m3/e5m2, head sizes whose K
 // columns are whole dwords and one that is not (57: the per-token path); token groups of whole
@@ -469,8 +470,8 @@ TEST_P(X86AttentionTest, CacheWriteBitExact) {
 // last block, in 1- and 2-thread calls.
 TEST(X86AttentionCacheWrite, WholeBlocksMatchRef) {
   const Config parallel = Config().set("threads", 2);
-  for (X86Isa target : test::isa_paths(
-           {X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16, X86Isa::kAvx512Fp16})) {
+  for (X86Isa target : test::isa_paths({X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Bf16,
+                                        X86Isa::kAvx512Vbmi, X86Isa::kAvx512Fp16})) {
     for (CpuAttnIsa isa : {CpuAttnIsa::kVec, CpuAttnIsa::kVec16, CpuAttnIsa::kAmx}) {
       const int64_t bs = isa == CpuAttnIsa::kVec16 ? 16 : isa == CpuAttnIsa::kAmx ? 64 : 32;
       for (ir::KvCacheDtype kv :
@@ -532,7 +533,8 @@ TEST(X86AttentionCacheWrite, LargeCallsStreamWholeBlocksMatchRef) {
   slots[size_t(5 * kBs + 9)] = -1;
   CompileOptions ref_options;
   ref_options.backend = BackendKind::kRef;
-  for (X86Isa target : test::isa_paths({X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Fp16})) {
+  for (X86Isa target : test::isa_paths(
+           {X86Isa::kAvx2, X86Isa::kAvx512, X86Isa::kAvx512Vbmi, X86Isa::kAvx512Fp16})) {
     for (DType dtype : {DType::kBF16, DType::kF32}) {
       const size_t esize = dtype_size(dtype);
       std::vector<uint8_t> key = test::random_rows(dtype, size_t(kTokens * kH * kD), rng);

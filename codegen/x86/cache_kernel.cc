@@ -886,15 +886,27 @@ class GatherGenerator : public CacheGenerator {
     }
     // The table steps' lookup constants in registers (from the pool each is a 64-byte load).
     if (table) pin_constants(kSymmetricLookupConstants, kGatherPinnedRegs);
-    gather_loop([&] {
+    auto row = [&](bool streaming) {
       if (table) {
-        dequantise_span_table(reg_dst_, reg_src_, elements_, format_, dtype_, vmm(kKScale));
+        dequantise_span_table(reg_dst_, reg_src_, elements_, format_, dtype_, vmm(kKScale),
+                              streaming);
       } else if (fp8_) {
         dequantise_span(reg_dst_, reg_src_, elements_, format_, dtype_, vmm(kKScale));
       } else {
-        copy_span(reg_dst_, reg_src_, elements_ * int64_t(dtype_size(dtype_)), reg_count_);
+        copy_span(reg_dst_, reg_src_, elements_ * int64_t(dtype_size(dtype_)), reg_count_,
+                  streaming);
       }
-    });
+    };
+    auto rows = [&] { gather_loop([&] { maybe_streaming(reg_dst_, row); }); };
+    // A large gather streams its destination rows where its steps can (the copy, the table
+    // steps): with_streaming_stores says why. bench_cache on Zen 5, cp_gather_cache bf16 at
+    // 64 MB, 1 thread, three alternated rounds: 1.07-1.19 -> 0.82-0.97 ms (the plain loop's
+    // memcpy per row 1.11-1.16).
+    if (!fp8_ || table) {
+      with_streaming_stores(elements_ * int64_t(dtype_size(dtype_)), rows);
+    } else {
+      rows();
+    }
     if (table) unpin_constants();
     epilogue();
   }

@@ -17,7 +17,8 @@
 //   the rotated value as stored (rounded to T), read back from the k_pe row in L1.
 // cp_gather_and_upconvert_fp8_kv_cache: per destination row (entry offset resolved and checked
 //   by the runner): 512 values rnd_bf16(decode_e4m3(code_i) · scale_{i/128}) (fp32 product),
-//   then the 128 rope bytes copied.
+//   then the 128 rope bytes copied; a large call streams the rows, and each row prefetches
+//   the entry kGatherPrefetchRows ahead.
 #include <array>
 #include <cfloat>
 #include <cstddef>
@@ -282,22 +283,33 @@ class UpconvertGatherGenerator : public CacheGenerator {
       // The steps' constants in registers: from the pool each is a 64-byte load per use.
       pin_constants(decoded_step_constants(), kDecodedStepRegs);
     }
-    gather_loop([&] {
+    // The destination rows (512 values and the rope, 1152 bytes) streamed in a large call,
+    // as the other gathers.
+    auto row = [&](bool streaming) {
       const Xmm scale = vmm(kTileScale);
       for (int64_t k = 0; k < kDsMlaRank / kDsMlaTile; ++k) {
         vbroadcastss(scale, ptr[reg_src_ + int(kDsMlaScaleOffset + 4 * k)]);
         lea(reg_p_, ptr[reg_src_ + int(k * kDsMlaTile)]);
         lea(reg_q_, ptr[reg_dst_ + int(k * kDsMlaTile * 2)]);
         if (table) {
-          dequantise_span_decoded(reg_q_, reg_p_, kDsMlaTile, DType::kFp8E4m3, scale);
+          dequantise_span_decoded(reg_q_, reg_p_, kDsMlaTile, DType::kFp8E4m3, scale, streaming);
         } else {
           dequantise_span(reg_q_, reg_p_, kDsMlaTile, DType::kFp8E4m3, DType::kBF16, scale);
         }
       }
       add(reg_src_, int(kDsMlaRopeOffset));
       add(reg_dst_, int(kDsMlaRank * 2));
-      copy_span(reg_dst_, reg_src_, kDsMlaRopeBytes, reg_count_);
-    });
+      copy_span(reg_dst_, reg_src_, kDsMlaRopeBytes, reg_count_, streaming);
+    };
+    // Each row's source entry prefetched kGatherPrefetchRows ahead (the entry's 656 bytes).
+    auto rows = [&] {
+      gather_loop([&] { maybe_streaming(reg_dst_, row); }, kDsMlaRopeOffset + kDsMlaRopeBytes);
+    };
+    if (table) {
+      with_streaming_stores(kDsMlaRank * 2 + kDsMlaRopeBytes, rows);
+    } else {
+      rows();
+    }
     if (table) unpin_constants();
     epilogue();
   }

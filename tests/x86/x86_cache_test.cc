@@ -917,6 +917,29 @@ TEST_P(X86CacheIsaTest, GatherAndMaybeDequantMatchesRefOverTheGrid) {
   }
 }
 
+// Gathers whose calls write >= 1 MiB per thread take the streaming-store loop for the copy and
+// the dequantising table steps (GatherGenerator): bf16 rows of 576 values (64-byte aligned
+// rows, streamed), bf16 and f32 rows of 100 (rows at every 16-byte offset, streamed or not row
+// by row), auto and e4m3, on 1 and 2 threads, against the ref.
+TEST_P(X86CacheIsaTest, GathersLargeCallsStreamAndMatchRef) {
+  const X86Isa isa = GetParam();
+  constexpr int64_t kMinBytesPerThread = int64_t(5) << 19;  // 2.5 MiB: past 1 MiB on 2 threads
+  for (auto [dtype, width] :
+       {std::pair{DType::kBF16, int64_t(576)}, std::pair{DType::kBF16, int64_t(100)},
+        std::pair{DType::kF32, int64_t(100)}}) {
+    const int64_t rows = kMinBytesPerThread / (width * int64_t(dtype_size(dtype))) + 1;
+    for (int threads : {1, 2}) {
+      const Config config = Config().set("threads", threads);
+      EXPECT_TRUE(check_gather(cp_gather_spec(dtype, width, 16), isa, rows, true, config,
+                               /*few=*/true));
+      for (KvCacheDtype kv : {KvCacheDtype::kAuto, KvCacheDtype::kFp8E4m3}) {
+        EXPECT_TRUE(check_gather(gather_spec(dtype, kv, width, 16), isa, rows, true, config,
+                                 /*few=*/true));
+      }
+    }
+  }
+}
+
 // Every fp8 code at every position of a row against the ref, for scales that are positive,
 // negative, tiny (denormal and zero products), huge (products that overflow), infinite and
 // NaN (a payload whose low half is all ones, which a rounding on the bits would carry into

@@ -286,7 +286,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-142", 0xed6b687d4c2c0f87ull};
+constexpr PinnedCode kAllExampleCode{"x86-143", 0xfa38a36e98b57340ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();

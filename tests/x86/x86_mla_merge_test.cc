@@ -220,6 +220,16 @@ TEST_P(X86MlaMergeIsaTest, UpconvertGatherMatchesRef) {
   }
 }
 
+// A call that writes >= 1 MiB per thread streams its rows (1152 bytes each) and prefetches each
+// row's entry four rows ahead (CacheGenerator::prefetch_gather_source): 2400 rows on 1 and 2
+// threads, against the ref.
+TEST_P(X86MlaMergeIsaTest, UpconvertLargeCallsStreamAndMatchRef) {
+  const X86Isa isa = GetParam();
+  for (int threads : {1, 2}) {
+    EXPECT_TRUE(check_spec(upconvert_spec(16), isa, 2400, Config().set("threads", threads)));
+  }
+}
+
 // Every e4m3 code at every position of the 512 values, with tile scales that are positive,
 // negative, tiny (denormal and zero products) and huge (products that overflow): on AVX-512
 // the codes are decoded through a bf16 word table (CacheGenerator::dequantise_span_decoded),

@@ -893,16 +893,20 @@ class GatherGenerator : public CacheGenerator {
       } else if (fp8_) {
         dequantise_span(reg_dst_, reg_src_, elements_, format_, dtype_, vmm(kKScale));
       } else {
-        copy_span(reg_dst_, reg_src_, elements_ * int64_t(dtype_size(dtype_)), reg_count_,
-                  streaming);
+        copy_span(reg_dst_, reg_src_, elements_ * int64_t(dtype_size(dtype_)), reg_count_);
       }
     };
     auto rows = [&] { gather_loop([&] { maybe_streaming(reg_dst_, row); }); };
-    // A large gather streams its destination rows where its steps can (the copy, the table
-    // steps): with_streaming_stores says why. bench_cache on Zen 5, cp_gather_cache bf16 at
-    // 64 MB, 1 thread, three alternated rounds: 1.07-1.19 -> 0.82-0.97 ms (the plain loop's
-    // memcpy per row 1.11-1.16).
-    if (!fp8_ || table) {
+    // A large dequantising gather streams its destination rows (the table steps;
+    // with_streaming_stores says why). bench_cache on Zen 5, gather_and_maybe_dequant_cache fp8 at
+    // 64 MB, best of three per process, three alternated processes: 1 thread 1.48-1.68 -> 1.33-1.37
+    // ms, 2 threads 1.13-1.40 -> 1.26-1.31. The copies (cp_gather_cache, kv=auto) keep
+    // ordinary stores: streamed they ran 1.2-1.3x faster on 1 thread (cp_gather_cache 1.12-1.37
+    // -> 0.90-0.92 ms) but 1.1-1.3x slower on 2 (0.63-0.86 -> 0.81-0.89; the plain loop's memcpy
+    // per row 0.64-1.01), where the benchmark's repeated call keeps part of its 32 MB of rows
+    // in the L3 with ordinary stores and none with streaming ones (docs/decisions.md,
+    // "Thirty-second round").
+    if (table) {
       with_streaming_stores(elements_ * int64_t(dtype_size(dtype_)), rows);
     } else {
       rows();

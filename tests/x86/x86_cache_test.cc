@@ -917,10 +917,10 @@ TEST_P(X86CacheIsaTest, GatherAndMaybeDequantMatchesRefOverTheGrid) {
   }
 }
 
-// Gathers whose calls write >= 1 MiB per thread take the streaming-store loop for the copy and
-// the dequantising table steps (GatherGenerator): bf16 rows of 576 values (64-byte aligned
-// rows, streamed), bf16 and f32 rows of 100 (rows at every 16-byte offset, streamed or not row
-// by row), auto and e4m3, on 1 and 2 threads, against the ref.
+// Gathers whose calls write >= 1 MiB per thread: the dequantising table steps take the
+// streaming-store loop (GatherGenerator; the copies keep ordinary stores): bf16 rows of 576
+// values (64-byte aligned rows, streamed), bf16 and f32 rows of 100 (rows at every 16-byte
+// offset, streamed or not row by row), auto and e4m3, on 1 and 2 threads, against the ref.
 TEST_P(X86CacheIsaTest, GathersLargeCallsStreamAndMatchRef) {
   const X86Isa isa = GetParam();
   constexpr int64_t kMinBytesPerThread = int64_t(5) << 19;  // 2.5 MiB: past 1 MiB on 2 threads

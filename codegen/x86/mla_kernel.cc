@@ -9,7 +9,8 @@
 //                                               that gives the same code, else vdivps)
 //   codes at bytes 128k.., scale_k (fp32) at byte 512 + 4k, then the 64 rope values copied as
 //   bits (128 bytes) at byte 528. Rows go in chunks of two (chunked_token_loop): both rows'
-//   tile scales first, then their entries (the tiles read again from L1).
+//   tile scales first, then their entries (the tiles read again from L1); each row's first
+//   pass prefetches the entry of the row a chunk ahead for writing.
 // concat_and_cache_mla_rope_fused: per token t (positions[t] checked by the runner):
 //   every q_pe head rotated in place (padding tokens too); for a slot >= 0, k_pe rotated in
 //   place and the entry written as [kv_c | rotated k_pe], each a byte copy (auto) or fp8 codes
@@ -78,13 +79,15 @@ class DsMlaWriteGenerator : public CacheGenerator {
   // with either).
   static constexpr int64_t kTiles = kDsMlaRank / kDsMlaTile;
   static constexpr int64_t kChunk = 2, kScratchPerRow = 8 * kTiles;
+  static constexpr int64_t kEntryBytes = kDsMlaRopeOffset + kDsMlaRopeBytes;  // 656
 
   // Pass 1, row reg_q_: each tile's scale and its reciprocal (scalar_reciprocal) into the
-  // row's scratch.
+  // row's scratch; the entry a chunk ahead prefetched (prefetch_next_entry).
   void row_scales() {
     load_row(offsetof(CacheWriteCallArgs, key), offsetof(CacheWriteCallArgs, key_row_stride),
              reg_q_);
     chunk_scratch(reg_o_, reg_q_, kChunk, kScratchPerRow);
+    prefetch_next_entry();
     if (avx512() && esize_ == 2) {
       row_scales_words();
       return;
@@ -99,6 +102,33 @@ class DsMlaWriteGenerator : public CacheGenerator {
       scalar_reciprocal(recip, scale);
       vmovss(ptr[reg_o_ + int(8 * k + 4)], recip);
     }
+  }
+
+  // The entries go to random slots (a decode's, or a prefill's after the first), so each
+  // entry's ordinary stores first read its 11 or 12 lines (read for ownership), and the row's
+  // stores queue up behind those misses. Pass 1 of row q asks for the lines of the entry that
+  // row q + kChunk writes (in the next chunk) in exclusive state. bench_cache on Zen 5, 64 MB
+  // at random slots, 1 thread, best of two per process, four alternated processes: 3.59-3.75
+  // -> 3.28-3.47 ms; a prefill's slots (found by the hardware prefetcher) and 16 tokens level.
+  // Streaming the entries (their whole lines through a stack stage, the shared first and last
+  // lines by masked stores) and prefetching the source rows 4 or 8 rows ahead were slower or
+  // level (docs/decisions.md, "Thirty-second round").
+  void prefetch_next_entry() {
+    Label l_none;
+    lea(rax, ptr[reg_q_ + int(kChunk)]);
+    cmp(rax, reg_row_end_);
+    jge(l_none, T_NEAR);
+    mov(rax, ptr[reg_slots_ + rax * 8]);
+    test(rax, rax);
+    js(l_none, T_NEAR);  // padding
+    split_slot(p_.block_size);
+    imul(rax, ptr[reg_args_ + offsetof(CacheWriteCallArgs, block_stride)]);
+    imul(rcx, ptr[reg_args_ + offsetof(CacheWriteCallArgs, entry_stride)]);
+    add(rax, rcx);
+    add(rax, ptr[reg_args_ + offsetof(CacheWriteCallArgs, key_cache)]);
+    for (int64_t offset = 0; offset < kEntryBytes; offset += 64) prefetchw(ptr[rax + int(offset)]);
+    prefetchw(ptr[rax + int(kEntryBytes - 1)]);  // the 12th line of an entry that has one
+    L(l_none);
   }
 
   // row_scales for bf16 / f16 on AVX-512: the four tiles' amax words (amax_bits_words' u

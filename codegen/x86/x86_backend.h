@@ -17,6 +17,6 @@ namespace jit::codegen::x86 {
 std::unique_ptr<Backend> make_backend();
 
 /// Version of the generated code; part of every disk-cache key. Bump on any codegen change.
-inline constexpr std::string_view kCodegenVersion = "x86-144";
+inline constexpr std::string_view kCodegenVersion = "x86-145";
 
 }  // namespace jit::codegen::x86

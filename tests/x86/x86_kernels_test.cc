@@ -286,7 +286,7 @@ struct PinnedCode {
   std::string_view version;
   uint64_t hash;
 };
-constexpr PinnedCode kAllExampleCode{"x86-144", 0xe61f8807fd9c7afeull};
+constexpr PinnedCode kAllExampleCode{"x86-145", 0x20177cb7eff9dbe4ull};
 
 TEST(X86Golden, AnyCodeChangeBumpsTheCodegenVersion) {
   auto backend = codegen::x86::make_backend();
